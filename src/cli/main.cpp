@@ -1,0 +1,32 @@
+#include <cstdio>
+#include <exception>
+
+#include "cli/command.h"
+#include "format/quantized_tensor.h"
+
+namespace nibble::cli {
+std::vector<Command>& command_registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+}  // namespace nibble::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"nibble: pretrain language models in NVFP4 (and compare with BF16, FP8, MXFP4)", "nibble"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "nibble 0.1.0");
+  int exit_code = 0;
+  for (auto& c : nibble::cli::command_registry()) c.add(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const nibble::UsageError& e) {
+    std::fprintf(stderr, "nibble: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble: error: %s\n", e.what());
+    return 1;
+  }
+  return exit_code;
+}

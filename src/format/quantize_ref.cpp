@@ -1,0 +1,312 @@
+// Scalar reference quantizers: docs/nvfp4-spec.md sections 3, 4 and 6, one element at a time,
+// FP32 arithmetic in the spec's order. Deliberately simple; speed lives in kernels/.
+#include <algorithm>
+#include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "format/hadamard.h"
+#include "format/philox.h"
+#include "format/quantize.h"
+
+namespace nibble {
+
+void check_failed(const char* cond, const char* file, int line) {
+  std::fprintf(stderr, "nibble: internal error: %s failed at %s:%d\n", cond, file, line);
+  std::abort();
+}
+
+int64_t QuantizedTensor::block_len() const {
+  switch (block) {
+    case BlockShape::row_1x16:
+    case BlockShape::tile_16x16: return 16;
+    case BlockShape::row_1x32: return 32;
+    case BlockShape::per_tensor: return cols;
+  }
+  return cols;
+}
+
+std::string_view to_string(Format f) {
+  switch (f) {
+    case Format::nvfp4: return "nvfp4";
+    case Format::mxfp4: return "mxfp4";
+    case Format::mxfp8: return "mxfp8";
+    case Format::fp8_e4m3: return "fp8_e4m3";
+    case Format::fp8_e5m2: return "fp8_e5m2";
+  }
+  return "?";
+}
+std::string_view to_string(BlockShape b) {
+  switch (b) {
+    case BlockShape::per_tensor: return "tensor";
+    case BlockShape::row_1x16: return "1x16";
+    case BlockShape::tile_16x16: return "16x16";
+    case BlockShape::row_1x32: return "1x32";
+  }
+  return "?";
+}
+std::string_view to_string(Rounding r) { return r == Rounding::nearest ? "rn" : "sr"; }
+
+Format parse_format(std::string_view s) {
+  for (Format f : {Format::nvfp4, Format::mxfp4, Format::mxfp8, Format::fp8_e4m3, Format::fp8_e5m2})
+    if (s == to_string(f)) return f;
+  throw UsageError("unknown format '" + std::string(s) + "': use one of nvfp4, mxfp4, mxfp8, fp8_e4m3, fp8_e5m2");
+}
+
+namespace ref {
+namespace {
+
+bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
+
+BlockShape block_of(const QuantOptions& o) {
+  switch (o.format) {
+    case Format::nvfp4: return o.tile_16x16 ? BlockShape::tile_16x16 : BlockShape::row_1x16;
+    case Format::mxfp4:
+    case Format::mxfp8: return BlockShape::row_1x32;
+    default: return BlockShape::per_tensor;
+  }
+}
+
+QuantizedTensor make_header(int64_t rows, int64_t cols, const QuantOptions& o) {
+  QuantizedTensor q;
+  q.format = o.format;
+  q.block = block_of(o);
+  q.rounding = o.rounding;
+  q.rht = o.rht;
+  q.four_over_six = o.four_over_six;
+  q.rows = rows;
+  q.cols = cols;
+  q.codes.assign(static_cast<size_t>(is_4bit(o.format) ? rows * cols / 2 : rows * cols), 0);
+  if (q.block != BlockShape::per_tensor) q.scales.assign(static_cast<size_t>(rows * (cols / q.block_len())), 0);
+  return q;
+}
+
+float amax_of(std::span<const float> x) {
+  float m = 0.0f;
+  for (float v : x) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+void put_code(QuantizedTensor& q, int64_t i, uint8_t code) {
+  if (q.is_4bit()) {
+    uint8_t& b = q.codes[static_cast<size_t>(i / 2)];
+    b = (i & 1) ? static_cast<uint8_t>((b & 0x0F) | (code << 4)) : static_cast<uint8_t>((b & 0xF0) | code);
+  } else {
+    q.codes[static_cast<size_t>(i)] = code;
+  }
+}
+
+uint8_t get_code(const QuantizedTensor& q, int64_t i) {
+  if (!q.is_4bit()) return q.codes[static_cast<size_t>(i)];
+  uint8_t b = q.codes[static_cast<size_t>(i / 2)];
+  return (i & 1) ? unpack_e2m1_hi(b) : unpack_e2m1_lo(b);
+}
+
+uint8_t e2m1_encode(float v, Rounding r, uint64_t seed, uint64_t index) {
+  return r == Rounding::nearest ? e2m1_encode_rn(v) : e2m1_encode_sr(v, philox_uniform(seed, index));
+}
+
+// NVFP4, 1x16 or 16x16, on values already transformed (RHT) if requested.
+void quantize_nvfp4(std::span<const float> x, QuantizedTensor& q, const QuantOptions& o) {
+  q.amax = amax_of(x);
+  Nvfp4GlobalScale g = nvfp4_global_scale(q.amax, o.four_over_six);
+  q.decode_scale = g.decode;
+  const int64_t rows = q.rows, cols = q.cols, sc = cols / 16;
+  const int64_t tile_rows = o.tile_16x16 ? 16 : 1;
+  uint8_t codes[16];
+  for (int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
+    int64_t r1 = std::min(rows, r0 + tile_rows);
+    for (int64_t b = 0; b < sc; ++b) {
+      float block_amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int k = 0; k < 16; ++k) block_amax = std::max(block_amax, std::fabs(x[r * cols + b * 16 + k]));
+      for (int64_t r = r0; r < r1; ++r) {
+        int64_t first = r * cols + b * 16;
+        uint8_t s = nvfp4_quantize_block(&x[first], 16, block_amax, g, o.four_over_six, o.rounding, o.seed,
+                                         o.offset + static_cast<uint64_t>(first), codes);
+        q.scales[r * sc + b] = s;
+        for (int k = 0; k < 16; ++k) put_code(q, first + k, codes[k]);
+      }
+    }
+  }
+}
+
+// MX formats (OCP MX, scales as Transformer Engine computes them): block 32, E8M0 scale rounded up
+// so the block maximum does not saturate.
+void quantize_mx(std::span<const float> x, QuantizedTensor& q, const QuantOptions& o) {
+  const bool fp4 = o.format == Format::mxfp4;
+  const float max_rcp = fp4 ? 1.0f / kE2M1Max : 1.0f / kE4M3Max;
+  const int64_t n = q.rows * q.cols;
+  q.amax = amax_of(x);
+  q.decode_scale = 1.0f;
+  for (int64_t first = 0; first < n; first += 32) {
+    float b = 0.0f;
+    for (int k = 0; k < 32; ++k) b = std::max(b, std::fabs(x[first + k]));
+    uint8_t e = e8m0_encode_ceil(b * max_rcp);
+    float inv = e8m0_decode_reciprocal(e);
+    q.scales[first / 32] = e;
+    for (int k = 0; k < 32; ++k) {
+      float v = x[first + k] * inv;
+      uint8_t c = fp4 ? e2m1_encode(v, o.rounding, o.seed, o.offset + first + k) : e4m3_encode_rn(v);
+      put_code(q, first + k, c);
+    }
+  }
+}
+
+// FP8 with one FP32 scale per tensor from the current amax (TE's current scaling, margin 0).
+void quantize_fp8_tensor(std::span<const float> x, QuantizedTensor& q, const QuantOptions& o) {
+  const bool e4m3 = o.format == Format::fp8_e4m3;
+  q.amax = amax_of(x);
+  float scale = (e4m3 ? kE4M3Max : kE5M2Max) / q.amax;
+  if (q.amax == 0.0f || !(scale > 0.0f)) scale = 1.0f;
+  scale = std::min(scale, FLT_MAX);
+  q.decode_scale = 1.0f / scale;
+  for (size_t i = 0; i < x.size(); ++i) q.codes[i] = e4m3 ? e4m3_encode_rn(x[i] * scale) : e5m2_encode_rn(x[i] * scale);
+}
+
+}  // namespace
+
+Nvfp4GlobalScale nvfp4_global_scale(float amax, bool four_over_six) {
+  float numerator = four_over_six ? kNvfp4FourOverSixNumerator : kNvfp4GlobalScaleNumerator;
+  float enc = std::min(numerator / amax, FLT_MAX);
+  if (amax == 0.0f || enc == 0.0f) enc = 1.0f;
+  return {enc, 1.0f / enc};
+}
+
+uint8_t nvfp4_quantize_block(const float* x, int n, float block_amax, Nvfp4GlobalScale g, bool four_over_six,
+                             Rounding rounding, uint64_t seed, uint64_t first_index, uint8_t* codes_out) {
+  // Encode with a block scale that maps the block maximum to `target` (6, or 4 for Four Over Six).
+  auto encode = [&](float target_rcp, uint8_t* codes) -> uint8_t {
+    float sdec = block_amax * (g.encode * target_rcp);
+    uint8_t s = e4m3_encode_rn(sdec);
+    float enc = std::min(1.0f / (e4m3_decode(s) * g.decode), FLT_MAX);
+    for (int k = 0; k < n; ++k) codes[k] = e2m1_encode(x[k] * enc, rounding, seed, first_index + k);
+    return s;
+  };
+  uint8_t s6 = encode(1.0f / 6.0f, codes_out);
+  if (!four_over_six) return s6;
+  uint8_t codes4[32];
+  uint8_t s4 = encode(1.0f / 4.0f, codes4);
+  auto sq_error = [&](uint8_t s, const uint8_t* codes) {
+    float d = e4m3_decode(s) * g.decode, err = 0.0f;
+    for (int k = 0; k < n; ++k) {
+      float e = e2m1_decode(codes[k]) * d - x[k];
+      err += e * e;
+    }
+    return err;
+  };
+  if (sq_error(s4, codes4) < sq_error(s6, codes_out)) {
+    std::copy(codes4, codes4 + n, codes_out);
+    return s4;
+  }
+  return s6;
+}
+
+void validate(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
+  if (rows <= 0 || cols <= 0)
+    throw UsageError("tensor shape [" + std::to_string(rows) + ", " + std::to_string(cols) + "] is empty");
+  if (static_cast<int64_t>(x.size()) != rows * cols)
+    throw UsageError("tensor has " + std::to_string(x.size()) + " values but shape [" + std::to_string(rows) +
+                     ", " + std::to_string(cols) + "] needs " + std::to_string(rows * cols));
+  const std::string fmt(to_string(o.format));
+  if (o.format != Format::nvfp4 && (o.rht || o.four_over_six || o.tile_16x16))
+    throw UsageError("--rht, --four-over-six and 16x16 blocks apply to nvfp4 only, not " + fmt);
+  if (o.rounding == Rounding::stochastic && !is_4bit(o.format))
+    throw UsageError("stochastic rounding applies to the 4-bit formats (nvfp4, mxfp4), not " + fmt);
+  int64_t block = o.format == Format::nvfp4 ? 16 : (o.format == Format::mxfp4 || o.format == Format::mxfp8) ? 32 : 1;
+  if (cols % block != 0)
+    throw UsageError("the last dimension (" + std::to_string(cols) + ") is not a multiple of the " + fmt +
+                     " block size " + std::to_string(block) + ": pad or crop the tensor to a multiple of " +
+                     std::to_string(block) + " (nibble does not pad silently)");
+  if (is_4bit(o.format) && cols % 2 != 0) throw UsageError("4-bit formats need an even number of columns");
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!std::isfinite(x[i]))
+      throw UsageError("non-finite value " + std::to_string(x[i]) + " at index [" + std::to_string(i / cols) + ", " +
+                       std::to_string(i % cols) + "] (flat " + std::to_string(i) +
+                       "): quantization needs finite input; fix the producer of the tensor");
+}
+
+QuantizedTensor quantize(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
+  validate(x, rows, cols, o);
+  QuantizedTensor q = make_header(rows, cols, o);
+  switch (o.format) {
+    case Format::nvfp4:
+      if (o.rht) {
+        std::vector<float> t(x.size());
+        rht_rows(x, rows, cols, t, /*round_bf16=*/true);
+        quantize_nvfp4(t, q, o);
+      } else {
+        quantize_nvfp4(x, q, o);
+      }
+      break;
+    case Format::mxfp4:
+    case Format::mxfp8: quantize_mx(x, q, o); break;
+    case Format::fp8_e4m3:
+    case Format::fp8_e5m2: quantize_fp8_tensor(x, q, o); break;
+  }
+  return q;
+}
+
+QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, const QuantOptions& o) {
+  std::vector<float> f(x.size());
+  for (size_t i = 0; i < x.size(); ++i) f[i] = bf16_to_float(x[i]);
+  return quantize(f, rows, cols, o);
+}
+
+QuantizedTensor transpose_tiles(const QuantizedTensor& q) {
+  if (q.format != Format::nvfp4 || q.block != BlockShape::tile_16x16)
+    throw UsageError("an exact transpose exists only for nvfp4 16x16 tiles; quantize the transposed tensor instead");
+  if (q.rows % 16 != 0)
+    throw UsageError("16x16 tiles need a multiple of 16 rows to transpose (got " + std::to_string(q.rows) + ")");
+  QuantizedTensor t = q;
+  t.rows = q.cols;
+  t.cols = q.rows;
+  t.codes.assign(q.codes.size(), 0);
+  t.scales.assign(static_cast<size_t>(t.rows * (t.cols / 16)), 0);
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t c = 0; c < q.cols; ++c) put_code(t, c * t.cols + r, get_code(q, r * q.cols + c));
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t b = 0; b < t.cols / 16; ++b) t.scales[r * (t.cols / 16) + b] = q.scales[(b * 16) * (q.cols / 16) + r / 16];
+  return t;
+}
+
+QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
+  if (o.format == Format::nvfp4 && o.tile_16x16 && !o.rht) {
+    validate(x, rows, cols, o);
+    if (rows % 16 != 0)
+      throw UsageError("16x16 tiles need a multiple of 16 rows for the transposed copy (got " + std::to_string(rows) + ")");
+    return transpose_tiles(quantize(x, rows, cols, o));
+  }
+  if (static_cast<int64_t>(x.size()) != rows * cols) validate(x, rows, cols, o);  // reports the size mismatch
+  std::vector<float> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return quantize(t, cols, rows, o);
+}
+
+void dequantize_codes(const QuantizedTensor& q, std::span<float> out) {
+  NIBBLE_CHECK(static_cast<int64_t>(out.size()) == q.rows * q.cols);
+  const int64_t n = q.rows * q.cols, bl = q.block_len();
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t c = get_code(q, i);
+    switch (q.format) {
+      case Format::nvfp4:
+        out[i] = e2m1_decode(c) * (e4m3_decode(q.scales[i / bl]) * q.decode_scale);
+        break;
+      case Format::mxfp4: out[i] = e2m1_decode(c) * e8m0_decode(q.scales[i / bl]); break;
+      case Format::mxfp8: out[i] = e4m3_decode(c) * e8m0_decode(q.scales[i / bl]); break;
+      case Format::fp8_e4m3: out[i] = e4m3_decode(c) * q.decode_scale; break;
+      case Format::fp8_e5m2: out[i] = e5m2_decode(c) * q.decode_scale; break;
+    }
+  }
+}
+
+void dequantize(const QuantizedTensor& q, std::span<float> out) {
+  dequantize_codes(q, out);
+  if (q.rht) rht_rows_inverse(out, q.rows, q.cols);
+}
+
+}  // namespace ref
+}  // namespace nibble

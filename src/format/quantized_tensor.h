@@ -1,0 +1,68 @@
+// A quantized tensor is a struct, not a dtype flag: packed element codes, block scales, the
+// global amax/scale and how it was made. Row-major [rows, cols]; `cols` is the reduction
+// dimension K of a GEMM and is always contiguous (blocks run along it).
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nibble {
+
+enum class Format : uint8_t { nvfp4, mxfp4, mxfp8, fp8_e4m3, fp8_e5m2 };
+enum class BlockShape : uint8_t { per_tensor, row_1x16, tile_16x16, row_1x32 };
+enum class Rounding : uint8_t { nearest, stochastic };
+
+// What a user can get wrong (shapes, options, non-finite input) is reported with this type; the
+// message names the value and the fix. Internal invariants use NIBBLE_CHECK and abort.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct QuantOptions {
+  Format format = Format::nvfp4;
+  bool tile_16x16 = false;      // nvfp4 only: one scale per 16x16 tile (weights), else 1x16
+  Rounding rounding = Rounding::nearest;
+  uint64_t seed = 0;            // stochastic rounding: Philox key
+  uint64_t offset = 0;          // stochastic rounding: stream position of element 0
+  bool rht = false;             // nvfp4 only: 16-point random Hadamard transform along rows
+  bool four_over_six = false;   // nvfp4 only: per block, scale to 4 or 6, whichever errs less
+};
+
+struct QuantizedTensor {
+  Format format = Format::nvfp4;
+  BlockShape block = BlockShape::row_1x16;
+  Rounding rounding = Rounding::nearest;
+  bool rht = false;
+  bool four_over_six = false;
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> codes;   // 4-bit formats: rows*cols/2 (packed, low nibble first); 8-bit: rows*cols
+  std::vector<uint8_t> scales;  // rows * (cols/block_len): E4M3 (nvfp4) or E8M0 (mx); empty per tensor
+  float amax = 0.0f;            // global amax (of the transformed values when rht)
+  float decode_scale = 1.0f;    // nvfp4: S_dec = 1/S_enc; fp8: 1/scale; mx: 1
+
+  int64_t block_len() const;            // elements per scale along a row (16, 32, or cols)
+  int64_t scale_cols() const { return scales.empty() ? 0 : cols / block_len(); }
+  bool is_4bit() const { return format == Format::nvfp4 || format == Format::mxfp4; }
+  int64_t row_bytes() const { return is_4bit() ? cols / 2 : cols; }
+};
+
+std::string_view to_string(Format f);
+std::string_view to_string(BlockShape b);
+std::string_view to_string(Rounding r);
+Format parse_format(std::string_view s);  // throws UsageError listing the valid names
+
+// Global constants of the NVFP4 chain (spec section 3 / 4).
+inline constexpr float kNvfp4GlobalScaleNumerator = 448.0f * 6.0f;        // 2688
+inline constexpr float kNvfp4FourOverSixNumerator = 256.0f * 6.0f;        // 1536
+
+}  // namespace nibble
+
+#define NIBBLE_CHECK(cond)                                                                       \
+  do {                                                                                           \
+    if (!(cond)) ::nibble::check_failed(#cond, __FILE__, __LINE__);                              \
+  } while (0)
+namespace nibble {
+[[noreturn]] void check_failed(const char* cond, const char* file, int line);
+}

@@ -1,0 +1,15 @@
+// Which SIMD kernels this CPU can run, read once from cpuid. Every dispatching entry point picks
+// its variant from here at first use; tests can force a lower one to check every variant.
+#pragma once
+#include <string_view>
+
+namespace nibble::cpu {
+
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };  // avx512: F+BW+VL+VNNI (and DQ)
+
+Isa detected_isa();               // what the hardware supports
+Isa active_isa();                 // what dispatch uses: detected, capped by set_isa_limit / $NIBBLE_ISA
+void set_isa_limit(Isa limit);    // for tests and benchmarks; never raises above detected_isa()
+std::string_view to_string(Isa isa);
+
+}  // namespace nibble::cpu

@@ -1,0 +1,18 @@
+// Fast CPU quantize/dequantize: vectorised (AVX-512, AVX2, scalar; chosen once from cpuid) and
+// multi-threaded. Bit-identical to nibble::ref (format/quantize.h) for every format and rounding:
+// stochastic rounding draws from the same Philox stream indexed by element, so the result does
+// not depend on the thread count either. This is what every caller above kernels/ should use.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "format/quantize.h"
+
+namespace nibble::cpu {
+
+QuantizedTensor quantize(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt);
+QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, const QuantOptions& opt);
+QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt);
+void dequantize(const QuantizedTensor& q, std::span<float> out);
+
+}  // namespace nibble::cpu
