@@ -1,0 +1,37 @@
+// CPU GEMMs. Quantized operands use the TN layout cuBLASLt requires: both K-contiguous,
+//   C[M,N] = alpha * A[M,K] . B[N,K]^T   (+ C when accumulate)
+// with FP32 output. For NVFP4 each 16-element partial product is exact (E2M1*2 are small
+// integers), is multiplied by sA*sB and accumulated in FP32; the global factor
+// amaxA*amaxB/2688^2 (decode_scale_A * decode_scale_B) is applied once at the end.
+// FP32 and BF16 GEMMs go through oneDNN (not hand-written).
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "format/quantized_tensor.h"
+
+namespace nibble::cpu {
+
+// Quantized x quantized. a: [M, K], b: [N, K], same K and compatible formats (nvfp4 x nvfp4 with
+// any block shape on either side, mxfp4 x mxfp4, mxfp8 x mxfp8, fp8 x fp8 in any e4m3/e5m2 mix).
+// c: row-major with leading dimension ldc >= N. Throws UsageError on mismatched shapes/formats.
+void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha = 1.0f,
+          bool accumulate = false);
+
+enum class Trans : uint8_t { no, yes };
+
+// BLAS-style FP32 GEMM through oneDNN: C[M,N] = alpha * op(A) op(B) + beta * C, row-major,
+// op(A) is [M,K], op(B) is [K,N]; lda/ldb/ldc are the row strides of the stored matrices.
+void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Same contract with operands rounded to BF16 (RN) and FP32 accumulation, through oneDNN.
+void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace nibble::cpu
+
+namespace nibble::ref {
+// The spec in code: FP64 sum of the exact block products of the same quantized operands,
+// times the scales. Slow; the law every kernel is tested against.
+void gemm(const QuantizedTensor& a, const QuantizedTensor& b, double* c, int64_t ldc);
+}  // namespace nibble::ref
