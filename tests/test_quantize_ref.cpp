@@ -126,8 +126,16 @@ TEST(Tiles16x16, OneScalePerTile) {
   std::vector<float> x(32 * 32);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i)) * (i == 5 * 32 + 3 ? 100.f : 1.f);
   auto q = ref::quantize(x, 32, 32, {.tile_16x16 = true});
-  for (int r = 0; r < 16; ++r) EXPECT_EQ(q.scales[r * 2], q.scales[0]);
-  EXPECT_EQ(q.scales[0], e4m3_encode_rn(100.0f * std::fabs(std::sin(163.0f)) > 0 ? q.scales[0] : 0));
+  auto g = ref::nvfp4_global_scale(q.amax, false);
+  for (int tr = 0; tr < 2; ++tr)
+    for (int tc = 0; tc < 2; ++tc) {
+      float tile_amax = 0;
+      for (int r = 0; r < 16; ++r)
+        for (int c = 0; c < 16; ++c) tile_amax = std::max(tile_amax, std::fabs(x[(tr * 16 + r) * 32 + tc * 16 + c]));
+      uint8_t want = e4m3_encode_rn(tile_amax * (g.encode * (1.0f / 6.0f)));
+      for (int r = 0; r < 16; ++r) EXPECT_EQ(q.scales[(tr * 16 + r) * 2 + tc], want) << tr << "," << tc << "," << r;
+    }
+  EXPECT_EQ(q.scales[0], 0x7E);  // the tile holding the tensor amax maps it to 448
 }
 
 TEST(Rht, OrthogonalInvertibleAndCheckVector) {
@@ -170,7 +178,10 @@ TEST(Rht, QuantizeWithRhtRoundTripsAndSpreadsOutliers) {
   std::vector<float> d(x.size());
   ref::dequantize(rht, d);
   auto sp = quant_stats(x, plain), sr = quant_stats(x, rht);
-  EXPECT_LT(sr.rel_rms_error, sp.rel_rms_error);  // the transform helps outlier-heavy data
+  // A lone outlier forces its block's scale up and flushes its 15 neighbours; the transform
+  // spreads the outlier over the block, so far fewer values are lost.
+  EXPECT_LT(sr.flushed_to_zero * 2, sp.flushed_to_zero);
+  EXPECT_LT(sr.rel_rms_error, 0.2);
   double err = 0, ref2 = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     err += (d[i] - x[i]) * (d[i] - x[i]);
@@ -201,7 +212,9 @@ TEST(StochasticRounding, UnbiasedAndBetterOnAverage) {
     err_sr += (mean[i] - x[i]) * (mean[i] - x[i]);
     err_rn += (drn[i] - x[i]) * (drn[i] - x[i]);
     // Per element: the grid gap at this scale bounds the spread; 6-sigma bound on the mean of draws.
-    double gap = 2.0 * e4m3_decode(rn.scales[i / 16]) * rn.decode_scale;
+    double step = e4m3_decode(rn.scales[i / 16]) * rn.decode_scale;  // value of one E2M1 unit
+    if (std::fabs(x[i]) / step > 6.0) continue;  // the block scale rounded down: saturates, by design
+    double gap = 2.0 * step;  // the widest grid gap (4 to 6); an SR draw's spread is at most gap/2
     EXPECT_NEAR(mean[i], x[i], 6.0 * gap / 2.0 / std::sqrt(static_cast<double>(draws)) + 1e-7) << i;
   }
   EXPECT_LT(err_sr, err_rn / 4);

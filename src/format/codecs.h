@@ -71,9 +71,9 @@ inline uint8_t fp8_encode_rn_satfinite(float x) {
   constexpr int min_exp = 1 - bias;  // exponent of the smallest normal
   constexpr float max_v = kE4M3FN ? kE4M3Max : kE5M2Max;
   constexpr uint8_t max_code = kE4M3FN ? 0x7E : 0x7B;
-  constexpr uint8_t nan_code = kE4M3FN ? 0x7F : 0x7F;
+  constexpr uint8_t nan_code = 0x7F;  // E4M3FN: S.1111.111; E5M2: S.11111.11
+  if (std::isnan(x)) return nan_code;  // NVIDIA's conversion drops the sign of NaN
   uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  if (std::isnan(x)) return sign | nan_code;
   float a = std::fabs(x);
   if (a >= max_v) return sign | max_code;  // satfinite (also +-inf)
   int e;
