@@ -22,5 +22,23 @@ test: build
 bench: build
 	@$(BUILD)/bench/bench_quantize
 
+# libFuzzer + ASan/UBSan on the .npy and safetensors readers (needs clang-14): each target runs
+# FUZZ_SECONDS from the seeds in fuzz/corpus/ (new inputs go to build-fuzz/corpus/, crashes to
+# build-fuzz/); prints the executions each ran and fails on any finding.
+FUZZ_SECONDS ?= 60
+FUZZ_CXX ?= clang++-14
+fuzz:
+	@cmake -S fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DCMAKE_BUILD_TYPE=RelWithDebInfo > build-fuzz.configure.log 2>&1 || (cat build-fuzz.configure.log; exit 1)
+	@cmake --build build-fuzz -j$(JOBS)
+	@for t in npy safetensors; do \
+	  mkdir -p build-fuzz/corpus/$$t; \
+	  if build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -dict=fuzz/$$t.dict \
+	       -artifact_prefix=build-fuzz/crash-$$t- build-fuzz/corpus/$$t fuzz/corpus/$$t > build-fuzz/fuzz_$$t.log 2>&1; then \
+	    echo "fuzz_$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' build-fuzz/fuzz_$$t.log), no findings"; \
+	  else \
+	    tail -n 40 build-fuzz/fuzz_$$t.log; echo "fuzz_$$t: FINDING (see build-fuzz/fuzz_$$t.log and build-fuzz/crash-$$t-*)"; exit 1; \
+	  fi; \
+	done
+
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log build-fuzz
+	rm -rf $(BUILD) $(BUILD).configure.log build-fuzz build-fuzz.configure.log

@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/command.h"
 #include "format/quantized_tensor.h"
@@ -17,6 +18,20 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "nibble 0.1.0");
   int exit_code = 0;
   for (auto& c : nibble::cli::command_registry()) c.add(app, exit_code);
+  // CLI11 reports an unknown first word only as "a subcommand is required": name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string word = argv[1], known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      found |= sub->get_name() == word;
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      std::fprintf(stderr, "nibble: error: unknown command '%s': the commands are %s (see nibble --help)\n",
+                   word.c_str(), known.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
