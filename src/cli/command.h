@@ -24,4 +24,15 @@ struct CommandRegistration {
   }
 };
 
+// Subcommand groups such as `nibble bench <what>`: returns the group `name` of `app`, creating it
+// (with `description`, requiring one of its own subcommands) if no other cmd_*.cpp has yet, so
+// that each file can add its member (`bench gemm`, `bench quantize`, ...) independently.
+inline CLI::App* subcommand_group(CLI::App& app, const std::string& name, const std::string& description) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    if (sub->get_name() == name) return sub;
+  CLI::App* group = app.add_subcommand(name, description);
+  group->require_subcommand(1);
+  return group;
+}
+
 }  // namespace nibble::cli

@@ -1,0 +1,213 @@
+// `nibble bench gemm`: GFLOP/s (2*M*N*K per GEMM) of nibble's quantized GEMMs against oneDNN FP32
+// and BF16 and OpenBLAS SGEMM, on square sizes and the GEMM shapes of a small transformer layer,
+// in one run and one table: ratios against oneDNN FP32, and each kernel's share of the measured
+// instruction peak of its kind (int8 dot products for the 4-bit/FP8 kernels, FP32 FMA otherwise).
+// Times are the best of several calls: on a shared machine the best is the least disturbed.
+#include <fmt/core.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "format/quantized_tensor.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_peaks.h"
+#include "kernels/cpu/quantize.h"
+
+#ifdef NIBBLE_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace nibble::cli {
+namespace {
+
+struct GemmShape {
+  std::string name;
+  int64_t M, N, K;
+};
+
+struct BenchOptions {
+  std::vector<int64_t> sizes{512, 1024, 2048, 4096};
+  bool quick = false;
+  bool transformer = true;
+  double min_seconds = 0.5;  // per kernel and shape
+};
+
+// Best seconds per call of `fn` over at least 3 calls and about `min_seconds` (after one warm-up).
+double best_seconds(const std::function<void()>& fn, double min_seconds) {
+  using clock = std::chrono::steady_clock;
+  fn();
+  double best = 1e30, total = 0.0;
+  for (int i = 0; total < min_seconds || i < 3; ++i) {
+    auto t0 = clock::now();
+    fn();
+    double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    best = std::min(best, dt);
+    total += dt;
+  }
+  return best;
+}
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+#pragma omp parallel
+  {
+    std::mt19937_64 rng(seed + 7919 * static_cast<uint64_t>(omp_get_thread_num()));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows * cols; ++i) x[i] = normal(rng);
+  }
+  return x;
+}
+
+struct Column {
+  std::string name;
+  bool int8_kind;  // judged against the int8 dot-product peak (else the FP32 FMA peak)
+};
+
+const std::vector<Column>& columns() {
+  static const std::vector<Column> c = {{"nvfp4", true},   {"mxfp4", true},         {"fp8", false},
+                                        {"onednn f32", false}, {"onednn bf16", false}, {"openblas", false},
+                                        {"nvfp4 q+gemm", true}};
+  return c;
+}
+
+// GFLOP/s of each column for one shape (0 where not available).
+std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
+  const int64_t M = s.M, N = s.N, K = s.K;
+  const double flops = 2.0 * M * N * K;
+  std::vector<float> a = random_matrix(M, K, 1), b = random_matrix(N, K, 2);
+  std::vector<float> c(static_cast<size_t>(M * N));
+  auto quantized = [&](Format f, bool tile) {
+    QuantOptions opt;
+    opt.format = f;
+    opt.tile_16x16 = tile && N % 16 == 0;
+    return std::pair{cpu::quantize(a, M, K, {.format = f}), cpu::quantize(b, N, K, opt)};
+  };
+  std::vector<double> gflops(columns().size(), 0.0);
+  auto rate = [&](const std::function<void()>& fn) { return flops / best_seconds(fn, min_seconds) * 1e-9; };
+  {
+    // The training recipe's forward GEMM: activations 1x16, weights 16x16 tiles.
+    auto [qa, qb] = quantized(Format::nvfp4, true);
+    gflops[0] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+  }
+  {
+    auto [qa, qb] = quantized(Format::mxfp4, false);
+    gflops[1] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+  }
+  {
+    auto [qa, qb] = quantized(Format::fp8_e4m3, false);
+    gflops[2] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+  }
+  // Same TN layout for the libraries: A [M,K] and B [N,K], both K-contiguous.
+  gflops[3] = rate([&] {
+    cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  });
+  gflops[4] = rate([&] {
+    cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  });
+#ifdef NIBBLE_HAVE_OPENBLAS
+  gflops[5] = rate([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
+                1.0f, a.data(), static_cast<int>(K), b.data(), static_cast<int>(K), 0.0f, c.data(), static_cast<int>(N));
+  });
+#endif
+  gflops[6] = rate([&] {
+    QuantOptions weights{.format = Format::nvfp4, .tile_16x16 = N % 16 == 0};
+    QuantizedTensor qa = cpu::quantize(a, M, K, {.format = Format::nvfp4});
+    QuantizedTensor qb = cpu::quantize(b, N, K, weights);
+    cpu::gemm(qa, qb, c.data(), N);
+  });
+  return gflops;
+}
+
+std::vector<int64_t> parse_sizes(const std::string& text) {
+  std::vector<int64_t> sizes;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    int64_t v = std::stoll(item);
+    if (v <= 0 || v % 32 != 0) throw UsageError("bench gemm: size " + item + " must be a positive multiple of 32 (K must fit whole MXFP4 blocks)");
+    sizes.push_back(v);
+  }
+  return sizes;
+}
+
+int run_bench_gemm(const BenchOptions& opt) {
+  const int threads = omp_get_max_threads();
+  fmt::print("nibble bench gemm: ISA {}, {} OpenMP threads, best of >= 3 calls per entry\n",
+             cpu::to_string(cpu::detected_isa()), threads);
+  const cpu::InstructionPeak fma = cpu::measure_fma_f32_peak(opt.quick ? 0.1 : 0.3);
+  const cpu::InstructionPeak dot = cpu::measure_int8_dot_peak(opt.quick ? 0.1 : 0.3);
+  fmt::print("measured peaks per core: {} {:.0f} GFLOP/s, {} {:.0f} GOP/s; x{} threads: {:.0f} / {:.0f}\n",
+             fma.instruction, fma.giga_ops_per_s, dot.instruction, dot.giga_ops_per_s, threads,
+             fma.giga_ops_per_s * threads, dot.giga_ops_per_s * threads);
+#ifndef NIBBLE_HAVE_OPENBLAS
+  fmt::print("(OpenBLAS not found at build time: its column reads 0)\n");
+#endif
+
+  std::vector<GemmShape> shapes;
+  for (int64_t n : opt.sizes) shapes.push_back({fmt::format("{}^3", n), n, n, n});
+  if (opt.transformer) {
+    // One layer of a small transformer, 4096 tokens, hidden 768, MLP 3072 (C = A . B^T).
+    shapes.push_back({"fprop mlp-up", 4096, 3072, 768});
+    shapes.push_back({"dgrad mlp-up", 4096, 768, 3072});
+    shapes.push_back({"wgrad mlp-up", 768, 3072, 4096});
+    shapes.push_back({"attn proj", 4096, 768, 768});
+  }
+  const double min_seconds = opt.quick ? 0.1 : opt.min_seconds;
+
+  fmt::print("\nGFLOP/s (2MNK / best time) and ratio to oneDNN FP32\n");
+  fmt::print("{:<14} {:>16}", "shape", "M x N x K");
+  for (const Column& col : columns()) fmt::print(" {:>15}", col.name);
+  fmt::print("\n");
+  std::vector<std::vector<double>> all;
+  for (const GemmShape& s : shapes) {
+    std::vector<double> g = bench_shape(s, min_seconds);
+    all.push_back(g);
+    fmt::print("{:<14} {:>16}", s.name, fmt::format("{}x{}x{}", s.M, s.N, s.K));
+    for (double v : g) fmt::print(" {:>8.0f} ({:4.2f})", v, g[3] > 0 ? v / g[3] : 0.0);
+    fmt::print("\n");
+    std::fflush(stdout);
+  }
+  fmt::print("\n% of the {}-thread peak (int8 kinds vs {}, others vs {})\n", threads, dot.instruction, fma.instruction);
+  fmt::print("{:<14} {:>16}", "shape", "M x N x K");
+  for (const Column& col : columns()) fmt::print(" {:>15}", col.name);
+  fmt::print("\n");
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    fmt::print("{:<14} {:>16}", shapes[i].name, fmt::format("{}x{}x{}", shapes[i].M, shapes[i].N, shapes[i].K));
+    for (size_t j = 0; j < columns().size(); ++j) {
+      double peak = (columns()[j].int8_kind ? dot.giga_ops_per_s : fma.giga_ops_per_s) * threads;
+      fmt::print(" {:>14.1f}%", peak > 0 ? 100.0 * all[i][j] / peak : 0.0);
+    }
+    fmt::print("\n");
+  }
+  fmt::print("\nfp8 decodes E4M3 to FP32 and runs FMA, so it is judged against the FMA peak; onednn bf16 includes\n"
+             "rounding both FP32 operands to BF16 each call; nvfp4 q+gemm quantizes both FP32 operands each call.\n");
+  return 0;
+}
+
+const CommandRegistration registration{"bench gemm", [](CLI::App& app, int& exit_code) {
+  CLI::App* bench = subcommand_group(app, "bench", "Measure nibble's kernels against libraries");
+  CLI::App* cmd = bench->add_subcommand("gemm", "GEMM GFLOP/s: NVFP4/MXFP4/FP8 vs oneDNN FP32/BF16 and OpenBLAS");
+  auto opt = std::make_shared<BenchOptions>();
+  auto sizes = std::make_shared<std::string>("512,1024,2048,4096");
+  cmd->add_option("--sizes", *sizes, "comma-separated square sizes (multiples of 32)")->capture_default_str();
+  cmd->add_flag("--quick", opt->quick, "shorter timing (0.1 s per entry) and peaks");
+  cmd->add_flag("!--no-transformer", opt->transformer, "skip the transformer-layer shapes");
+  cmd->callback([opt, sizes, &exit_code] {
+    opt->sizes = parse_sizes(*sizes);
+    exit_code = run_bench_gemm(*opt);
+  });
+}};
+
+}  // namespace
+}  // namespace nibble::cli

@@ -1,0 +1,221 @@
+// Quantized GEMM driver: validation, ISA dispatch, packing, cache blocking and threading.
+//
+// Blocking: both operands are packed once per call into kMr-row (A) and kNr-row (B) panels over
+// the whole K (gemm_kernels.h). C is cut into macro tiles of kTileRowPanels x kTileColPanels
+// micro-tiles; each tile is owned by one thread (OpenMP static schedule) and walks K in chunks so
+// that a B chunk (~20 KB) stays in L1 while the tile's A chunks stream from L2. The partial sums
+// live in a per-thread FP32 scratch tile between chunks. Every output element is therefore summed
+// by one thread, in K order, whatever the thread count: results are bitwise reproducible.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_kernels.h"
+
+namespace nibble::cpu {
+namespace gemm_detail {
+namespace {
+
+constexpr int64_t kTileRowPanels = 12;  // 96 rows of A per macro tile
+constexpr int64_t kTileColPanels = 8;   // 256 columns of B per macro tile
+constexpr int64_t kChunkK = 512;        // K per chunk (int8 family: 20 KB of packed B per panel)
+constexpr int64_t kChunkKF32 = 128;     // K per chunk (f32 family: 16 KB of packed B per panel)
+
+// Grow-only 64-byte aligned scratch, one per thread, so that repeated GEMMs do not pay page faults.
+class Workspace {
+ public:
+  uint8_t* get(size_t bytes) {
+    if (bytes > size_) {
+      size_ = (bytes + 4095) / 4096 * 4096;
+      data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, size_)));
+      if (!data_) throw std::bad_alloc();
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+  size_t size_ = 0;
+};
+
+bool is_nvfp4_block(BlockShape b) { return b == BlockShape::row_1x16 || b == BlockShape::tile_16x16; }
+bool is_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
+
+std::string describe(const QuantizedTensor& q) {
+  return std::string(to_string(q.format)) + " " + std::string(to_string(q.block)) + " [" + std::to_string(q.rows) +
+         ", " + std::to_string(q.cols) + "]";
+}
+
+void check_storage(const QuantizedTensor& q, const char* name) {
+  if (q.rows < 0 || q.cols < 0) throw UsageError(std::string("gemm: operand ") + name + " has a negative shape");
+  const int64_t block_len = q.block_len();
+  if (block_len > 0 && q.cols % block_len != 0)
+    throw UsageError(std::string("gemm: operand ") + name + " (" + describe(q) + "): K must be a multiple of the block length " +
+                     std::to_string(block_len));
+  if (q.is_4bit() && q.cols % 2 != 0)
+    throw UsageError(std::string("gemm: operand ") + name + ": 4-bit operands need an even K");
+  if (static_cast<int64_t>(q.codes.size()) != q.rows * q.row_bytes())
+    throw UsageError(std::string("gemm: operand ") + name + " (" + describe(q) + ") holds " + std::to_string(q.codes.size()) +
+                     " code bytes, expected " + std::to_string(q.rows * q.row_bytes()));
+  const int64_t want_scales = q.block == BlockShape::per_tensor || block_len == 0 ? 0 : q.rows * (q.cols / block_len);
+  if (static_cast<int64_t>(q.scales.size()) != want_scales)
+    throw UsageError(std::string("gemm: operand ") + name + " (" + describe(q) + ") holds " + std::to_string(q.scales.size()) +
+                     " scales, expected " + std::to_string(want_scales));
+}
+
+}  // namespace
+
+Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, const void* c, int64_t ldc) {
+  if (a.cols != b.cols)
+    throw UsageError("gemm: A is " + describe(a) + " and B is " + describe(b) +
+                     "; both must be K-contiguous with the same K (C = A . B^T)");
+  Family family;
+  if (a.format == Format::nvfp4 && b.format == Format::nvfp4) {
+    if (!is_nvfp4_block(a.block) || !is_nvfp4_block(b.block))
+      throw UsageError("gemm: NVFP4 operands need 1x16 or 16x16 blocks, got " + describe(a) + " x " + describe(b));
+    family = Family::int8_blocks;
+  } else if (a.format == Format::mxfp4 && b.format == Format::mxfp4) {
+    family = Family::int8_blocks;
+  } else if (a.format == Format::mxfp8 && b.format == Format::mxfp8) {
+    family = Family::f32;
+  } else if (is_fp8(a.format) && is_fp8(b.format)) {
+    if (a.block != BlockShape::per_tensor || b.block != BlockShape::per_tensor)
+      throw UsageError("gemm: FP8 operands must be per-tensor scaled, got " + describe(a) + " x " + describe(b));
+    family = Family::f32;
+  } else {
+    throw UsageError("gemm: unsupported format pair " + describe(a) + " x " + describe(b) +
+                     "; supported: nvfp4 x nvfp4, mxfp4 x mxfp4, mxfp8 x mxfp8, fp8 x fp8 (e4m3/e5m2)");
+  }
+  if ((a.format == Format::mxfp4 || a.format == Format::mxfp8) &&
+      (a.block != BlockShape::row_1x32 || b.block != BlockShape::row_1x32))
+    throw UsageError("gemm: MX operands need 1x32 blocks, got " + describe(a) + " x " + describe(b));
+  if (a.rht != b.rht)
+    throw UsageError("gemm: the random Hadamard transform must be applied to both operands or to neither "
+                     "(H H^T = I only cancels in pairs); got A rht=" + std::to_string(a.rht) + ", B rht=" + std::to_string(b.rht));
+  check_storage(a, "A");
+  check_storage(b, "B");
+  if (ldc < b.rows) throw UsageError("gemm: ldc " + std::to_string(ldc) + " is smaller than N " + std::to_string(b.rows));
+  if (c == nullptr && a.rows > 0 && b.rows > 0) throw UsageError("gemm: C is null");
+  return family;
+}
+
+namespace {
+
+// The factors applied once at the end: alpha, the two global decode scales, and 1/4 for the
+// doubled E2M1 codes of the int8 family.
+float output_scale(const QuantizedTensor& a, const QuantizedTensor& b, float alpha, Family family) {
+  float s = alpha * a.decode_scale * b.decode_scale;
+  return family == Family::int8_blocks ? s * 0.25f : s;
+}
+
+struct Plan {
+  int64_t unit_k;        // K elements per packing unit (block length, or 1 for f32)
+  int64_t a_unit_bytes;  // packed bytes per unit per panel
+  int64_t b_unit_bytes;
+  int64_t chunk_units;
+  void (*pack_a)(const QuantizedTensor&, int64_t, uint8_t*);
+  void (*pack_b)(const QuantizedTensor&, int64_t, uint8_t*);
+  MicroKernel micro;
+};
+
+Plan make_plan(Family family, int64_t block_len, Isa isa) {
+  if (family == Family::int8_blocks) {
+    MicroKernel micro = isa == Isa::avx512 ? int8_micro_kernel_avx512(block_len)
+                        : isa == Isa::avx2 ? int8_micro_kernel_avx2(block_len)
+                                           : int8_micro_kernel_scalar(block_len);
+    return {block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
+            &pack_int8_a_panel, &pack_int8_b_panel, micro};
+  }
+  MicroKernel micro = isa == Isa::avx512 ? f32_micro_kernel_avx512()
+                      : isa == Isa::avx2 ? f32_micro_kernel_avx2()
+                                         : f32_micro_kernel_scalar();
+  return {1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, &pack_f32_a_panel, &pack_f32_b_panel, micro};
+}
+
+void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate) {
+  if (accumulate) return;  // alpha * 0 + C == C
+  for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
+}
+
+}  // namespace
+}  // namespace gemm_detail
+
+void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha, bool accumulate) {
+  using namespace gemm_detail;
+  const Family family = validate_operands(a, b, c, ldc);
+  const int64_t M = a.rows, N = b.rows, K = a.cols;
+  if (M == 0 || N == 0) return;
+  if (K == 0) return write_zero_product(M, N, c, ldc, accumulate);
+
+  const Plan plan = make_plan(family, a.block_len(), active_isa());  // the ISA is read once per call
+  const float out_scale = output_scale(a, b, alpha, family);
+  const int64_t units = K / plan.unit_k;
+  const int64_t a_panels = (M + kMr - 1) / kMr, b_panels = (N + kNr - 1) / kNr;
+  const int64_t a_panel_bytes = units * plan.a_unit_bytes, b_panel_bytes = units * plan.b_unit_bytes;
+
+  static thread_local Workspace packed_workspace;
+  uint8_t* packed = packed_workspace.get(static_cast<size_t>((a_panels * a_panel_bytes + b_panels * b_panel_bytes)));
+  uint8_t* packed_a = packed;
+  uint8_t* packed_b = packed + a_panels * a_panel_bytes;
+
+  const int64_t tile_rows = (a_panels + kTileRowPanels - 1) / kTileRowPanels;
+  const int64_t tile_cols = (b_panels + kTileColPanels - 1) / kTileColPanels;
+  constexpr int64_t kMicroTileFloats = kMr * kNr;
+
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < a_panels; ++p) plan.pack_a(a, p * kMr, packed_a + p * a_panel_bytes);
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < b_panels; ++p) plan.pack_b(b, p * kNr, packed_b + p * b_panel_bytes);
+    // (implicit barrier: both operands are packed before any tile starts)
+
+    static thread_local Workspace scratch_workspace;
+    float* scratch = reinterpret_cast<float*>(
+        scratch_workspace.get(sizeof(float) * kTileRowPanels * kTileColPanels * kMicroTileFloats));
+#pragma omp for schedule(static)
+    for (int64_t tile = 0; tile < tile_rows * tile_cols; ++tile) {
+      const int64_t ia0 = tile / tile_cols * kTileRowPanels, ib0 = tile % tile_cols * kTileColPanels;
+      const int64_t ia_count = std::min(kTileRowPanels, a_panels - ia0);
+      const int64_t ib_count = std::min(kTileColPanels, b_panels - ib0);
+      for (int64_t u0 = 0; u0 < units; u0 += plan.chunk_units) {
+        const int64_t chunk = std::min(plan.chunk_units, units - u0);
+        for (int64_t jb = 0; jb < ib_count; ++jb) {
+          const uint8_t* pb = packed_b + (ib0 + jb) * b_panel_bytes + u0 * plan.b_unit_bytes;
+          for (int64_t ia = 0; ia < ia_count; ++ia) {
+            const uint8_t* pa = packed_a + (ia0 + ia) * a_panel_bytes + u0 * plan.a_unit_bytes;
+            plan.micro(pa, pb, chunk, scratch + (ia * kTileColPanels + jb) * kMicroTileFloats, u0 == 0);
+          }
+        }
+      }
+      // Scale once and write only the part of each micro-tile that lies inside C.
+      for (int64_t ia = 0; ia < ia_count; ++ia) {
+        for (int64_t jb = 0; jb < ib_count; ++jb) {
+          const float* acc = scratch + (ia * kTileColPanels + jb) * kMicroTileFloats;
+          const int64_t m0 = (ia0 + ia) * kMr, n0 = (ib0 + jb) * kNr;
+          const int64_t rows = std::min<int64_t>(kMr, M - m0), cols = std::min<int64_t>(kNr, N - n0);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* out = c + (m0 + r) * ldc + n0;
+            const float* in = acc + r * kNr;
+            if (accumulate) {
+              for (int64_t j = 0; j < cols; ++j) out[j] = out_scale * in[j] + out[j];
+            } else {
+              for (int64_t j = 0; j < cols; ++j) out[j] = out_scale * in[j];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace nibble::cpu

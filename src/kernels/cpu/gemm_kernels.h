@@ -1,0 +1,68 @@
+// Internal to the CPU GEMM: the packed-panel layouts and the per-ISA micro-kernels that run on
+// them. gemm.cpp validates, packs both operands into panels, splits C into macro tiles, and calls
+// one micro-kernel per (A panel, B panel, K chunk). Packing is ISA-independent (table lookups);
+// only the micro-kernels differ per ISA, so every variant reads exactly the same bytes.
+//
+// Two kernel families:
+//  * int8 blocks (NVFP4, MXFP4): a 4-bit E2M1 code doubled is an integer in [-12, 12], so a block
+//    of 16 (or 32) products is an exact int32 dot product. A is the signed side (broadcast), B is
+//    stored as unsigned u = 2*e2m1 + 12 in [0, 24] because vpdpbusd multiplies u8 x s8; the +12
+//    is cancelled by starting each block's int32 sum at -12 * sum(A block) (stored with A).
+//    Each block's exact integer is converted to float, multiplied by sB and then fused-multiply-
+//    added with sA into the FP32 accumulator: both products are exact (<= 12+4+4 significant bits),
+//    so the only rounding is the one FP32 addition per block.
+//  * f32 (FP8, MXFP8): elements times their power-of-two block scale are decoded exactly to FP32
+//    and summed with FMA, one k at a time in order.
+// In both, the per-output summation order is fixed by the packing (blocks in K order), never by
+// the thread that computes the tile, so results are bitwise identical for any thread count.
+#pragma once
+#include <cstdint>
+
+#include "format/quantized_tensor.h"
+
+namespace nibble::cpu::gemm_detail {
+
+inline constexpr int kMr = 8;   // rows of A per micro-tile (broadcast operand)
+inline constexpr int kNr = 32;  // columns of C per micro-tile: two 16-lane vectors of B
+inline constexpr int kNrVectors = kNr / 16;
+
+// Packed A panel for the int8 family, per block of `block_len` k (kg = block_len / 4 groups of 4):
+//   int8  codes[kg][kMr][4]   doubled E2M1 of rows r..r+7, 4 consecutive k per row
+//   int32 init[kMr]           -12 * sum of the row's doubled codes in this block
+//   float scale[kMr]          the decoded block scale (E4M3 or E8M0) of each row
+// Packed B panel, per block:
+//   uint8 codes[kg][kNrVectors][16][4]   2*E2M1 + 12 of columns n..n+31, 4 consecutive k each
+//   float scale[kNr]
+// Rows/columns past the matrix edge are packed as code 0 with scale 0, so they contribute 0.
+inline constexpr int64_t int8_a_block_bytes(int64_t block_len) { return block_len * kMr + 8 * kMr; }
+inline constexpr int64_t int8_b_block_bytes(int64_t block_len) { return block_len * kNr + 4 * kNr; }
+
+// Packed panels of the f32 family, per k: float a[kMr] and float b[kNr].
+inline constexpr int64_t f32_a_k_bytes() { return 4 * kMr; }
+inline constexpr int64_t f32_b_k_bytes() { return 4 * kNr; }
+
+// acc: kMr x kNr floats, row-major (stride kNr). When `first`, acc is overwritten, else added to.
+using MicroKernel = void (*)(const uint8_t* packed_a, const uint8_t* packed_b, int64_t units, float* acc,
+                             bool first);
+
+// Micro-kernels for the int8 family take `units` = blocks; block_len 16 or 32.
+MicroKernel int8_micro_kernel_scalar(int64_t block_len);
+MicroKernel int8_micro_kernel_avx2(int64_t block_len);
+MicroKernel int8_micro_kernel_avx512(int64_t block_len);
+// Micro-kernels for the f32 family take `units` = k.
+MicroKernel f32_micro_kernel_scalar();
+MicroKernel f32_micro_kernel_avx2();
+MicroKernel f32_micro_kernel_avx512();
+
+enum class Family { int8_blocks, f32 };
+// Throws UsageError unless C[M,N] = A . B^T is a supported product (gemm.h); returns which kernel
+// family computes it. Shared by the kernels and the reference so both accept the same inputs.
+Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, const void* c, int64_t ldc);
+
+// Packing (gemm_pack.cpp). `row0` is the first row of the panel; rows beyond q.rows are padding.
+void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+
+}  // namespace nibble::cpu::gemm_detail

@@ -1,0 +1,137 @@
+// Packing of quantized operands into the panel layouts of gemm_kernels.h. Decoding goes through
+// 256-entry tables indexed by a whole packed byte (two E2M1 codes), so a panel costs about one
+// lookup per two elements; this is O((M+N)K) work against the GEMM's O(MNK).
+#include <array>
+#include <cstring>
+
+#include "format/codecs.h"
+#include "kernels/cpu/gemm_kernels.h"
+
+namespace nibble::cpu::gemm_detail {
+namespace {
+
+struct DecodeTables {
+  std::array<uint16_t, 256> signed_pair;    // byte -> two doubled E2M1 as int8 (low element first)
+  std::array<uint16_t, 256> unsigned_pair;  // byte -> two (doubled E2M1 + 12) as uint8
+  std::array<int8_t, 256> pair_sum;         // byte -> sum of its two doubled E2M1 values
+  std::array<float, 256> e4m3;
+  std::array<float, 256> e5m2;
+  std::array<float, 256> e8m0;
+};
+
+const DecodeTables& tables() {
+  static const DecodeTables t = [] {
+    DecodeTables d{};
+    for (int v = 0; v < 256; ++v) {
+      int lo = kE2M1TimesTwo[v & 15], hi = kE2M1TimesTwo[v >> 4];
+      d.signed_pair[v] = static_cast<uint16_t>(static_cast<uint8_t>(lo) | (static_cast<uint8_t>(hi) << 8));
+      d.unsigned_pair[v] = static_cast<uint16_t>((lo + 12) | ((hi + 12) << 8));
+      d.pair_sum[v] = static_cast<int8_t>(lo + hi);
+      d.e4m3[v] = e4m3_decode(static_cast<uint8_t>(v));
+      d.e5m2[v] = e5m2_decode(static_cast<uint8_t>(v));
+      d.e8m0[v] = e8m0_decode(static_cast<uint8_t>(v));
+    }
+    return d;
+  }();
+  return t;
+}
+
+// Decoded block scale of (row, block): E4M3 for NVFP4, E8M0 for the MX formats, 1 per tensor
+// (FP8's per-tensor scale is applied once at the end with the other global factors).
+const float* scale_table(const QuantizedTensor& q) {
+  const DecodeTables& t = tables();
+  return q.format == Format::nvfp4 ? t.e4m3.data() : t.e8m0.data();
+}
+
+}  // namespace
+
+void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  const DecodeTables& t = tables();
+  const float* scale_of = scale_table(q);
+  const int64_t block_len = q.block_len(), blocks = q.cols / block_len, groups = block_len / 4;
+  const int64_t stride = int8_a_block_bytes(block_len);
+  for (int r = 0; r < kMr; ++r) {
+    const int64_t row = row0 + r;
+    const bool inside = row < q.rows;
+    const uint8_t* src = inside ? q.codes.data() + row * (q.cols / 2) : nullptr;
+    const uint8_t* scales = inside ? q.scales.data() + row * blocks : nullptr;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* blk = dst + b * stride;
+      int32_t init = 0;
+      float scale = 0.0f;
+      if (inside) {
+        int32_t sum = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          uint8_t b0 = src[2 * g], b1 = src[2 * g + 1];
+          uint32_t word = t.signed_pair[b0] | (static_cast<uint32_t>(t.signed_pair[b1]) << 16);
+          std::memcpy(blk + (g * kMr + r) * 4, &word, 4);
+          sum += t.pair_sum[b0] + t.pair_sum[b1];
+        }
+        src += block_len / 2;
+        init = -12 * sum;
+        scale = scale_of[scales[b]];
+      } else {
+        for (int64_t g = 0; g < groups; ++g) std::memset(blk + (g * kMr + r) * 4, 0, 4);
+      }
+      std::memcpy(blk + block_len * kMr + 4 * r, &init, 4);
+      std::memcpy(blk + block_len * kMr + 4 * kMr + 4 * r, &scale, 4);
+    }
+  }
+}
+
+void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  const DecodeTables& t = tables();
+  const float* scale_of = scale_table(q);
+  const int64_t block_len = q.block_len(), blocks = q.cols / block_len, groups = block_len / 4;
+  const int64_t stride = int8_b_block_bytes(block_len);
+  for (int r = 0; r < kNr; ++r) {
+    const int64_t row = row0 + r;
+    const bool inside = row < q.rows;
+    const uint8_t* src = inside ? q.codes.data() + row * (q.cols / 2) : nullptr;
+    const uint8_t* scales = inside ? q.scales.data() + row * blocks : nullptr;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* blk = dst + b * stride;
+      float scale = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        uint32_t word = 0;
+        if (inside) word = t.unsigned_pair[src[2 * g]] | (static_cast<uint32_t>(t.unsigned_pair[src[2 * g + 1]]) << 16);
+        std::memcpy(blk + (g * kNr + r) * 4, &word, 4);  // vector r/16, lane r%16
+      }
+      if (inside) {
+        src += block_len / 2;
+        scale = scale_of[scales[b]];
+      }
+      std::memcpy(blk + block_len * kNr + 4 * r, &scale, 4);
+    }
+  }
+}
+
+namespace {
+// Element r of every k of an f32 panel with `width` rows: decoded FP8 times its block scale.
+// E8M0 scales are powers of two, so the product is exact while it stays in FP32's range.
+void pack_f32_panel(const QuantizedTensor& q, int64_t row0, int width, uint8_t* dst) {
+  const DecodeTables& t = tables();
+  const float* element = q.format == Format::fp8_e5m2 ? t.e5m2.data() : t.e4m3.data();
+  const bool blocked = q.block != BlockShape::per_tensor;
+  const int64_t block_len = q.block_len();
+  float* out = reinterpret_cast<float*>(dst);
+  for (int r = 0; r < width; ++r) {
+    const int64_t row = row0 + r;
+    if (row >= q.rows) {
+      for (int64_t k = 0; k < q.cols; ++k) out[k * width + r] = 0.0f;
+      continue;
+    }
+    const uint8_t* src = q.codes.data() + row * q.cols;
+    const uint8_t* scales = blocked ? q.scales.data() + row * (q.cols / block_len) : nullptr;
+    for (int64_t k = 0; k < q.cols; ++k) {
+      float scale = blocked ? t.e8m0[scales[k / block_len]] : 1.0f;
+      out[k * width + r] = element[src[k]] * scale;
+    }
+  }
+}
+}  // namespace
+
+void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_f32_panel(q, row0, kMr, dst); }
+void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_f32_panel(q, row0, kNr, dst); }
+
+}  // namespace nibble::cpu::gemm_detail

@@ -1,0 +1,349 @@
+// Quantized GEMM kernels against the FP64 reference, for every ISA variant this machine runs.
+//
+// Tolerance, from the math: a kernel forms each term exactly (int8 family: a block's integer dot
+// product times sA*sB; f32 family: one FP8 x FP8 product times power-of-two scales) and sums the
+// `terms` terms in FP32 in some order, then multiplies by the global factors (a few more FP32
+// roundings). Recursive summation of n terms errs by at most gamma_{n-1} * sum |term|, with
+// gamma_n = n*u/(1 - n*u), u = 2^-24. So |c - c_ref| <= gamma_{terms+4} * sum|term| * |global|
+// (the +4 covering the scale products and the final multiply), plus a few FLT_MIN for underflow.
+// The absolute-value sum is computed here in FP64 from the codes, independently of ref::gemm.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/codecs.h"
+#include "format/quantize.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quantize.h"
+
+namespace nibble {
+namespace {
+
+using cpu::Isa;
+
+// Random rows whose magnitude varies by 2^±6 from block to block, so block scales differ.
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> octave(-6.0f, 6.0f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    float magnitude = 1.0f;
+    for (int64_t k = 0; k < cols; ++k) {
+      if (k % 16 == 0) magnitude = std::exp2(octave(rng));
+      x[r * cols + k] = normal(rng) * magnitude;
+    }
+  }
+  return x;
+}
+
+QuantizedTensor make_operand(Format format, int64_t rows, int64_t cols, uint64_t seed, bool tile_16x16 = false) {
+  QuantOptions opt;
+  opt.format = format;
+  opt.tile_16x16 = tile_16x16;
+  std::vector<float> x = random_matrix(rows, cols, seed);
+  return cpu::quantize(x, rows, cols, opt);
+}
+
+double element(const QuantizedTensor& q, int64_t r, int64_t k) {
+  if (q.is_4bit()) {
+    uint8_t byte = q.codes[r * (q.cols / 2) + k / 2];
+    return e2m1_decode(k % 2 ? byte >> 4 : byte & 15);
+  }
+  uint8_t code = q.codes[r * q.cols + k];
+  return q.format == Format::fp8_e5m2 ? e5m2_decode(code) : e4m3_decode(code);
+}
+
+double scale(const QuantizedTensor& q, int64_t r, int64_t k) {
+  if (q.block == BlockShape::per_tensor) return 1.0;
+  uint8_t s = q.scales[r * (q.cols / q.block_len()) + k / q.block_len()];
+  return q.format == Format::nvfp4 ? e4m3_decode(s) : std::ldexp(1.0, s - 127);
+}
+
+double gamma(int64_t n) {
+  const double u = std::ldexp(1.0, -24);
+  return n * u / (1.0 - n * u);
+}
+
+// Per output element: the bound on |c - c_ref| described at the top of this file.
+std::vector<double> error_bounds(const QuantizedTensor& a, const QuantizedTensor& b, float alpha) {
+  const int64_t M = a.rows, N = b.rows, K = a.cols;
+  const bool int8_family = a.format == Format::nvfp4 || a.format == Format::mxfp4;
+  const int64_t term_len = int8_family ? a.block_len() : 1;
+  const int64_t terms = K / term_len;
+  const double global = std::fabs(static_cast<double>(alpha) * a.decode_scale * b.decode_scale);
+  std::vector<double> bound(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double abs_sum = 0.0;
+      for (int64_t t = 0; t < terms; ++t) {
+        double term = 0.0;
+        for (int64_t k = t * term_len; k < (t + 1) * term_len; ++k) term += element(a, m, k) * element(b, n, k);
+        abs_sum += std::fabs(term * scale(a, m, t * term_len) * scale(b, n, t * term_len));
+      }
+      bound[m * N + n] = gamma(terms + 4) * abs_sum * global + 4.0 * FLT_MIN;
+    }
+  return bound;
+}
+
+std::vector<Isa> runnable_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (isa <= cpu::detected_isa()) isas.push_back(isa);
+  return isas;
+}
+
+// Restores the full ISA when a test ends, even on failure.
+struct IsaGuard {
+  ~IsaGuard() { cpu::set_isa_limit(cpu::detected_isa()); }
+};
+
+// Runs every variant on (a, b) with C poisoned by NaN and checks each element against the reference.
+void expect_matches_reference(const QuantizedTensor& a, const QuantizedTensor& b, float alpha = 1.0f) {
+  const int64_t M = a.rows, N = b.rows;
+  const int64_t ldc = N + 3;  // the padding must stay untouched
+  std::vector<double> ref(static_cast<size_t>(M * N));
+  ref::gemm(a, b, ref.data(), N);
+  const std::vector<double> bound = error_bounds(a, b, alpha);
+  IsaGuard guard;
+  for (Isa isa : runnable_isas()) {
+    cpu::set_isa_limit(isa);
+    std::vector<float> c(static_cast<size_t>(M * ldc), std::numeric_limits<float>::quiet_NaN());
+    cpu::gemm(a, b, c.data(), ldc, alpha);
+    int64_t failures = 0;
+    for (int64_t m = 0; m < M && failures < 5; ++m) {
+      for (int64_t n = 0; n < N && failures < 5; ++n) {
+        double want = alpha * ref[m * N + n], got = c[m * ldc + n];
+        // Written as !(x <= bound) so that NaN fails.
+        if (!(std::fabs(got - want) <= bound[m * N + n])) {
+          ADD_FAILURE() << cpu::to_string(isa) << " " << to_string(a.format) << " M=" << M << " N=" << N
+                        << " K=" << a.cols << " C[" << m << "," << n << "] = " << got << ", reference " << want
+                        << ", bound " << bound[m * N + n];
+          ++failures;
+        }
+      }
+      for (int64_t n = N; n < ldc; ++n) ASSERT_TRUE(std::isnan(c[m * ldc + n])) << "wrote past N";
+    }
+  }
+}
+
+struct Shape {
+  int64_t M, N, K;
+};
+
+// Edges around the micro-tile (8 x 32) and the macro tile (96 x 256), and K around the 512-wide
+// K chunk, plus a few random shapes.
+std::vector<Shape> shapes(int64_t k_multiple) {
+  std::vector<Shape> s = {{1, 1, 16},    {1, 33, 32},    {7, 31, 48},    {8, 32, 512},  {9, 33, 528},
+                          {17, 65, 1024}, {95, 255, 64},  {96, 256, 160}, {97, 257, 96}, {300, 300, 256},
+                          {5, 3, 4096},   {33, 40, 4096}, {128, 64, 2048}};
+  std::mt19937 rng(1234);
+  for (int i = 0; i < 6; ++i)
+    s.push_back({1 + static_cast<int64_t>(rng() % 300), 1 + static_cast<int64_t>(rng() % 300),
+                 16 * (1 + static_cast<int64_t>(rng() % 40))});
+  for (Shape& x : s) x.K = (x.K + k_multiple - 1) / k_multiple * k_multiple;
+  return s;
+}
+
+int64_t round_up16(int64_t x) { return (x + 15) / 16 * 16; }
+
+TEST(Gemm, Nvfp4RowBlocksMatchReference) {
+  uint64_t seed = 1;
+  for (Shape s : shapes(16)) {
+    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
+    expect_matches_reference(make_operand(Format::nvfp4, s.M, s.K, seed), make_operand(Format::nvfp4, s.N, s.K, seed + 1));
+    seed += 2;
+  }
+}
+
+TEST(Gemm, Nvfp4TileBlocksOnEitherSideMatchReference) {
+  // 16x16 tiles need a multiple of 16 rows.
+  for (Shape s : {Shape{16, 48, 64}, Shape{96, 272, 512}, Shape{48, 16, 1040}}) {
+    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
+    QuantizedTensor x = make_operand(Format::nvfp4, s.M, s.K, 11);
+    QuantizedTensor w = make_operand(Format::nvfp4, round_up16(s.N), s.K, 12, /*tile_16x16=*/true);
+    QuantizedTensor wa = make_operand(Format::nvfp4, round_up16(s.M), s.K, 13, true);
+    expect_matches_reference(x, w);
+    expect_matches_reference(wa, x.rows == wa.rows ? w : make_operand(Format::nvfp4, s.N, s.K, 14));
+    expect_matches_reference(wa, w);
+  }
+}
+
+TEST(Gemm, Mxfp4MatchesReference) {
+  uint64_t seed = 100;
+  for (Shape s : shapes(32)) {
+    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
+    expect_matches_reference(make_operand(Format::mxfp4, s.M, s.K, seed), make_operand(Format::mxfp4, s.N, s.K, seed + 1));
+    seed += 2;
+  }
+}
+
+TEST(Gemm, Mxfp8AndFp8MatchReference) {
+  uint64_t seed = 200;
+  for (Shape s : {Shape{1, 1, 32}, Shape{9, 33, 544}, Shape{97, 257, 128}, Shape{40, 70, 4096}, Shape{300, 300, 64}}) {
+    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
+    expect_matches_reference(make_operand(Format::mxfp8, s.M, s.K, seed), make_operand(Format::mxfp8, s.N, s.K, seed + 1));
+    expect_matches_reference(make_operand(Format::fp8_e4m3, s.M, s.K, seed + 2),
+                             make_operand(Format::fp8_e4m3, s.N, s.K, seed + 3));
+    expect_matches_reference(make_operand(Format::fp8_e4m3, s.M, s.K, seed + 4),
+                             make_operand(Format::fp8_e5m2, s.N, s.K, seed + 5));
+    seed += 6;
+  }
+}
+
+TEST(Gemm, AlphaScalesAndAccumulateAdds) {
+  QuantizedTensor a = make_operand(Format::nvfp4, 37, 256, 300), b = make_operand(Format::nvfp4, 45, 256, 301);
+  expect_matches_reference(a, b, -0.375f);
+  std::vector<double> ref(37 * 45);
+  ref::gemm(a, b, ref.data(), 45);
+  const std::vector<double> bound = error_bounds(a, b, 2.0f);
+  IsaGuard guard;
+  for (Isa isa : runnable_isas()) {
+    cpu::set_isa_limit(isa);
+    std::vector<float> c(37 * 45);
+    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
+    cpu::gemm(a, b, c.data(), 45, 2.0f, /*accumulate=*/true);
+    for (size_t i = 0; i < c.size(); ++i) {
+      double want = 2.0 * ref[i] + (static_cast<double>(i % 7) - 3.0);
+      ASSERT_LE(std::fabs(c[i] - want), bound[i] + std::ldexp(std::fabs(want), -23)) << cpu::to_string(isa) << " at " << i;
+    }
+  }
+}
+
+TEST(Gemm, BitwiseIdenticalForAnyThreadCount) {
+  const int saved = omp_get_max_threads();
+  IsaGuard guard;
+  for (Format f : {Format::nvfp4, Format::mxfp4, Format::fp8_e4m3}) {
+    QuantizedTensor a = make_operand(f, 203, 1024, 400), b = make_operand(f, 517, 1024, 401);
+    for (Isa isa : runnable_isas()) {
+      cpu::set_isa_limit(isa);
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        results.emplace_back(203 * 517, std::numeric_limits<float>::quiet_NaN());
+        cpu::gemm(a, b, results.back().data(), 517);
+      }
+      omp_set_num_threads(saved);
+      for (size_t i = 1; i < results.size(); ++i)
+        EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+            << to_string(f) << " " << cpu::to_string(isa) << " differs between 1 and " << i + 1 << " threads";
+    }
+  }
+}
+
+TEST(Gemm, VariantsAgreeBitwise) {
+  // Every product the kernels form is exact and each sums in K order, so the variants agree bit for bit.
+  QuantizedTensor a = make_operand(Format::nvfp4, 70, 768, 500), b = make_operand(Format::nvfp4, 90, 768, 501);
+  IsaGuard guard;
+  std::vector<std::vector<float>> results;
+  for (Isa isa : runnable_isas()) {
+    cpu::set_isa_limit(isa);
+    results.emplace_back(70 * 90);
+    cpu::gemm(a, b, results.back().data(), 90);
+  }
+  for (size_t i = 1; i < results.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)));
+}
+
+TEST(Gemm, ReferenceAgreesWithDequantizedProduct) {
+  // Independent check of the law itself: the FP64 product of the dequantized operands.
+  for (Format f : {Format::nvfp4, Format::mxfp4, Format::mxfp8, Format::fp8_e4m3}) {
+    QuantizedTensor a = make_operand(f, 13, 320, 600), b = make_operand(f, 11, 320, 601);
+    std::vector<float> da(13 * 320), db(11 * 320);
+    ref::dequantize_codes(a, da);
+    ref::dequantize_codes(b, db);
+    std::vector<double> c(13 * 11);
+    ref::gemm(a, b, c.data(), 11);
+    for (int m = 0; m < 13; ++m)
+      for (int n = 0; n < 11; ++n) {
+        double want = 0.0, abs_sum = 0.0;
+        for (int k = 0; k < 320; ++k) {
+          want += static_cast<double>(da[m * 320 + k]) * db[n * 320 + k];
+          abs_sum += std::fabs(static_cast<double>(da[m * 320 + k]) * db[n * 320 + k]);
+        }
+        // Dequantized values are rounded to FP32 once or twice each.
+        EXPECT_LE(std::fabs(c[m * 11 + n] - want), 4 * std::ldexp(abs_sum, -24) + 1e-30) << to_string(f);
+      }
+  }
+}
+
+TEST(Gemm, RejectsMismatchedOperands) {
+  QuantizedTensor a = make_operand(Format::nvfp4, 8, 64, 1), b = make_operand(Format::nvfp4, 8, 32, 2);
+  QuantizedTensor mx = make_operand(Format::mxfp4, 8, 64, 3);
+  std::vector<float> c(64);
+  EXPECT_THROW(cpu::gemm(a, b, c.data(), 8), UsageError);        // K differs
+  EXPECT_THROW(cpu::gemm(a, mx, c.data(), 8), UsageError);       // format differs
+  EXPECT_THROW(cpu::gemm(a, a, c.data(), 7), UsageError);        // ldc < N
+  EXPECT_THROW(cpu::gemm(a, a, nullptr, 8), UsageError);         // no C
+  QuantizedTensor rht = a;
+  rht.rht = true;
+  EXPECT_THROW(cpu::gemm(a, rht, c.data(), 8), UsageError);      // RHT on one side only
+  QuantizedTensor odd = a;                                       // K not a multiple of the block
+  odd.cols = 24;
+  odd.codes.resize(8 * 12);
+  odd.scales.resize(8);
+  EXPECT_THROW(cpu::gemm(odd, odd, c.data(), 8), UsageError);
+  std::vector<double> cd(64);
+  EXPECT_THROW(ref::gemm(a, b, cd.data(), 8), UsageError);
+}
+
+// ------------------------------------------------------------------ FP32 / BF16 through oneDNN
+// Reference in FP64; bound K * u * sum_k |a_ik b_kj| (with u = 2^-24, FP32 accumulation) and one
+// more u for the alpha/beta epilogue.
+void check_dense_gemm(bool bf16, cpu::Trans ta, cpu::Trans tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+  const int64_t lda = (ta == cpu::Trans::no ? K : M) + 5, ldb = (tb == cpu::Trans::no ? N : K) + 2, ldc = N + 7;
+  std::vector<float> a = random_matrix(ta == cpu::Trans::no ? M : K, lda, 700);
+  std::vector<float> b = random_matrix(tb == cpu::Trans::no ? K : N, ldb, 701);
+  std::vector<float> c = random_matrix(M, ldc, 702), c0 = c;
+  auto A = [&](int64_t m, int64_t k) {
+    double v = ta == cpu::Trans::no ? a[m * lda + k] : a[k * lda + m];
+    return bf16 ? static_cast<double>(round_to_bf16(static_cast<float>(v))) : v;
+  };
+  auto B = [&](int64_t k, int64_t n) {
+    double v = tb == cpu::Trans::no ? b[k * ldb + n] : b[n * ldb + k];
+    return bf16 ? static_cast<double>(round_to_bf16(static_cast<float>(v))) : v;
+  };
+  (bf16 ? cpu::gemm_bf16 : cpu::gemm_f32)(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double dot = 0.0, abs_dot = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        dot += A(m, k) * B(k, n);
+        abs_dot += std::fabs(A(m, k) * B(k, n));
+      }
+      double want = alpha * dot + beta * c0[m * ldc + n];
+      double bound = (K + 2) * u * std::fabs(alpha) * abs_dot + 2 * u * std::fabs(beta * c0[m * ldc + n]) + 1e-30;
+      ASSERT_LE(std::fabs(c[m * ldc + n] - want), bound) << (bf16 ? "bf16" : "f32") << " m=" << m << " n=" << n;
+    }
+    for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(c[m * ldc + n], c0[m * ldc + n]) << "wrote past N";
+  }
+}
+
+TEST(Gemm, OneDnnF32AndBf16WithTransposesAndStrides) {
+  for (bool bf16 : {false, true})
+    for (cpu::Trans ta : {cpu::Trans::no, cpu::Trans::yes})
+      for (cpu::Trans tb : {cpu::Trans::no, cpu::Trans::yes}) {
+        check_dense_gemm(bf16, ta, tb, 37, 53, 129, 1.0f, 0.0f);
+        check_dense_gemm(bf16, ta, tb, 64, 17, 300, -0.5f, 1.5f);
+      }
+}
+
+TEST(Gemm, OneDnnRejectsBadLeadingDimensions) {
+  std::vector<float> a(64), b(64), c(64);
+  EXPECT_THROW(cpu::gemm_f32(cpu::Trans::no, cpu::Trans::no, 4, 4, 8, 1, a.data(), 7, b.data(), 4, 0, c.data(), 4),
+               UsageError);
+  EXPECT_THROW(cpu::gemm_f32(cpu::Trans::no, cpu::Trans::no, 4, 4, 4, 1, a.data(), 4, b.data(), 4, 0, c.data(), 3),
+               UsageError);
+}
+
+}  // namespace
+}  // namespace nibble
