@@ -1,18 +1,347 @@
-// Dispatch for the CPU quantizers. Until the vectorised kernels land this forwards to the
-// reference, which is already bit-exact by definition.
+// Dispatch for the CPU quantizers: validation, the per-tensor constants and lookup tables (built
+// with the scalar codecs, so they are the reference's own numbers), the split over OpenMP threads,
+// and the choice of kernel variant from active_isa(). The kernels live in quantize_<isa>.cpp.
+//
+// Every result is bit-identical to nibble::ref: each block is computed from its own inputs with
+// the reference's FP32 operations in the reference's order, the global amax is a maximum (which
+// does not depend on the order of reduction), and stochastic rounding draws the Philox uniform of
+// each element from its flat index. So neither the ISA nor the thread count changes a bit.
 #include "kernels/cpu/quantize.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cfloat>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/quantize_kernels.h"
+
 namespace nibble::cpu {
+namespace {
+
+using kernels::Kernels;
+
+const Kernels& active_kernels() {
+  switch (active_isa()) {
+    case Isa::avx512: return kernels::avx512_kernels();
+    case Isa::avx2: return kernels::avx2_kernels();
+    case Isa::scalar: break;
+  }
+  return kernels::scalar_kernels();
+}
+
+// Below this much work one thread does everything: waking the team costs more than it saves.
+constexpr int64_t kParallelMinElements = int64_t{1} << 16;
+
+// Work is handed out in chunks of about this many elements, first come first served: on a
+// machine whose cores are shared, a thread that loses its core for a while no longer holds up
+// the whole call (a static split waits for the slowest share). Chunks are large enough to keep
+// the streaming loops and the hardware prefetcher in their stride.
+constexpr int64_t kChunkElements = int64_t{1} << 16;
+
+// Calls body(begin, end) over [0, n) in chunks of whole `grain` units, spread over the OpenMP
+// threads; `elements` is the work behind all n units. Kernels never throw, so nothing escapes.
+template <class Body>
+void parallel_ranges(int64_t n, int64_t grain, int64_t elements, Body&& body) {
+  if (n <= 0) return;
+  if (elements < kParallelMinElements || omp_get_max_threads() == 1) {
+    body(int64_t{0}, n);
+    return;
+  }
+  const int64_t elements_per_unit = std::max<int64_t>(1, elements / n);
+  const int64_t chunk = std::max<int64_t>(grain, kChunkElements / elements_per_unit / grain * grain);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) body(c * chunk, std::min(n, (c + 1) * chunk));
+}
+
+void atomic_max(std::atomic<uint32_t>& slot, uint32_t v) {
+  uint32_t cur = slot.load(std::memory_order_relaxed);
+  while (v > cur && !slot.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
+
+int64_t block_of_format(Format f) {
+  return f == Format::nvfp4 ? 16 : (f == Format::mxfp4 || f == Format::mxfp8) ? 32 : 1;
+}
+
+// Everything ref::validate checks except the values. When this says no, ref::validate is called
+// to throw its own message, so both implementations report the same errors.
+bool shape_and_options_ok(size_t size, int64_t rows, int64_t cols, const QuantOptions& o) {
+  if (rows <= 0 || cols <= 0 || static_cast<int64_t>(size) != rows * cols) return false;
+  if (o.format != Format::nvfp4 && (o.rht || o.four_over_six || o.tile_16x16)) return false;
+  if (o.rounding == Rounding::stochastic && !is_4bit(o.format)) return false;
+  if (cols % block_of_format(o.format) != 0) return false;
+  if (is_4bit(o.format) && cols % 2 != 0) return false;
+  return true;
+}
+
+// A non-finite value is present (the amax scan saw an Inf/NaN bit pattern): let the reference find
+// the first one and throw its message.
+[[noreturn]] void throw_non_finite(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
+  ref::validate(x, rows, cols, o);
+  NIBBLE_CHECK(!"the amax scan saw a non-finite value that validate() did not");
+  __builtin_unreachable();
+}
+
+constexpr uint32_t kFloatExponentAllOnes = 0x7F800000u;
+
+// Sets every field for the new tensor; the kernels overwrite every code and scale byte, so buffers
+// that already have the right size are kept as they are (resize() only zero-fills growth).
+void make_header(int64_t rows, int64_t cols, const QuantOptions& o, QuantizedTensor& q) {
+  q.format = o.format;
+  q.block = o.format == Format::nvfp4 ? (o.tile_16x16 ? BlockShape::tile_16x16 : BlockShape::row_1x16)
+            : (o.format == Format::mxfp4 || o.format == Format::mxfp8) ? BlockShape::row_1x32
+                                                                        : BlockShape::per_tensor;
+  q.rounding = o.rounding;
+  q.rht = o.rht;
+  q.four_over_six = o.four_over_six;
+  q.rows = rows;
+  q.cols = cols;
+  q.codes.resize(static_cast<size_t>(is_4bit(o.format) ? rows * cols / 2 : rows * cols));
+  q.scales.resize(q.block != BlockShape::per_tensor ? static_cast<size_t>(rows * (cols / q.block_len())) : 0);
+  q.amax = 0.0f;
+  q.decode_scale = 1.0f;
+}
+
+uint32_t parallel_max_abs_bits(const Kernels& k, const float* x, int64_t n) {
+  std::atomic<uint32_t> result{0};
+  parallel_ranges(n, 1024, n, [&](int64_t b, int64_t e) { atomic_max(result, k.max_abs_bits(x + b, e - b)); });
+  return result.load();
+}
+
+void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
+  const int64_t n = q.rows * q.cols;
+  float amax;
+  if (o.rht) {
+    // Validate the input and take the amax of its transform in one read; the quantize pass
+    // transforms each block again rather than storing and re-reading a transformed copy.
+    std::atomic<uint32_t> input_bits{0};
+    std::atomic<uint32_t> transformed_amax_bits{0};  // non-negative floats order like their bits
+    parallel_ranges(n / 16, 256, n, [&](int64_t b, int64_t e) {
+      uint32_t bits;
+      float t_amax;
+      k.rht_amax(x.data() + b * 16, (e - b) * 16, &bits, &t_amax);
+      atomic_max(input_bits, bits);
+      atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));
+    });
+    if (input_bits.load() >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+    amax = std::bit_cast<float>(transformed_amax_bits.load());
+  } else {
+    uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+    if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+    amax = std::bit_cast<float>(bits);
+  }
+  const ref::Nvfp4GlobalScale g = ref::nvfp4_global_scale(amax, o.four_over_six);
+  q.amax = amax;
+  q.decode_scale = g.decode;
+
+  float enc_of_scale[256], dec_of_scale[256];
+  for (int s = 0; s < 256; ++s) {
+    const float decoded = e4m3_decode(static_cast<uint8_t>(s));
+    dec_of_scale[s] = decoded * g.decode;
+    enc_of_scale[s] = std::min(1.0f / (decoded * g.decode), FLT_MAX);
+  }
+  kernels::Nvfp4Job job;
+  job.x = x.data();
+  job.rows = q.rows;
+  job.cols = q.cols;
+  job.rht = o.rht;
+  job.four_over_six = o.four_over_six;
+  job.stochastic = o.rounding == Rounding::stochastic;
+  job.seed = o.seed;
+  job.offset = o.offset;
+  job.encode_times_rcp6 = g.encode * (1.0f / 6.0f);
+  job.encode_times_rcp4 = g.encode * (1.0f / 4.0f);
+  job.enc_of_scale = enc_of_scale;
+  job.dec_of_scale = dec_of_scale;
+  job.codes = q.codes.data();
+  job.scales = q.scales.data();
+  if (o.tile_16x16) {
+    const int64_t tiles = (q.rows + 15) / 16 * (q.cols / 16);
+    parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t e) { k.nvfp4_tiles(job, b, e); });
+  } else {
+    parallel_ranges(n / 16, 64, n, [&](int64_t b, int64_t e) { k.nvfp4_blocks(job, b, e); });
+  }
+}
+
+void quantize_mx(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
+  const int64_t n = q.rows * q.cols;
+  const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+  if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+  q.amax = std::bit_cast<float>(bits);
+  q.decode_scale = 1.0f;
+  float rcp_of_scale[256];
+  for (int e = 0; e < 256; ++e) rcp_of_scale[e] = e8m0_decode_reciprocal(static_cast<uint8_t>(e));
+  kernels::MxJob job;
+  job.x = x.data();
+  job.fp4 = o.format == Format::mxfp4;
+  job.stochastic = o.rounding == Rounding::stochastic;
+  job.seed = o.seed;
+  job.offset = o.offset;
+  job.max_rcp = job.fp4 ? 1.0f / kE2M1Max : 1.0f / kE4M3Max;
+  job.rcp_of_scale = rcp_of_scale;
+  job.codes = q.codes.data();
+  job.scales = q.scales.data();
+  parallel_ranges(n / 32, 32, n, [&](int64_t b, int64_t e) { k.mx_blocks(job, b, e); });
+}
+
+void quantize_fp8(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
+  const int64_t n = q.rows * q.cols;
+  const bool e4m3 = o.format == Format::fp8_e4m3;
+  const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+  if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+  q.amax = std::bit_cast<float>(bits);
+  // The reference's current scaling, operation for operation.
+  float scale = (e4m3 ? kE4M3Max : kE5M2Max) / q.amax;
+  if (q.amax == 0.0f || !(scale > 0.0f)) scale = 1.0f;
+  scale = std::min(scale, FLT_MAX);
+  q.decode_scale = 1.0f / scale;
+  parallel_ranges(n, 1024, n, [&](int64_t b, int64_t e) { k.fp8_range(x.data() + b, e - b, scale, e4m3, q.codes.data() + b); });
+}
+
+// Exact transpose of 16x16-tile NVFP4 codes and scales (ref::transpose_tiles), tile by tile.
+QuantizedTensor transpose_tiles_fast(const QuantizedTensor& q) {
+  QuantizedTensor t;
+  t.format = q.format;
+  t.block = q.block;
+  t.rounding = q.rounding;
+  t.rht = q.rht;
+  t.four_over_six = q.four_over_six;
+  t.amax = q.amax;
+  t.decode_scale = q.decode_scale;
+  t.rows = q.cols;
+  t.cols = q.rows;
+  t.codes.resize(q.codes.size());
+  t.scales.resize(static_cast<size_t>(t.rows * (t.cols / 16)));
+  const int64_t tile_rows = q.rows / 16, tile_cols = q.cols / 16;
+  const int64_t src_row_bytes = q.cols / 2, dst_row_bytes = t.cols / 2;
+  parallel_ranges(tile_rows * tile_cols, 1, q.rows * q.cols, [&](int64_t b, int64_t e) {
+    for (int64_t tile = b; tile < e; ++tile) {
+      const int64_t tr = tile / tile_cols, tc = tile % tile_cols;
+      uint8_t nibble[16][16];  // [row in tile][col in tile]
+      for (int r = 0; r < 16; ++r) {
+        const uint8_t* src = q.codes.data() + (tr * 16 + r) * src_row_bytes + tc * 8;
+        for (int c = 0; c < 8; ++c) {
+          nibble[r][2 * c] = src[c] & 0xF;
+          nibble[r][2 * c + 1] = src[c] >> 4;
+        }
+      }
+      for (int c = 0; c < 16; ++c) {
+        uint8_t* dst = t.codes.data() + (tc * 16 + c) * dst_row_bytes + tr * 8;
+        for (int r = 0; r < 8; ++r) dst[r] = static_cast<uint8_t>(nibble[2 * r][c] | (nibble[2 * r + 1][c] << 4));
+      }
+    }
+  });
+  const int64_t t_scale_cols = t.cols / 16, q_scale_cols = q.cols / 16;
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t b = 0; b < t_scale_cols; ++b) t.scales[r * t_scale_cols + b] = q.scales[(b * 16) * q_scale_cols + r / 16];
+  return t;
+}
+
+}  // namespace
 
 QuantizedTensor quantize(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
-  return ref::quantize(x, rows, cols, opt);
+  QuantizedTensor q;
+  quantize_into(x, rows, cols, opt, q);
+  return q;
 }
+
+void quantize_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt, QuantizedTensor& q) {
+  if (!shape_and_options_ok(x.size(), rows, cols, opt)) ref::validate(x, rows, cols, opt);  // throws its message
+  const Kernels& k = active_kernels();
+  make_header(rows, cols, opt, q);
+  switch (opt.format) {
+    case Format::nvfp4: quantize_nvfp4(k, x, opt, q); break;
+    case Format::mxfp4:
+    case Format::mxfp8: quantize_mx(k, x, opt, q); break;
+    case Format::fp8_e4m3:
+    case Format::fp8_e5m2: quantize_fp8(k, x, opt, q); break;
+  }
+}
+
 QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
-  return ref::quantize(x, rows, cols, opt);
+  const Kernels& k = active_kernels();
+  std::vector<float> f(x.size());
+  const int64_t n = static_cast<int64_t>(x.size());
+  static_assert(sizeof(bf16) == sizeof(uint16_t));
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(x.data());
+  parallel_ranges(n, 1024, n, [&](int64_t b, int64_t e) { k.bf16_to_float(bits + b, e - b, f.data() + b); });
+  return quantize(f, rows, cols, opt);
 }
+
 QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
-  return ref::quantize_transposed(x, rows, cols, opt);
+  if (opt.format == Format::nvfp4 && opt.tile_16x16 && !opt.rht) {
+    // One amax and one scale per tile serve both orientations: the transposed copy is the exact
+    // transpose. The reference validates everything before it checks the rows.
+    if (!shape_and_options_ok(x.size(), rows, cols, opt)) ref::validate(x, rows, cols, opt);
+    if (rows % 16 != 0) {
+      ref::validate(x, rows, cols, opt);  // a non-finite value is reported first, as the reference does
+      throw UsageError("16x16 tiles need a multiple of 16 rows for the transposed copy (got " + std::to_string(rows) + ")");
+    }
+    return transpose_tiles_fast(quantize(x, rows, cols, opt));
+  }
+  if (static_cast<int64_t>(x.size()) != rows * cols) ref::validate(x, rows, cols, opt);  // reports the size mismatch
+  const Kernels& k = active_kernels();
+  std::vector<float> t(x.size());
+  if (rows > 0 && cols > 0)
+    parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), rows, cols, t.data(), b, e); });
+  return quantize(t, cols, rows, opt);
 }
-void dequantize(const QuantizedTensor& q, std::span<float> out) { ref::dequantize(q, out); }
+
+void dequantize(const QuantizedTensor& q, std::span<float> out) {
+  NIBBLE_CHECK(static_cast<int64_t>(out.size()) == q.rows * q.cols);
+  const int64_t n = q.rows * q.cols;
+  const int64_t block_len = q.block_len();
+  // Layouts the kernels assume; anything else (a hand-built or damaged tensor) takes the reference.
+  const bool blocked = q.block != BlockShape::per_tensor;
+  const bool layout_ok = q.rows > 0 && q.cols > 0 && block_len > 0 && q.cols % block_len == 0 &&
+                         (!blocked || block_len % 16 == 0) &&
+                         static_cast<int64_t>(q.codes.size()) == (q.is_4bit() ? n / 2 : n) &&
+                         (!blocked || static_cast<int64_t>(q.scales.size()) == n / block_len) &&
+                         (!q.rht || (q.format == Format::nvfp4 && q.cols % 16 == 0));
+  if (!layout_ok || (q.is_4bit() && !blocked)) {
+    ref::dequantize(q, out);
+    return;
+  }
+  const Kernels& k = active_kernels();
+  float factor_of_scale[256];
+  float value_of_code[256];
+  switch (q.format) {
+    case Format::nvfp4:
+    case Format::mxfp4: {
+      for (int s = 0; s < 256; ++s)
+        factor_of_scale[s] = q.format == Format::nvfp4 ? e4m3_decode(static_cast<uint8_t>(s)) * q.decode_scale
+                                                       : e8m0_decode(static_cast<uint8_t>(s));
+      parallel_ranges(n / block_len, 16, n, [&](int64_t b, int64_t e) {
+        k.dequant_e2m1(q.codes.data(), q.scales.data(), factor_of_scale, block_len, q.rht, b, e, out.data());
+      });
+      return;
+    }
+    case Format::mxfp8:
+    case Format::fp8_e4m3:
+    case Format::fp8_e5m2: {
+      for (int c = 0; c < 256; ++c)
+        value_of_code[c] = q.format == Format::fp8_e5m2 ? e5m2_decode(static_cast<uint8_t>(c)) : e4m3_decode(static_cast<uint8_t>(c));
+      const uint8_t* scales = nullptr;
+      if (q.format == Format::mxfp8) {
+        for (int s = 0; s < 256; ++s) factor_of_scale[s] = e8m0_decode(static_cast<uint8_t>(s));
+        scales = q.scales.data();
+      }
+      // Shares are multiples of 32 elements, so each 16-chunk lies inside one MX block.
+      parallel_ranges(n, 32, n, [&](int64_t b, int64_t e) {
+        k.dequant_bytes(q.codes.data(), scales, factor_of_scale, scales ? block_len : 1, q.decode_scale, value_of_code,
+                        b, e, out.data());
+      });
+      return;
+    }
+  }
+}
 
 }  // namespace nibble::cpu

@@ -12,6 +12,10 @@ namespace nibble::cpu {
 
 QuantizedTensor quantize(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt);
 QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, const QuantOptions& opt);
+// As quantize(), into `out`, reusing the capacity of its code and scale buffers: a caller that
+// quantizes same-shaped tensors repeatedly (every training step) pays no allocation, no page
+// faults and no zero-fill. `out` is left in an unspecified state if this throws.
+void quantize_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt, QuantizedTensor& out);
 QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt);
 void dequantize(const QuantizedTensor& q, std::span<float> out);
 

@@ -1,0 +1,75 @@
+// Range kernels behind nibble::cpu::quantize / dequantize. quantize.cpp validates, computes the
+// per-tensor constants and tables (with the scalar codecs of format/codecs.h, so they are the
+// reference's numbers), splits the work over OpenMP threads and calls one of these tables, picked
+// from active_isa(). Each ISA file (quantize_scalar.cpp, quantize_avx2.cpp, quantize_avx512.cpp)
+// defines its SIMD primitives and includes quantize_kernels_impl.inc, which builds the kernels.
+//
+// Every kernel works on a range of independent blocks (or tiles, or elements) and reads nothing
+// outside it, so the result does not depend on how the work is split between threads.
+#pragma once
+#include <cstdint>
+
+namespace nibble::cpu::kernels {
+
+// NVFP4 (1x16 rows or 16x16 tiles) with everything per-tensor precomputed.
+struct Nvfp4Job {
+  const float* x = nullptr;  // row-major [rows, cols], validated finite
+  int64_t rows = 0, cols = 0;
+  bool rht = false;            // transform each 16-block (and round to BF16) before quantizing
+  bool four_over_six = false;  // also try scaling the block max to 4, keep the lower error
+  bool stochastic = false;
+  uint64_t seed = 0, offset = 0;
+  float encode_times_rcp6 = 0;      // S_enc * (1/6), the reference's exact product
+  float encode_times_rcp4 = 0;      // S_enc * (1/4)
+  const float* enc_of_scale = nullptr;   // [256]: min(1 / (e4m3_decode(s) * S_dec), FLT_MAX)
+  const float* dec_of_scale = nullptr;   // [256]: e4m3_decode(s) * S_dec (Four Over Six error)
+  uint8_t* codes = nullptr;   // rows*cols/2 packed
+  uint8_t* scales = nullptr;  // rows*cols/16
+};
+
+// MXFP4 / MXFP8: blocks of 32 with an E8M0 scale rounded up.
+struct MxJob {
+  const float* x = nullptr;
+  bool fp4 = true;  // else MXFP8 (E4M3 elements)
+  bool stochastic = false;
+  uint64_t seed = 0, offset = 0;
+  float max_rcp = 0;                 // 1/6 (fp4) or 1/448 (fp8)
+  const float* rcp_of_scale = nullptr;  // [256]: e8m0_decode_reciprocal(e)
+  uint8_t* codes = nullptr;
+  uint8_t* scales = nullptr;
+};
+
+struct Kernels {
+  // max over |x| of the FP32 bit patterns with the sign cleared: for finite values the integer
+  // order is the float order, and a result >= 0x7F800000 means an Inf or NaN is present.
+  uint32_t (*max_abs_bits)(const float* x, int64_t n);
+  // For the RHT path: max_abs_bits of the input and amax of the transformed, BF16-rounded values
+  // (NaN ignored, as std::max(m, NaN) does in the reference). n % 16 == 0.
+  void (*rht_amax)(const float* x, int64_t n, uint32_t* input_max_abs_bits, float* transformed_amax);
+  // 1x16 blocks [block_begin, block_end) of the flat tensor (a block never straddles rows).
+  void (*nvfp4_blocks)(const Nvfp4Job& job, int64_t block_begin, int64_t block_end);
+  // 16x16 tiles [tile_begin, tile_end), numbered row-major over (rows/16, cols/16).
+  void (*nvfp4_tiles)(const Nvfp4Job& job, int64_t tile_begin, int64_t tile_end);
+  // 32-element blocks [block_begin, block_end).
+  void (*mx_blocks)(const MxJob& job, int64_t block_begin, int64_t block_end);
+  // FP8 per tensor: out[i] = encode(x[i] * scale), E4M3 or E5M2, RN, satfinite.
+  void (*fp8_range)(const float* x, int64_t n, float scale, bool e4m3, uint8_t* out);
+  // E2M1 codes times a per-block factor (factor_of_scale[scale byte]); block_len 16 or 32.
+  // When rht, each 16-block of the output is then inverse-transformed in place.
+  void (*dequant_e2m1)(const uint8_t* codes, const uint8_t* scales, const float* factor_of_scale, int64_t block_len,
+                       bool rht, int64_t block_begin, int64_t block_end, float* out);
+  // Byte codes (FP8): out[i] = value_of_code[code] * factor, factor = factor_of_scale[scales[i/block_len]]
+  // when scales is non-null, else tensor_factor. Elements [begin, end).
+  void (*dequant_bytes)(const uint8_t* codes, const uint8_t* scales, const float* factor_of_scale,
+                        int64_t block_len, float tensor_factor, const float* value_of_code, int64_t begin,
+                        int64_t end, float* out);
+  // out[c * rows + r] = x[r * cols + c] for r in [row_begin, row_end).
+  void (*transpose)(const float* x, int64_t rows, int64_t cols, float* out, int64_t row_begin, int64_t row_end);
+  void (*bf16_to_float)(const uint16_t* in, int64_t n, float* out);
+};
+
+const Kernels& scalar_kernels();
+const Kernels& avx2_kernels();
+const Kernels& avx512_kernels();
+
+}  // namespace nibble::cpu::kernels

@@ -1,0 +1,450 @@
+// The fast CPU quantizers (kernels/cpu/quantize.h) against the scalar reference, bit for bit: every
+// ISA variant this machine runs (scalar, AVX2, AVX-512) with 1 and 2 threads, on fresh random
+// tensors of many shapes, scales and distributions, every format and option, stochastic rounding
+// included (same Philox stream), plus the error paths (same messages, same first bad index).
+//
+// The random seed changes every run and is printed on failure; set NIBBLE_TEST_SEED to replay.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/quantize.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/quantize.h"
+
+using namespace nibble;
+using cpu::Isa;
+
+namespace {
+
+uint64_t test_seed() {
+  static const uint64_t seed = []() -> uint64_t {
+    if (const char* e = std::getenv("NIBBLE_TEST_SEED")) return std::strtoull(e, nullptr, 10);
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) | rd();
+  }();
+  return seed;
+}
+
+std::string seed_note() { return "random seed " + std::to_string(test_seed()) + " (replay: NIBBLE_TEST_SEED=" + std::to_string(test_seed()) + ")"; }
+
+struct Variant {
+  Isa isa;
+  int threads;
+  std::string name() const { return std::string(cpu::to_string(isa)) + "/" + std::to_string(threads) + "t"; }
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (isa <= cpu::detected_isa())
+      for (int t : {1, 2}) v.push_back({isa, t});
+  return v;
+}
+
+// Selects a variant for the scope and restores the defaults afterwards.
+struct UseVariant {
+  explicit UseVariant(const Variant& v) {
+    cpu::set_isa_limit(v.isa);
+    omp_set_num_threads(v.threads);
+  }
+  ~UseVariant() {
+    cpu::set_isa_limit(Isa::avx512);
+    omp_set_num_threads(2);
+  }
+};
+
+enum class Dist { normal, student_t, cauchy, zero_blocks, single_outlier, all_zero, wide_range };
+const char* name_of(Dist d) {
+  switch (d) {
+    case Dist::normal: return "normal";
+    case Dist::student_t: return "student-t(2)";
+    case Dist::cauchy: return "cauchy";
+    case Dist::zero_blocks: return "zero-blocks";
+    case Dist::single_outlier: return "single-outlier";
+    case Dist::all_zero: return "all-zero";
+    case Dist::wide_range: return "wide-range";
+  }
+  return "?";
+}
+constexpr Dist kDists[] = {Dist::normal, Dist::student_t, Dist::cauchy, Dist::zero_blocks,
+                           Dist::single_outlier, Dist::all_zero, Dist::wide_range};
+
+// Values of the distribution times `scale`, kept finite.
+std::vector<float> make_tensor(std::mt19937_64& rng, int64_t rows, int64_t cols, Dist d, float scale) {
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  std::normal_distribution<float> normal;
+  std::student_t_distribution<float> student(2.0f);
+  std::cauchy_distribution<float> cauchy;
+  std::uniform_real_distribution<float> uni(-30.0f, 30.0f);
+  auto finite = [](float v) { return std::isfinite(v) ? v : 0.0f; };
+  for (auto& v : x) {
+    switch (d) {
+      case Dist::normal:
+      case Dist::zero_blocks:
+      case Dist::single_outlier: v = normal(rng) * scale; break;
+      case Dist::student_t: v = finite(student(rng) * scale); break;
+      case Dist::cauchy: v = finite(cauchy(rng) * scale); break;
+      case Dist::all_zero: v = 0.0f; break;
+      case Dist::wide_range: v = finite(normal(rng) * std::pow(10.0f, uni(rng) / 3.0f) * scale); break;
+    }
+  }
+  if (d == Dist::zero_blocks) {
+    std::bernoulli_distribution zero(0.3);
+    for (size_t b = 0; b + 16 <= x.size(); b += 16)
+      if (zero(rng))
+        for (int k = 0; k < 16; ++k) x[b + k] = (k % 5 == 0) ? -0.0f : 0.0f;
+  }
+  if (d == Dist::single_outlier) {
+    std::uniform_int_distribution<size_t> where(0, x.size() - 1);
+    x[where(rng)] = finite(scale * 1e4f * (rng() & 1 ? 1.0f : -1.0f));
+  }
+  return x;
+}
+
+struct Case {
+  std::string name;
+  QuantOptions opt;
+};
+
+std::vector<Case> all_options() {
+  std::vector<Case> cases;
+  for (bool tile : {false, true})
+    for (bool sr : {false, true})
+      for (bool rht : {false, true})
+        for (bool fos : {false, true}) {
+          QuantOptions o;
+          o.format = Format::nvfp4;
+          o.tile_16x16 = tile;
+          o.rounding = sr ? Rounding::stochastic : Rounding::nearest;
+          o.seed = 0x1234567890ABCDEFull;
+          o.offset = 12345;  // not a multiple of 4: Philox blocks straddle NVFP4 blocks
+          o.rht = rht;
+          o.four_over_six = fos;
+          cases.push_back({std::string("nvfp4 ") + (tile ? "16x16" : "1x16") + (sr ? " sr" : " rn") + (rht ? " rht" : "") +
+                               (fos ? " 4/6" : ""),
+                           o});
+        }
+  for (bool sr : {false, true}) {
+    QuantOptions o;
+    o.format = Format::mxfp4;
+    o.rounding = sr ? Rounding::stochastic : Rounding::nearest;
+    o.seed = 99;
+    o.offset = 7;
+    cases.push_back({sr ? "mxfp4 sr" : "mxfp4 rn", o});
+  }
+  for (Format f : {Format::mxfp8, Format::fp8_e4m3, Format::fp8_e5m2}) {
+    QuantOptions o;
+    o.format = f;
+    cases.push_back({std::string(to_string(f)), o});
+  }
+  return cases;
+}
+
+bool same_floats(std::span<const float> a, std::span<const float> b, size_t* first_diff) {
+  if (a.size() != b.size()) return *first_diff = 0, false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return *first_diff = i, false;
+  return true;
+}
+
+// Every field of the two tensors, the first differing byte named.
+::testing::AssertionResult same_tensor(const QuantizedTensor& want, const QuantizedTensor& got) {
+  auto fail = [&](const std::string& what) { return ::testing::AssertionFailure() << what; };
+  if (want.format != got.format || want.block != got.block || want.rounding != got.rounding || want.rht != got.rht ||
+      want.four_over_six != got.four_over_six || want.rows != got.rows || want.cols != got.cols)
+    return fail("header differs");
+  if (std::bit_cast<uint32_t>(want.amax) != std::bit_cast<uint32_t>(got.amax))
+    return fail("amax " + std::to_string(want.amax) + " vs " + std::to_string(got.amax));
+  if (std::bit_cast<uint32_t>(want.decode_scale) != std::bit_cast<uint32_t>(got.decode_scale))
+    return fail("decode_scale differs");
+  if (want.codes.size() != got.codes.size() || want.scales.size() != got.scales.size()) return fail("sizes differ");
+  for (size_t i = 0; i < want.codes.size(); ++i)
+    if (want.codes[i] != got.codes[i])
+      return fail("code byte " + std::to_string(i) + ": ref " + std::to_string(want.codes[i]) + ", fast " +
+                  std::to_string(got.codes[i]));
+  for (size_t i = 0; i < want.scales.size(); ++i)
+    if (want.scales[i] != got.scales[i])
+      return fail("scale byte " + std::to_string(i) + ": ref " + std::to_string(want.scales[i]) + ", fast " +
+                  std::to_string(got.scales[i]));
+  return ::testing::AssertionSuccess();
+}
+
+// The error message of f(), or nullopt if it did not throw UsageError.
+template <class F>
+std::optional<std::string> usage_error_of(F&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+// Quantize (and dequantize) with the reference and with every variant; everything must match.
+void check_all_variants(const std::vector<float>& x, int64_t rows, int64_t cols, const Case& c, const std::string& what) {
+  SCOPED_TRACE(what + ", " + c.name + ", " + seed_note());
+  std::optional<QuantizedTensor> want;
+  auto ref_error = usage_error_of([&] { want = ref::quantize(x, rows, cols, c.opt); });
+  std::vector<float> want_deq;
+  if (want) {
+    want_deq.resize(x.size());
+    ref::dequantize(*want, want_deq);
+  }
+  for (const Variant& v : variants()) {
+    SCOPED_TRACE(v.name());
+    UseVariant use(v);
+    std::optional<QuantizedTensor> got;
+    auto error = usage_error_of([&] { got = cpu::quantize(x, rows, cols, c.opt); });
+    ASSERT_EQ(ref_error, error);
+    if (!want) continue;
+    ASSERT_TRUE(same_tensor(*want, *got));
+    // quantize_into must overwrite whatever a previous, differently shaped result left behind.
+    static QuantizedTensor reused;
+    std::fill(reused.codes.begin(), reused.codes.end(), uint8_t{0xA5});
+    std::fill(reused.scales.begin(), reused.scales.end(), uint8_t{0x5A});
+    cpu::quantize_into(x, rows, cols, c.opt, reused);
+    ASSERT_TRUE(same_tensor(*want, reused)) << "quantize_into";
+    std::vector<float> deq(x.size());
+    cpu::dequantize(*want, deq);
+    size_t at = 0;
+    ASSERT_TRUE(same_floats(want_deq, deq, &at)) << "dequantized value " << at << ": ref " << want_deq[at] << ", fast "
+                                                 << deq[at];
+  }
+}
+
+float random_scale(std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> e(-30.0f, 30.0f);
+  return std::pow(10.0f, e(rng));
+}
+
+}  // namespace
+
+TEST(QuantizeFast, ReportsVariants) {
+  std::string names;
+  for (const Variant& v : variants()) names += v.name() + " ";
+  std::printf("variants under test: %s\n%s\n", names.c_str(), seed_note().c_str());
+  EXPECT_FALSE(variants().empty());
+}
+
+TEST(QuantizeFast, SmallShapesEveryOptionEveryDistribution) {
+  std::mt19937_64 rng(test_seed());
+  const auto cases = all_options();
+  const int64_t row_choices[] = {1, 2, 3, 5, 15, 16, 17, 31, 32, 33, 48, 67};
+  const int64_t col_choices[] = {32, 64, 96, 160, 256, 480, 1024};
+  for (Dist d : kDists) {
+    for (int trial = 0; trial < 4; ++trial) {
+      int64_t rows = row_choices[rng() % std::size(row_choices)];
+      int64_t cols = col_choices[rng() % std::size(col_choices)];
+      float scale = random_scale(rng);
+      auto x = make_tensor(rng, rows, cols, d, scale);
+      for (const Case& c : cases)
+        check_all_variants(x, rows, cols, c,
+                           std::string(name_of(d)) + " [" + std::to_string(rows) + "x" + std::to_string(cols) +
+                               "] scale " + std::to_string(scale));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(QuantizeFast, NarrowNvfp4Rows) {
+  // cols = 16: one block per row; 48: an odd number of blocks per row.
+  std::mt19937_64 rng(test_seed() + 1);
+  for (int64_t cols : {16, 48})
+    for (int64_t rows : {1, 7, 16, 67}) {
+      auto x = make_tensor(rng, rows, cols, Dist::wide_range, random_scale(rng));
+      for (const Case& c : all_options())
+        if (c.opt.format == Format::nvfp4)
+          check_all_variants(x, rows, cols, c, "[" + std::to_string(rows) + "x" + std::to_string(cols) + "]");
+    }
+}
+
+TEST(QuantizeFast, LargeTensorsSplitAcrossThreads) {
+  // Above the single-thread cut-off, so the 2-thread variants really split the work.
+  std::mt19937_64 rng(test_seed() + 2);
+  const auto cases = all_options();
+  const std::pair<int64_t, int64_t> shapes[] = {{67, 1024}, {256, 2048}, {1000, 96}};
+  for (auto [rows, cols] : shapes) {
+    Dist d = kDists[rng() % std::size(kDists)];
+    auto x = make_tensor(rng, rows, cols, d, random_scale(rng));
+    for (const Case& c : cases)
+      check_all_variants(x, rows, cols, c,
+                         std::string(name_of(d)) + " [" + std::to_string(rows) + "x" + std::to_string(cols) + "]");
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(QuantizeFast, StochasticRoundingSameBitsForAnyThreadCountAndOffset) {
+  std::mt19937_64 rng(test_seed() + 3);
+  const int64_t rows = 512, cols = 1024;
+  auto x = make_tensor(rng, rows, cols, Dist::normal, 1.0f);
+  for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{3}, (uint64_t{1} << 32) - 5, uint64_t{0xFFFFFFFFFFF0ull}}) {
+    QuantOptions o;
+    o.rounding = Rounding::stochastic;
+    o.seed = rng();
+    o.offset = offset;
+    o.rht = offset & 1;
+    check_all_variants(x, rows, cols, {"nvfp4 sr offset " + std::to_string(offset), o}, "normal [512x1024]");
+    o.format = Format::mxfp4;
+    o.rht = false;
+    check_all_variants(x, rows, cols, {"mxfp4 sr offset " + std::to_string(offset), o}, "normal [512x1024]");
+  }
+}
+
+TEST(QuantizeFast, BlockScaleTiesAndSubnormals) {
+  // Global amax 448 makes S_enc * (1/6) exactly 1, so the block scale is the block amax itself:
+  // put block maxima on every E4M3 value, every midpoint between neighbours (ties to even) and
+  // just either side of them, including the subnormal scales and values beyond 448.
+  std::vector<float> maxima;
+  for (int c = 0; c < 0x7F; ++c) {
+    float v = e4m3_decode(static_cast<uint8_t>(c)), next = e4m3_decode(static_cast<uint8_t>(c + 1));
+    float mid = c + 1 < 0x7F ? (v + next) / 2 : 456.0f;
+    for (float m : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) maxima.push_back(m);
+  }
+  maxima.push_back(464.0f);
+  maxima.push_back(1e-12f);
+  const int64_t blocks = static_cast<int64_t>(maxima.size()) + 1, cols = 16 * 4;
+  const int64_t rows = (blocks + 3) / 4;
+  std::vector<float> x(static_cast<size_t>(rows * cols), 0.0f);
+  std::mt19937_64 rng(test_seed() + 4);
+  std::uniform_real_distribution<float> frac(-1.0f, 1.0f);
+  x[0] = 448.0f;
+  for (size_t b = 0; b < maxima.size(); ++b) {
+    float* block = x.data() + (b + 1) * 16;
+    for (int k = 0; k < 16; ++k) block[k] = maxima[b] * frac(rng);
+    block[rng() % 16] = (rng() & 1) ? maxima[b] : -maxima[b];
+  }
+  for (const Case& c : all_options())
+    if (c.opt.format == Format::nvfp4 && !c.opt.rht && !c.opt.tile_16x16) check_all_variants(x, rows, cols, c, "scale sweep");
+}
+
+TEST(QuantizeFast, ExtremeValuesNearFloatMax) {
+  // Values near FLT_MAX: the RHT overflows to Inf and Inf - Inf gives NaN, which the reference's
+  // amax ignores and its encoders map in a fixed way; the fast paths must agree even then.
+  std::mt19937_64 rng(test_seed() + 5);
+  std::uniform_real_distribution<float> u(-3.4e38f, 3.4e38f);
+  std::vector<float> x(64 * 64);
+  for (auto& v : x) v = u(rng);
+  for (const Case& c : all_options()) check_all_variants(x, 64, 64, c, "near FLT_MAX");
+  // And tiny ones: subnormal inputs, amax subnormal (S_enc clamps to FLT_MAX).
+  for (auto& v : x) v = std::ldexp(u(rng) / 3.4e38f, -126);  // |v| < 2^-126
+  for (const Case& c : all_options()) check_all_variants(x, 64, 64, c, "subnormal");
+}
+
+TEST(QuantizeFast, NonFiniteInputNamesTheSameFirstIndex) {
+  std::mt19937_64 rng(test_seed() + 6);
+  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()};
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 64}, {300, 512}}) {
+    auto clean = make_tensor(rng, rows, cols, Dist::normal, 1.0f);
+    for (const Case& c : all_options()) {
+      for (int trial = 0; trial < 3; ++trial) {
+        auto x = clean;
+        size_t first = rng() % x.size(), second = first + rng() % (x.size() - first);
+        x[second] = bad_values[rng() % 4];
+        x[first] = bad_values[rng() % 4];
+        auto want = usage_error_of([&] { ref::quantize(x, rows, cols, c.opt); });
+        ASSERT_TRUE(want.has_value());
+        for (const Variant& v : variants()) {
+          UseVariant use(v);
+          auto got = usage_error_of([&] { cpu::quantize(x, rows, cols, c.opt); });
+          ASSERT_EQ(want, got) << c.name << " " << v.name() << " " << seed_note();
+          auto want_t = usage_error_of([&] { ref::quantize_transposed(x, rows, cols, c.opt); });
+          auto got_t = usage_error_of([&] { cpu::quantize_transposed(x, rows, cols, c.opt); });
+          ASSERT_EQ(want_t, got_t) << c.name << " transposed " << v.name() << " " << seed_note();
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizeFast, BadShapesAndOptionsGiveTheReferenceMessage) {
+  std::vector<float> x(48 * 20, 1.0f);
+  struct Bad {
+    int64_t rows, cols;
+    QuantOptions opt;
+  };
+  QuantOptions mx;
+  mx.format = Format::mxfp4;
+  QuantOptions fp8_sr;
+  fp8_sr.format = Format::fp8_e4m3;
+  fp8_sr.rounding = Rounding::stochastic;
+  QuantOptions mx_rht = mx;
+  mx_rht.rht = true;
+  QuantOptions tile;
+  tile.tile_16x16 = true;
+  const Bad bad[] = {{48, 20, {}}, {20, 48, mx}, {0, 48, {}}, {48, 21, {}}, {48, 20, fp8_sr}, {20, 48, mx_rht}, {30, 32, tile}};
+  for (const Bad& b : bad) {
+    std::vector<float> in(x.begin(), x.begin() + std::max<int64_t>(0, std::min<int64_t>(x.size(), b.rows * b.cols)));
+    auto want = usage_error_of([&] { ref::quantize(in, b.rows, b.cols, b.opt); });
+    auto got = usage_error_of([&] { cpu::quantize(in, b.rows, b.cols, b.opt); });
+    EXPECT_EQ(want, got);
+    auto want_t = usage_error_of([&] { ref::quantize_transposed(in, b.rows, b.cols, b.opt); });
+    auto got_t = usage_error_of([&] { cpu::quantize_transposed(in, b.rows, b.cols, b.opt); });
+    EXPECT_EQ(want_t, got_t);
+  }
+}
+
+TEST(QuantizeFast, TransposedCopyMatchesReference) {
+  std::mt19937_64 rng(test_seed() + 7);
+  const std::pair<int64_t, int64_t> shapes[] = {{32, 64}, {48, 160}, {96, 32}, {17, 64}, {64, 1024}, {320, 256}};
+  for (auto [rows, cols] : shapes) {
+    auto x = make_tensor(rng, rows, cols, kDists[rng() % std::size(kDists)], random_scale(rng));
+    for (const Case& c : all_options()) {
+      SCOPED_TRACE(c.name + " [" + std::to_string(rows) + "x" + std::to_string(cols) + "] " + seed_note());
+      std::optional<QuantizedTensor> want;
+      auto want_error = usage_error_of([&] { want = ref::quantize_transposed(x, rows, cols, c.opt); });
+      for (const Variant& v : variants()) {
+        UseVariant use(v);
+        std::optional<QuantizedTensor> got;
+        auto error = usage_error_of([&] { got = cpu::quantize_transposed(x, rows, cols, c.opt); });
+        ASSERT_EQ(want_error, error) << v.name();
+        if (want) {
+          ASSERT_TRUE(same_tensor(*want, *got)) << v.name();
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizeFast, Bf16InputMatchesReference) {
+  std::mt19937_64 rng(test_seed() + 8);
+  const int64_t rows = 70, cols = 1024;
+  auto f = make_tensor(rng, rows, cols, Dist::student_t, random_scale(rng));
+  std::vector<bf16> x(f.size());
+  for (size_t i = 0; i < f.size(); ++i) x[i] = bf16_from_float_rn(f[i]);
+  for (const Case& c : all_options()) {
+    auto want = ref::quantize(std::span<const bf16>(x), rows, cols, c.opt);
+    for (const Variant& v : variants()) {
+      UseVariant use(v);
+      ASSERT_TRUE(same_tensor(want, cpu::quantize(std::span<const bf16>(x), rows, cols, c.opt)))
+          << c.name << " " << v.name() << " " << seed_note();
+    }
+  }
+}
+
+TEST(QuantizeFast, SpecExamplesThroughTheFastPath) {
+  // The spec's worked examples, byte for byte, on every variant (also pinned in test_quantize_ref).
+  std::vector<float> x = {0, .25f, .5f, .75f, 1, 1.25f, 1.5f, 1.75f, 2, 2.5f, 3, 3.5f, 4, 5, 6, -6};
+  for (const Variant& v : variants()) {
+    UseVariant use(v);
+    auto q = cpu::quantize(x, 1, 16, {});
+    EXPECT_EQ(q.scales[0], 0x7E) << v.name();
+    EXPECT_EQ(q.codes, (std::vector<uint8_t>{0x00, 0x21, 0x22, 0x43, 0x44, 0x65, 0x66, 0xF7})) << v.name();
+    std::vector<float> zeros(64, 0.0f), d(64, 1.0f);
+    auto z = cpu::quantize(zeros, 2, 32, {});
+    EXPECT_EQ(z.decode_scale, 1.0f);
+    cpu::dequantize(z, d);
+    for (float f : d) EXPECT_EQ(f, 0.0f);
+  }
+}
