@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_cuda.h"
 #include "cli/command.h"
 #include "format/quantized_tensor.h"
 #include "kernels/cpu/cpu_features.h"
@@ -203,7 +204,17 @@ const CommandRegistration registration{"bench gemm", [](CLI::App& app, int& exit
   cmd->add_option("--sizes", *sizes, "comma-separated square sizes (multiples of 32)")->capture_default_str();
   cmd->add_flag("--quick", opt->quick, "shorter timing (0.1 s per entry) and peaks");
   cmd->add_flag("!--no-transformer", opt->transformer, "skip the transformer-layer shapes");
-  cmd->callback([opt, sizes, &exit_code] {
+  auto device = std::make_shared<std::string>("cpu");
+  cmd->add_option("--device", *device, "cpu, or cuda: cuBLASLt NVFP4 (native or emulated), FP8, BF16 and the "
+                                       "quantization kernels on the GPU (size: the first of --sizes, default 8192)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->callback([opt, sizes, device, cmd, &exit_code] {
+    if (*device == "cuda") {
+      const bool sizes_given = cmd->count("--sizes") > 0;
+      exit_code = run_bench_gemm_cuda(sizes_given ? parse_sizes(*sizes).front() : 8192);
+      return;
+    }
     opt->sizes = parse_sizes(*sizes);
     exit_code = run_bench_gemm(*opt);
   });

@@ -1,0 +1,375 @@
+// The NVFP4/MX/FP8 quantize chain as __host__ __device__ functions: a port of the scalar
+// reference (format/codecs.h, format/quantize_ref.cpp, format/hadamard.cpp, format/philox.h) that
+// nvcc and g++ both compile. The device kernels call these; test_cuda_host.cpp runs the very same
+// functions on the CPU against the reference, so the port itself is checked without a GPU and only
+// the compiler's floating-point semantics remain for the GPU tests.
+//
+// Bit-identity rules: every FP32 operation is written through nb_mul/nb_div/nb_add/nb_sub, which
+// are the IEEE round-to-nearest intrinsics on the device (nvcc contracts a*b+c into an FMA by
+// default, which would change results) and plain operators on the host (g++ in ISO C++ mode does not
+// contract). Codecs use integer bit manipulation instead of frexp/ldexp so they need no libm.
+#pragma once
+#include <cfloat>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define NIBBLE_HD __host__ __device__ __forceinline__
+#else
+#define NIBBLE_HD inline
+#endif
+
+namespace nibble::cuda::dm {
+
+// ------------------------------------------------------------------ exact FP32 arithmetic --------
+NIBBLE_HD float nb_mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+NIBBLE_HD float nb_div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+NIBBLE_HD float nb_add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+NIBBLE_HD float nb_sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+NIBBLE_HD uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+#endif
+}
+NIBBLE_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
+NIBBLE_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7FFFFFFFu); }
+NIBBLE_HD bool is_nan_f(float x) { return (float_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+// std::max(m, v) / std::min(v, FLT_MAX) exactly as the reference writes them (no NaN reaches these).
+NIBBLE_HD float max_f(float a, float b) { return a < b ? b : a; }
+NIBBLE_HD float min_f(float a, float b) { return b < a ? b : a; }
+// Round an FP32 holding an exact small integer multiple to the nearest integer, ties to even. Used
+// where the reference calls nearbyint() on a value whose fraction is an exact binary fraction.
+NIBBLE_HD uint32_t rint_to_u32(float a) {
+#if defined(__CUDA_ARCH__)
+  return __float2uint_rn(a);
+#else
+  // a < 2^22 here: adding 1.5*2^23 forces rounding at the units place, ties to even.
+  float shifted = a + 12582912.0f;
+  return float_bits(shifted) - 0x4B400000u;
+#endif
+}
+
+// ------------------------------------------------------------------ E2M1 ---------------------------
+NIBBLE_HD float e2m1_value(uint8_t code) {
+  // Doubled magnitudes {0,1,2,3,4,6,8,12}: decode without a table so device code needs no constant memory.
+  const uint32_t m = code & 7u;
+  const uint32_t twice = m < 5u ? m : (m == 5u ? 6u : (m == 6u ? 8u : 12u));
+  const float v = static_cast<float>(twice) * 0.5f;
+  return (code & 8u) ? -v : v;
+}
+NIBBLE_HD uint8_t e2m1_magnitude_rn(float a) {
+  if (!(a > 0.25f)) return 0;
+  if (a < 0.75f) return 1;
+  if (a <= 1.25f) return 2;
+  if (a < 1.75f) return 3;
+  if (a <= 2.5f) return 4;
+  if (a < 3.5f) return 5;
+  if (a <= 5.0f) return 6;
+  return 7;
+}
+NIBBLE_HD uint8_t e2m1_encode_rn(float x) {
+  if (is_nan_f(x)) return 7;
+  const uint8_t sign = (float_bits(x) >> 31) ? 8 : 0;
+  return sign | e2m1_magnitude_rn(abs_f(x));
+}
+// Stochastic rounding: up with probability equal to the fractional distance, u uniform in [0, 1).
+NIBBLE_HD uint8_t e2m1_encode_sr(float x, float u) {
+  const uint8_t sign = (float_bits(x) >> 31) ? 8 : 0;
+  const float a = abs_f(x);
+  if (!(a < 6.0f)) return sign | 7;
+  uint8_t lo = 0;
+  while (lo < 7 && e2m1_value(static_cast<uint8_t>(lo + 1)) <= a) ++lo;
+  const float lo_v = e2m1_value(lo), hi_v = e2m1_value(static_cast<uint8_t>(lo + 1));
+  const float frac = nb_div(nb_sub(a, lo_v), nb_sub(hi_v, lo_v));
+  return sign | static_cast<uint8_t>(u < frac ? lo + 1 : lo);
+}
+
+// ------------------------------------------------------------------ FP8 -----------------------------
+// RN-even, satfinite, for E4M3FN (kExp 4, kMant 3, max 448 = 0x7E) and E5M2 (5, 2, max 57344 = 0x7B).
+// Normal range: round the FP32 mantissa to kMant bits on the bit pattern (carry into the exponent is
+// the correct binade change); subnormal range: the value times 2^(subnormal quantum) is an exact
+// binary fraction whose nearest integer is the code (its top value is the smallest normal's code).
+template <int kExp, int kMant>
+NIBBLE_HD uint8_t fp8_encode_rn_satfinite(float x) {
+  constexpr int kBias = (1 << (kExp - 1)) - 1;
+  constexpr bool kE4M3 = kExp == 4;
+  constexpr uint32_t kMaxBits = kE4M3 ? 0x43E00000u /*448*/ : 0x47600000u /*57344*/;
+  constexpr uint8_t kMaxCode = kE4M3 ? 0x7E : 0x7B;
+  constexpr uint32_t kMinNormalExpField = 127 + 1 - kBias;       // FP32 exponent field of 2^(1-bias)
+  constexpr float kSubnormalScale = kE4M3 ? 512.0f : 65536.0f;   // 1 / 2^(1-bias-kMant)
+  const uint32_t u = float_bits(x);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7F;  // NaN (sign dropped, as NVIDIA's conversion does)
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  if (a >= kMaxBits) return sign | kMaxCode;
+  if ((a >> 23) < kMinNormalExpField) {
+    return sign | static_cast<uint8_t>(rint_to_u32(nb_mul(bits_float(a), kSubnormalScale)));
+  }
+  constexpr int kDrop = 23 - kMant;
+  const uint32_t rounded = (a + ((1u << (kDrop - 1)) - 1u) + ((a >> kDrop) & 1u)) >> kDrop;
+  const uint32_t code = rounded - (static_cast<uint32_t>(127 - kBias) << kMant);
+  return sign | static_cast<uint8_t>(code > kMaxCode ? kMaxCode : code);
+}
+NIBBLE_HD uint8_t e4m3_encode_rn(float x) { return fp8_encode_rn_satfinite<4, 3>(x); }
+NIBBLE_HD uint8_t e5m2_encode_rn(float x) { return fp8_encode_rn_satfinite<5, 2>(x); }
+
+NIBBLE_HD float e4m3_decode(uint8_t c) {
+  const uint32_t e = (c >> 3) & 0xFu, m = c & 7u;
+  if (e == 0xF && m == 7) return bits_float(0x7FC00000u);
+  const float v = e == 0 ? static_cast<float>(m) * 0x1.0p-9f : bits_float(((e + 120u) << 23) | (m << 20));
+  return (c & 0x80u) ? -v : v;
+}
+NIBBLE_HD float e5m2_decode(uint8_t c) {
+  const uint32_t e = (c >> 2) & 0x1Fu, m = c & 3u;
+  float v;
+  if (e == 0x1F) v = m ? bits_float(0x7FC00000u) : bits_float(0x7F800000u);
+  else if (e == 0) v = static_cast<float>(m) * 0x1.0p-16f;
+  else v = bits_float(((e + 112u) << 23) | (m << 21));
+  return (c & 0x80u) ? -v : v;
+}
+
+// ------------------------------------------------------------------ E8M0 ----------------------------
+NIBBLE_HD float e8m0_decode(uint8_t b) {
+  if (b == 0xFF) return bits_float(0x7FC00000u);
+  if (b == 0) return bits_float(0x00400000u);
+  return bits_float(static_cast<uint32_t>(b) << 23);
+}
+NIBBLE_HD uint8_t e8m0_encode_ceil(float v) {
+  if (is_nan_f(v)) return 0xFF;
+  const uint32_t u = float_bits(v);
+  if ((u & 0x7FFFFFFFu) == 0x7F800000u) return 0xFE;
+  if (v == 0.0f) return 0;
+  uint32_t exponent = (u >> 23) & 0xFFu;
+  const uint32_t mantissa = u & 0x7FFFFFu;
+  if (mantissa > 0 && exponent != 0xFE && !(exponent == 0 && mantissa <= 0x400000u)) ++exponent;
+  return static_cast<uint8_t>(exponent);
+}
+// 2^(127-b) exactly (subnormal FP32 for b = 254).
+NIBBLE_HD float e8m0_decode_reciprocal(uint8_t b) {
+  const int e = 127 - static_cast<int>(b);
+  if (e >= -126) return bits_float(static_cast<uint32_t>(e + 127) << 23);
+  return bits_float(1u << (22 - (-127 - e)));
+}
+
+// ------------------------------------------------------------------ BF16 ----------------------------
+NIBBLE_HD uint16_t bf16_bits_rn(float x) {
+  const uint32_t u = float_bits(x);
+  if (is_nan_f(x)) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+NIBBLE_HD float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+NIBBLE_HD float round_to_bf16(float x) { return bf16_bits_to_float(bf16_bits_rn(x)); }
+
+// ------------------------------------------------------------------ Philox4x32-10 -------------------
+struct Philox4 {
+  uint32_t v[4];
+};
+NIBBLE_HD uint32_t mulhi_u32(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umulhi(a, b);
+#else
+  return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
+#endif
+}
+NIBBLE_HD Philox4 philox4x32_10(uint64_t block, uint64_t seed) {
+  uint32_t c0 = static_cast<uint32_t>(block), c1 = static_cast<uint32_t>(block >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint32_t hi0 = mulhi_u32(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    const uint32_t hi1 = mulhi_u32(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+NIBBLE_HD float philox_word_to_uniform(uint32_t w) { return static_cast<float>(w >> 8) * 0x1.0p-24f; }
+
+// Uniforms for consecutive stream positions; one Philox call serves four positions, as in the
+// reference (position i uses word i & 3 of block i >> 2).
+struct PhiloxStream {
+  uint64_t seed;
+  uint64_t cached_block = ~0ull;
+  Philox4 words{};
+  NIBBLE_HD explicit PhiloxStream(uint64_t s) : seed(s) {}
+  NIBBLE_HD float uniform(uint64_t index) {
+    const uint64_t block = index >> 2;
+    if (block != cached_block) {
+      words = philox4x32_10(block, seed);
+      cached_block = block;
+    }
+    return philox_word_to_uniform(words.v[index & 3]);
+  }
+};
+
+// ------------------------------------------------------------------ RHT (16-point) ------------------
+NIBBLE_HD float rht_sign(int i) {
+  // TE's sign vector [1,1,1,-1,1,-1,-1,-1,-1,-1,-1,1,-1,1,-1,-1] as a bit mask (bit i set = -1).
+  return ((0xD7E8u >> i) & 1u) ? -1.0f : 1.0f;
+}
+NIBBLE_HD void walsh_hadamard16(float* v) {
+  for (int h = 1; h < 16; h <<= 1)
+    for (int i = 0; i < 16; i += 2 * h)
+      for (int j = i; j < i + h; ++j) {
+        const float a = v[j], b = v[j + h];
+        v[j] = nb_add(a, b);
+        v[j + h] = nb_sub(a, b);
+      }
+}
+NIBBLE_HD void rht16_forward(float* v) {
+  for (int i = 0; i < 16; ++i) v[i] = nb_mul(v[i], rht_sign(i));
+  walsh_hadamard16(v);
+  for (int i = 0; i < 16; ++i) v[i] = nb_mul(v[i], 0.25f);
+}
+NIBBLE_HD void rht16_inverse(float* v) {
+  walsh_hadamard16(v);
+  for (int i = 0; i < 16; ++i) v[i] = nb_mul(v[i], nb_mul(0.25f, rht_sign(i)));
+}
+// What the reference's rht_rows(..., round_bf16 = true) does to one block.
+NIBBLE_HD void rht16_forward_bf16(float* v) {
+  rht16_forward(v);
+  for (int i = 0; i < 16; ++i) v[i] = round_to_bf16(v[i]);
+}
+
+// ------------------------------------------------------------------ NVFP4 chain ---------------------
+struct GlobalScale {
+  float encode;  // S_enc
+  float decode;  // S_dec = 1 / S_enc
+};
+NIBBLE_HD GlobalScale nvfp4_global_scale(float amax, bool four_over_six) {
+  const float numerator = four_over_six ? 1536.0f : 2688.0f;
+  float enc = min_f(nb_div(numerator, amax), FLT_MAX);
+  if (amax == 0.0f || enc == 0.0f) enc = 1.0f;
+  return {enc, nb_div(1.0f, enc)};
+}
+
+// Element encoders: map the 16 scaled values x*enc of a block to E2M1 codes (one per element).
+// The reference's RN and its Philox SR are here; Blackwell adds hardware-conversion encoders in
+// nvfp4_kernels.cuh. Four Over Six calls the encoder twice on the same block, so an SR encoder must
+// draw the same uniforms both times, as the reference does (it indexes the stream by element).
+struct ReferenceRn {
+  NIBBLE_HD void operator()(const float* scaled, uint8_t* codes) const {
+    for (int k = 0; k < 16; ++k) codes[k] = e2m1_encode_rn(scaled[k]);
+  }
+};
+struct ReferenceSr {
+  uint64_t seed;
+  uint64_t first_index;  // stream position of element 0 of the block
+  NIBBLE_HD void operator()(const float* scaled, uint8_t* codes) const {
+    PhiloxStream stream(seed);
+    for (int k = 0; k < 16; ++k) codes[k] = e2m1_encode_sr(scaled[k], stream.uniform(first_index + k));
+  }
+};
+
+// One block of 16 values (already transformed when RHT is on) with a block scale that maps the
+// block maximum to 1/target_rcp (6, or 4 for Four Over Six); returns the E4M3 scale byte.
+template <class Encoder>
+NIBBLE_HD uint8_t nvfp4_encode_block_with(const float* x, float block_amax, GlobalScale g, float target_rcp,
+                                          const Encoder& encode, uint8_t* codes) {
+  const float sdec = nb_mul(block_amax, nb_mul(g.encode, target_rcp));
+  const uint8_t s = e4m3_encode_rn(sdec);
+  const float enc = min_f(nb_div(1.0f, nb_mul(e4m3_decode(s), g.decode)), FLT_MAX);
+  float scaled[16];
+  for (int k = 0; k < 16; ++k) scaled[k] = nb_mul(x[k], enc);
+  encode(scaled, codes);
+  return s;
+}
+NIBBLE_HD float nvfp4_block_sq_error(const float* x, uint8_t s, const uint8_t* codes, GlobalScale g) {
+  const float d = nb_mul(e4m3_decode(s), g.decode);
+  float err = 0.0f;
+  for (int k = 0; k < 16; ++k) {
+    const float e = nb_sub(nb_mul(e2m1_value(codes[k]), d), x[k]);
+    err = nb_add(err, nb_mul(e, e));
+  }
+  return err;
+}
+// The reference's nvfp4_quantize_block for n = 16: codes unpacked, one per element.
+template <class Encoder>
+NIBBLE_HD uint8_t nvfp4_quantize_block16(const float* x, float block_amax, GlobalScale g, bool four_over_six,
+                                         const Encoder& encode, uint8_t* codes) {
+  const uint8_t s6 = nvfp4_encode_block_with(x, block_amax, g, 1.0f / 6.0f, encode, codes);
+  if (!four_over_six) return s6;
+  uint8_t codes4[16];
+  const uint8_t s4 = nvfp4_encode_block_with(x, block_amax, g, 1.0f / 4.0f, encode, codes4);
+  if (nvfp4_block_sq_error(x, s4, codes4, g) < nvfp4_block_sq_error(x, s6, codes, g)) {
+    for (int k = 0; k < 16; ++k) codes[k] = codes4[k];
+    return s4;
+  }
+  return s6;
+}
+NIBBLE_HD float block_amax16(const float* x) {
+  float m = 0.0f;
+  for (int k = 0; k < 16; ++k) m = max_f(m, abs_f(x[k]));
+  return m;
+}
+// FP8 per-tensor scale (TE current scaling, margin 0): returns the encode scale.
+NIBBLE_HD float fp8_tensor_scale(float amax, bool e4m3) {
+  float scale = nb_div(e4m3 ? 448.0f : 57344.0f, amax);
+  if (amax == 0.0f || !(scale > 0.0f)) scale = 1.0f;
+  return min_f(scale, FLT_MAX);
+}
+
+// ------------------------------------------------------------------ 128x4 scale swizzle -------------
+// cuBLASLt's VEC16_UE4M3 / VEC32_UE8M0 scale layout (spec section 7): scale (r, c) of a tensor with
+// `scale_cols` scale columns lives at this byte offset; the buffer is padded to rows % 128 and
+// scale_cols % 4 with zeros.
+NIBBLE_HD int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+NIBBLE_HD int64_t swizzled_scale_offset(int64_t r, int64_t c, int64_t scale_cols) {
+  const int64_t col_tiles = (scale_cols + 3) / 4;
+  return ((r / 128 * col_tiles + c / 4) * 32 + r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+}
+NIBBLE_HD int64_t swizzled_scale_bytes(int64_t rows, int64_t scale_cols) {
+  return round_up(rows, 128) * round_up(scale_cols, 4);
+}
+// The inverse: which (row, col) a byte offset of the swizzled buffer holds (may lie in the padding).
+struct ScaleIndex {
+  int64_t row, col;
+};
+NIBBLE_HD ScaleIndex swizzled_scale_position(int64_t offset, int64_t scale_cols) {
+  const int64_t col_tiles = (scale_cols + 3) / 4;
+  const int64_t tile = offset / 512, in_tile = offset % 512;
+  const int64_t row_in_32 = in_tile / 16, quad = (in_tile % 16) / 4, col_in_4 = in_tile % 4;
+  return {(tile / col_tiles) * 128 + quad * 32 + row_in_32, (tile % col_tiles) * 4 + col_in_4};
+}
+
+}  // namespace nibble::cuda::dm

@@ -1,0 +1,228 @@
+// cuBLASLt GEMMs: native NVFP4 (Blackwell), FP8 (Ada/Hopper+), BF16, and the exact BF16 emulation
+// of NVFP4/MX on GPUs without FP4 units. See gemm.h.
+//
+// Layout: cuBLASLt is column-major. A row-major C[M,N] is the column-major C^T[N,M], and
+// C^T = B . A^T, so cuBLASLt's "A" is our b (stored [N,K] row-major = column-major [K,N], used
+// transposed) and its "B" is our a (column-major [K,M], not transposed): m = N, n = M, "TN".
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "kernels/cuda/device_math.h"
+#include "kernels/cuda/gemm.h"
+
+namespace nibble::cuda {
+
+std::string_view to_string(GemmPath p) {
+  switch (p) {
+    case GemmPath::native_nvfp4: return "native NVFP4 (cuBLASLt, FP4 tensor cores)";
+    case GemmPath::fp8_cublaslt: return "FP8 (cuBLASLt)";
+    case GemmPath::emulated_bf16: return "emulated (exact BF16 decode + cuBLASLt BF16)";
+  }
+  return "?";
+}
+
+namespace {
+bool is_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
+}  // namespace
+
+void check_gemm_operands(Format af, int64_t a_rows, int64_t a_cols, Format bf, int64_t b_rows, int64_t b_cols,
+                         int64_t ldc) {
+  const bool compatible = (af == bf && !is_fp8(af)) || (is_fp8(af) && is_fp8(bf));
+  if (!compatible)
+    throw UsageError("cannot multiply " + std::string(to_string(af)) + " by " + std::string(to_string(bf)) +
+                     ": use nvfp4 x nvfp4, mxfp4 x mxfp4, mxfp8 x mxfp8 or fp8 x fp8");
+  if (a_cols != b_cols)
+    throw UsageError("GEMM operands disagree on K: a is [" + std::to_string(a_rows) + ", " + std::to_string(a_cols) +
+                     "], b is [" + std::to_string(b_rows) + ", " + std::to_string(b_cols) +
+                     "] (both must be K-contiguous: C = a . b^T)");
+  if (ldc < b_rows)
+    throw UsageError("ldc " + std::to_string(ldc) + " is smaller than N = " + std::to_string(b_rows));
+  if (a_rows <= 0 || b_rows <= 0 || a_cols <= 0) throw UsageError("GEMM with an empty operand");
+}
+
+GemmPath choose_gemm_path(Format a, Format b, GemmShape s, int cc_major, int cc_minor) {
+  if (a == Format::nvfp4 && b == Format::nvfp4 && has_native_nvfp4_gemm(cc_major, cc_minor) && s.k % 32 == 0 &&
+      s.ldc % 4 == 0)
+    return GemmPath::native_nvfp4;
+  // cuBLASLt FP8 wants 16-byte aligned leading dimensions and has no e5m2 x e5m2 kernels.
+  if (is_fp8(a) && is_fp8(b) && !(a == Format::fp8_e5m2 && b == Format::fp8_e5m2) &&
+      has_fp8_gemm(cc_major, cc_minor) && s.k % 16 == 0 && s.ldc % 4 == 0)
+    return GemmPath::fp8_cublaslt;
+  return GemmPath::emulated_bf16;
+}
+
+namespace {
+
+// ------------------------------------------------------------------ cuBLASLt plumbing --------------
+struct MatmulDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  MatmulDesc() { NIBBLE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  ~MatmulDesc() { cublasLtMatmulDescDestroy(desc); }
+  template <typename T>
+  void set(cublasLtMatmulDescAttributes_t attr, const T& value) {
+    NIBBLE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+  }
+};
+struct Layout {
+  cublasLtMatrixLayout_t layout = nullptr;
+  Layout(cudaDataType type, int64_t rows, int64_t cols, int64_t ld) {
+    NIBBLE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
+                                                   static_cast<uint64_t>(cols), ld));
+  }
+  ~Layout() { cublasLtMatrixLayoutDestroy(layout); }
+};
+struct Preference {
+  cublasLtMatmulPreference_t pref = nullptr;
+  explicit Preference(size_t workspace) {
+    NIBBLE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    NIBBLE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &workspace, sizeof(workspace)));
+  }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(pref); }
+};
+
+// One cuBLASLt operand as cuBLASLt sees it (column-major, before op).
+struct LtOperand {
+  cudaDataType type;
+  const void* data;
+  int64_t rows, cols, ld;
+  cublasOperation_t op;
+  const void* block_scales = nullptr;  // swizzled, for block-scaled narrow types
+  int32_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+};
+
+// Heuristic results per problem, so repeated GEMMs (training steps, benchmarks) skip the query.
+using PlanKey = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, const void*>;
+struct Plan {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// Runs D = alpha * opA(A) opB(B) + beta * D (m x n, FP32, ld ldd). alpha_beta points to {alpha, beta}
+// in device memory when `device_scalars`, else in host memory. Returns false, having launched
+// nothing, when cuBLASLt has no algorithm for this combination (the caller falls back).
+bool lt_matmul(Context& ctx, int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOperand& b, float* d,
+               int64_t ldd, const float* alpha_beta, bool device_scalars) {
+  MatmulDesc desc;
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, a.op);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, b.op);
+  if (device_scalars) desc.set(CUBLASLT_MATMUL_DESC_POINTER_MODE, static_cast<int32_t>(CUBLASLT_POINTER_MODE_DEVICE));
+  if (a.block_scales) {
+    desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a.scale_mode);
+    desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.block_scales);
+  }
+  if (b.block_scales) {
+    desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b.scale_mode);
+    desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.block_scales);
+  }
+  Layout la(a.type, a.rows, a.cols, a.ld), lb(b.type, b.rows, b.cols, b.ld), ld(CUDA_R_32F, m, n, ldd);
+
+  thread_local std::map<PlanKey, Plan> plans;
+  const PlanKey key{static_cast<int>(a.type), static_cast<int>(b.type), static_cast<int>(a.op),
+                    static_cast<int>(b.op),   a.scale_mode,             m,
+                    n,                        k,                        a.ld,
+                    b.ld,                     ldd,                      device_scalars ? 1 : 0,
+                    &ctx};
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    Preference pref(ctx.blas_workspace_bytes());
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.blas(), desc.desc, la.layout, lb.layout,
+                                                                 ld.layout, ld.layout, pref.pref, 1, &result, &count);
+    Plan plan;
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0) {
+      plan.found = true;
+      plan.algo = result.algo;
+    } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_SUCCESS) {
+      NIBBLE_CUBLAS_CHECK(status);
+    }
+    it = plans.emplace(key, plan).first;
+  }
+  if (!it->second.found) return false;
+  NIBBLE_CUBLAS_CHECK(cublasLtMatmul(ctx.blas(), desc.desc, alpha_beta, a.data, la.layout, b.data, lb.layout,
+                                     alpha_beta + 1, d, ld.layout, d, ld.layout, &it->second.algo,
+                                     ctx.blas_workspace(), ctx.blas_workspace_bytes(), ctx.stream()));
+  return true;
+}
+
+// {alpha * decode_a * decode_b, beta} on the device: the global scales never visit the host.
+__global__ void fold_alpha_kernel(const float* globals_a, const float* globals_b, float alpha, float beta,
+                                  float* alpha_beta) {
+  alpha_beta[0] = dm::nb_mul(dm::nb_mul(globals_a[1], globals_b[1]), alpha);
+  alpha_beta[1] = beta;
+}
+
+cudaDataType fp8_type(Format f) { return f == Format::fp8_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+}  // namespace
+
+GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha, bool accumulate,
+              Context& ctx) {
+  check_gemm_operands(a.format, a.rows, a.cols, b.format, b.rows, b.cols, ldc);
+  const int64_t M = a.rows, N = b.rows, K = a.cols;
+  const GemmShape shape{M, N, K, ldc};
+  const DeviceInfo& dev = ctx.device();
+  GemmPath path = choose_gemm_path(a.format, b.format, shape, dev.cc_major, dev.cc_minor);
+
+  float* alpha_beta = reinterpret_cast<float*>(ctx.scratch(Context::Scratch::scalars, 2 * sizeof(float)));
+  fold_alpha_kernel<<<1, 1, 0, ctx.stream()>>>(a.globals.data(), b.globals.data(), alpha, accumulate ? 1.0f : 0.0f,
+                                               alpha_beta);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+
+  // cuBLASLt may lack kernels that read alpha from the device for some narrow-type combinations:
+  // then fetch it (one synchronisation) and retry with host scalars before falling back.
+  auto run_lt = [&](const LtOperand& lt_a, const LtOperand& lt_b) {
+    if (lt_matmul(ctx, N, M, K, lt_a, lt_b, c, ldc, alpha_beta, true)) return true;
+    float host_scalars[2];
+    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(host_scalars, alpha_beta, sizeof host_scalars, cudaMemcpyDeviceToHost, ctx.stream()));
+    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    return lt_matmul(ctx, N, M, K, lt_a, lt_b, c, ldc, host_scalars, false);
+  };
+  if (path == GemmPath::native_nvfp4) {
+    uint8_t* sa = ctx.scratch(Context::Scratch::scales_a, static_cast<size_t>(dm::swizzled_scale_bytes(M, K / 16)));
+    uint8_t* sb = ctx.scratch(Context::Scratch::scales_b, static_cast<size_t>(dm::swizzled_scale_bytes(N, K / 16)));
+    swizzle_scales(a, sa, ctx);
+    swizzle_scales(b, sb, ctx);
+    const LtOperand lt_a{CUDA_R_4F_E2M1, b.codes.data(), K, N, K, CUBLAS_OP_T, sb,
+                         CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3};
+    const LtOperand lt_b{CUDA_R_4F_E2M1, a.codes.data(), K, M, K, CUBLAS_OP_N, sa,
+                         CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3};
+    if (run_lt(lt_a, lt_b)) return path;
+    path = GemmPath::emulated_bf16;
+  } else if (path == GemmPath::fp8_cublaslt) {
+    const LtOperand lt_a{fp8_type(b.format), b.codes.data(), K, N, K, CUBLAS_OP_T};
+    const LtOperand lt_b{fp8_type(a.format), a.codes.data(), K, M, K, CUBLAS_OP_N};
+    if (run_lt(lt_a, lt_b)) return path;
+    path = GemmPath::emulated_bf16;
+  }
+
+  // Emulation: exact BF16 operands (block scale folded in), global scales in alpha.
+  auto* a16 = reinterpret_cast<uint16_t*>(ctx.scratch(Context::Scratch::operand_a, static_cast<size_t>(M * K) * 2));
+  auto* b16 = reinterpret_cast<uint16_t*>(ctx.scratch(Context::Scratch::operand_b, static_cast<size_t>(N * K) * 2));
+  dequantize_block_scaled_bf16(a, a16, ctx);
+  dequantize_block_scaled_bf16(b, b16, ctx);
+  gemm_bf16(Trans::no, Trans::yes, M, N, K, 0.0f, a16, K, b16, K, 0.0f, c, ldc, ctx, alpha_beta);
+  return path;
+}
+
+void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx,
+               const float* alpha_beta_device) {
+  if (m <= 0 || n <= 0 || k <= 0) throw UsageError("gemm_bf16 with an empty dimension");
+  // C^T[N,M] = op(B)^T . op(A)^T. A row-major matrix is its own transpose in column-major terms:
+  // op(B)^T is B's storage as is when tb == no ([N,K] column-major view of row-major [K,N]).
+  const LtOperand lt_a = tb == Trans::no ? LtOperand{CUDA_R_16BF, b, n, k, ldb, CUBLAS_OP_N}
+                                         : LtOperand{CUDA_R_16BF, b, k, n, ldb, CUBLAS_OP_T};
+  const LtOperand lt_b = ta == Trans::no ? LtOperand{CUDA_R_16BF, a, k, m, lda, CUBLAS_OP_N}
+                                         : LtOperand{CUDA_R_16BF, a, m, k, lda, CUBLAS_OP_T};
+  const float host_scalars[2] = {alpha, beta};
+  const bool on_device = alpha_beta_device != nullptr;
+  if (!lt_matmul(ctx, n, m, k, lt_a, lt_b, c, ldc, on_device ? alpha_beta_device : host_scalars, on_device))
+    throw CudaError("cuBLASLt offers no BF16 GEMM algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                    " k=" + std::to_string(k) + " on " + ctx.device().name);
+}
+
+}  // namespace nibble::cuda

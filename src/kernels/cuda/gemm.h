@@ -1,0 +1,45 @@
+// GPU GEMMs with the CPU's contract (kernels/cpu/gemm.h), on device pointers:
+//   C[M,N] = alpha * A[M,K] . B[N,K]^T   (+ C when accumulate), FP32 output, row-major, ldc >= N,
+// both quantized operands K-contiguous (the TN layout cuBLASLt requires for narrow types).
+// The path depends on the operands and the device (choose_gemm_path):
+//   native_nvfp4   sm_100+: cuBLASLt NVFP4 (CUDA_R_4F_E2M1, VEC16_UE4M3 scales in the 128x4 swizzled
+//                  layout); the two global decode scales are folded into alpha on the device.
+//   fp8_cublaslt   sm_89+: cuBLASLt FP8 x FP8 (not e5m2 x e5m2); decode scales folded into alpha.
+//   emulated_bf16  everything else, e.g. NVFP4 on Hopper: decode codes * block scale to BF16 (exact:
+//                  an e2m1 x e4m3 product has at most 6 significant bits) and run a cuBLASLt BF16
+//                  GEMM with FP32 accumulation; the global scales go into alpha. NVFP4 numerics up
+//                  to summation order.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/cuda/quantize.h"
+
+namespace nibble::cuda {
+
+enum class GemmPath : uint8_t { native_nvfp4, fp8_cublaslt, emulated_bf16 };
+std::string_view to_string(GemmPath p);
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0, ldc = 0;
+};
+// Pure decision (no device needed): which path gemm() tries first.
+GemmPath choose_gemm_path(Format a, Format b, GemmShape s, int cc_major, int cc_minor);
+// The CPU gemm's operand rules: same K, compatible formats, ldc >= N. Throws UsageError.
+void check_gemm_operands(Format a_format, int64_t a_rows, int64_t a_cols, Format b_format, int64_t b_rows,
+                         int64_t b_cols, int64_t ldc);
+
+// Returns the path that ran (a native path falls back to emulation when cuBLASLt offers no
+// algorithm for the shape). c is a device pointer. Asynchronous on ctx's stream.
+GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha = 1.0f,
+              bool accumulate = false, Context& ctx = default_context());
+
+enum class Trans : uint8_t { no, yes };
+// BLAS-style BF16 GEMM through cuBLASLt, FP32 accumulation and output, row-major like the CPU's
+// gemm_bf16: C[M,N] = alpha * op(A) op(B) + beta * C, op(A) [M,K], op(B) [K,N]; a, b are BF16 bits.
+// alpha_beta_device: when non-null, a device pointer to {alpha, beta} used instead of the arguments.
+void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx = default_context(),
+               const float* alpha_beta_device = nullptr);
+
+}  // namespace nibble::cuda

@@ -1,0 +1,97 @@
+// GPU quantization: the device twin of format/quantize.h, bit-identical to nibble::ref for
+// round-to-nearest and for stochastic rounding (the same Philox stream, indexed by element).
+//   quantize            row-wise blocks along K (cols): NVFP4 1x16 / 16x16, MXFP4/MXFP8, FP8.
+//   quantize_both       one read of x gives the row-wise copy and the column-wise one (the
+//                       quantization of x^T, = ref::quantize_transposed): the fused transposed copy.
+// Every function runs two passes, as the spec's chain needs the tensor amax before any block: an
+// amax reduction (which also finds the first non-finite value) and the quantization, both on the
+// context's stream. Global scales stay on the device (DeviceQuantized::globals).
+#pragma once
+#include <cstdint>
+
+#include "format/codecs.h"
+#include "format/quantized_tensor.h"
+#include "kernels/cuda/context.h"
+
+namespace nibble::cuda {
+
+struct DeviceQuantized {
+  Format format = Format::nvfp4;
+  BlockShape block = BlockShape::row_1x16;
+  Rounding rounding = Rounding::nearest;
+  bool rht = false;
+  bool four_over_six = false;
+  int64_t rows = 0, cols = 0;
+  DeviceBuffer<uint8_t> codes;   // as QuantizedTensor::codes
+  DeviceBuffer<uint8_t> scales;  // row-major [rows, scale_cols] (not swizzled)
+  DeviceBuffer<float> globals;   // [0] amax, [1] decode scale (S_dec for nvfp4, 1/scale for fp8, 1 for mx)
+
+  int64_t block_len() const;
+  int64_t scale_cols() const { return block == BlockShape::per_tensor ? 0 : cols / block_len(); }
+  bool is_4bit() const { return format == Format::nvfp4 || format == Format::mxfp4; }
+};
+
+// Knobs that only the GPU path has.
+struct KernelOptions {
+  // Read back the first non-finite input index (one small synchronising copy) and throw UsageError
+  // naming it, as the reference does. Off: non-finite input gives unspecified codes, no sync.
+  bool check_finite = true;
+  // sm_100a/103a only, SR only: the hardware's cvt.rs stochastic rounding (random bits from the
+  // same Philox stream) instead of the reference's comparison. Same statistics, not the same bits.
+  bool hardware_stochastic_rounding = false;
+  // Use the Blackwell conversion instructions when the device has them (bit-identical for RN).
+  bool allow_sm100_kernels = true;
+  // Device pointers to amaxes computed elsewhere (fused into a previous kernel, or a previous
+  // quantization's globals[0]): the amax pass is skipped, and with it the non-finite check. For
+  // quantize_both, given_amax is the row-wise copy's and given_column_amax the column-wise one's
+  // (unused for 16x16 tiles, which share the row-wise amax); both must be given to skip the pass.
+  const float* given_amax = nullptr;
+  const float* given_column_amax = nullptr;
+};
+
+// Device pointers, row-major [rows, cols], 16-byte aligned. Throws UsageError for the shapes and
+// options the reference refuses (same messages) and for non-finite input (with check_finite).
+DeviceQuantized quantize(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                         Context& ctx = default_context(), const KernelOptions& kopt = {});
+DeviceQuantized quantize(const bf16* x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                         Context& ctx = default_context(), const KernelOptions& kopt = {});
+
+struct QuantizedPair {
+  DeviceQuantized rowwise;     // quantize(x, row_opt)
+  DeviceQuantized columnwise;  // ref::quantize_transposed(x, col_opt): [cols, rows]
+};
+// NVFP4 only, rows % 16 == 0. For 16x16 tiles (col_opt == row_opt) the column-wise copy is the exact
+// transpose of the row-wise codes and scales; for 1x16 it is an independent quantization of x^T
+// with its own options (RHT along tokens, SR seed/offset), as the wgrad GEMM needs.
+QuantizedPair quantize_both(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                            const QuantOptions& col_opt, Context& ctx = default_context(),
+                            const KernelOptions& kopt = {});
+QuantizedPair quantize_both(const bf16* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                            const QuantOptions& col_opt, Context& ctx = default_context(),
+                            const KernelOptions& kopt = {});
+// The column-wise copy alone (any format; NVFP4 through the fused kernel).
+DeviceQuantized quantize_transposed(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                                    Context& ctx = default_context(), const KernelOptions& kopt = {});
+
+// max |x| over n values into *amax_out (device pointer), on ctx's stream.
+void amax(const float* x, int64_t n, float* amax_out, Context& ctx = default_context());
+
+// Values in the original domain (inverse RHT applied when q.rht), FP32, row-major.
+void dequantize(const DeviceQuantized& q, float* out, Context& ctx = default_context());
+// codes * block scale, global scale left out, as BF16 bits: exact for NVFP4 (e2m1 x e4m3 has at most
+// 6 significant bits), MXFP4, FP8; the operand of the emulated GEMM (the global scale goes to alpha).
+void dequantize_block_scaled_bf16(const DeviceQuantized& q, uint16_t* out, Context& ctx = default_context());
+
+// The 128x4 tile layout cuBLASLt reads block scales in (spec section 7), zero-padded:
+// out must hold dm::swizzled_scale_bytes(q.rows, q.scale_cols()) bytes.
+void swizzle_scales(const DeviceQuantized& q, uint8_t* out, Context& ctx = default_context());
+void swizzle_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols, uint8_t* out, Context& ctx);
+
+// Host <-> device (synchronising), for tests and checkpoints.
+QuantizedTensor to_host(const DeviceQuantized& q);
+DeviceQuantized to_device(const QuantizedTensor& q, Context& ctx = default_context());
+
+// The shape/option checks of ref::validate that need no data (the values are checked on the device).
+void validate_shape(int64_t rows, int64_t cols, const QuantOptions& opt);
+
+}  // namespace nibble::cuda
