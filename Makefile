@@ -42,3 +42,19 @@ fuzz:
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log build-fuzz build-fuzz.configure.log
+
+# The README's first command: installs what is missing, builds the nibble command, prepares the
+# shipped Shakespeare text, trains a small model in NVFP4 (about ten minutes on 2 cores), samples
+# it and plots its loss. Re-running continues (or reuses) the same run: resume=true.
+DEMO_RUN ?= runs/shakespeare-nvfp4
+.PHONY: demo
+demo: configure
+	@cmake --build $(BUILD) -j$(JOBS) --target nibble
+	@$(BUILD)/nibble prepare data/tinyshakespeare.txt -o data/shakespeare_char
+	@$(BUILD)/nibble train configs/shakespeare.yaml run.dir=$(DEMO_RUN) resume=true
+	@echo "--- a sample from $(DEMO_RUN):"
+	@$(BUILD)/nibble generate $(DEMO_RUN) --prompt "ROMEO:" --max-tokens 300 --seed 1
+	@$(BUILD)/nibble compare $(DEMO_RUN) -o $(DEMO_RUN)/loss.png
+	@echo "run directory: $(DEMO_RUN) (config.yaml, metrics.jsonl, checkpoints/, tokenizer.json); loss plot: $(DEMO_RUN)/loss.png"
+	@echo "next: nibble generate $(DEMO_RUN) --prompt \"JULIET:\"; a BF16 baseline to compare with:"
+	@echo "  $(BUILD)/nibble train configs/shakespeare.yaml quantization=bf16 run.dir=runs/shakespeare-bf16 && $(BUILD)/nibble compare runs/shakespeare-bf16 $(DEMO_RUN)"

@@ -6,6 +6,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev libopenblas-dev
+  libyaml-cpp-dev libsentencepiece-dev libcairo2-dev
   clang libclang-rt-14-dev
   python3-numpy
 )

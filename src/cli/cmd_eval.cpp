@@ -1,0 +1,49 @@
+// `nibble eval RUN`: validation loss and perplexity of a run's checkpoint on a token file.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+
+#include "cli/command.h"
+#include "train/run.h"
+#include "train/shards.h"
+
+namespace nibble::cli {
+namespace {
+
+struct EvalOptions {
+  std::string run, tokens, checkpoint;
+  int64_t max_windows = 0;
+  bool fp32 = false;
+};
+
+CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<EvalOptions>();
+  CLI::App* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a trained run on a token file");
+  cmd->add_option("run", o->run, "run directory (written by nibble train)")->required();
+  cmd->add_option("--tokens", o->tokens, "token shard to evaluate on (default: the run's data.dir/val.bin)");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory (default: the newest of the run)");
+  cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0: the whole file)");
+  cmd->add_flag("--fp32", o->fp32, "evaluate with FP32 GEMMs instead of the run's recipe");
+  cmd->callback([o, &exit_code] {
+    auto run = train::load_run(o->run, o->checkpoint.empty() ? std::nullopt
+                                                             : std::optional<std::filesystem::path>(o->checkpoint));
+    const std::filesystem::path tokens_path =
+        o->tokens.empty() ? std::filesystem::path(run.config.data_dir) / train::kValShardFile : std::filesystem::path(o->tokens);
+    const auto shard = train::read_token_shard(tokens_path);
+    if (shard.vocab_size != run.tokenizer->vocab_size())
+      throw UsageError(fmt::format("{} was written for a vocabulary of {} ids, the run's tokenizer has {}: use a token "
+                                   "file prepared with the run's tokenizer",
+                                   tokens_path.string(), shard.vocab_size, run.tokenizer->vocab_size()));
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = train::evaluate_token_stream(run, shard.tokens, o->max_windows, !o->fp32);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("{} (step {}) on {}: loss {:.4f}, perplexity {:.3f} over {} tokens in {} windows ({}; {:.1f}s)\n",
+               run.checkpoint.string(), run.state.step, tokens_path.string(), r.loss, r.perplexity(), r.tokens,
+               r.windows, o->fp32 ? "FP32 GEMMs" : "the run's recipe", s);
+    exit_code = 0;
+  });
+});
+
+}  // namespace
+}  // namespace nibble::cli

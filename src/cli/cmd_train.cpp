@@ -1,0 +1,50 @@
+// `nibble train CONFIG.yaml [key=value ...]`: trains per a YAML config with dotted overrides.
+// All logic lives in train/run.h; this file only parses the command line.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/command.h"
+#include "train/config.h"
+#include "train/run.h"
+
+namespace nibble::cli {
+namespace {
+
+struct TrainOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool list_keys = false;
+};
+
+CommandRegistration train_command("train", [](CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a model from a YAML config; key=value words override it (e.g. quantization=nvfp4 steps=2000)");
+  cmd->add_option("config", o->config, "YAML config, e.g. configs/shakespeare.yaml");
+  cmd->add_option("overrides", o->overrides, "dotted key=value overrides, e.g. model.layers=6 resume=true");
+  cmd->add_flag("--keys", o->list_keys, "list every config key with its type and meaning, then exit");
+  cmd->callback([o, &exit_code] {
+    if (o->list_keys) {
+      for (const auto& k : train::config_keys()) {
+        const char* type = k.kind == train::ConfigValueKind::integer ? "integer"
+                           : k.kind == train::ConfigValueKind::real  ? "number"
+                           : k.kind == train::ConfigValueKind::boolean ? "true|false"
+                                                                       : "text";
+        fmt::print("{:<28} {:<10} {}\n", k.name, type, k.help);
+      }
+      exit_code = 0;
+      return;
+    }
+    if (o->config.empty()) throw UsageError("train needs a config file: nibble train configs/shakespeare.yaml [key=value ...]");
+    // A first word with '=' is an override given without a config file.
+    if (o->config.find('=') != std::string::npos && !o->config.ends_with(".yaml") && !o->config.ends_with(".yml"))
+      throw UsageError(fmt::format("'{}' looks like an override, not a config file: nibble train CONFIG.yaml {}",
+                                   o->config, o->config));
+    train::RunConfig config = train::load_run_config(o->config, o->overrides);
+    exit_code = train::run_training(config, stdout);
+  });
+});
+
+}  // namespace
+}  // namespace nibble::cli

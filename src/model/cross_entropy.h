@@ -1,0 +1,16 @@
+// Softmax cross-entropy over the vocabulary, in high precision.
+#pragma once
+#include <cstdint>
+
+namespace nibble::model {
+
+// logits: [N, vocab]; targets: [N]; loss[n] = logsumexp(logits[n]) - logits[n, target[n]].
+// Returns the sum of loss[n] accumulated in double, in token order (deterministic).
+template <typename T>
+double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t vocab, T* loss);
+// dlogits[n] = scale * (softmax(logits[n]) - onehot(target[n])), overwritten. scale is 1/(tokens in
+// the loss mean) times any loss scale.
+template <typename T>
+void cross_entropy_backward(const T* logits, const int32_t* targets, int64_t n, int64_t vocab, T scale, T* dlogits);
+
+}  // namespace nibble::model

@@ -1,0 +1,52 @@
+#include "model/rmsnorm.h"
+#include "model/parallel.h"
+
+#include <cmath>
+
+namespace nibble::model {
+
+template <typename T>
+void rmsnorm_forward(const T* x, const T* gain, int64_t n, int64_t width, T eps, T* y, T* rstd) {
+#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xr = x + i * width;
+    T ss = 0;
+    for (int64_t c = 0; c < width; ++c) ss += xr[c] * xr[c];
+    T r = T(1) / std::sqrt(ss / static_cast<T>(width) + eps);
+    rstd[i] = r;
+    T* yr = y + i * width;
+    for (int64_t c = 0; c < width; ++c) yr[c] = xr[c] * r * gain[c];
+  }
+}
+
+template <typename T>
+void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int64_t n, int64_t width, T* dx,
+                      T* dgain) {
+#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xr = x + i * width;
+    const T* dyr = dy + i * width;
+    const T r = rstd[i];
+    T dot = 0;  // sum(dxhat * xhat)
+    for (int64_t c = 0; c < width; ++c) dot += dyr[c] * gain[c] * xr[c] * r;
+    const T mean_dot = dot / static_cast<T>(width);
+    T* dxr = dx + i * width;
+    for (int64_t c = 0; c < width; ++c) dxr[c] += r * (dyr[c] * gain[c] - xr[c] * r * mean_dot);
+  }
+  // The gain gradient sums over tokens: parallel over columns, each summed in token order.
+#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+  for (int64_t c = 0; c < width; ++c) {
+    T s = 0;
+    for (int64_t i = 0; i < n; ++i) s += dy[i * width + c] * x[i * width + c] * rstd[i];
+    dgain[c] += s;
+  }
+}
+
+template void rmsnorm_forward<float>(const float*, const float*, int64_t, int64_t, float, float*, float*);
+template void rmsnorm_forward<double>(const double*, const double*, int64_t, int64_t, double, double*, double*);
+template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*, int64_t, int64_t, float*,
+                                      float*);
+template void rmsnorm_backward<double>(const double*, const double*, const double*, const double*, int64_t, int64_t,
+                                       double*, double*);
+
+}  // namespace nibble::model

@@ -1,0 +1,66 @@
+#include "model/rope.h"
+#include "model/parallel.h"
+
+#include <cmath>
+
+#include "format/quantized_tensor.h"
+
+namespace nibble::model {
+
+template <typename T>
+RopeTable<T>::RopeTable(int64_t context_, int64_t head_dim_, double theta) : context(context_), head_dim(head_dim_) {
+  NIBBLE_CHECK(head_dim % 2 == 0);
+  const int64_t half = head_dim / 2;
+  cos.resize(static_cast<size_t>(context * half));
+  sin.resize(cos.size());
+  for (int64_t p = 0; p < context; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      double angle = static_cast<double>(p) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      cos[p * half + i] = static_cast<T>(std::cos(angle));
+      sin[p * half + i] = static_cast<T>(std::sin(angle));
+    }
+}
+
+namespace {
+template <typename T>
+void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+            const RopeTable<T>& t, T direction) {
+  NIBBLE_CHECK(seq <= t.context);
+  const int64_t hd = t.head_dim, half = hd / 2;
+#pragma omp parallel for schedule(static) if (tokens * heads * t.head_dim >= kMinParallelWork)
+  for (int64_t n = 0; n < tokens; ++n) {
+    const int64_t pos = n % seq;
+    const T* c = t.cos.data() + pos * half;
+    const T* s = t.sin.data() + pos * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      T* v = x + n * stride + first_col + h * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const T a = v[i], b = v[i + half], si = direction * s[i];
+        v[i] = a * c[i] - b * si;
+        v[i + half] = a * si + b * c[i];
+      }
+    }
+  }
+}
+}  // namespace
+
+template <typename T>
+void rope_forward(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                  const RopeTable<T>& table) {
+  rotate(x, tokens, seq, stride, first_col, heads, table, T(1));
+}
+
+template <typename T>
+void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                   const RopeTable<T>& table) {
+  rotate(dx, tokens, seq, stride, first_col, heads, table, T(-1));
+}
+
+template struct RopeTable<float>;
+template struct RopeTable<double>;
+template void rope_forward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&);
+template void rope_forward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&);
+template void rope_backward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&);
+template void rope_backward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&);
+
+}  // namespace nibble::model

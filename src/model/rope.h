@@ -1,0 +1,26 @@
+// Rotary position embedding (RoPE), half-split convention: within each head, element i and
+// element i + head_dim/2 form a pair rotated by angle pos * theta^(-2i/head_dim).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace nibble::model {
+
+template <typename T>
+struct RopeTable {
+  int64_t context = 0, head_dim = 0;
+  std::vector<T> cos, sin;  // [context, head_dim/2], computed in double
+  RopeTable(int64_t context, int64_t head_dim, double theta);
+};
+
+// x: [batch*seq, stride] with `heads` heads of head_dim starting at column `first_col`; token n sits
+// at position n % seq. Rotates in place (forward); backward applies the inverse rotation to the
+// gradient, because the rotation is orthogonal: dx = R^T dy.
+template <typename T>
+void rope_forward(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                  const RopeTable<T>& table);
+template <typename T>
+void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                   const RopeTable<T>& table);
+
+}  // namespace nibble::model

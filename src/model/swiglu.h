@@ -1,0 +1,16 @@
+// SwiGLU activation of the MLP: a = silu(gate) * up, where gate and up are the two halves of the
+// fused first linear's output. Kept in high precision.
+#pragma once
+#include <cstdint>
+
+namespace nibble::model {
+
+// gate_up: [N, 2*hidden] (gate in columns [0, hidden), up in [hidden, 2*hidden)); a: [N, hidden].
+template <typename T>
+void swiglu_forward(const T* gate_up, int64_t n, int64_t hidden, T* a);
+// dgate_up: [N, 2*hidden] overwritten.
+//   dgate = da * up * silu'(gate), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g);  dup = da * silu(gate)
+template <typename T>
+void swiglu_backward(const T* gate_up, const T* da, int64_t n, int64_t hidden, T* dgate_up);
+
+}  // namespace nibble::model

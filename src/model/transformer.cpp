@@ -1,0 +1,278 @@
+#include "model/transformer.h"
+#include "model/parallel.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "kernels/cpu/gemm.h"
+#include "model/cross_entropy.h"
+#include "model/embedding.h"
+#include "model/rmsnorm.h"
+#include "model/swiglu.h"
+
+namespace nibble::model {
+
+namespace {
+
+const char* kLinearNames[kLinearsPerBlock] = {"qkv", "attn_out", "gate_up", "down"};
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// N(0, std) by Box-Muller from a splitmix64 stream: the same values on every platform and
+// thread count (std::normal_distribution is not specified bit for bit).
+void fill_normal(float* out, int64_t n, float std_dev, uint64_t seed) {
+  uint64_t state = seed;
+  for (int64_t i = 0; i < n; i += 2) {
+    double u1 = (static_cast<double>(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    double u2 = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+    double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * M_PI * u2;
+    out[i] = static_cast<float>(r * std::cos(a) * std_dev);
+    if (i + 1 < n) out[i + 1] = static_cast<float>(r * std::sin(a) * std_dev);
+  }
+}
+
+void add_into(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  auto bad = [](const std::string& what) { throw UsageError("model: " + what); };
+  if (vocab <= 0) bad("vocab=" + std::to_string(vocab) + " must be positive");
+  if (layers <= 0) bad("layers=" + std::to_string(layers) + " must be positive");
+  if (heads <= 0 || width <= 0 || width % heads != 0)
+    bad("width=" + std::to_string(width) + " must be a positive multiple of heads=" + std::to_string(heads));
+  if (head_dim() % 2 != 0)
+    bad("head dimension width/heads=" + std::to_string(head_dim()) + " must be even for RoPE: change width or heads");
+  if (kv_heads < 0 || heads % kv_head_count() != 0)
+    bad("kv_heads=" + std::to_string(kv_heads) + " must divide heads=" + std::to_string(heads) + " (0 means no GQA)");
+  if (mlp_hidden < 0) bad("mlp_hidden=" + std::to_string(mlp_hidden) + " must be >= 0 (0 picks 8/3 width)");
+  if (context <= 0) bad("context=" + std::to_string(context) + " must be positive");
+  if (!(norm_eps > 0)) bad("norm_eps must be positive");
+}
+
+Transformer::Transformer(const ModelConfig& config)
+    : config_((config.validate(), config)), rope_(config.context, config.head_dim(), config.rope_theta) {
+  const int64_t d = config_.width, hd = config_.head_dim(), f = config_.hidden();
+  const int64_t qkv_out = (config_.heads + 2 * config_.kv_head_count()) * hd;
+  embedding_ = params_.add("embedding", config_.vocab, d, /*weight_decay=*/false);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const std::string p = "block" + std::to_string(l) + ".";
+    BlockParams b;
+    b.norm1 = params_.add(p + "norm1", 1, d, false);
+    b.qkv = params_.add(p + "qkv", qkv_out, d, true);
+    b.attn_out = params_.add(p + "attn_out", d, config_.heads * hd, true);
+    b.norm2 = params_.add(p + "norm2", 1, d, false);
+    b.gate_up = params_.add(p + "gate_up", 2 * f, d, true);
+    b.down = params_.add(p + "down", d, f, true);
+    blocks_.push_back(b);
+    linears_.push_back(std::make_unique<Linear>(p + "qkv", d, qkv_out));
+    linears_.push_back(std::make_unique<Linear>(p + "attn_out", config_.heads * hd, d));
+    linears_.push_back(std::make_unique<Linear>(p + "gate_up", d, 2 * f));
+    linears_.push_back(std::make_unique<Linear>(p + "down", f, d));
+  }
+  final_norm_ = params_.add("final_norm", 1, d, false);
+  head_ = config_.tied_embeddings ? embedding_ : params_.add("lm_head", config_.vocab, d, true);
+  params_.allocate();
+  init_weights(0);
+}
+
+void Transformer::init_weights(uint64_t seed) {
+  const float residual_std = config_.init_std / std::sqrt(2.0f * static_cast<float>(config_.layers));
+  uint64_t index = 0;
+  for (const auto& p : params_.params()) {
+    float* v = params_.value(p.offset);
+    const uint64_t tensor_seed = seed * 0x100000001B3ull + (++index) * 0x9E3779B97F4A7C15ull;
+    if (p.rows == 1) {  // norm gains
+      std::fill(v, v + p.size(), 1.0f);
+    } else {
+      bool residual = p.name.ends_with(".attn_out") || p.name.ends_with(".down");
+      fill_normal(v, p.size(), residual ? residual_std : config_.init_std, tensor_seed);
+    }
+  }
+}
+
+std::vector<LinearShape> Transformer::block_linear_shapes() const {
+  std::vector<LinearShape> s;
+  for (int i = 0; i < kLinearsPerBlock; ++i)
+    s.push_back({kLinearNames[i], linears_[i]->in_features(), linears_[i]->out_features()});
+  return s;
+}
+
+double Transformer::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
+                            int64_t seq, const ModelStep& step) {
+  const int64_t N = batch * seq, d = config_.width, V = config_.vocab, f = config_.hidden();
+  if (seq <= 0 || seq > config_.context)
+    throw UsageError("sequence length " + std::to_string(seq) + " is outside [1, context=" +
+                     std::to_string(config_.context) + "]");
+  if (static_cast<int64_t>(tokens.size()) != N || static_cast<int64_t>(targets.size()) != N)
+    throw UsageError("forward needs batch*seq=" + std::to_string(N) + " tokens and targets, got " +
+                     std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
+  for (int64_t i = 0; i < N; ++i)
+    if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
+      throw UsageError("token id at position " + std::to_string(i) + " is outside the vocabulary [0, " +
+                       std::to_string(V) + ")");
+  batch_ = batch;
+  backward_ready_ = step.training;
+  seq_ = seq;
+  tokens_.assign(tokens.begin(), tokens.end());
+  targets_.assign(targets.begin(), targets.end());
+  const AttentionShape shape{batch, seq, config_.heads, config_.kv_head_count(), config_.head_dim()};
+  const size_t nd = static_cast<size_t>(N * d);
+
+  residual_.resize(static_cast<size_t>(config_.layers + 1));
+  acts_.resize(static_cast<size_t>(config_.layers));
+  for (auto& r : residual_) r.resize(nd);
+  normed_.resize(nd);
+  attn_.resize(static_cast<size_t>(N * shape.out_width()));
+  mlp_act_.resize(static_cast<size_t>(N * f));
+
+  embedding_forward(tokens_.data(), N, params_.value(embedding_), d, residual_[0].data());
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const BlockParams& p = blocks_[l];
+    BlockActivations& a = acts_[l];
+    a.x_mid.resize(nd);
+    a.rstd1.resize(N);
+    a.rstd2.resize(N);
+    a.qkv.resize(static_cast<size_t>(N * shape.qkv_stride()));
+    a.probs.resize(static_cast<size_t>(shape.probs_size()));
+    a.gate_up.resize(static_cast<size_t>(N * 2 * f));
+    auto linear_step = [&](BlockLinear which) {
+      LinearStep s;
+      s.recipe = step.recipe ? step.recipe->for_layer(static_cast<int>(l), step.progress)
+                             : Recipe::operands(Quantization::none, {});
+      s.run_seed = step.run_seed;
+      s.micro_step = step.micro_step;
+      s.layer = static_cast<int>(l);
+      s.linear = static_cast<int>(which);
+      s.weight_version = step.weight_version;
+      s.collect_stats = step.collect_stats;
+      s.save_for_backward = step.training;
+      return s;
+    };
+    const float* x = residual_[l].data();
+
+    rmsnorm_forward(x, params_.value(p.norm1), N, d, config_.norm_eps, normed_.data(), a.rstd1.data());
+    linear_(l, BlockLinear::qkv).forward(linear_step(BlockLinear::qkv), normed_.data(), N, params_.value(p.qkv), a.qkv.data());
+    rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), 0, shape.heads, rope_);
+    rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), shape.heads * shape.head_dim, shape.kv_heads, rope_);
+    attention_forward(shape, a.qkv.data(), attn_.data(), a.probs.data());
+    linear_(l, BlockLinear::attn_out)
+        .forward(linear_step(BlockLinear::attn_out), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
+    add_into(a.x_mid.data(), x, N * d);
+
+    rmsnorm_forward(a.x_mid.data(), params_.value(p.norm2), N, d, config_.norm_eps, normed_.data(), a.rstd2.data());
+    linear_(l, BlockLinear::gate_up)
+        .forward(linear_step(BlockLinear::gate_up), normed_.data(), N, params_.value(p.gate_up), a.gate_up.data());
+    swiglu_forward(a.gate_up.data(), N, f, mlp_act_.data());
+    float* out = residual_[l + 1].data();
+    linear_(l, BlockLinear::down).forward(linear_step(BlockLinear::down), mlp_act_.data(), N, params_.value(p.down), out);
+    add_into(out, a.x_mid.data(), N * d);
+  }
+
+  final_rstd_.resize(N);
+  final_normed_.resize(nd);
+  logits_.resize(static_cast<size_t>(N * V));
+  token_loss_.resize(N);
+  rmsnorm_forward(residual_[config_.layers].data(), params_.value(final_norm_), N, d, config_.norm_eps,
+                  final_normed_.data(), final_rstd_.data());
+  {
+    auto t0 = std::chrono::steady_clock::now();
+    cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, N, V, d, 1.0f, final_normed_.data(), d, params_.value(head_), d, 0.0f,
+                  logits_.data(), V);
+    head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  double total = cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
+  return total / static_cast<double>(N);
+}
+
+void Transformer::backward(float scale) {
+  NIBBLE_CHECK(batch_ > 0 && backward_ready_);  // backward follows a training forward
+  backward_ready_ = false;
+  const int64_t N = batch_ * seq_, d = config_.width, V = config_.vocab, f = config_.hidden();
+  const AttentionShape shape{batch_, seq_, config_.heads, config_.kv_head_count(), config_.head_dim()};
+  const size_t nd = static_cast<size_t>(N * d);
+  d_res_.assign(nd, 0.0f);
+  d_normed_.resize(nd);
+  d_attn_.resize(static_cast<size_t>(N * shape.out_width()));
+  d_qkv_.resize(static_cast<size_t>(N * shape.qkv_stride()));
+  d_mlp_act_.resize(static_cast<size_t>(N * f));
+  d_gate_up_.resize(static_cast<size_t>(N * 2 * f));
+
+  // Loss and head. logits_ becomes dlogits in place (each row is read before it is written).
+  float* dlogits = logits_.data();
+  cross_entropy_backward(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N), dlogits);
+  {
+    auto t0 = std::chrono::steady_clock::now();
+    cpu::gemm_f32(cpu::Trans::no, cpu::Trans::no, N, d, V, 1.0f, dlogits, V, params_.value(head_), d, 0.0f,
+                  d_normed_.data(), d);
+    cpu::gemm_f32(cpu::Trans::yes, cpu::Trans::no, V, d, N, 1.0f, dlogits, V, final_normed_.data(), d, 1.0f,
+                  params_.grad(head_), d);
+    head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  rmsnorm_backward(residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(), d_normed_.data(),
+                   N, d, d_res_.data(), params_.grad(final_norm_));
+
+  // d_res_ holds dL/d(output of block l) on entry to each iteration, dL/d(input of block l) on exit.
+  for (int64_t l = config_.layers - 1; l >= 0; --l) {
+    const BlockParams& p = blocks_[l];
+    BlockActivations& a = acts_[l];
+    linear_(l, BlockLinear::down).backward(d_res_.data(), params_.value(p.down), d_mlp_act_.data(), params_.grad(p.down));
+    swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
+    linear_(l, BlockLinear::gate_up)
+        .backward(d_gate_up_.data(), params_.value(p.gate_up), d_normed_.data(), params_.grad(p.gate_up));
+    rmsnorm_backward(a.x_mid.data(), params_.value(p.norm2), a.rstd2.data(), d_normed_.data(), N, d, d_res_.data(),
+                     params_.grad(p.norm2));
+
+    linear_(l, BlockLinear::attn_out)
+        .backward(d_res_.data(), params_.value(p.attn_out), d_attn_.data(), params_.grad(p.attn_out));
+    attention_backward(shape, a.qkv.data(), a.probs.data(), d_attn_.data(), d_qkv_.data());
+    rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), 0, shape.heads, rope_);
+    rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), shape.heads * shape.head_dim, shape.kv_heads, rope_);
+    linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));
+    rmsnorm_backward(residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(), N, d, d_res_.data(),
+                     params_.grad(p.norm1));
+  }
+  embedding_backward(tokens_.data(), N, d_res_.data(), d, params_.grad(embedding_));
+}
+
+std::vector<LinearTelemetry> Transformer::telemetry() const {
+  std::vector<LinearTelemetry> out;
+  for (size_t i = 0; i < linears_.size(); ++i)
+    for (const auto& s : linears_[i]->stats())
+      out.push_back({static_cast<int>(i / kLinearsPerBlock), kLinearNames[i % kLinearsPerBlock], s});
+  return out;
+}
+
+LinearTimes Transformer::linear_times() const {
+  LinearTimes t;
+  for (const auto& l : linears_) {
+    t.gemm_s += l->times().gemm_s;
+    t.quantize_s += l->times().quantize_s;
+  }
+  return t;
+}
+
+void Transformer::reset_times() {
+  for (auto& l : linears_) l->reset_times();
+  head_gemm_s_ = 0;
+}
+
+int64_t Transformer::saved_activation_bytes() const {
+  int64_t b = 0;
+  for (const auto& l : linears_) b += l->saved_activation_bytes();
+  for (const auto& a : acts_)
+    b += static_cast<int64_t>((a.x_mid.size() + a.rstd1.size() + a.rstd2.size() + a.qkv.size() + a.probs.size() +
+                               a.gate_up.size()) * sizeof(float));
+  for (const auto& r : residual_) b += static_cast<int64_t>(r.size() * sizeof(float));
+  return b;
+}
+
+}  // namespace nibble::model

@@ -1,0 +1,132 @@
+// A decoder-only, Llama-style language model with hand-written forward and backward:
+//   x0 = embed(tokens)                                     [N, d]   (N = batch * seq tokens)
+//   per block l:  h  = rmsnorm(x; g1)                      [N, d]
+//                 qkv = Linear_qkv(h), RoPE on q and k      [N, (H + 2 Hkv) hd]
+//                 o  = causal_attention(qkv)               [N, H hd]
+//                 x' = x + Linear_o(o)                     [N, d]
+//                 gu = Linear_gate_up(rmsnorm(x'; g2))     [N, 2 f]
+//                 x  = x' + Linear_down(swiglu(gu))        [N, d]
+//   logits = rmsnorm(x; gf) E^T (tied) or W_head^T          [N, vocab]
+//   loss = mean cross-entropy(logits, targets)
+// The four linears of every block follow the precision recipe; embeddings, norms, attention core,
+// LM head and loss stay in FP32 (spec section 5). Parameters live in one FP32 arena.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/params.h"
+#include "model/rope.h"
+#include "recipe/linear.h"
+#include "recipe/recipe.h"
+
+namespace nibble::model {
+
+struct ModelConfig {
+  int64_t vocab = 65;
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t kv_heads = 0;      // 0: same as heads (no GQA)
+  int64_t width = 128;
+  int64_t mlp_hidden = 0;    // 0: 8/3 * width rounded up to a multiple of 32 (SwiGLU's usual size)
+  int64_t context = 64;
+  bool tied_embeddings = true;
+  double rope_theta = 10000.0;
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+
+  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t head_dim() const { return width / heads; }
+  int64_t hidden() const { return mlp_hidden > 0 ? mlp_hidden : (8 * width / 3 + 31) / 32 * 32; }
+  void validate() const;  // UsageError naming the bad value
+};
+
+// Per micro-step inputs to the linears (see LinearStep).
+struct ModelStep {
+  const Recipe* recipe = nullptr;  // null: every GEMM in FP32
+  double progress = 0;             // step / total steps, for precision_switch_at
+  uint64_t run_seed = 0;
+  int64_t micro_step = 0;
+  int64_t weight_version = -1;
+  bool collect_stats = false;
+  bool training = true;  // false: forward only (evaluation), the linears keep nothing for backward
+};
+
+// Index of a linear within a block.
+enum class BlockLinear : int { qkv = 0, attn_out = 1, gate_up = 2, down = 3 };
+inline constexpr int kLinearsPerBlock = 4;
+
+struct LinearTelemetry {
+  int layer = 0;
+  std::string linear;
+  OperandStats operand;
+};
+
+class Transformer {
+ public:
+  explicit Transformer(const ModelConfig& config);
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  ParamArena& params() { return params_; }
+  const ParamArena& params() const { return params_; }
+  // Deterministic initialisation: N(0, init_std) for matrices, init_std / sqrt(2 layers) for the
+  // projections into the residual stream (GPT-2), ones for norm gains.
+  void init_weights(uint64_t seed);
+  // The shapes of one block's linears, for Recipe validation.
+  std::vector<LinearShape> block_linear_shapes() const;
+
+  // tokens, targets: [batch, seq], seq <= context. Returns the mean loss over the batch*seq
+  // tokens; keeps what backward needs.
+  double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch, int64_t seq,
+                 const ModelStep& step);
+  // Accumulates d(scale * mean loss)/d(parameters) into params().grads().
+  void backward(float scale);
+
+  // Quantization telemetry of the last step that ran with collect_stats.
+  std::vector<LinearTelemetry> telemetry() const;
+  // Time spent in the linears' GEMMs and quantizers, plus the LM head's GEMMs.
+  LinearTimes linear_times() const;
+  double head_gemm_seconds() const { return head_gemm_s_; }
+  void reset_times();
+  const Linear& linear(int layer, BlockLinear which) const { return *linears_[layer * kLinearsPerBlock + static_cast<int>(which)]; }
+  // Activation bytes kept between forward and backward (for the memory comparison of recipes).
+  int64_t saved_activation_bytes() const;
+
+ private:
+  struct BlockParams {
+    int64_t norm1, qkv, attn_out, norm2, gate_up, down;
+  };
+  struct BlockActivations {
+    std::vector<float> x_mid;   // [N, d] residual after attention (input of norm2)
+    std::vector<float> rstd1, rstd2;  // [N]
+    std::vector<float> qkv;     // [N, (H + 2 Hkv) hd] after RoPE
+    std::vector<float> probs;   // [B, H, S, S]
+    std::vector<float> gate_up; // [N, 2 f]
+  };
+  Linear& linear_(int layer, BlockLinear which) { return *linears_[layer * kLinearsPerBlock + static_cast<int>(which)]; }
+
+  ModelConfig config_;
+  ParamArena params_;
+  int64_t embedding_ = 0, final_norm_ = 0, head_ = 0;
+  std::vector<BlockParams> blocks_;
+  std::vector<std::unique_ptr<Linear>> linears_;
+  RopeTable<float> rope_;
+
+  // Forward state.
+  int64_t batch_ = 0, seq_ = 0;
+  bool backward_ready_ = false;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<std::vector<float>> residual_;  // residual_[l]: input of block l; [layers]: final
+  std::vector<BlockActivations> acts_;
+  std::vector<float> final_rstd_, final_normed_, logits_, token_loss_;
+  // Scratch reused across layers.
+  std::vector<float> normed_, attn_, mlp_act_, d_res_, d_normed_, d_qkv_, d_attn_, d_mlp_act_, d_gate_up_, d_tmp_;
+  double head_gemm_s_ = 0;
+};
+
+}  // namespace nibble::model

@@ -1,0 +1,87 @@
+// The linear layer whose three GEMMs follow a precision recipe (spec section 5):
+//   fprop  Y[T,out]   = X[T,in] W[out,in]^T
+//   dgrad  dX[T,in]   = dY[T,out] W[out,in]
+//   wgrad  dW[out,in] += dY^T[out,T] X[T,in]
+// T is the number of tokens of the micro-batch. The Linear does not own its weight (the model's
+// arena does); it owns what backward needs, in the cheapest form the recipe allows: for a
+// quantized wgrad that is the quantized X^T made in the forward pass (4 bits per value for NVFP4),
+// not an FP32 copy of X.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/codecs.h"
+#include "format/quant_stats.h"
+#include "format/quantized_tensor.h"
+#include "recipe/recipe.h"
+
+namespace nibble {
+
+// What one step of one linear needs to know beyond its operands.
+struct LinearStep {
+  LinearRecipe recipe;          // this layer's operands at this point of training
+  uint64_t run_seed = 0;        // SR seeds are derived from (run_seed, micro_step, layer, linear, role)
+  int64_t micro_step = 0;
+  int layer = 0, linear = 0;
+  int64_t weight_version = -1;  // optimizer step of the weights: the quantized W is reused while it matches
+  bool collect_stats = false;   // telemetry: quant_stats of every quantized operand (costs a dequantize)
+  bool save_for_backward = true;  // false for evaluation: forward only, nothing kept
+};
+
+// Wall time spent inside this linear, split the way `nibble bench train` reports it.
+struct LinearTimes {
+  double gemm_s = 0, quantize_s = 0;
+};
+
+struct OperandStats {
+  std::string operand;  // "fprop.X", "fprop.W", "dgrad.dY", "dgrad.W^T", "wgrad.dY^T", "wgrad.X^T"
+  QuantStats stats;
+};
+
+class Linear {
+ public:
+  Linear(std::string name, int64_t in_features, int64_t out_features);
+
+  const std::string& name() const { return name_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+  // x: [tokens, in], w: [out, in] -> y: [tokens, out] (overwritten).
+  void forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y);
+  // dy: [tokens, out] -> dx: [tokens, in] (overwritten); dw: [out, in] (accumulated). w must be the
+  // weight forward saw. Releases what forward saved.
+  void backward(const float* dy, const float* w, float* dx, float* dw);
+
+  // Telemetry of the last forward/backward that ran with collect_stats.
+  const std::vector<OperandStats>& stats() const { return stats_; }
+  const LinearTimes& times() const { return times_; }
+  void reset_times() { times_ = {}; }
+  // Bytes held between forward and backward for the wgrad operand X (activation memory).
+  int64_t saved_activation_bytes() const;
+  // The quantized weights of the last step (for tests: dgrad must see fprop's codes).
+  const QuantizedTensor* fprop_weight() const { return w_q_ ? &*w_q_ : nullptr; }
+  const QuantizedTensor* dgrad_weight() const { return wt_q_ ? &*wt_q_ : nullptr; }
+
+ private:
+  void record(std::string operand, std::span<const float> x, const QuantizedTensor& q);
+
+  std::string name_;
+  int64_t in_, out_;
+  // State of the current micro-step between forward and backward.
+  LinearStep step_;
+  int64_t tokens_ = 0;
+  std::vector<float> saved_x_f32_;             // fp32 wgrad
+  std::vector<bf16> saved_x_bf16_;             // bf16 wgrad
+  std::optional<QuantizedTensor> saved_xt_q_;  // quantized wgrad: X^T quantized along the tokens
+  // Quantized weights, reused across the micro-steps of one optimizer step.
+  std::optional<QuantizedTensor> w_q_, wt_q_;
+  int64_t w_q_version_ = -1, wt_q_version_ = -1;
+  QuantOptions w_q_options_{}, wt_q_options_{};
+  std::vector<OperandStats> stats_;
+  LinearTimes times_;
+};
+
+}  // namespace nibble

@@ -1,0 +1,110 @@
+// A precision recipe is data: for every linear layer and every GEMM role (fprop, dgrad, wgrad) it
+// says how each of the two operands is represented (FP32, BF16, or a QuantOptions for the
+// quantizer). It is chosen by one key, `quantization`, plus the nvfp4.* knobs, and validated once at
+// start-up with messages that say why a combination is refused (spec section 5).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/quantized_tensor.h"
+
+namespace nibble {
+
+enum class Quantization : uint8_t { none, bf16, fp8, mxfp8, mxfp4, nvfp4 };
+std::string_view to_string(Quantization q);
+Quantization parse_quantization(std::string_view s);  // UsageError listing the valid names
+
+enum class GemmRole : uint8_t { fprop, dgrad, wgrad };
+inline constexpr GemmRole kGemmRoles[] = {GemmRole::fprop, GemmRole::dgrad, GemmRole::wgrad};
+std::string_view to_string(GemmRole r);
+
+// How one GEMM multiplies. fp32 and bf16 run through oneDNN on FP32 data; quantized runs
+// nibble::cpu::gemm on two QuantizedTensors made with `a` and `b`.
+enum class GemmPrecision : uint8_t { fp32, bf16, quantized };
+std::string_view to_string(GemmPrecision p);
+
+// The operands of one GEMM in the TN form the quantized GEMM needs (both K-contiguous):
+//   fprop  Y[T,out]  = X[T,in]     . W[out,in]^T     a = X,    b = W    (K = in)
+//   dgrad  dX[T,in]  = dY[T,out]   . (W^T)[in,out]^T a = dY,   b = W^T  (K = out)
+//   wgrad  dW[out,in]= (dY^T)[out,T] . (X^T)[in,T]^T a = dY^T, b = X^T  (K = tokens)
+struct GemmRecipe {
+  GemmPrecision precision = GemmPrecision::fp32;
+  QuantOptions a, b;  // meaningful only when precision == quantized; seeds are filled per step
+};
+
+struct LinearRecipe {
+  GemmRecipe fprop, dgrad, wgrad;
+  const GemmRecipe& operator[](GemmRole r) const;
+  GemmRecipe& operator[](GemmRole r);
+  // True when dgrad reuses fprop's quantized weight bit for bit (16x16 tiles: the transposed
+  // copy is the exact transpose of the same codes and scales).
+  bool weight_shared_by_fprop_and_dgrad() const;
+};
+
+// The knobs of the NVFP4 recipe. Defaults follow the paper (arXiv 2509.25149): RHT on the wgrad
+// operands, SR on gradients, 16x16 weight tiles, no 4/6. The BF16 blocks default to the paper's
+// share scaled to the model (the 12B run kept the first 2 and last 8 of 62 blocks in BF16).
+struct Nvfp4Knobs {
+  bool rht = true;
+  bool stochastic_rounding = true;
+  bool weight_2d = true;
+  bool four_over_six = false;
+  int bf16_first_layers = -1;  // -1: round(2/62 * layers)
+  int bf16_last_layers = -1;   // -1: max(1, round(8/62 * layers))
+};
+
+struct RecipeConfig {
+  Quantization quantization = Quantization::none;
+  Nvfp4Knobs nvfp4;
+  // Fraction of training after which every GEMM runs in BF16 (1 = never), paper section 4.
+  double precision_switch_at = 1.0;
+  // Set when the user wrote an nvfp4.* key, so a recipe other than nvfp4 can refuse it.
+  bool nvfp4_knobs_given = false;
+};
+
+// key=value overrides: quantization, precision_switch_at, nvfp4.rht, nvfp4.stochastic_rounding,
+// nvfp4.weight_2d, nvfp4.four_over_six, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers.
+// Returns false when `key` is not a recipe key (so a config layer can try others); throws
+// UsageError for a recipe key with a bad value.
+bool apply_recipe_option(RecipeConfig& config, std::string_view key, std::string_view value);
+// "quantization=nvfp4 nvfp4.rht=false": whitespace- or comma-separated key=value pairs.
+RecipeConfig parse_recipe(std::string_view text);
+std::string describe(const RecipeConfig& config);
+
+// Shape of one linear layer as the recipe must see it to validate block sizes.
+struct LinearShape {
+  std::string name;
+  int64_t in_features = 0, out_features = 0;
+};
+
+class Recipe {
+ public:
+  // layers: number of transformer blocks; linears: the shapes of one block's linears;
+  // tokens_per_micro_batch: T of the wgrad GEMMs (its reduction dimension).
+  // Throws UsageError with the reason for any invalid combination.
+  Recipe(const RecipeConfig& config, int layers, const std::vector<LinearShape>& linears,
+         int64_t tokens_per_micro_batch);
+
+  const RecipeConfig& config() const { return config_; }
+  int bf16_first_layers() const { return bf16_first_; }
+  int bf16_last_layers() const { return bf16_last_; }
+  // The operand options of block `layer`'s linears at training progress `progress` in [0, 1]
+  // (step / total steps). Seeds are zero here; the Linear derives them per step.
+  LinearRecipe for_layer(int layer, double progress) const;
+
+  // The recipe of quantization `q` for a layer that is not kept in BF16.
+  static LinearRecipe operands(Quantization q, const Nvfp4Knobs& knobs);
+
+ private:
+  RecipeConfig config_;
+  int layers_ = 0;
+  int bf16_first_ = 0, bf16_last_ = 0;
+};
+
+// Stochastic-rounding seed of one quantization: a hash of (run seed, step, layer, role, operand),
+// so training is deterministic and no two quantizations share a random stream.
+uint64_t sr_seed(uint64_t run_seed, int64_t step, int layer, int linear, GemmRole role, int operand);
+
+}  // namespace nibble

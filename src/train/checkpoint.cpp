@@ -1,0 +1,289 @@
+#include "train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "format/quantized_tensor.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+
+namespace nibble::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kHfConfigFile = "config.json";
+constexpr const char* kStepPrefix = "step_";
+constexpr const char* kPartialPrefix = ".partial-step_";
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+  const std::string text = j.dump(2) + "\n";
+  io::write_file_atomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+// Step number of a "step_00000500" directory name, or -1.
+int64_t step_of(const std::string& name) {
+  if (!name.starts_with(kStepPrefix)) return -1;
+  const std::string digits = name.substr(std::strlen(kStepPrefix));
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  return std::stoll(digits);
+}
+
+io::SafetensorsFile arena_to_safetensors(const model::Transformer& model, std::span<const float> values,
+                                         const std::string& prefix) {
+  io::SafetensorsFile file;
+  const auto& arena = model.params();
+  for (const auto& slot : hf_tensor_layout(model)) {
+    const auto& info = arena.find(slot.arena_name);
+    const float* begin = values.data() + info.offset + slot.row_begin * slot.cols;
+    file.tensors[prefix + slot.hf_name] =
+        io::make_f32_tensor(slot.shape, std::span<const float>(begin, static_cast<size_t>(slot.rows * slot.cols)));
+  }
+  return file;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+// Copies the tensors of `file` (names prefixed by `prefix`) into `values`, after checking them all.
+void safetensors_to_arena(const io::SafetensorsFile& file, const std::string& source, const model::Transformer& model,
+                          std::span<float> values, const std::string& prefix) {
+  const auto layout = hf_tensor_layout(model);
+  const auto& mc = model.config();
+  std::vector<std::string> problems;
+  for (const auto& slot : layout) {
+    auto it = file.tensors.find(prefix + slot.hf_name);
+    if (it == file.tensors.end()) {
+      problems.push_back(fmt::format("tensor {} is missing", prefix + slot.hf_name));
+      continue;
+    }
+    if (it->second.dtype != io::DType::F32)
+      problems.push_back(fmt::format("tensor {} has dtype {}, expected F32", it->first, io::to_string(it->second.dtype)));
+    else if (it->second.shape != slot.shape)
+      problems.push_back(fmt::format("tensor {} has shape {}, this model needs {}", it->first, shape_text(it->second.shape),
+                                     shape_text(slot.shape)));
+  }
+  for (const auto& [name, tensor] : file.tensors) {
+    if (!name.starts_with(prefix)) continue;
+    const std::string bare = name.substr(prefix.size());
+    if (std::none_of(layout.begin(), layout.end(), [&](const HfTensorSlot& s) { return s.hf_name == bare; }))
+      problems.push_back(fmt::format("tensor {} does not exist in this model", name));
+  }
+  if (!problems.empty()) {
+    const size_t shown = std::min<size_t>(problems.size(), 6);
+    std::string list;
+    for (size_t i = 0; i < shown; ++i) list += "\n  " + problems[i];
+    if (problems.size() > shown) list += fmt::format("\n  ... and {} more", problems.size() - shown);
+    throw UsageError(fmt::format(
+        "{} does not fit this model (layers={}, width={}, heads={}, kv_heads={}, mlp_hidden={}, vocab={}, "
+        "tied_embeddings={}):{}\nthe checkpoint comes from a run with another model shape: use that run's config, "
+        "or start a new run.dir",
+        source, mc.layers, mc.width, mc.heads, mc.kv_head_count(), mc.hidden(), mc.vocab, mc.tied_embeddings, list));
+  }
+  const auto& arena = model.params();
+  for (const auto& slot : layout) {
+    const auto& tensor = file.tensors.at(prefix + slot.hf_name);
+    const auto& info = arena.find(slot.arena_name);
+    std::memcpy(values.data() + info.offset + slot.row_begin * slot.cols, tensor.data.data(), tensor.data.size());
+  }
+}
+
+nlohmann::json hf_config(const model::ModelConfig& m) {
+  nlohmann::json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["hidden_size"] = m.width;
+  j["intermediate_size"] = m.hidden();
+  j["num_hidden_layers"] = m.layers;
+  j["num_attention_heads"] = m.heads;
+  j["num_key_value_heads"] = m.kv_head_count();
+  j["head_dim"] = m.head_dim();
+  j["vocab_size"] = m.vocab;
+  j["max_position_embeddings"] = m.context;
+  j["rms_norm_eps"] = m.norm_eps;
+  j["rope_theta"] = m.rope_theta;
+  j["tie_word_embeddings"] = m.tied_embeddings;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["torch_dtype"] = "float32";
+  return j;
+}
+
+void remove_quietly(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+}
+
+}  // namespace
+
+std::vector<HfTensorSlot> hf_tensor_layout(const model::Transformer& model) {
+  const auto& m = model.config();
+  const int64_t d = m.width, hd = m.head_dim(), f = m.hidden();
+  const int64_t q_rows = m.heads * hd, kv_rows = m.kv_head_count() * hd;
+  std::vector<HfTensorSlot> slots;
+  slots.push_back({"model.embed_tokens.weight", "embedding", 0, m.vocab, d, {m.vocab, d}});
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const std::string hf = fmt::format("model.layers.{}.", l), ours = fmt::format("block{}.", l);
+    slots.push_back({hf + "input_layernorm.weight", ours + "norm1", 0, 1, d, {d}});
+    // The fused QKV rows are [q heads | k heads | v heads] (model/attention.h), each head
+    // half-split for RoPE as Hugging Face's rotate_half expects, so the split is a plain row range.
+    slots.push_back({hf + "self_attn.q_proj.weight", ours + "qkv", 0, q_rows, d, {q_rows, d}});
+    slots.push_back({hf + "self_attn.k_proj.weight", ours + "qkv", q_rows, kv_rows, d, {kv_rows, d}});
+    slots.push_back({hf + "self_attn.v_proj.weight", ours + "qkv", q_rows + kv_rows, kv_rows, d, {kv_rows, d}});
+    slots.push_back({hf + "self_attn.o_proj.weight", ours + "attn_out", 0, d, q_rows, {d, q_rows}});
+    slots.push_back({hf + "post_attention_layernorm.weight", ours + "norm2", 0, 1, d, {d}});
+    // gate_up rows: gate in [0, f), up in [f, 2f) (model/swiglu.h).
+    slots.push_back({hf + "mlp.gate_proj.weight", ours + "gate_up", 0, f, d, {f, d}});
+    slots.push_back({hf + "mlp.up_proj.weight", ours + "gate_up", f, f, d, {f, d}});
+    slots.push_back({hf + "mlp.down_proj.weight", ours + "down", 0, d, f, {d, f}});
+  }
+  slots.push_back({"model.norm.weight", "final_norm", 0, 1, d, {d}});
+  // Tied embeddings: Hugging Face omits lm_head.weight and sets tie_word_embeddings.
+  if (!m.tied_embeddings) slots.push_back({"lm_head.weight", "lm_head", 0, m.vocab, d, {m.vocab, d}});
+  return slots;
+}
+
+fs::path checkpoints_dir(const fs::path& run_dir) { return run_dir / "checkpoints"; }
+
+fs::path checkpoint_path(const fs::path& run_dir, int64_t step) {
+  return checkpoints_dir(run_dir) / fmt::format("{}{:08d}", kStepPrefix, step);
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(checkpoints_dir(run_dir), ec), end; !ec && it != end; it.increment(ec)) {
+    const int64_t step = step_of(it->path().filename().string());
+    if (step >= 0 && it->is_directory()) found.emplace_back(step, it->path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> paths;
+  for (auto& [step, path] : found) paths.push_back(path);
+  return paths;
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
+  auto all = list_checkpoints(run_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& model, const AdamW* optimizer,
+                         const TrainingState& state, int64_t keep) {
+  const fs::path dir = checkpoints_dir(run_dir), final_path = checkpoint_path(run_dir, state.step);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UsageError(fmt::format("cannot create '{}': {}", dir.string(), ec.message()));
+  // Leftovers of a crashed save are never complete checkpoints: remove them.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().starts_with(kPartialPrefix)) remove_quietly(it->path());
+
+  const fs::path partial = dir / fmt::format("{}{:08d}-{}", kPartialPrefix, state.step, ::getpid());
+  fs::create_directories(partial, ec);
+  if (ec) throw UsageError(fmt::format("cannot create '{}': {}", partial.string(), ec.message()));
+  try {
+    io::SafetensorsFile weights = arena_to_safetensors(model, model.params().values(), "");
+    weights.metadata["format"] = "pt";  // what Hugging Face's loaders look for
+    weights.metadata["nibble.step"] = std::to_string(state.step);
+    io::write_safetensors(partial / kModelFile, weights);
+    if (const char* kill_at = std::getenv("NIBBLE_TEST_KILL_DURING_CHECKPOINT");
+        kill_at && (*kill_at == '\0' || std::atoll(kill_at) == state.step))
+      std::raise(SIGKILL);
+    write_json(partial / kHfConfigFile, hf_config(model.config()));
+    if (optimizer) {
+      io::SafetensorsFile moments = arena_to_safetensors(model, optimizer->first_moments(), "exp_avg.");
+      io::SafetensorsFile second = arena_to_safetensors(model, optimizer->second_moments(), "exp_avg_sq.");
+      moments.tensors.merge(second.tensors);
+      moments.metadata["adam_step"] = std::to_string(optimizer->steps());
+      io::write_safetensors(partial / kOptimizerFile, moments);
+    }
+    nlohmann::json s;
+    s["step"] = state.step;
+    s["tokens"] = state.tokens;
+    s["micro_batches"] = state.micro_batches;
+    s["seed"] = state.seed;
+    s["elapsed_s"] = state.elapsed_s;
+    s["best_val_step"] = state.best_val_step;
+    s["best_val_loss"] = state.best_val_step >= 0 ? state.best_val_loss : 0.0;
+    s["has_optimizer"] = optimizer != nullptr;
+    write_json(partial / kStateFile, s);
+    // Replacing an existing checkpoint of the same step: move it aside first, since rename() cannot
+    // replace a non-empty directory; it is deleted only after the new one is in place.
+    const fs::path displaced = dir / fmt::format(".replaced-{:08d}-{}", state.step, ::getpid());
+    const bool had_previous = fs::exists(final_path);
+    if (had_previous) fs::rename(final_path, displaced);
+    fs::rename(partial, final_path);
+    if (had_previous) remove_quietly(displaced);
+  } catch (const fs::filesystem_error& e) {
+    remove_quietly(partial);
+    throw UsageError(fmt::format("could not write checkpoint '{}': {} (previous checkpoints are intact)",
+                                 final_path.string(), e.what()));
+  } catch (const UsageError& e) {
+    remove_quietly(partial);
+    throw UsageError(fmt::format("could not write checkpoint '{}': {} (previous checkpoints are intact)",
+                                 final_path.string(), e.what()));
+  }
+  auto all = list_checkpoints(run_dir);
+  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) remove_quietly(all[i]);
+  return final_path;
+}
+
+TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& model, AdamW* optimizer) {
+  if (!fs::is_directory(checkpoint))
+    throw UsageError(fmt::format("checkpoint '{}' is not a directory (expected RUN/checkpoints/step_NNNNNNNN)",
+                                 checkpoint.string()));
+  TrainingState state;
+  const fs::path state_path = checkpoint / kStateFile;
+  const auto state_bytes = io::read_file_bytes(state_path);
+  try {
+    const auto s = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
+    state.step = s.at("step").get<int64_t>();
+    state.tokens = s.at("tokens").get<int64_t>();
+    state.micro_batches = s.at("micro_batches").get<int64_t>();
+    state.seed = s.at("seed").get<uint64_t>();
+    state.elapsed_s = s.at("elapsed_s").get<double>();
+    state.best_val_step = s.at("best_val_step").get<int64_t>();
+    state.best_val_loss = s.at("best_val_loss").get<double>();
+    if (state.step < 0) throw UsageError(fmt::format("{}: negative step {}", state_path.string(), state.step));
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("{}: damaged ({}); use an earlier checkpoint", state_path.string(), e.what()));
+  }
+  const fs::path model_path = checkpoint / kModelFile;
+  // Load into a copy first so that a mismatch leaves the model as it was.
+  std::vector<float> values(model.params().values().begin(), model.params().values().end());
+  safetensors_to_arena(io::read_safetensors(model_path), model_path.string(), model, values, "");
+  if (optimizer) {
+    const fs::path opt_path = checkpoint / kOptimizerFile;
+    const auto file = io::read_safetensors(opt_path);
+    std::vector<float> m(values.size()), v(values.size());
+    safetensors_to_arena(file, opt_path.string(), model, m, "exp_avg.");
+    safetensors_to_arena(file, opt_path.string(), model, v, "exp_avg_sq.");
+    const std::string& adam_step = file.metadata_value("adam_step", opt_path.string());
+    int64_t t = -1;
+    try {
+      t = std::stoll(adam_step);
+    } catch (const std::exception&) {
+    }
+    if (t != state.step)
+      throw UsageError(fmt::format("{}: optimizer step '{}' disagrees with state.json step {}", opt_path.string(),
+                                   adam_step, state.step));
+    std::copy(m.begin(), m.end(), optimizer->first_moments().begin());
+    std::copy(v.begin(), v.end(), optimizer->second_moments().begin());
+    optimizer->set_steps(t);
+  }
+  std::copy(values.begin(), values.end(), model.params().values().begin());
+  return state;
+}
+
+}  // namespace nibble::train

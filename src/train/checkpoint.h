@@ -1,0 +1,61 @@
+// Checkpoints of a run: everything needed to continue it bit for bit, in files other tools read.
+//   RUN/checkpoints/step_00000500/
+//     model.safetensors      FP32 weights under Hugging Face Llama names (model.embed_tokens.weight,
+//                            model.layers.N.self_attn.q_proj.weight, ...; nibble's fused qkv and
+//                            gate_up weights are split into q/k/v and gate/up)
+//     config.json            the matching Hugging Face LlamaConfig
+//     optimizer.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME) and its step count
+//     state.json             step, tokens, seed, data position, elapsed time, best validation loss
+// A checkpoint is written into a hidden temporary directory and renamed into place only when every
+// file is complete and flushed, so a crash (kill -9, full disk) mid-write leaves the previous
+// checkpoints untouched and no half-written step_* directory. The newest `keep` are kept.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+#include "train/optimizer.h"
+
+namespace nibble::train {
+
+struct TrainingState {
+  int64_t step = 0;            // optimizer steps done
+  int64_t tokens = 0;          // training tokens consumed
+  int64_t micro_batches = 0;   // batches drawn from the sampler (its position: batch k is a function of k)
+  uint64_t seed = 0;
+  double elapsed_s = 0;        // training wall time so far, across resumes
+  double best_val_loss = 0;    // meaningful when best_val_step >= 0
+  int64_t best_val_step = -1;
+};
+
+// One tensor of the Hugging Face layout and where it lives in nibble's arena.
+struct HfTensorSlot {
+  std::string hf_name;
+  std::string arena_name;
+  int64_t row_begin = 0, rows = 0, cols = 0;  // the rows of the arena parameter it covers
+  std::vector<int64_t> shape;                 // as stored ([cols] for norm gains)
+};
+std::vector<HfTensorSlot> hf_tensor_layout(const model::Transformer& model);
+
+std::filesystem::path checkpoints_dir(const std::filesystem::path& run_dir);
+std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, int64_t step);
+// Complete checkpoints, oldest first.
+std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& run_dir);
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
+
+// Writes the checkpoint of `state.step` and removes all but the newest `keep`. Throws UsageError
+// (disk full, permissions) with nothing of the previous checkpoints lost.
+// Test hook: with NIBBLE_TEST_KILL_DURING_CHECKPOINT=STEP (or empty: any step), the process kills
+// itself with SIGKILL after writing that checkpoint's weights and before the rename, as a crash
+// mid-checkpoint would.
+std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, const model::Transformer& model,
+                                      const AdamW* optimizer, const TrainingState& state, int64_t keep);
+
+// Loads weights (and the optimizer state when `optimizer` is given) into an already constructed
+// model, after checking every tensor's presence, dtype and shape; mismatches are named together.
+TrainingState load_checkpoint(const std::filesystem::path& checkpoint, model::Transformer& model, AdamW* optimizer);
+
+}  // namespace nibble::train

@@ -1,0 +1,381 @@
+#include "train/config.h"
+
+#include <fmt/format.h>
+// yaml-cpp 0.7's node headers trip GCC 12's -Wdangling-pointer (a false positive in their
+// iterator code); silence it for the include only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#include <yaml-cpp/yaml.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+
+#include "format/quantized_tensor.h"
+#include "train/data.h"
+
+namespace nibble::train {
+
+namespace {
+
+struct KeyEntry {
+  ConfigKeyInfo info;
+  std::function<void(RunConfig&, std::string_view key, std::string_view value, std::string_view origin)> set;
+  std::function<std::string(const RunConfig&)> get;
+  // Keys printed only when they matter (the nvfp4 knobs under another quantization would be refused
+  // when the saved file is loaded again).
+  std::function<bool(const RunConfig&)> printed = [](const RunConfig&) { return true; };
+};
+
+std::string where(std::string_view origin, std::string_view key) {
+  return fmt::format("{}: {}", origin, key);
+}
+
+int64_t parse_integer(std::string_view key, std::string_view value, std::string_view origin) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (value.empty() || ec != std::errc() || end != value.data() + value.size())
+    throw UsageError(fmt::format("{}='{}' is not an integer: write a whole number, e.g. {}=4", where(origin, key), value,
+                                 key));
+  return v;
+}
+
+double parse_real(std::string_view key, std::string_view value, std::string_view origin) {
+  std::string s(value);
+  char* end = nullptr;
+  errno = 0;
+  double v = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v))
+    throw UsageError(fmt::format("{}='{}' is not a finite number: write e.g. {}=0.001 or 1e-3", where(origin, key),
+                                 value, key));
+  return v;
+}
+
+bool parse_boolean(std::string_view key, std::string_view value, std::string_view origin) {
+  if (value == "true") return true;
+  if (value == "false") return false;
+  throw UsageError(fmt::format("{}='{}' is not a boolean: write true or false", where(origin, key), value));
+}
+
+// Builders for the common field kinds: `field` picks the member from a RunConfig.
+KeyEntry int_key(std::string name, std::string help, std::function<int64_t&(RunConfig&)> field) {
+  KeyEntry e{{name, ConfigValueKind::integer, std::move(help)}, {}, {}};
+  e.set = [field](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
+    field(c) = parse_integer(k, v, o);
+  };
+  e.get = [field](const RunConfig& c) { return std::to_string(field(const_cast<RunConfig&>(c))); };
+  return e;
+}
+
+KeyEntry float_key(std::string name, std::string help, std::function<float&(RunConfig&)> field) {
+  KeyEntry e{{name, ConfigValueKind::real, std::move(help)}, {}, {}};
+  e.set = [field](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
+    double d = parse_real(k, v, o);
+    if (std::fabs(d) > 3.0e38)
+      throw UsageError(fmt::format("{}={} is out of the FP32 range", where(o, k), v));
+    field(c) = static_cast<float>(d);
+  };
+  e.get = [field](const RunConfig& c) { return fmt::format("{}", field(const_cast<RunConfig&>(c))); };
+  return e;
+}
+
+KeyEntry double_key(std::string name, std::string help, std::function<double&(RunConfig&)> field) {
+  KeyEntry e{{name, ConfigValueKind::real, std::move(help)}, {}, {}};
+  e.set = [field](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
+    field(c) = parse_real(k, v, o);
+  };
+  e.get = [field](const RunConfig& c) { return fmt::format("{}", field(const_cast<RunConfig&>(c))); };
+  return e;
+}
+
+KeyEntry bool_key(std::string name, std::string help, std::function<bool&(RunConfig&)> field) {
+  KeyEntry e{{name, ConfigValueKind::boolean, std::move(help)}, {}, {}};
+  e.set = [field](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
+    field(c) = parse_boolean(k, v, o);
+  };
+  e.get = [field](const RunConfig& c) { return field(const_cast<RunConfig&>(c)) ? "true" : "false"; };
+  return e;
+}
+
+KeyEntry text_key(std::string name, std::string help, std::function<std::string&(RunConfig&)> field) {
+  KeyEntry e{{name, ConfigValueKind::text, std::move(help)}, {}, {}};
+  e.set = [field](RunConfig& c, std::string_view, std::string_view v, std::string_view) { field(c) = std::string(v); };
+  e.get = [field](const RunConfig& c) { return field(const_cast<RunConfig&>(c)); };
+  return e;
+}
+
+// Recipe keys go through the recipe's own parser so that its rules (e.g. nvfp4.* knobs refused
+// under another quantization) stay in one place; the message gains the origin.
+KeyEntry recipe_key(std::string name, ConfigValueKind kind, std::string help,
+                    std::function<std::string(const RecipeConfig&)> get) {
+  KeyEntry e{{name, kind, std::move(help)}, {}, {}};
+  e.set = [](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
+    try {
+      apply_recipe_option(c.train.recipe, k, v);
+    } catch (const UsageError& err) {
+      throw UsageError(fmt::format("{}: {}", o, err.what()));
+    }
+  };
+  e.get = [get](const RunConfig& c) { return get(c.train.recipe); };
+  if (name.starts_with("nvfp4."))
+    e.printed = [](const RunConfig& c) {
+      return c.train.recipe.quantization == Quantization::nvfp4 || c.train.recipe.nvfp4_knobs_given;
+    };
+  return e;
+}
+
+std::string boolean_text(bool b) { return b ? "true" : "false"; }
+
+std::string schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::cosine: return "cosine";
+    case Schedule::wsd: return "wsd";
+    case Schedule::constant: return "constant";
+  }
+  return "cosine";
+}
+
+const std::vector<KeyEntry>& key_table() {
+  static const std::vector<KeyEntry> table = [] {
+    using C = RunConfig;
+    std::vector<KeyEntry> t;
+    t.push_back(text_key("run.dir", "directory for config, metrics, checkpoints, tokenizer", [](C& c) -> std::string& { return c.run_dir; }));
+    t.push_back(text_key("data.dir", "directory written by `nibble prepare`", [](C& c) -> std::string& { return c.data_dir; }));
+    {
+      KeyEntry e{{"seed", ConfigValueKind::integer, "initialisation, data order and stochastic rounding"}, {}, {}};
+      e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
+        const int64_t seed = parse_integer(k, v, o);
+        if (seed < 0) throw UsageError(fmt::format("{}={} must be >= 0", where(o, k), seed));
+        c.train.seed = static_cast<uint64_t>(seed);
+      };
+      e.get = [](const C& c) { return std::to_string(c.train.seed); };
+      t.push_back(std::move(e));
+    }
+    t.push_back(int_key("steps", "optimizer steps", [](C& c) -> int64_t& { return c.train.schedule.total_steps; }));
+    t.push_back(int_key("batch", "sequences per micro-batch", [](C& c) -> int64_t& { return c.train.batch; }));
+    t.push_back(int_key("seq", "tokens per sequence (0: model.context)", [](C& c) -> int64_t& { return c.train.seq; }));
+    t.push_back(int_key("grad_accum", "micro-batches per optimizer step", [](C& c) -> int64_t& { return c.train.grad_accum; }));
+    t.push_back(int_key("threads", "OpenMP threads (0: all)", [](C& c) -> int64_t& { return c.threads; }));
+    t.push_back(bool_key("resume", "continue from the newest checkpoint in run.dir", [](C& c) -> bool& { return c.resume; }));
+    t.push_back(recipe_key("quantization", ConfigValueKind::text, "none, bf16, fp8, mxfp8, mxfp4 or nvfp4",
+                           [](const RecipeConfig& r) { return std::string(to_string(r.quantization)); }));
+    t.push_back(recipe_key("precision_switch_at", ConfigValueKind::real, "fraction of training after which GEMMs run in BF16",
+                           [](const RecipeConfig& r) { return fmt::format("{}", r.precision_switch_at); }));
+    t.push_back(recipe_key("nvfp4.rht", ConfigValueKind::boolean, "random Hadamard transform on wgrad operands",
+                           [](const RecipeConfig& r) { return boolean_text(r.nvfp4.rht); }));
+    t.push_back(recipe_key("nvfp4.stochastic_rounding", ConfigValueKind::boolean, "stochastic rounding of gradients",
+                           [](const RecipeConfig& r) { return boolean_text(r.nvfp4.stochastic_rounding); }));
+    t.push_back(recipe_key("nvfp4.weight_2d", ConfigValueKind::boolean, "16x16 weight scale tiles",
+                           [](const RecipeConfig& r) { return boolean_text(r.nvfp4.weight_2d); }));
+    t.push_back(recipe_key("nvfp4.four_over_six", ConfigValueKind::boolean, "4/6 adaptive block scaling",
+                           [](const RecipeConfig& r) { return boolean_text(r.nvfp4.four_over_six); }));
+    t.push_back(recipe_key("nvfp4.bf16_first_layers", ConfigValueKind::integer, "first blocks kept in BF16 (-1: paper's share)",
+                           [](const RecipeConfig& r) { return std::to_string(r.nvfp4.bf16_first_layers); }));
+    t.push_back(recipe_key("nvfp4.bf16_last_layers", ConfigValueKind::integer, "last blocks kept in BF16 (-1: paper's share)",
+                           [](const RecipeConfig& r) { return std::to_string(r.nvfp4.bf16_last_layers); }));
+    t.push_back(int_key("model.layers", "transformer blocks", [](C& c) -> int64_t& { return c.train.model.layers; }));
+    t.push_back(int_key("model.heads", "attention heads", [](C& c) -> int64_t& { return c.train.model.heads; }));
+    t.push_back(int_key("model.kv_heads", "key/value heads (0: heads, no GQA)", [](C& c) -> int64_t& { return c.train.model.kv_heads; }));
+    t.push_back(int_key("model.width", "residual width", [](C& c) -> int64_t& { return c.train.model.width; }));
+    t.push_back(int_key("model.mlp_hidden", "SwiGLU hidden size (0: 8/3 width)", [](C& c) -> int64_t& { return c.train.model.mlp_hidden; }));
+    t.push_back(int_key("model.context", "maximum sequence length", [](C& c) -> int64_t& { return c.train.model.context; }));
+    t.push_back(bool_key("model.tied_embeddings", "LM head shares the embedding matrix", [](C& c) -> bool& { return c.train.model.tied_embeddings; }));
+    t.push_back(double_key("model.rope_theta", "RoPE base", [](C& c) -> double& { return c.train.model.rope_theta; }));
+    t.push_back(float_key("model.norm_eps", "RMSNorm epsilon", [](C& c) -> float& { return c.train.model.norm_eps; }));
+    t.push_back(float_key("model.init_std", "initialisation standard deviation", [](C& c) -> float& { return c.train.model.init_std; }));
+    t.push_back(float_key("optimizer.beta1", "AdamW beta1", [](C& c) -> float& { return c.train.optimizer.beta1; }));
+    t.push_back(float_key("optimizer.beta2", "AdamW beta2", [](C& c) -> float& { return c.train.optimizer.beta2; }));
+    t.push_back(float_key("optimizer.eps", "AdamW epsilon", [](C& c) -> float& { return c.train.optimizer.eps; }));
+    t.push_back(float_key("optimizer.weight_decay", "decoupled weight decay", [](C& c) -> float& { return c.train.optimizer.weight_decay; }));
+    t.push_back(float_key("optimizer.clip_norm", "global gradient-norm clip (<= 0: off)", [](C& c) -> float& { return c.train.optimizer.clip_norm; }));
+    {
+      KeyEntry e{{"schedule.kind", ConfigValueKind::text, "cosine, wsd or constant"}, {}, {}};
+      e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
+        try {
+          c.train.schedule.kind = parse_schedule(v);
+        } catch (const UsageError& err) {
+          throw UsageError(fmt::format("{}: {}", where(o, k), err.what()));
+        }
+      };
+      e.get = [](const C& c) { return schedule_name(c.train.schedule.kind); };
+      t.push_back(std::move(e));
+    }
+    t.push_back(float_key("schedule.lr", "peak learning rate", [](C& c) -> float& { return c.train.schedule.lr; }));
+    t.push_back(float_key("schedule.min_lr", "final learning rate", [](C& c) -> float& { return c.train.schedule.min_lr; }));
+    t.push_back(int_key("schedule.warmup_steps", "linear warmup steps", [](C& c) -> int64_t& { return c.train.schedule.warmup_steps; }));
+    t.push_back(float_key("schedule.wsd_decay_fraction", "WSD: final fraction of steps that decays", [](C& c) -> float& { return c.train.schedule.wsd_decay_fraction; }));
+    t.push_back(int_key("eval.interval", "steps between validation evaluations", [](C& c) -> int64_t& { return c.eval_interval; }));
+    t.push_back(int_key("eval.batches", "validation batches per evaluation", [](C& c) -> int64_t& { return c.train.eval_batches; }));
+    t.push_back(int_key("checkpoint.interval", "steps between checkpoints", [](C& c) -> int64_t& { return c.checkpoint_interval; }));
+    t.push_back(int_key("checkpoint.keep", "newest checkpoints kept", [](C& c) -> int64_t& { return c.checkpoint_keep; }));
+    t.push_back(int_key("log.interval", "steps between log lines and metrics records", [](C& c) -> int64_t& { return c.log_interval; }));
+    t.push_back(bool_key("log.tensorboard", "also write TensorBoard event files to RUN/tensorboard", [](C& c) -> bool& { return c.tensorboard; }));
+    return t;
+  }();
+  return table;
+}
+
+const KeyEntry* find_key(std::string_view name) {
+  for (const auto& e : key_table())
+    if (e.info.name == name) return &e;
+  return nullptr;
+}
+
+std::string_view last_component(std::string_view key) {
+  size_t dot = key.rfind('.');
+  return dot == std::string_view::npos ? key : key.substr(dot + 1);
+}
+
+void flatten_yaml(RunConfig& config, const YAML::Node& node, const std::string& prefix, std::string_view origin) {
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    if (!it->first.IsScalar())
+      throw UsageError(fmt::format("{}: a key under '{}' is not a plain name", origin, prefix.empty() ? "the top level" : prefix));
+    const std::string key = prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
+    const YAML::Node& value = it->second;
+    const int line = it->first.Mark().line + 1;
+    const std::string located = fmt::format("{}:{}", origin, line);
+    if (value.IsMap()) {
+      flatten_yaml(config, value, key, origin);
+    } else if (value.IsScalar()) {
+      set_config_value(config, key, value.Scalar(), located);
+    } else if (value.IsNull()) {
+      // An unknown key is still reported as unknown before the missing value.
+      if (!find_key(key)) set_config_value(config, key, "", located);
+      throw UsageError(fmt::format("{}: {} has no value: write '{}: VALUE'", located, key, last_component(key)));
+    } else {
+      throw UsageError(fmt::format("{}: {} is a list; it takes a single value", located, key));
+    }
+  }
+}
+
+std::string yaml_scalar(const std::string& value, ConfigValueKind kind) {
+  if (kind != ConfigValueKind::text) return value;
+  std::string out = "\"";
+  for (char c : value) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string closest_config_key(std::string_view key) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const auto& e : key_table()) {
+    // A misplaced section ("layers" for "model.layers") is as close as a typo in the last part.
+    size_t d = std::min(edit_distance(key, e.info.name), edit_distance(last_component(key), last_component(e.info.name)) +
+                                                             (key.find('.') == std::string_view::npos ? 0 : 1));
+    if (d < best_distance) {
+      best_distance = d;
+      best = e.info.name;
+    }
+  }
+  return best;
+}
+
+std::vector<ConfigKeyInfo> config_keys() {
+  std::vector<ConfigKeyInfo> keys;
+  for (const auto& e : key_table()) keys.push_back(e.info);
+  return keys;
+}
+
+void set_config_value(RunConfig& config, std::string_view key, std::string_view value, std::string_view origin) {
+  const KeyEntry* entry = find_key(key);
+  if (!entry) {
+    if (key.starts_with("nvfp4.")) apply_recipe_option(config.train.recipe, key, value);  // lists the knobs
+    throw UsageError(fmt::format("{}: unknown config key '{}': did you mean '{}'? (`nibble train --keys` lists them all)",
+                                 origin, key, closest_config_key(key)));
+  }
+  entry->set(config, key, value, origin);
+}
+
+void apply_config_yaml(RunConfig& config, std::string_view yaml_text, std::string_view origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    throw UsageError(fmt::format("{}:{}:{}: not valid YAML: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (root.IsNull()) return;  // an empty file: all defaults
+  if (!root.IsMap())
+    throw UsageError(fmt::format("{}: the config must be a map of keys (e.g. 'steps: 2000'), not a single value or list",
+                                 origin));
+  flatten_yaml(config, root, "", origin);
+}
+
+void apply_config_overrides(RunConfig& config, const std::vector<std::string>& overrides) {
+  for (const auto& word : overrides) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError(fmt::format("command line: '{}' is not key=value (example: quantization=nvfp4)", word));
+    set_config_value(config, std::string_view(word).substr(0, eq), std::string_view(word).substr(eq + 1), "command line");
+  }
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  RunConfig config;
+  apply_config_yaml(config, read_text_file(path), path);
+  apply_config_overrides(config, overrides);
+  config.validate();
+  return config;
+}
+
+void RunConfig::validate() const {
+  if (run_dir.empty()) throw UsageError("run.dir is empty: set run.dir=runs/NAME");
+  if (data_dir.empty())
+    throw UsageError("data.dir is not set: run `nibble prepare TEXT_FILE -o DIR` and set data.dir=DIR");
+  auto positive = [](const char* key, int64_t v) {
+    if (v <= 0) throw UsageError(fmt::format("{}={} must be positive", key, v));
+  };
+  positive("eval.interval", eval_interval);
+  positive("checkpoint.interval", checkpoint_interval);
+  positive("checkpoint.keep", checkpoint_keep);
+  positive("log.interval", log_interval);
+  if (threads < 0) throw UsageError(fmt::format("threads={} must be >= 0 (0: all cores)", threads));
+  train.validate();
+}
+
+std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& config) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const auto& e : key_table())
+    if (e.printed(config)) values.emplace_back(e.info.name, e.get(config));
+  return values;
+}
+
+std::string config_to_yaml(const RunConfig& config) {
+  std::string out;
+  std::string section;
+  for (const auto& e : key_table()) {
+    if (!e.printed(config)) continue;
+    const std::string& name = e.info.name;
+    const size_t dot = name.find('.');
+    const std::string this_section = dot == std::string::npos ? "" : name.substr(0, dot);
+    if (this_section != section && !this_section.empty()) out += this_section + ":\n";
+    section = this_section;
+    const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+    out += fmt::format("{}{}: {}  # {}\n", section.empty() ? "" : "  ", leaf, yaml_scalar(e.get(config), e.info.kind),
+                       e.info.help);
+  }
+  return out;
+}
+
+}  // namespace nibble::train

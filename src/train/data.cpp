@@ -1,0 +1,87 @@
+#include "train/data.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "format/quantized_tensor.h"
+
+namespace nibble::train {
+
+namespace {
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+CharTokenizer::CharTokenizer(std::string_view text) {
+  bool present[256] = {};
+  for (unsigned char c : text) present[c] = true;
+  std::fill(std::begin(id_of_), std::end(id_of_), -1);
+  for (int c = 0; c < 256; ++c)
+    if (present[c]) {
+      id_of_[c] = static_cast<int32_t>(chars_.size());
+      chars_.push_back(static_cast<char>(c));
+    }
+  if (chars_.empty()) throw UsageError("the corpus is empty: a tokenizer needs at least one character");
+}
+
+std::vector<int32_t> CharTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    int32_t id = id_of_[static_cast<unsigned char>(text[i])];
+    if (id < 0)
+      throw UsageError("character code " + std::to_string(static_cast<unsigned char>(text[i])) + " at offset " +
+                       std::to_string(i) + " is not in the tokenizer's vocabulary");
+    ids[i] = id;
+  }
+  return ids;
+}
+
+std::string CharTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string s;
+  for (int32_t id : ids) s.push_back(id >= 0 && id < vocab_size() ? chars_[id] : '?');
+  return s;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw UsageError("cannot open corpus '" + path + "': check the path");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TokenSplit split_tokens(const std::vector<int32_t>& tokens, double train_fraction) {
+  if (!(train_fraction > 0 && train_fraction < 1))
+    throw UsageError("train fraction " + std::to_string(train_fraction) + " must lie in (0, 1)");
+  const size_t cut = static_cast<size_t>(static_cast<double>(tokens.size()) * train_fraction);
+  return {std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(cut)),
+          std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end())};
+}
+
+BatchSampler::BatchSampler(const std::vector<int32_t>* tokens, int64_t seq, uint64_t seed)
+    : tokens_(tokens), seq_(seq), seed_(seed) {
+  if (static_cast<int64_t>(tokens->size()) < seq + 2)
+    throw UsageError("a split has " + std::to_string(tokens->size()) + " tokens, too few for windows of " +
+                     std::to_string(seq + 1) + ": use a longer corpus or a shorter context");
+}
+
+void BatchSampler::sample(int64_t index, int64_t batch, std::vector<int32_t>& inputs,
+                          std::vector<int32_t>& targets) const {
+  inputs.resize(static_cast<size_t>(batch * seq_));
+  targets.resize(inputs.size());
+  const uint64_t windows = static_cast<uint64_t>(tokens_->size()) - static_cast<uint64_t>(seq_);
+  for (int64_t b = 0; b < batch; ++b) {
+    const uint64_t start = mix64(mix64(seed_ ^ mix64(static_cast<uint64_t>(index))) + static_cast<uint64_t>(b)) % windows;
+    for (int64_t t = 0; t < seq_; ++t) {
+      inputs[b * seq_ + t] = (*tokens_)[start + t];
+      targets[b * seq_ + t] = (*tokens_)[start + t + 1];
+    }
+  }
+}
+
+}  // namespace nibble::train

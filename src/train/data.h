@@ -1,0 +1,45 @@
+// Character-level data: a tokenizer over the corpus's characters, the 90/10 train/validation
+// split, and deterministic batch sampling (batch k depends only on the seed and k).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nibble::train {
+
+class CharTokenizer {
+ public:
+  // The vocabulary is the sorted set of bytes present in `text` (65 for tinyshakespeare).
+  explicit CharTokenizer(std::string_view text);
+  int64_t vocab_size() const { return static_cast<int64_t>(chars_.size()); }
+  std::vector<int32_t> encode(std::string_view text) const;  // UsageError for a byte outside the vocabulary
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+ private:
+  std::string chars_;
+  int32_t id_of_[256];
+};
+
+std::string read_text_file(const std::string& path);  // UsageError naming the path
+
+struct TokenSplit {
+  std::vector<int32_t> train, val;
+};
+// The first `train_fraction` of the tokens train, the rest validate (nanoGPT's 90/10 split).
+TokenSplit split_tokens(const std::vector<int32_t>& tokens, double train_fraction = 0.9);
+
+class BatchSampler {
+ public:
+  // Windows of seq+1 tokens: inputs are the first seq, targets the last seq.
+  BatchSampler(const std::vector<int32_t>* tokens, int64_t seq, uint64_t seed);
+  // Batch number `index` of `batch` windows at offsets drawn from (seed, index, row).
+  void sample(int64_t index, int64_t batch, std::vector<int32_t>& inputs, std::vector<int32_t>& targets) const;
+
+ private:
+  const std::vector<int32_t>* tokens_;
+  int64_t seq_;
+  uint64_t seed_;
+};
+
+}  // namespace nibble::train

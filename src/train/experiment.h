@@ -1,0 +1,41 @@
+// Experiments over recipes that `nibble bench train` runs: the same model trained under each
+// recipe for quality (validation loss) and timed for speed (tokens/s, where the time goes, MFU).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace nibble::train {
+
+// Training FLOPs per token, PaLM's estimate: 6 * (non-embedding parameters + LM head) for the
+// matrix multiplies of forward and backward, plus 12 * layers * width * seq for attention's
+// QK^T and PV (forward and backward, counted without causal halving).
+double training_flops_per_token(const model::ModelConfig& m, int64_t seq);
+
+struct SpeedResult {
+  double step_s = 0;          // mean wall time of one optimizer step
+  double tokens_per_s = 0;
+  double gemm_s = 0, quantize_s = 0, rest_s = 0;  // per step
+  double achieved_flops = 0;  // training_flops_per_token * tokens_per_s
+};
+
+// Runs `warmup` steps untimed, then `steps` timed ones, from a fresh model.
+SpeedResult measure_training_speed(const TrainConfig& config, const std::vector<int32_t>& corpus, int64_t warmup,
+                                   int64_t steps);
+
+struct QualityResult {
+  double val_loss = 0;    // at the end of training
+  double train_loss = 0;  // mean of the last 20 steps
+  std::vector<std::pair<int64_t, double>> val_curve;
+  double seconds = 0;
+};
+
+// Trains for config.schedule.total_steps steps, evaluating every eval_interval steps and at the end;
+// `log` gets one line per evaluation.
+QualityResult train_and_evaluate(const TrainConfig& config, const std::vector<int32_t>& corpus, int64_t eval_interval,
+                                 const std::function<void(const std::string&)>& log);
+
+}  // namespace nibble::train

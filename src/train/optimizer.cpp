@@ -1,0 +1,106 @@
+#include "train/optimizer.h"
+
+#include <cmath>
+#include <string>
+
+#include "format/quantized_tensor.h"
+#include "model/parallel.h"
+
+namespace nibble::train {
+
+namespace {
+constexpr int64_t kNormChunk = 1 << 14;
+}
+
+double global_grad_norm(std::span<const float> g) {
+  const int64_t n = static_cast<int64_t>(g.size()), chunks = (n + kNormChunk - 1) / kNormChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (n >= model::kMinParallelWork)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s = 0;
+    for (int64_t i = c * kNormChunk; i < std::min(n, (c + 1) * kNormChunk); ++i) s += static_cast<double>(g[i]) * g[i];
+    partial[c] = s;
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return std::sqrt(total);
+}
+
+AdamW::AdamW(const model::ParamArena& params, const AdamWConfig& config) : config_(config) {
+  if (!(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1))
+    throw UsageError("AdamW betas (" + std::to_string(config.beta1) + ", " + std::to_string(config.beta2) +
+                     ") must lie in [0, 1)");
+  if (!(config.eps > 0)) throw UsageError("AdamW eps must be positive");
+  if (!(config.weight_decay >= 0)) throw UsageError("weight_decay must be >= 0");
+  const size_t n = params.values().size();
+  m_.assign(n, 0.0f);
+  v_.assign(n, 0.0f);
+  decay_.assign(n, 0);
+  for (const auto& p : params.params())
+    if (p.weight_decay) std::fill(decay_.begin() + p.offset, decay_.begin() + p.offset + p.size(), 1);
+}
+
+double AdamW::step(model::ParamArena& params, float lr) {
+  auto grads = params.grads();
+  auto values = params.values();
+  const double norm = global_grad_norm(grads);
+  const float clip = config_.clip_norm > 0 && norm > config_.clip_norm ? static_cast<float>(config_.clip_norm / norm) : 1.0f;
+  ++t_;
+  const float b1 = config_.beta1, b2 = config_.beta2;
+  const float bias1 = 1.0f - static_cast<float>(std::pow(b1, static_cast<double>(t_)));
+  const float bias2 = 1.0f - static_cast<float>(std::pow(b2, static_cast<double>(t_)));
+  const float decay = lr * config_.weight_decay, eps = config_.eps;
+  const int64_t n = static_cast<int64_t>(values.size());
+#pragma omp parallel for schedule(static) if (n >= model::kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grads[i] * clip;
+    m_[i] = b1 * m_[i] + (1.0f - b1) * g;
+    v_[i] = b2 * v_[i] + (1.0f - b2) * g * g;
+    const float m_hat = m_[i] / bias1, v_hat = v_[i] / bias2;
+    float w = values[i];
+    if (decay_[i]) w -= decay * w;  // decoupled: not part of the adaptive gradient
+    values[i] = w - lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+  return norm;
+}
+
+Schedule parse_schedule(std::string_view s) {
+  if (s == "cosine") return Schedule::cosine;
+  if (s == "wsd") return Schedule::wsd;
+  if (s == "constant") return Schedule::constant;
+  throw UsageError("schedule '" + std::string(s) + "' is unknown: use cosine, wsd or constant");
+}
+
+void ScheduleConfig::validate() const {
+  if (!(lr > 0)) throw UsageError("lr=" + std::to_string(lr) + " must be positive");
+  if (!(min_lr >= 0 && min_lr <= lr))
+    throw UsageError("min_lr=" + std::to_string(min_lr) + " must lie in [0, lr=" + std::to_string(lr) + "]");
+  if (total_steps <= 0) throw UsageError("total steps=" + std::to_string(total_steps) + " must be positive");
+  if (warmup_steps < 0 || warmup_steps > total_steps)
+    throw UsageError("warmup_steps=" + std::to_string(warmup_steps) + " must lie in [0, steps=" +
+                     std::to_string(total_steps) + "]");
+  if (!(wsd_decay_fraction >= 0 && wsd_decay_fraction <= 1))
+    throw UsageError("wsd_decay_fraction=" + std::to_string(wsd_decay_fraction) + " must lie in [0, 1]");
+}
+
+float learning_rate(const ScheduleConfig& s, int64_t step) {
+  if (step < s.warmup_steps) return s.lr * static_cast<float>(step + 1) / static_cast<float>(s.warmup_steps);
+  switch (s.kind) {
+    case Schedule::constant: return s.lr;
+    case Schedule::cosine: {
+      const int64_t span = std::max<int64_t>(1, s.total_steps - s.warmup_steps);
+      const double progress = std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(span));
+      return s.min_lr + static_cast<float>(0.5 * (1.0 + std::cos(M_PI * progress))) * (s.lr - s.min_lr);
+    }
+    case Schedule::wsd: {
+      const int64_t decay_steps = static_cast<int64_t>(std::llround(s.wsd_decay_fraction * static_cast<double>(s.total_steps)));
+      const int64_t decay_start = s.total_steps - decay_steps;
+      if (step < decay_start || decay_steps == 0) return s.lr;
+      const double progress = std::min(1.0, static_cast<double>(step - decay_start) / static_cast<double>(decay_steps));
+      return s.lr + static_cast<float>(progress) * (s.min_lr - s.lr);
+    }
+  }
+  return s.lr;
+}
+
+}  // namespace nibble::train

@@ -1,0 +1,442 @@
+#include "train/run.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+
+#include "format/quantized_tensor.h"
+#include "io/atomic_file.h"
+#include "kernels/cpu/gemm_peaks.h"
+#include "train/data.h"
+#include "train/experiment.h"
+#include "train/metrics.h"
+#include "train/shards.h"
+#include "train/trainer.h"
+
+namespace nibble::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kConfigFile = "config.yaml";
+constexpr const char* kMetricsFile = "metrics.jsonl";
+
+std::string bytes_text(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+  return fmt::format("{:.1f} KiB", b / 1024.0);
+}
+
+// Storage of one element of a saved wgrad input, codes plus block scales.
+double bytes_per_element(const GemmRecipe& g) {
+  switch (g.precision) {
+    case GemmPrecision::fp32: return 4;
+    case GemmPrecision::bf16: return 2;
+    case GemmPrecision::quantized:
+      switch (g.b.format) {
+        case Format::nvfp4: return 0.5 + 1.0 / 16;
+        case Format::mxfp4: return 0.5 + 1.0 / 32;
+        case Format::mxfp8: return 1.0 + 1.0 / 32;
+        case Format::fp8_e4m3:
+        case Format::fp8_e5m2: return 1.0;
+      }
+  }
+  return 4;
+}
+
+std::string operand_text(const QuantOptions& q, bool weight) {
+  std::string s(to_string(q.format));
+  if (q.format == Format::nvfp4 && weight) s += q.tile_16x16 ? "(16x16)" : "(1x16)";
+  if (q.rounding == Rounding::stochastic) s += "/SR";
+  if (q.rht) s += "/RHT";
+  if (q.four_over_six) s += "/4over6";
+  return s;
+}
+
+std::string gemm_text(const GemmRecipe& g, GemmRole role) {
+  std::string s(to_string(role));
+  if (g.precision != GemmPrecision::quantized) return s + " " + std::string(to_string(g.precision));
+  // fprop multiplies X by W, dgrad dY by W^T, wgrad dY^T by X^T (recipe/recipe.h).
+  return s + " " + operand_text(g.a, false) + " x " + operand_text(g.b, role != GemmRole::wgrad);
+}
+
+std::string peak_note(double peak) {
+  return fmt::format("{:.1f} GFLOP/s = {} threads x FP32 FMA peak measured on this CPU", peak / 1e9,
+                     omp_get_max_threads());
+}
+
+// Keys whose change makes a resumed run differ from the run it continues.
+bool changes_the_math(const std::string& key) {
+  static const std::set<std::string> harmless = {"resume", "threads", "eval.interval", "checkpoint.interval",
+                                                 "checkpoint.keep", "log.interval", "run.dir", "data.dir"};
+  return !harmless.contains(key);
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  io::write_file_atomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq) {
+  MemoryEstimate e;
+  int64_t params = 0;
+  {
+    const int64_t d = m.width, hd = m.head_dim(), f = m.hidden();
+    params = m.vocab * d + m.layers * (2 * d + (m.heads + 2 * m.kv_head_count()) * hd * d + d * m.heads * hd + 2 * f * d + d * f) + d +
+             (m.tied_embeddings ? 0 : m.vocab * d);
+  }
+  e.weights = 4 * params;
+  e.gradients = 4 * params;
+  e.optimizer = 8 * params;  // AdamW's two FP32 moments
+  const int64_t N = batch * seq, d = m.width, hd = m.head_dim(), f = m.hidden();
+  const int64_t qkv = (m.heads + 2 * m.kv_head_count()) * hd;
+  // Per block, kept by the model: residual input, x_mid, two rstd rows, post-RoPE qkv, softmax
+  // probabilities, gate_up.
+  const int64_t block_floats = N * d + N * d + 2 * N + N * qkv + batch * m.heads * seq * seq + N * 2 * f;
+  // The inputs each linear keeps for its wgrad GEMM: qkv and gate_up see [N, d], attn_out
+  // [N, heads*hd], down [N, f].
+  const int64_t linear_inputs = N * d + N * m.heads * hd + N * d + N * f;
+  const int64_t final_floats = N * d + N + N * d + N * m.vocab + N;
+  double recipe_bytes = 4.0 * static_cast<double>(m.layers * block_floats + final_floats);
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const GemmRecipe& w = recipe.for_layer(static_cast<int>(l), 0.0).wgrad;
+    recipe_bytes += bytes_per_element(w) * static_cast<double>(linear_inputs);
+  }
+  e.activations_fp32 = 4 * (m.layers * (block_floats + linear_inputs) + final_floats);
+  e.activations_recipe = static_cast<int64_t>(recipe_bytes);
+  return e;
+}
+
+std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers) {
+  std::vector<std::string> lines;
+  std::string previous;
+  int first = 0;
+  auto flush = [&](int last) {
+    if (previous.empty()) return;
+    lines.push_back(first == last ? fmt::format("block {}: {}", first, previous)
+                                  : fmt::format("blocks {}-{}: {}", first, last, previous));
+  };
+  for (int l = 0; l < layers; ++l) {
+    const LinearRecipe r = recipe.for_layer(l, 0.0);
+    std::string text;
+    for (GemmRole role : kGemmRoles) text += (text.empty() ? "" : " | ") + gemm_text(r[role], role);
+    if (text != previous) {
+      flush(l - 1);
+      previous = text;
+      first = l;
+    }
+  }
+  flush(layers - 1);
+  if (recipe.config().precision_switch_at < 1.0)
+    lines.push_back(fmt::format("after {:.0f}% of the steps every GEMM runs in BF16 (precision_switch_at)",
+                                100 * recipe.config().precision_switch_at));
+  lines.push_back("embedding, norms, attention core, LM head and loss: FP32");
+  return lines;
+}
+
+std::string startup_report(const RunConfig& c, const model::Transformer& model, const Recipe& recipe,
+                           const Tokenizer& tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops) {
+  const auto& m = model.config();
+  const int64_t seq = c.train.seq > 0 ? c.train.seq : m.context;
+  const int64_t tokens_per_step = c.train.batch * seq * c.train.grad_accum;
+  const double flops_token = training_flops_per_token(m, seq);
+  const int64_t params = model.params().parameter_count();
+  const int64_t embedding = m.vocab * m.width;
+  const MemoryEstimate mem = estimate_memory(m, recipe, c.train.batch, seq);
+  std::string s;
+  s += fmt::format("model      {} blocks x width {} ({} heads, {} kv heads, head dim {}), SwiGLU hidden {}, context {}, "
+                   "vocab {} ({} tokenizer), {} embeddings\n",
+                   m.layers, m.width, m.heads, m.kv_head_count(), m.head_dim(), m.hidden(), m.context, m.vocab,
+                   to_string(tokenizer.kind()), m.tied_embeddings ? "tied" : "untied");
+  s += fmt::format("parameters {} ({:.2f}M; {:.2f}M without the embedding)\n", params, params / 1e6,
+                   (params - embedding) / 1e6);
+  s += fmt::format("data       {} train tokens, {} validation tokens; {} tokens/step = batch {} x seq {} x grad_accum "
+                   "{}; {} steps = {} tokens ({:.2f} epochs)\n",
+                   train_tokens, val_tokens, tokens_per_step, c.train.batch, seq, c.train.grad_accum,
+                   c.train.schedule.total_steps, format_si(static_cast<double>(tokens_per_step * c.train.schedule.total_steps)),
+                   static_cast<double>(tokens_per_step * c.train.schedule.total_steps) / static_cast<double>(train_tokens));
+  s += fmt::format("compute    {:.3g} training FLOPs/token (6N + 12 L d T), {:.3g} FLOPs/step, {:.3g} FLOPs in total\n",
+                   flops_token, flops_token * tokens_per_step,
+                   flops_token * tokens_per_step * static_cast<double>(c.train.schedule.total_steps));
+  s += fmt::format("MFU peak   {}\n", peak_note(peak_flops));
+  s += fmt::format("memory     weights {}, gradients {}, AdamW {}; activations per micro-batch {} in FP32, {} with the "
+                   "recipe's quantized saved activations; total {} (FP32 activations) / {} (quantized)\n",
+                   bytes_text(mem.weights), bytes_text(mem.gradients), bytes_text(mem.optimizer),
+                   bytes_text(mem.activations_fp32), bytes_text(mem.activations_recipe),
+                   bytes_text(mem.weights + mem.gradients + mem.optimizer + mem.activations_fp32),
+                   bytes_text(mem.weights + mem.gradients + mem.optimizer + mem.activations_recipe));
+  s += fmt::format("recipe     {}\n", describe(recipe.config()));
+  for (const auto& line : describe_recipe_per_layer(recipe, static_cast<int>(m.layers))) s += "           " + line + "\n";
+  s += fmt::format("threads    {}\n", omp_get_max_threads());
+  return s;
+}
+
+int run_training(const RunConfig& input_config, std::FILE* out) {
+  RunConfig config = input_config;
+  if (config.threads > 0) omp_set_num_threads(static_cast<int>(config.threads));
+  const fs::path run_dir = config.run_dir;
+  auto print = [out](const std::string& text) {
+    std::fputs(text.c_str(), out);
+    std::fflush(out);
+  };
+
+  const auto existing = latest_checkpoint(run_dir);
+  if (existing && !config.resume)
+    throw UsageError(fmt::format("run.dir '{}' already holds checkpoints (newest {}): pass resume=true to continue that "
+                                 "run, or choose another run.dir",
+                                 run_dir.string(), existing->filename().string()));
+
+  Dataset data = load_dataset(config.data_dir);
+  config.train.model.vocab = data.tokenizer->vocab_size();
+  config.validate();
+
+  // Built before anything is written, so that a recipe or shape the Trainer refuses leaves no
+  // half-made run directory behind.
+  Trainer trainer(config.train, data.corpus());
+
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) throw UsageError(fmt::format("cannot create run.dir '{}': {}", run_dir.string(), ec.message()));
+
+  const fs::path saved_config = run_dir / kConfigFile;
+  if (config.resume && existing && fs::exists(saved_config)) {
+    RunConfig before;
+    apply_config_yaml(before, read_text_file(saved_config.string()), saved_config.string());
+    const auto old_values = config_values(before), new_values = config_values(config);
+    for (const auto& [key, value] : new_values) {
+      auto it = std::find_if(old_values.begin(), old_values.end(), [&](const auto& kv) { return kv.first == key; });
+      const std::string old_value = it == old_values.end() ? "(unset)" : it->second;
+      if (old_value != value && changes_the_math(key))
+        print(fmt::format("note: resuming with {}={} (the run was started with {}): the continuation differs from an "
+                          "uninterrupted run\n",
+                          key, value, old_value));
+    }
+  }
+  const std::string resolved = config_to_yaml(config);
+  print("# resolved config (saved as " + saved_config.string() + ")\n" + resolved);
+  write_text(saved_config, resolved);
+  data.tokenizer->save(run_dir);
+
+  const int64_t seq = config.train.seq > 0 ? config.train.seq : config.train.model.context;
+  const int64_t tokens_per_step = config.train.batch * seq * config.train.grad_accum;
+  const int64_t total = config.train.schedule.total_steps;
+
+  TrainingState state;
+  state.seed = config.train.seed;
+  std::string last_good = "none (no checkpoint written yet)";
+  if (config.resume) {
+    if (existing) {
+      state = load_checkpoint(*existing, trainer.model(), &trainer.optimizer());
+      if (state.micro_batches != state.step * config.train.grad_accum)
+        throw UsageError(fmt::format("{}: the checkpoint drew {} micro-batches in {} steps, which grad_accum={} cannot "
+                                     "continue: resume with the run's grad_accum",
+                                     existing->string(), state.micro_batches, state.step, config.train.grad_accum));
+      if (state.seed != config.train.seed)
+        print(fmt::format("note: the checkpoint was trained with seed={}, this config has seed={}: data order and "
+                          "rounding continue with the new seed\n",
+                          state.seed, config.train.seed));
+      state.seed = config.train.seed;
+      last_good = existing->string();
+      print(fmt::format("resuming from {} (step {}, {} tokens)\n", existing->string(), state.step, state.tokens));
+    } else {
+      print(fmt::format("no checkpoint in '{}' yet: starting a new run\n", run_dir.string()));
+    }
+  }
+
+  const double peak = cpu::measure_fma_f32_peak(0.1).giga_ops_per_s * 1e9 * omp_get_max_threads();
+  print(startup_report(config, trainer.model(), trainer.recipe(), *data.tokenizer, static_cast<int64_t>(data.train.size()),
+                       static_cast<int64_t>(data.val.size()), peak));
+
+  MetricsLog metrics(run_dir / kMetricsFile, config.resume && existing ? state.step : -1);
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (config.tensorboard) {
+    tensorboard = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
+    print(fmt::format("tensorboard: {} (tensorboard --logdir {})\n", tensorboard->path().string(),
+                      (run_dir / "tensorboard").string()));
+  }
+  const double flops_per_token = training_flops_per_token(config.train.model, seq);
+  const bool live = ::isatty(::fileno(out));
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const double elapsed_before = state.elapsed_s;
+  auto elapsed = [&] { return elapsed_before + std::chrono::duration<double>(clock::now() - start).count(); };
+
+  double window_time = 0;
+  int64_t window_steps = 0;
+  double last_loss = std::nan("");
+  double last_val = std::nan("");
+  if (state.step >= total) print(fmt::format("the run is already complete at step {} of {}\n", state.step, total));
+  while (trainer.steps_done() < total) {
+    const auto t0 = clock::now();
+    StepResult r;
+    try {
+      r = trainer.step();
+    } catch (const UsageError& e) {
+      // The config and data were checked before the first step, so a refusal inside a step is the
+      // numbers going wrong: typically a quantizer meeting non-finite activations after divergence.
+      if (live) print("\n");
+      print(fmt::format("error: training stopped at step {}: {}\nthe run has probably diverged. last good "
+                        "checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr (or a larger "
+                        "schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause\n",
+                        trainer.steps_done() + 1, e.what(), last_good));
+      return kExitNonFiniteLoss;
+    }
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    window_time += dt;
+    ++window_steps;
+    state.step = r.step;
+    state.tokens += tokens_per_step;
+    state.micro_batches += config.train.grad_accum;
+    last_loss = r.loss;
+
+    if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+      if (live) print("\n");
+      StepRecord bad{r.step, total, state.tokens, r.loss, r.lr, r.grad_norm, dt, 0, 0, 0, elapsed()};
+      metrics.write(bad);
+      print(fmt::format("error: the training loss is {} at step {} (gradient norm {}): training stopped, nothing of it "
+                        "saved.\nlast good checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr "
+                        "(or a larger schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause\n",
+                        r.loss, r.step, r.grad_norm, last_good));
+      return kExitNonFiniteLoss;
+    }
+
+    const bool last_step = r.step == total;
+    if (r.step % config.log_interval == 0 || last_step) {
+      StepRecord rec;
+      rec.step = r.step;
+      rec.total_steps = total;
+      rec.tokens = state.tokens;
+      rec.loss = r.loss;
+      rec.lr = r.lr;
+      rec.grad_norm = r.grad_norm;
+      rec.step_time_s = window_time / static_cast<double>(window_steps);
+      rec.tokens_per_s = static_cast<double>(tokens_per_step) / rec.step_time_s;
+      rec.mfu = flops_per_token * rec.tokens_per_s / peak;
+      rec.eta_s = rec.step_time_s * static_cast<double>(total - r.step);
+      rec.elapsed_s = elapsed();
+      metrics.write(rec);
+      if (tensorboard) tensorboard->write(rec);
+      print((live ? "\r\033[K" : "") + format_step_line(rec) + "\n");
+      window_time = 0;
+      window_steps = 0;
+    } else if (live) {
+      print(fmt::format("\r\033[Kstep {}/{} | loss {:.4f} | {:.0f} ms/step", r.step, total, r.loss, dt * 1e3));
+    }
+
+    if (r.step % config.eval_interval == 0 || last_step) {
+      EvalRecord e;
+      e.step = r.step;
+      e.tokens = state.tokens;
+      e.val_loss = trainer.evaluate();
+      e.elapsed_s = elapsed();
+      last_val = e.val_loss;
+      if (std::isfinite(e.val_loss) && (state.best_val_step < 0 || e.val_loss < state.best_val_loss)) {
+        state.best_val_loss = e.val_loss;
+        state.best_val_step = r.step;
+      }
+      metrics.write(e);
+      if (tensorboard) tensorboard->write(e);
+      print((live ? "\r\033[K" : "") + format_eval_line(e, total) + "\n");
+    }
+
+    if (r.step % config.checkpoint_interval == 0 || last_step) {
+      state.elapsed_s = elapsed();
+      const auto path = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep);
+      last_good = path.string();
+      print(fmt::format("{}checkpoint {}\n", live ? "\r\033[K" : "", path.string()));
+    }
+  }
+
+  const double wall = elapsed();
+  if (std::isnan(last_loss)) {  // nothing left to train
+    print(fmt::format("run directory: {}; newest checkpoint {}\n", run_dir.string(), last_good));
+    return 0;
+  }
+  print(fmt::format("done: {} steps, {} tokens in {}; final train loss {:.4f}, val loss {:.4f}{}\nrun directory: {}\n",
+                    state.step, format_si(static_cast<double>(state.tokens)), format_duration(wall), last_loss, last_val,
+                    state.best_val_step >= 0
+                        ? fmt::format(" (best {:.4f} at step {})", state.best_val_loss, state.best_val_step)
+                        : std::string(),
+                    run_dir.string()));
+  return 0;
+}
+
+LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& checkpoint) {
+  const fs::path config_path = run_dir / kConfigFile;
+  if (!fs::exists(config_path))
+    throw UsageError(fmt::format("'{}' is not a run directory: {} is missing (runs are made by `nibble train`)",
+                                 run_dir.string(), config_path.string()));
+  LoadedRun run;
+  apply_config_yaml(run.config, read_text_file(config_path.string()), config_path.string());
+  run.tokenizer = load_tokenizer(run_dir);
+  run.config.train.model.vocab = run.tokenizer->vocab_size();
+  run.config.train.model.validate();
+  if (checkpoint) {
+    run.checkpoint = *checkpoint;
+  } else {
+    auto latest = latest_checkpoint(run_dir);
+    if (!latest)
+      throw UsageError(fmt::format("run '{}' has no checkpoint yet: train it further (resume=true) first", run_dir.string()));
+    run.checkpoint = *latest;
+  }
+  run.model = std::make_unique<model::Transformer>(run.config.train.model);
+  run.state = load_checkpoint(run.checkpoint, *run.model, nullptr);
+  return run;
+}
+
+double EvalResult::perplexity() const { return std::exp(loss); }
+
+EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tokens, int64_t max_windows,
+                                 bool use_recipe) {
+  const auto& c = run.config.train;
+  const int64_t seq = c.seq > 0 ? c.seq : c.model.context;
+  const int64_t vocab = run.model->config().vocab;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      throw UsageError(fmt::format("token {} at position {} is outside this run's vocabulary [0, {}): the token file "
+                                   "was made with another tokenizer",
+                                   tokens[i], i, vocab));
+  int64_t windows = tokens.size() > 1 ? static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(seq)) : 0;
+  if (windows == 0)
+    throw UsageError(fmt::format("the token file holds {} tokens, fewer than one window of {} + 1", tokens.size(), seq));
+  if (max_windows > 0) windows = std::min(windows, max_windows);
+  // Whole batches of the run's size only: a quantized recipe needs the token count of a micro-batch
+  // to fill its blocks, which the run's batch * seq does by construction.
+  const int64_t batch = std::min<int64_t>(std::max<int64_t>(1, c.batch), windows);
+  windows -= windows % batch;
+  Recipe recipe(c.recipe, static_cast<int>(c.model.layers), run.model->block_linear_shapes(), batch * seq);
+  model::ModelStep step;
+  step.recipe = use_recipe ? &recipe : nullptr;
+  step.progress = std::min(1.0, static_cast<double>(run.state.step) / static_cast<double>(c.schedule.total_steps));
+  step.run_seed = c.seed;
+  step.weight_version = run.state.step;
+  EvalResult result;
+  double total = 0;
+  std::vector<int32_t> inputs, targets;
+  for (int64_t first = 0; first < windows; first += batch) {
+    const int64_t rows = std::min(batch, windows - first);
+    inputs.resize(static_cast<size_t>(rows * seq));
+    targets.resize(inputs.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < seq; ++t) {
+        const size_t at = static_cast<size_t>((first + r) * seq + t);
+        inputs[r * seq + t] = tokens[at];
+        targets[r * seq + t] = tokens[at + 1];
+      }
+    step.micro_step = -1 - first;
+    total += run.model->forward(inputs, targets, rows, seq, step) * static_cast<double>(rows * seq);
+    result.tokens += rows * seq;
+  }
+  result.windows = windows;
+  result.loss = total / static_cast<double>(result.tokens);
+  return result;
+}
+
+}  // namespace nibble::train

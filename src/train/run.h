@@ -1,0 +1,68 @@
+// `nibble train`: the driver that turns a RunConfig into a run directory
+//   RUN/config.yaml       the resolved configuration (what was actually trained)
+//   RUN/tokenizer.json    (+ tokenizer.model) copied from the data directory
+//   RUN/metrics.jsonl     train and eval records (train/metrics.h)
+//   RUN/checkpoints/      step_NNNNNNNN directories (train/checkpoint.h)
+// and the helpers that open such a directory again for `nibble eval` and `nibble generate`.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "model/transformer.h"
+#include "recipe/recipe.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/tokenizer.h"
+
+namespace nibble::train {
+
+// Exit codes of run_training besides UsageError (2).
+inline constexpr int kExitNonFiniteLoss = 3;
+
+// Bytes of training state for one micro-batch, estimated from the shapes (model/transformer.h's
+// saved activations; scratch buffers that live only inside one layer are not counted).
+struct MemoryEstimate {
+  int64_t weights = 0, gradients = 0, optimizer = 0;
+  int64_t activations_fp32 = 0;       // every saved tensor in FP32
+  int64_t activations_recipe = 0;     // the linears' saved wgrad inputs in the recipe's formats
+};
+MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq);
+
+// One line per run of blocks that share a recipe, e.g.
+//   "blocks 1-2: fprop nvfp4 x nvfp4(16x16) | dgrad nvfp4/SR x nvfp4(16x16) | wgrad nvfp4/SR/RHT x nvfp4/RHT"
+std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers);
+
+// Everything printed before the first step.
+std::string startup_report(const RunConfig& config, const model::Transformer& model, const Recipe& recipe,
+                           const Tokenizer& tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops);
+
+// Trains per `config`, printing to `out`. Returns 0, or kExitNonFiniteLoss when the loss became
+// NaN/inf (after printing the step and the last good checkpoint). Throws UsageError for bad input.
+int run_training(const RunConfig& config, std::FILE* out);
+
+// A trained run opened for evaluation or sampling: its resolved config, tokenizer and the weights
+// of one checkpoint (the newest unless given).
+struct LoadedRun {
+  RunConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<model::Transformer> model;
+  std::filesystem::path checkpoint;
+  TrainingState state;
+};
+LoadedRun load_run(const std::filesystem::path& run_dir, const std::optional<std::filesystem::path>& checkpoint);
+
+struct EvalResult {
+  double loss = 0;
+  int64_t tokens = 0, windows = 0;
+  double perplexity() const;
+};
+// Mean next-token loss over consecutive non-overlapping windows of the run's sequence length (at
+// most max_windows; <= 0: all), through the run's recipe forward, or in FP32 when use_recipe is false.
+EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tokens, int64_t max_windows,
+                                 bool use_recipe);
+
+}  // namespace nibble::train

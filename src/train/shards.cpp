@@ -1,0 +1,152 @@
+#include "train/shards.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "format/quantized_tensor.h"
+#include "io/atomic_file.h"
+#include "train/data.h"
+
+namespace nibble::train {
+
+namespace {
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<uint8_t>(static_cast<uint64_t>(value) >> (8 * i)));
+}
+
+template <typename T>
+T get(std::span<const uint8_t> bytes, size_t offset) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(bytes[offset + i]) << (8 * i);
+  return static_cast<T>(v);
+}
+
+uint32_t bytes_per_token(int64_t vocab) { return vocab <= 65536 ? 2 : 4; }
+
+}  // namespace
+
+std::vector<uint8_t> serialize_token_shard(std::span<const int32_t> tokens, int64_t vocab_size) {
+  if (vocab_size <= 0 || vocab_size > INT32_MAX) throw UsageError(fmt::format("vocab size {} is out of range", vocab_size));
+  const uint32_t width = bytes_per_token(vocab_size);
+  std::vector<uint8_t> out;
+  out.reserve(kShardHeaderBytes + tokens.size() * width);
+  for (char c : kShardMagic) out.push_back(static_cast<uint8_t>(c));
+  put<uint32_t>(out, kShardVersion);
+  put<uint32_t>(out, width);
+  put<uint64_t>(out, static_cast<uint64_t>(vocab_size));
+  put<uint64_t>(out, tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size)
+      throw UsageError(fmt::format("token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, vocab_size));
+    if (width == 2) put<uint16_t>(out, static_cast<uint16_t>(tokens[i]));
+    else put<uint32_t>(out, static_cast<uint32_t>(tokens[i]));
+  }
+  return out;
+}
+
+TokenShard parse_token_shard(std::span<const uint8_t> bytes, const std::string& source) {
+  auto fail = [&](const std::string& why) -> TokenShard {
+    throw UsageError(fmt::format("{}: not a usable token shard: {} (re-create it with `nibble prepare`)", source, why));
+  };
+  if (bytes.size() < kShardHeaderBytes)
+    return fail(fmt::format("{} bytes is shorter than the {}-byte header", bytes.size(), kShardHeaderBytes));
+  if (std::memcmp(bytes.data(), kShardMagic, 8) != 0) return fail("the magic is not NIBTOKNS");
+  const uint32_t version = get<uint32_t>(bytes, 8), width = get<uint32_t>(bytes, 12);
+  const uint64_t vocab = get<uint64_t>(bytes, 16), count = get<uint64_t>(bytes, 24);
+  if (version != kShardVersion)
+    return fail(fmt::format("format version {} (this nibble reads version {})", version, kShardVersion));
+  if (vocab == 0 || vocab > static_cast<uint64_t>(INT32_MAX)) return fail(fmt::format("vocabulary size {} is out of range", vocab));
+  if (width != bytes_per_token(static_cast<int64_t>(vocab)))
+    return fail(fmt::format("{} bytes per token does not match vocabulary size {}", width, vocab));
+  const uint64_t payload = bytes.size() - kShardHeaderBytes;
+  if (count > payload / width || count * width != payload)
+    return fail(fmt::format("the header says {} tokens ({} bytes) but the file holds {} bytes after the header", count,
+                            count > UINT64_MAX / width ? UINT64_MAX : count * width, payload));
+  TokenShard shard;
+  shard.vocab_size = static_cast<int64_t>(vocab);
+  shard.tokens.resize(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const size_t at = kShardHeaderBytes + i * width;
+    const uint64_t token = width == 2 ? get<uint16_t>(bytes, at) : get<uint32_t>(bytes, at);
+    if (token >= vocab) return fail(fmt::format("token {} at position {} is >= the vocabulary size {}", token, i, vocab));
+    shard.tokens[i] = static_cast<int32_t>(token);
+  }
+  return shard;
+}
+
+void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens, int64_t vocab_size) {
+  io::write_file_atomically(path, serialize_token_shard(tokens, vocab_size));
+}
+
+TokenShard read_token_shard(const std::filesystem::path& path) {
+  return parse_token_shard(io::read_file_bytes(path), path.string());
+}
+
+PrepareResult prepare_dataset(const PrepareOptions& options) {
+  if (options.inputs.empty()) throw UsageError("prepare needs at least one text file");
+  std::string text;
+  for (const auto& input : options.inputs) text += read_text_file(input.string());
+  if (text.empty()) throw UsageError("the input text is empty: prepare needs a corpus");
+  std::error_code ec;
+  std::filesystem::create_directories(options.output_dir, ec);
+  if (ec)
+    throw UsageError(fmt::format("cannot create the output directory '{}': {}", options.output_dir.string(), ec.message()));
+
+  auto tokenizer = train_tokenizer(options.tokenizer, text, options.bpe_vocab_size);
+  const std::vector<int32_t> tokens = tokenizer->encode(text);
+  const TokenSplit split = split_tokens(tokens);
+  if (split.val.size() < 2 || split.train.size() < 2)
+    throw UsageError(fmt::format("the corpus gives only {} tokens: too few for a train/validation split", tokens.size()));
+
+  tokenizer->save(options.output_dir);
+  write_token_shard(options.output_dir / kTrainShardFile, split.train, tokenizer->vocab_size());
+  write_token_shard(options.output_dir / kValShardFile, split.val, tokenizer->vocab_size());
+  nlohmann::json info;
+  std::vector<std::string> inputs;
+  for (const auto& input : options.inputs) inputs.push_back(input.string());
+  info["inputs"] = inputs;
+  info["tokenizer"] = std::string(to_string(tokenizer->kind()));
+  info["vocab_size"] = tokenizer->vocab_size();
+  info["characters"] = text.size();
+  info["train_tokens"] = split.train.size();
+  info["val_tokens"] = split.val.size();
+  const std::string dumped = info.dump(2) + "\n";
+  io::write_file_atomically(options.output_dir / "prepare.json",
+                            std::span(reinterpret_cast<const uint8_t*>(dumped.data()), dumped.size()));
+  return {tokenizer->vocab_size(), static_cast<int64_t>(split.train.size()), static_cast<int64_t>(split.val.size()),
+          static_cast<int64_t>(text.size())};
+}
+
+std::vector<int32_t> Dataset::corpus() const {
+  std::vector<int32_t> all(train);
+  all.insert(all.end(), val.begin(), val.end());
+  return all;
+}
+
+Dataset load_dataset(const std::filesystem::path& data_dir) {
+  if (!std::filesystem::is_directory(data_dir))
+    throw UsageError(fmt::format("data.dir '{}' is not a directory: run `nibble prepare TEXT_FILE -o {}` first",
+                                 data_dir.string(), data_dir.string()));
+  Dataset d;
+  d.tokenizer = load_tokenizer(data_dir);
+  TokenShard train = read_token_shard(data_dir / kTrainShardFile), val = read_token_shard(data_dir / kValShardFile);
+  if (train.vocab_size != d.tokenizer->vocab_size() || val.vocab_size != d.tokenizer->vocab_size())
+    throw UsageError(fmt::format("{}: the shards' vocabularies ({} and {}) differ from the tokenizer's {}: the files come "
+                                 "from different `nibble prepare` runs; prepare the directory again",
+                                 data_dir.string(), train.vocab_size, val.vocab_size, d.tokenizer->vocab_size()));
+  d.train = std::move(train.tokens);
+  d.val = std::move(val.tokens);
+  // The Trainer splits its corpus 90/10; the shards must be that split for train and val to stay apart.
+  const size_t total = d.train.size() + d.val.size();
+  if (static_cast<size_t>(static_cast<double>(total) * 0.9) != d.train.size())
+    throw UsageError(fmt::format("{}: train.bin has {} and val.bin {} tokens, not the 90/10 split nibble trains on; "
+                                 "prepare the directory with `nibble prepare`",
+                                 data_dir.string(), d.train.size(), d.val.size()));
+  return d;
+}
+
+}  // namespace nibble::train

@@ -1,0 +1,71 @@
+// The training loop: sample a batch, forward and backward through the model with the recipe,
+// accumulate gradients over micro-batches, clip, step AdamW on the schedule, evaluate. Driven by a
+// plain config struct so a YAML/CLI layer can fill it later.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/transformer.h"
+#include "recipe/recipe.h"
+#include "train/data.h"
+#include "train/optimizer.h"
+
+namespace nibble::train {
+
+struct TrainConfig {
+  model::ModelConfig model;
+  RecipeConfig recipe;
+  AdamWConfig optimizer;
+  ScheduleConfig schedule;  // schedule.total_steps is the number of optimizer steps
+  int64_t batch = 12;       // sequences per micro-batch
+  int64_t seq = 0;          // 0: the model's context
+  int64_t grad_accum = 1;   // micro-batches per optimizer step
+  int64_t eval_batches = 50;
+  int64_t telemetry_interval = 0;  // 0: off; else collect quant_stats every N steps
+  uint64_t seed = 1337;
+  void validate() const;
+};
+
+struct StepResult {
+  int64_t step = 0;   // optimizer steps done after this one
+  double loss = 0;    // mean training loss over the step's micro-batches
+  double grad_norm = 0;
+  float lr = 0;
+};
+
+class Trainer {
+ public:
+  // corpus: the whole token stream; split 90/10 into train and validation.
+  Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus);
+
+  StepResult step();
+  // Mean loss over the same eval_batches validation batches every time (fixed seed), with the
+  // recipe's forward at the current point of training.
+  double evaluate();
+  int64_t steps_done() const { return optimizer_.steps(); }
+  const TrainConfig& config() const { return config_; }
+  model::Transformer& model() { return *model_; }
+  const Recipe& recipe() const { return *recipe_; }
+  // Checkpoints save and restore the optimizer state (moments and step count); the data position
+  // and stochastic-rounding streams follow from the step count.
+  AdamW& optimizer() { return optimizer_; }
+  const AdamW& optimizer() const { return optimizer_; }
+  // Telemetry of the last step that collected it (empty when telemetry is off).
+  const std::vector<model::LinearTelemetry>& telemetry() const { return telemetry_; }
+
+ private:
+  double progress() const;
+
+  TrainConfig config_;
+  int64_t seq_;
+  TokenSplit split_;
+  std::unique_ptr<model::Transformer> model_;
+  std::unique_ptr<Recipe> recipe_;
+  AdamW optimizer_;
+  BatchSampler train_sampler_, val_sampler_;
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<model::LinearTelemetry> telemetry_;
+};
+
+}  // namespace nibble::train

@@ -1,0 +1,141 @@
+// The run configuration: YAML + dotted overrides, refusal messages, and the printed form.
+#include <gtest/gtest.h>
+
+#include "format/quantized_tensor.h"
+#include "train/config.h"
+
+using namespace nibble;
+using namespace nibble::train;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+constexpr const char* kYaml = R"(
+run:
+  dir: runs/x
+data:
+  dir: data/x
+steps: 300
+quantization: nvfp4
+nvfp4:
+  rht: false
+model:
+  layers: 3
+  width: 96
+  heads: 3
+schedule:
+  lr: 2e-3
+  warmup_steps: 10
+  kind: wsd
+)";
+
+}  // namespace
+
+TEST(Config, NestedYamlAndOverridesSetTheFields) {
+  RunConfig c;
+  apply_config_yaml(c, kYaml, "test.yaml");
+  apply_config_overrides(c, {"model.layers=5", "optimizer.weight_decay=0", "resume=true"});
+  c.validate();
+  EXPECT_EQ(c.run_dir, "runs/x");
+  EXPECT_EQ(c.data_dir, "data/x");
+  EXPECT_EQ(c.train.schedule.total_steps, 300);
+  EXPECT_EQ(c.train.recipe.quantization, Quantization::nvfp4);
+  EXPECT_FALSE(c.train.recipe.nvfp4.rht);
+  EXPECT_EQ(c.train.model.layers, 5);  // the override wins
+  EXPECT_EQ(c.train.model.width, 96);
+  EXPECT_FLOAT_EQ(c.train.schedule.lr, 2e-3f);
+  EXPECT_EQ(c.train.schedule.kind, Schedule::wsd);
+  EXPECT_EQ(c.train.optimizer.weight_decay, 0.0f);
+  EXPECT_TRUE(c.resume);
+}
+
+TEST(Config, UnknownKeysNameTheClosestValidKey) {
+  RunConfig c;
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"model.layer=3"}); }).find("did you mean 'model.layers'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"lr=0.1"}); }).find("did you mean 'schedule.lr'"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"quantisation=nvfp4"}); }).find("did you mean 'quantization'"),
+            std::string::npos);
+  const std::string from_yaml = error_of([&] { apply_config_yaml(c, "model:\n  widht: 64\n", "cfg.yaml"); });
+  EXPECT_NE(from_yaml.find("cfg.yaml:2"), std::string::npos) << from_yaml;
+  EXPECT_NE(from_yaml.find("'model.width'"), std::string::npos) << from_yaml;
+  EXPECT_EQ(closest_config_key("checkpoint.intervall"), "checkpoint.interval");
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+}
+
+TEST(Config, WrongTypesAreRefusedNamingTheExpectedType) {
+  RunConfig c;
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"steps=abc"}); }).find("not an integer"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"steps=1.5"}); }).find("not an integer"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"model.tied_embeddings=yes"}); }).find("true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"schedule.lr=fast"}); }).find("not a finite number"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"schedule.lr=nan"}); }).find("not a finite number"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"quantization=int3"}); }).find("nvfp4"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"schedule.kind=linear"}); }).find("cosine"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"steps"}); }).find("not key=value"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_overrides(c, {"seed=-4"}); }).find(">= 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_yaml(c, "model:\n  layers: [1, 2]\n", "c.yaml"); }).find("is a list"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_yaml(c, "steps:\n", "c.yaml"); }).find("has no value"), std::string::npos);
+}
+
+TEST(Config, SyntaxErrorsAndNonMapsAreRefusedWithTheLocation) {
+  RunConfig c;
+  const std::string e = error_of([&] { apply_config_yaml(c, "steps: 3\nmodel: [1\n", "broken.yaml"); });
+  EXPECT_NE(e.find("broken.yaml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid YAML"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { apply_config_yaml(c, "- 1\n- 2\n", "list.yaml"); }).find("must be a map"), std::string::npos);
+  EXPECT_EQ(error_of([&] { apply_config_yaml(c, "", "empty.yaml"); }), "(no error)");
+}
+
+TEST(Config, ValidationNamesTheKeyAndTheFix) {
+  RunConfig c;
+  EXPECT_NE(error_of([&] { c.validate(); }).find("data.dir is not set"), std::string::npos);
+  c.data_dir = "d";
+  c.checkpoint_keep = 0;
+  EXPECT_NE(error_of([&] { c.validate(); }).find("checkpoint.keep=0"), std::string::npos);
+  c.checkpoint_keep = 2;
+  apply_config_overrides(c, {"model.width=100", "model.heads=3"});
+  EXPECT_NE(error_of([&] { c.validate(); }).find("width=100"), std::string::npos);
+}
+
+TEST(Config, PrintedYamlLoadsBackToTheSameConfig) {
+  RunConfig c;
+  apply_config_yaml(c, kYaml, "test.yaml");
+  apply_config_overrides(c, {"optimizer.eps=1e-7", "model.rope_theta=500000", "run.dir=runs/with \"quotes\""});
+  const std::string yaml = config_to_yaml(c);
+  RunConfig back;
+  apply_config_yaml(back, yaml, "printed");
+  EXPECT_EQ(config_values(back), config_values(c)) << yaml;
+  EXPECT_EQ(back.train.optimizer.eps, c.train.optimizer.eps);
+  EXPECT_EQ(back.run_dir, "runs/with \"quotes\"");
+
+  // The nvfp4 knobs are left out under another quantization, so the saved file stays loadable.
+  RunConfig bf16;
+  apply_config_overrides(bf16, {"quantization=bf16"});
+  const std::string bf16_yaml = config_to_yaml(bf16);
+  EXPECT_EQ(bf16_yaml.find("nvfp4:"), std::string::npos);
+  RunConfig bf16_back;
+  apply_config_yaml(bf16_back, bf16_yaml, "printed");
+  EXPECT_EQ(bf16_back.train.recipe.quantization, Quantization::bf16);
+}
+
+TEST(Config, EveryKeyIsListedOnce) {
+  auto keys = config_keys();
+  std::set<std::string> names;
+  for (const auto& k : keys) EXPECT_TRUE(names.insert(k.name).second) << k.name;
+  EXPECT_TRUE(names.contains("quantization"));
+  EXPECT_TRUE(names.contains("nvfp4.four_over_six"));
+  EXPECT_TRUE(names.contains("checkpoint.keep"));
+}

@@ -1,0 +1,222 @@
+// Every high-precision layer's backward against central finite differences in double precision:
+// the layers are templated on the scalar type, so the check is not limited by FP32 rounding.
+// Each test probes L = sum(out * R) for a fixed random R, so dL/dout = R.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/cross_entropy.h"
+#include "model/embedding.h"
+#include "model/rmsnorm.h"
+#include "model/rope.h"
+#include "model/swiglu.h"
+
+using namespace nibble::model;
+
+namespace {
+
+std::vector<double> random_vector(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist(0.0, scale);
+  std::vector<double> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Central differences of loss() with respect to every element of x, against `analytic`.
+// Truncation error is O(h^2 |f'''|) ~ 1e-10 and rounding error O(eps |L| / h) ~ 1e-10 for h = 1e-5
+// and O(1) values, so 1e-7 (relative to max(1, |g|)) separates a correct gradient from a wrong one.
+void expect_gradient(std::vector<double>& x, const std::function<double()>& loss, const std::vector<double>& analytic,
+                     const char* what) {
+  ASSERT_EQ(x.size(), analytic.size());
+  const double h = 1e-5;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = loss();
+    x[i] = saved - h;
+    const double down = loss();
+    x[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    ASSERT_NEAR(analytic[i], numeric, 1e-7 * std::max(1.0, std::fabs(numeric))) << what << " element " << i;
+  }
+}
+
+}  // namespace
+
+TEST(ModelLayers, EmbeddingBackwardMatchesFiniteDifferences) {
+  const int64_t vocab = 7, width = 5, n = 9;
+  std::vector<int32_t> tokens = {0, 3, 3, 6, 1, 0, 2, 3, 5};
+  auto table = random_vector(vocab * width, 1);
+  auto r = random_vector(n * width, 2);
+  std::vector<double> out(n * width);
+  auto loss = [&] {
+    embedding_forward(tokens.data(), n, table.data(), width, out.data());
+    return dot(out, r);
+  };
+  std::vector<double> dtable(vocab * width, 0.0);
+  embedding_backward(tokens.data(), n, r.data(), width, dtable.data());
+  expect_gradient(table, loss, dtable, "dtable");
+}
+
+TEST(ModelLayers, RmsNormBackwardMatchesFiniteDifferences) {
+  const int64_t n = 4, width = 12;
+  auto x = random_vector(n * width, 3), gain = random_vector(width, 4, 0.5);
+  for (auto& g : gain) g += 1.0;
+  auto r = random_vector(n * width, 5);
+  std::vector<double> y(n * width), rstd(n);
+  auto loss = [&] {
+    rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5, y.data(), rstd.data());
+    return dot(y, r);
+  };
+  loss();
+  std::vector<double> dx(n * width, 0.0), dgain(width, 0.0);
+  rmsnorm_backward(x.data(), gain.data(), rstd.data(), r.data(), n, width, dx.data(), dgain.data());
+  expect_gradient(x, loss, dx, "dx");
+  expect_gradient(gain, loss, dgain, "dgain");
+}
+
+TEST(ModelLayers, RmsNormBackwardAccumulatesIntoDx) {
+  const int64_t n = 2, width = 8;
+  auto x = random_vector(n * width, 6), gain = std::vector<double>(width, 1.0), dy = random_vector(n * width, 7);
+  std::vector<double> y(n * width), rstd(n), dx0(n * width, 0.0), dx1(n * width, 3.0), dg(width, 0.0);
+  rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5, y.data(), rstd.data());
+  rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), n, width, dx0.data(), dg.data());
+  rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), n, width, dx1.data(), dg.data());
+  for (size_t i = 0; i < dx0.size(); ++i) EXPECT_DOUBLE_EQ(dx1[i], dx0[i] + 3.0);
+}
+
+TEST(ModelLayers, RopeBackwardMatchesFiniteDifferencesAndPreservesNorms) {
+  const int64_t batch = 2, seq = 5, heads = 3, hd = 8, stride = heads * hd + 4, first = 2;
+  RopeTable<double> table(seq, hd, 10000.0);
+  auto x0 = random_vector(batch * seq * stride, 8);
+  auto r = random_vector(batch * seq * stride, 9);
+  std::vector<double> x = x0, y;
+  auto loss = [&] {
+    y = x;
+    rope_forward(y.data(), batch * seq, seq, stride, first, heads, table);
+    return dot(y, r);
+  };
+  std::vector<double> dx = r;
+  rope_backward(dx.data(), batch * seq, seq, stride, first, heads, table);
+  expect_gradient(x, loss, dx, "dx");
+  // A rotation: every token's norm is unchanged, and position 0 is the identity.
+  loss();
+  for (int64_t n = 0; n < batch * seq; ++n) {
+    double a = 0, b = 0;
+    for (int64_t c = 0; c < stride; ++c) {
+      a += x[n * stride + c] * x[n * stride + c];
+      b += y[n * stride + c] * y[n * stride + c];
+    }
+    EXPECT_NEAR(a, b, 1e-12 * a);
+    if (n % seq == 0) {
+      for (int64_t c = 0; c < stride; ++c) EXPECT_EQ(x[n * stride + c], y[n * stride + c]);
+    }
+  }
+}
+
+class AttentionGradient : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(AttentionGradient, BackwardMatchesFiniteDifferences) {
+  const AttentionShape s{2, 5, 4, GetParam(), 6};
+  auto qkv = random_vector(s.batch * s.seq * s.qkv_stride(), 10);
+  auto r = random_vector(s.batch * s.seq * s.out_width(), 11);
+  std::vector<double> out(s.batch * s.seq * s.out_width()), probs(s.probs_size());
+  auto loss = [&] {
+    attention_forward(s, qkv.data(), out.data(), probs.data());
+    return dot(out, r);
+  };
+  loss();
+  std::vector<double> dqkv(qkv.size(), -7.0);  // garbage: backward must overwrite
+  attention_backward(s, qkv.data(), probs.data(), r.data(), dqkv.data());
+  expect_gradient(qkv, loss, dqkv, "dqkv");
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadsAndGroupedQueryHeads, AttentionGradient, ::testing::Values(4, 2, 1));
+
+TEST(ModelLayers, AttentionIsCausal) {
+  const AttentionShape s{1, 6, 2, 2, 4};
+  auto qkv = random_vector(s.seq * s.qkv_stride(), 12);
+  std::vector<double> out(s.seq * s.out_width()), out2(out.size()), probs(s.probs_size());
+  attention_forward(s, qkv.data(), out.data(), probs.data());
+  // Changing the last token's q, k, v must leave every earlier output unchanged.
+  for (int64_t c = 0; c < s.qkv_stride(); ++c) qkv[(s.seq - 1) * s.qkv_stride() + c] += 1.0;
+  attention_forward(s, qkv.data(), out2.data(), probs.data());
+  for (int64_t i = 0; i < (s.seq - 1) * s.out_width(); ++i) EXPECT_EQ(out[i], out2[i]);
+  for (int64_t t = 0; t < s.seq; ++t) {
+    double sum = 0;
+    for (int64_t j = 0; j < s.seq; ++j) {
+      sum += probs[t * s.seq + j];
+      if (j > t) {
+        EXPECT_EQ(probs[t * s.seq + j], 0.0);
+      }
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-15);
+  }
+}
+
+TEST(ModelLayers, SwigluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 3, hidden = 7;
+  auto gu = random_vector(n * 2 * hidden, 13, 2.0);
+  auto r = random_vector(n * hidden, 14);
+  std::vector<double> a(n * hidden);
+  auto loss = [&] {
+    swiglu_forward(gu.data(), n, hidden, a.data());
+    return dot(a, r);
+  };
+  std::vector<double> dgu(gu.size());
+  swiglu_backward(gu.data(), r.data(), n, hidden, dgu.data());
+  expect_gradient(gu, loss, dgu, "dgate_up");
+}
+
+TEST(ModelLayers, CrossEntropyBackwardMatchesFiniteDifferences) {
+  const int64_t n = 5, vocab = 9;
+  auto logits = random_vector(n * vocab, 15, 3.0);
+  std::vector<int32_t> targets = {0, 8, 3, 3, 5};
+  std::vector<double> per_token(n);
+  const double scale = 0.7;
+  auto loss = [&] { return scale * cross_entropy_forward(logits.data(), targets.data(), n, vocab, per_token.data()); };
+  std::vector<double> dlogits(logits.size());
+  cross_entropy_backward(logits.data(), targets.data(), n, vocab, scale, dlogits.data());
+  expect_gradient(logits, loss, dlogits, "dlogits");
+}
+
+TEST(ModelLayers, CrossEntropyOfUniformLogitsIsLogVocab) {
+  const int64_t n = 3, vocab = 65;
+  std::vector<float> logits(n * vocab, 0.25f), per_token(n);
+  std::vector<int32_t> targets = {1, 2, 64};
+  double total = cross_entropy_forward(logits.data(), targets.data(), n, vocab, per_token.data());
+  EXPECT_NEAR(total / n, std::log(65.0), 4e-7);  // a few FP32 ulps of log(65) = 4.17
+}
+
+TEST(ModelLayers, FloatAttentionAgreesWithTheDoubleReference) {
+  // The FP32 attention runs its products through GEMMs, the double one is the plain loops that the
+  // finite-difference tests check: forward and backward must agree within FP32 rounding.
+  for (int64_t kv_heads : {4, 2}) {
+    const AttentionShape s{2, 24, 4, kv_heads, 8};
+    auto qkv_d = random_vector(s.batch * s.seq * s.qkv_stride(), 16);
+    auto dout_d = random_vector(s.batch * s.seq * s.out_width(), 17);
+    std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end()), dout_f(dout_d.begin(), dout_d.end());
+    std::vector<double> out_d(dout_d.size()), probs_d(s.probs_size()), dqkv_d(qkv_d.size());
+    std::vector<float> out_f(out_d.size()), probs_f(probs_d.size()), dqkv_f(qkv_d.size(), 5.0f);
+    attention_forward(s, qkv_d.data(), out_d.data(), probs_d.data());
+    attention_forward(s, qkv_f.data(), out_f.data(), probs_f.data());
+    attention_backward(s, qkv_d.data(), probs_d.data(), dout_d.data(), dqkv_d.data());
+    attention_backward(s, qkv_f.data(), probs_f.data(), dout_f.data(), dqkv_f.data());
+    // Sums of up to seq * head_dim terms of O(1) values: a few hundred FP32 ulps.
+    const double tol = 256 * 1.2e-7;
+    for (size_t i = 0; i < probs_d.size(); ++i) ASSERT_NEAR(probs_f[i], probs_d[i], tol);
+    for (size_t i = 0; i < out_d.size(); ++i) ASSERT_NEAR(out_f[i], out_d[i], tol * (1 + std::fabs(out_d[i])));
+    for (size_t i = 0; i < dqkv_d.size(); ++i) ASSERT_NEAR(dqkv_f[i], dqkv_d[i], 4 * tol * (1 + std::fabs(dqkv_d[i])));
+  }
+}

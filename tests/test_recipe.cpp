@@ -1,0 +1,322 @@
+// The recipe as data (spec section 5), its parsing and validation, and the quantized Linear: each
+// of its three GEMMs equals the composition of the spec's reference quantizers (nibble::ref) and
+// the reference GEMM, within the FP32 accumulation bound, for every recipe.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "format/codecs.h"
+#include "format/quantize.h"
+#include "kernels/cpu/gemm.h"
+#include "recipe/linear.h"
+#include "recipe/recipe.h"
+
+using namespace nibble;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+const std::vector<LinearShape> kShapes = {{"qkv", 128, 384}, {"down", 352, 128}};
+
+}  // namespace
+
+TEST(Recipe, Nvfp4OperandsAreSpecSection5) {
+  LinearRecipe r = Recipe::operands(Quantization::nvfp4, Nvfp4Knobs{});
+  for (GemmRole role : kGemmRoles) {
+    EXPECT_EQ(r[role].precision, GemmPrecision::quantized);
+    EXPECT_EQ(r[role].a.format, Format::nvfp4);
+    EXPECT_EQ(r[role].b.format, Format::nvfp4);
+    EXPECT_FALSE(r[role].a.four_over_six);
+  }
+  // Fprop: X 1x16 RN, W 16x16 RN.
+  EXPECT_FALSE(r.fprop.a.tile_16x16);
+  EXPECT_EQ(r.fprop.a.rounding, Rounding::nearest);
+  EXPECT_FALSE(r.fprop.a.rht);
+  EXPECT_TRUE(r.fprop.b.tile_16x16);
+  EXPECT_EQ(r.fprop.b.rounding, Rounding::nearest);
+  // Dgrad: dY 1x16 SR, the same W.
+  EXPECT_FALSE(r.dgrad.a.tile_16x16);
+  EXPECT_EQ(r.dgrad.a.rounding, Rounding::stochastic);
+  EXPECT_FALSE(r.dgrad.a.rht);
+  EXPECT_TRUE(r.dgrad.b.tile_16x16);
+  EXPECT_TRUE(r.weight_shared_by_fprop_and_dgrad());
+  // Wgrad: dY^T RHT + SR, X^T RHT + RN, both 1x16 along the tokens.
+  EXPECT_TRUE(r.wgrad.a.rht);
+  EXPECT_EQ(r.wgrad.a.rounding, Rounding::stochastic);
+  EXPECT_FALSE(r.wgrad.a.tile_16x16);
+  EXPECT_TRUE(r.wgrad.b.rht);
+  EXPECT_EQ(r.wgrad.b.rounding, Rounding::nearest);
+  EXPECT_FALSE(r.wgrad.b.tile_16x16);
+}
+
+TEST(Recipe, Nvfp4KnobsSwitchTheirOperands) {
+  Nvfp4Knobs k;
+  k.rht = false;
+  k.stochastic_rounding = false;
+  k.weight_2d = false;
+  k.four_over_six = true;
+  LinearRecipe r = Recipe::operands(Quantization::nvfp4, k);
+  EXPECT_FALSE(r.wgrad.a.rht || r.wgrad.b.rht);
+  EXPECT_EQ(r.dgrad.a.rounding, Rounding::nearest);
+  EXPECT_EQ(r.wgrad.a.rounding, Rounding::nearest);
+  EXPECT_FALSE(r.fprop.b.tile_16x16 || r.dgrad.b.tile_16x16);
+  EXPECT_FALSE(r.weight_shared_by_fprop_and_dgrad());
+  for (GemmRole role : kGemmRoles) EXPECT_TRUE(r[role].a.four_over_six && r[role].b.four_over_six);
+}
+
+TEST(Recipe, OtherRecipesUseTheirFormats) {
+  LinearRecipe fp8 = Recipe::operands(Quantization::fp8, {});
+  EXPECT_EQ(fp8.fprop.a.format, Format::fp8_e4m3);
+  EXPECT_EQ(fp8.fprop.b.format, Format::fp8_e4m3);
+  EXPECT_EQ(fp8.dgrad.a.format, Format::fp8_e5m2);
+  EXPECT_EQ(fp8.wgrad.a.format, Format::fp8_e5m2);
+  EXPECT_EQ(fp8.wgrad.b.format, Format::fp8_e4m3);
+  EXPECT_EQ(Recipe::operands(Quantization::mxfp8, {}).wgrad.b.format, Format::mxfp8);
+  LinearRecipe mx4 = Recipe::operands(Quantization::mxfp4, {});
+  EXPECT_EQ(mx4.fprop.a.format, Format::mxfp4);
+  EXPECT_EQ(mx4.dgrad.a.rounding, Rounding::stochastic);
+  EXPECT_EQ(Recipe::operands(Quantization::bf16, {}).wgrad.precision, GemmPrecision::bf16);
+  EXPECT_EQ(Recipe::operands(Quantization::none, {}).dgrad.precision, GemmPrecision::fp32);
+}
+
+TEST(Recipe, ParsesKeyValuePairs) {
+  RecipeConfig c = parse_recipe("quantization=nvfp4 nvfp4.rht=false,nvfp4.bf16_last_layers=2 precision_switch_at=0.8");
+  EXPECT_EQ(c.quantization, Quantization::nvfp4);
+  EXPECT_FALSE(c.nvfp4.rht);
+  EXPECT_TRUE(c.nvfp4.stochastic_rounding);
+  EXPECT_EQ(c.nvfp4.bf16_last_layers, 2);
+  EXPECT_DOUBLE_EQ(c.precision_switch_at, 0.8);
+  EXPECT_EQ(parse_recipe("quantization=bf16").quantization, Quantization::bf16);
+  EXPECT_THROW(parse_recipe("quantization=int4"), UsageError);
+  EXPECT_THROW(parse_recipe("quantization=nvfp4 nvfp4.rht=maybe"), UsageError);
+  EXPECT_THROW(parse_recipe("nvfp4.sr=true"), UsageError);
+  EXPECT_THROW(parse_recipe("learning_rate=3"), UsageError);
+  EXPECT_THROW(parse_recipe("quantization"), UsageError);
+  RecipeConfig other;
+  EXPECT_FALSE(apply_recipe_option(other, "lr", "1e-3"));  // left for other config layers
+}
+
+TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
+  auto refuses = [](const std::string& text, int layers, int64_t tokens, const std::string& reason) {
+    try {
+      Recipe r(parse_recipe(text), layers, kShapes, tokens);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+  };
+  refuses("quantization=bf16 nvfp4.rht=false", 4, 768, "set quantization=nvfp4");
+  refuses("quantization=nvfp4 precision_switch_at=1.5", 4, 768, "outside [0, 1]");
+  refuses("quantization=none precision_switch_at=0.5", 4, 768, "applies to quantized recipes");
+  refuses("quantization=nvfp4 nvfp4.bf16_first_layers=2 nvfp4.bf16_last_layers=2", 4, 768, "leaving none in NVFP4");
+  refuses("quantization=nvfp4", 4, 760, "multiple of 16");
+  refuses("quantization=mxfp4", 4, 784, "multiple of 32");
+  refuses("quantization=nvfp4 nvfp4.bf16_first_layers=-3", 4, 768, ">= 0");
+  Recipe ok(parse_recipe("quantization=mxfp8"), 4, kShapes, 768);
+  std::vector<LinearShape> odd = {{"qkv", 100, 300}};
+  EXPECT_THROW(Recipe(parse_recipe("quantization=nvfp4"), 4, odd, 768), UsageError);
+  EXPECT_NO_THROW(Recipe(parse_recipe("quantization=bf16"), 4, odd, 7));
+}
+
+TEST(Recipe, KeepsFirstAndLastLayersInBf16AndSwitchesLate) {
+  // Defaults scale the paper's 2 + 8 of 62 BF16 blocks: 0 + 1 of 4, 2 + 8 of 62.
+  Recipe small(parse_recipe("quantization=nvfp4"), 4, kShapes, 768);
+  EXPECT_EQ(small.bf16_first_layers(), 0);
+  EXPECT_EQ(small.bf16_last_layers(), 1);
+  Recipe big(parse_recipe("quantization=nvfp4"), 62, kShapes, 768);
+  EXPECT_EQ(big.bf16_first_layers(), 2);
+  EXPECT_EQ(big.bf16_last_layers(), 8);
+
+  Recipe r(parse_recipe("quantization=nvfp4 nvfp4.bf16_first_layers=1 nvfp4.bf16_last_layers=1 precision_switch_at=0.75"),
+           4, kShapes, 768);
+  EXPECT_EQ(r.for_layer(0, 0.0).fprop.precision, GemmPrecision::bf16);
+  EXPECT_EQ(r.for_layer(1, 0.0).fprop.precision, GemmPrecision::quantized);
+  EXPECT_EQ(r.for_layer(2, 0.5).wgrad.precision, GemmPrecision::quantized);
+  EXPECT_EQ(r.for_layer(3, 0.0).dgrad.precision, GemmPrecision::bf16);
+  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_layer(1, 0.75)[role].precision, GemmPrecision::bf16);
+}
+
+TEST(Recipe, SrSeedsDifferPerStepLayerRoleAndOperand) {
+  const uint64_t base = sr_seed(1, 10, 2, 1, GemmRole::dgrad, 0);
+  EXPECT_EQ(base, sr_seed(1, 10, 2, 1, GemmRole::dgrad, 0));
+  EXPECT_NE(base, sr_seed(2, 10, 2, 1, GemmRole::dgrad, 0));
+  EXPECT_NE(base, sr_seed(1, 11, 2, 1, GemmRole::dgrad, 0));
+  EXPECT_NE(base, sr_seed(1, 10, 3, 1, GemmRole::dgrad, 0));
+  EXPECT_NE(base, sr_seed(1, 10, 2, 0, GemmRole::dgrad, 0));
+  EXPECT_NE(base, sr_seed(1, 10, 2, 1, GemmRole::wgrad, 0));
+  EXPECT_NE(base, sr_seed(1, 10, 2, 1, GemmRole::dgrad, 1));
+}
+
+// ---- The Linear against the reference composition. ----
+
+namespace {
+
+struct LinearCase {
+  int64_t tokens = 64, in = 64, out = 96;
+  std::vector<float> x, w, dy;
+  LinearStep step;
+};
+
+LinearCase make_case(Quantization q) {
+  LinearCase c;
+  c.x = random_floats(c.tokens * c.in, 1, 1.0f);
+  c.w = random_floats(c.out * c.in, 2, 0.05f);
+  c.dy = random_floats(c.tokens * c.out, 3, 1e-3f);
+  c.x[5] = 9.0f;  // an outlier, so the RHT and the scales have something to do
+  c.step.recipe = Recipe::operands(q, Nvfp4Knobs{});
+  c.step.run_seed = 77;
+  c.step.micro_step = 5;
+  c.step.layer = 1;
+  c.step.linear = 2;
+  c.step.weight_version = 0;
+  return c;
+}
+
+QuantOptions seeded(QuantOptions o, const LinearStep& s, GemmRole role, int operand) {
+  if (o.rounding == Rounding::stochastic) o.seed = sr_seed(s.run_seed, s.micro_step, s.layer, s.linear, role, operand);
+  return o;
+}
+
+// C[M,N] = A[M,K] B[N,K]^T in double with the FP32 accumulation bound |err| <= (K+2) u sum_k |a_k b_k|
+// (u = 2^-24; the +2 covers the final scaling), given the operands as the GEMM sees them.
+void expect_matches(const std::vector<float>& got, const std::vector<double>& a, const std::vector<double>& b, int64_t M,
+                    int64_t N, int64_t K, const std::vector<double>& offset, const char* what) {
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        s += a[i * K + k] * b[j * K + k];
+        mag += std::fabs(a[i * K + k] * b[j * K + k]);
+      }
+      const double expect = s + (offset.empty() ? 0.0 : offset[i * N + j]);
+      ASSERT_NEAR(got[i * N + j], expect, (K + 2) * u * mag + 2 * u * std::fabs(expect) + 1e-30)
+          << what << " [" << i << ", " << j << "]";
+    }
+}
+
+std::vector<double> dequantized(const QuantizedTensor& q) {
+  std::vector<float> f(static_cast<size_t>(q.rows * q.cols));
+  ref::dequantize_codes(q, f);  // the values the GEMM multiplies (after RHT when q.rht)
+  return {f.begin(), f.end()};
+}
+
+std::vector<double> as_operand(const std::vector<float>& v, int64_t rows, int64_t cols, bool transpose, bool bf16) {
+  std::vector<double> out(v.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float x = v[r * cols + c];
+      if (bf16) x = round_to_bf16(x);
+      out[transpose ? c * rows + r : r * cols + c] = x;
+    }
+  return out;
+}
+
+}  // namespace
+
+class LinearComposition : public ::testing::TestWithParam<Quantization> {};
+
+TEST_P(LinearComposition, EveryGemmEqualsReferenceQuantizersAndGemm) {
+  LinearCase c = make_case(GetParam());
+  const LinearStep& s = c.step;
+  const int64_t T = c.tokens, I = c.in, O = c.out;
+  Linear lin("test", I, O);
+  std::vector<float> y(T * O), dx(T * I), dw(O * I, 0.25f);
+  lin.forward(s, c.x.data(), T, c.w.data(), y.data());
+  lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data());
+  const std::vector<double> quarter(O * I, 0.25);
+
+  const LinearRecipe& r = s.recipe;
+  if (r.fprop.precision != GemmPrecision::quantized) {
+    const bool bf16 = r.fprop.precision == GemmPrecision::bf16;
+    expect_matches(y, as_operand(c.x, T, I, false, bf16), as_operand(c.w, O, I, false, bf16), T, O, I, {}, "fprop");
+    expect_matches(dx, as_operand(c.dy, T, O, false, bf16), as_operand(c.w, O, I, true, bf16), T, I, O, {}, "dgrad");
+    expect_matches(dw, as_operand(c.dy, T, O, true, bf16), as_operand(c.x, T, I, true, bf16), O, I, T, quarter, "wgrad");
+    return;
+  }
+  auto xq = ref::quantize(c.x, T, I, seeded(r.fprop.a, s, GemmRole::fprop, 0));
+  auto wq = ref::quantize(c.w, O, I, seeded(r.fprop.b, s, GemmRole::fprop, 1));
+  expect_matches(y, dequantized(xq), dequantized(wq), T, O, I, {}, "fprop");
+  auto dyq = ref::quantize(c.dy, T, O, seeded(r.dgrad.a, s, GemmRole::dgrad, 0));
+  auto wtq = ref::quantize_transposed(c.w, O, I, seeded(r.dgrad.b, s, GemmRole::dgrad, 1));
+  expect_matches(dx, dequantized(dyq), dequantized(wtq), T, I, O, {}, "dgrad");
+  auto dytq = ref::quantize_transposed(c.dy, T, O, seeded(r.wgrad.a, s, GemmRole::wgrad, 0));
+  auto xtq = ref::quantize_transposed(c.x, T, I, seeded(r.wgrad.b, s, GemmRole::wgrad, 1));
+  expect_matches(dw, dequantized(dytq), dequantized(xtq), O, I, T, quarter, "wgrad");
+  // The fast quantizers inside the Linear made the reference's bytes.
+  EXPECT_EQ(lin.fprop_weight()->codes, wq.codes);
+  EXPECT_EQ(lin.fprop_weight()->scales, wq.scales);
+  EXPECT_EQ(lin.dgrad_weight()->codes, wtq.codes);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRecipes, LinearComposition,
+                         ::testing::Values(Quantization::none, Quantization::bf16, Quantization::fp8, Quantization::mxfp8,
+                                           Quantization::mxfp4, Quantization::nvfp4),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(Linear, Nvfp4DgradSeesBitwiseTheWeightFpropUsed) {
+  LinearCase c = make_case(Quantization::nvfp4);
+  Linear lin("test", c.in, c.out);
+  std::vector<float> y(c.tokens * c.out), dx(c.tokens * c.in), dw(c.out * c.in, 0.0f);
+  lin.forward(c.step, c.x.data(), c.tokens, c.w.data(), y.data());
+  lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data());
+  QuantizedTensor expect = ref::transpose_tiles(*lin.fprop_weight());
+  EXPECT_EQ(lin.dgrad_weight()->codes, expect.codes);
+  EXPECT_EQ(lin.dgrad_weight()->scales, expect.scales);
+  EXPECT_EQ(lin.dgrad_weight()->amax, expect.amax);
+  EXPECT_EQ(lin.dgrad_weight()->decode_scale, expect.decode_scale);
+}
+
+TEST(Linear, Nvfp4SavesQuantizedActivationsAndReportsTelemetry) {
+  LinearCase c = make_case(Quantization::nvfp4);
+  c.step.collect_stats = true;
+  Linear lin("test", c.in, c.out);
+  std::vector<float> y(c.tokens * c.out), dx(c.tokens * c.in), dw(c.out * c.in, 0.0f);
+  lin.forward(c.step, c.x.data(), c.tokens, c.w.data(), y.data());
+  // 4 bits per value plus one E4M3 scale per 16: 9/64 of the FP32 bytes.
+  EXPECT_EQ(lin.saved_activation_bytes(), c.tokens * c.in / 2 + c.tokens * c.in / 16);
+  lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data());
+  EXPECT_EQ(lin.saved_activation_bytes(), 0);
+  std::vector<std::string> names;
+  for (const auto& s : lin.stats()) {
+    names.push_back(s.operand);
+    EXPECT_GT(s.stats.rel_rms_error, 0.0);
+    EXPECT_LT(s.stats.rel_rms_error, 0.25) << s.operand;  // NVFP4's error is ~10%, not garbage
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"fprop.X", "fprop.W", "wgrad.X^T", "dgrad.dY", "dgrad.W^T", "wgrad.dY^T"}));
+
+  LinearCase f = make_case(Quantization::none);
+  Linear full("fp32", f.in, f.out);
+  full.forward(f.step, f.x.data(), f.tokens, f.w.data(), y.data());
+  EXPECT_EQ(full.saved_activation_bytes(), f.tokens * f.in * 4);
+}
+
+TEST(Linear, ResultsDoNotDependOnTheThreadCount) {
+  for (Quantization q : {Quantization::nvfp4, Quantization::none, Quantization::mxfp4}) {
+    std::vector<float> out[2];
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      LinearCase c = make_case(q);
+      Linear lin("test", c.in, c.out);
+      std::vector<float> y(c.tokens * c.out), dx(c.tokens * c.in), dw(c.out * c.in, 0.0f);
+      lin.forward(c.step, c.x.data(), c.tokens, c.w.data(), y.data());
+      lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data());
+      auto& o = out[threads - 1];
+      o = y;
+      o.insert(o.end(), dx.begin(), dx.end());
+      o.insert(o.end(), dw.begin(), dw.end());
+    }
+    omp_set_num_threads(2);
+    EXPECT_EQ(out[0], out[1]) << to_string(q);
+  }
+}

@@ -1,0 +1,95 @@
+// Token shards: the binary format, its refusals, and `nibble prepare`'s data directory.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "format/quantized_tensor.h"
+#include "train/data.h"
+#include "train/shards.h"
+
+using namespace nibble;
+using namespace nibble::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::path(NIBBLE_BINARY_DIR) / "test_shards_tmp" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Shards, RoundTripInTwoAndFourBytesPerToken) {
+  const std::vector<int32_t> small = {0, 5, 64, 3, 64};
+  auto bytes = serialize_token_shard(small, 65);
+  EXPECT_EQ(bytes.size(), kShardHeaderBytes + 2 * small.size());
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "NIBTOKNS");
+  auto back = parse_token_shard(bytes, "mem");
+  EXPECT_EQ(back.vocab_size, 65);
+  EXPECT_EQ(back.tokens, small);
+
+  const std::vector<int32_t> large = {0, 70000, 99999};
+  bytes = serialize_token_shard(large, 100000);
+  EXPECT_EQ(bytes.size(), kShardHeaderBytes + 4 * large.size());
+  EXPECT_EQ(parse_token_shard(bytes, "mem").tokens, large);
+
+  const fs::path dir = fresh_dir("roundtrip");
+  write_token_shard(dir / "t.bin", small, 65);
+  EXPECT_EQ(read_token_shard(dir / "t.bin").tokens, small);
+}
+
+TEST(Shards, DamagedFilesAreRefusedNamingTheProblem) {
+  const auto good = serialize_token_shard(std::vector<int32_t>{1, 2, 3, 4}, 10);
+  auto damaged = [&](auto edit) {
+    auto b = good;
+    edit(b);
+    return error_of([&] { parse_token_shard(b, "shard.bin"); });
+  };
+  EXPECT_NE(damaged([](auto& b) { b.resize(10); }).find("shorter than"), std::string::npos);
+  EXPECT_NE(damaged([](auto& b) { b[0] = 'X'; }).find("magic"), std::string::npos);
+  EXPECT_NE(damaged([](auto& b) { b[8] = 9; }).find("version 9"), std::string::npos);
+  EXPECT_NE(damaged([](auto& b) { b[12] = 4; }).find("bytes per token"), std::string::npos);
+  EXPECT_NE(damaged([](auto& b) { b.pop_back(); }).find("header says 4 tokens"), std::string::npos);
+  EXPECT_NE(damaged([](auto& b) { b.push_back(0); }).find("header says 4 tokens"), std::string::npos);
+  EXPECT_NE(damaged([](auto& b) { b[31] = 0x7F; }).find("header says"), std::string::npos);  // absurd count
+  EXPECT_NE(damaged([](auto& b) { b[kShardHeaderBytes] = 10; }).find("token 10 at position 0"), std::string::npos);
+  EXPECT_NE(damaged([](auto& b) { for (int i = 16; i < 24; ++i) b[i] = 0; }).find("vocabulary size 0"), std::string::npos);
+  EXPECT_NE(damaged([](auto&) {}).find("(no error)"), std::string::npos);
+  EXPECT_THROW(serialize_token_shard(std::vector<int32_t>{10}, 10), UsageError);
+  EXPECT_NE(error_of([] { read_token_shard("/nonexistent/x.bin"); }).find("/nonexistent/x.bin"), std::string::npos);
+}
+
+TEST(Shards, PrepareWritesANinetyTenSplitTheTrainerReadsBack) {
+  const fs::path dir = fresh_dir("prepare");
+  std::string text = read_text_file(std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt").substr(0, 20000);
+  std::ofstream(dir / "corpus.txt") << text;
+  PrepareOptions o;
+  o.inputs = {dir / "corpus.txt"};
+  o.output_dir = dir / "data";
+  const auto r = prepare_dataset(o);
+  EXPECT_EQ(r.train_tokens + r.val_tokens, 20000);
+  EXPECT_EQ(r.train_tokens, 18000);
+  Dataset d = load_dataset(o.output_dir);
+  EXPECT_EQ(d.tokenizer->decode(d.corpus()), text);
+  EXPECT_EQ(split_tokens(d.corpus()).train, d.train);
+
+  // Shards from different prepare runs do not mix.
+  write_token_shard(o.output_dir / "val.bin", std::vector<int32_t>{1, 2, 3}, 99);
+  EXPECT_NE(error_of([&] { load_dataset(o.output_dir); }).find("different `nibble prepare` runs"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_dataset(dir / "missing"); }).find("nibble prepare"), std::string::npos);
+  o.inputs = {dir / "nope.txt"};
+  EXPECT_THROW(prepare_dataset(o), UsageError);
+}

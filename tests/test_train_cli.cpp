@@ -1,0 +1,358 @@
+// `nibble train / prepare / eval / generate / compare` end to end through the binary, on tiny
+// models: bitwise resume after a kill -9 in the middle of a checkpoint, refusals of bad input,
+// eval and generation, the comparison PNG and the demo config in a shortened form. Plus the
+// KV-cache decoder against the model's own forward pass.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "model/kv_cache.h"
+#include "model/transformer.h"
+#include "train/data.h"
+#include "train/generate.h"
+#include "train/metrics.h"
+
+namespace fs = std::filesystem;
+using namespace nibble;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;  // -signal when killed
+  std::string output;
+};
+
+Result run(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " + std::string(NIBBLE_BINARY_DIR) + "/nibble " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof buffer, p)) > 0;) r.output.append(buffer, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1000;
+  return r;
+}
+
+// One directory per process: ctest runs each test of this file as its own process, in parallel.
+fs::path work_dir() {
+  static const fs::path dir = fs::path(NIBBLE_BINARY_DIR) / "test_train_cli_tmp" / std::to_string(::getpid());
+  return dir;
+}
+
+// Every train record's (step, loss) and eval record's (step, val_loss), exact.
+std::vector<std::string> loss_curve(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "metrics.jsonl");
+  std::vector<std::string> curve;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    const bool train = j["kind"] == "train";
+    curve.push_back(std::string(train ? "train " : "eval ") + std::to_string(j["step"].get<int64_t>()) + " " +
+                    j[train ? "loss" : "val_loss"].dump());
+  }
+  return curve;
+}
+
+std::vector<uint8_t> file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fs::remove_all(work_dir());
+    fs::create_directories(work_dir());
+    const std::string text = train::read_text_file(std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+    std::ofstream(work_dir() / "corpus.txt") << text.substr(0, 60000);
+    const Result p = run("prepare " + (work_dir() / "corpus.txt").string() + " -o " + data().string());
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    std::ofstream(config()) << "data:\n  dir: " << data().string() << "\n"
+                            << "steps: 12\nbatch: 2\nquantization: nvfp4\n"
+                               "model:\n  layers: 2\n  heads: 2\n  width: 32\n  context: 32\n"
+                               "schedule:\n  lr: 0.003\n  warmup_steps: 2\n"
+                               "eval:\n  interval: 4\n  batches: 2\n"
+                               "checkpoint:\n  interval: 4\n  keep: 5\n"
+                               "log:\n  interval: 1\nthreads: 2\n";
+  }
+  static void TearDownTestSuite() {
+    if (!::testing::Test::HasFailure()) fs::remove_all(work_dir());  // kept for inspection on failure
+  }
+  static fs::path data() { return work_dir() / "data"; }
+  static fs::path config() { return work_dir() / "tiny.yaml"; }
+  static std::string train(const fs::path& run_dir, const std::string& extra = "") {
+    return "train " + config().string() + " run.dir=" + run_dir.string() + " " + extra;
+  }
+  // The uninterrupted reference run, trained once for the suite.
+  static const fs::path& reference() {
+    static const fs::path dir = [] {
+      const fs::path d = work_dir() / "reference";
+      const Result r = run(train(d));
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      return d;
+    }();
+    return dir;
+  }
+};
+
+}  // namespace
+
+TEST_F(TrainCli, TrainWritesConfigMetricsCheckpointsAndReport) {
+  const fs::path& ref = reference();
+  EXPECT_TRUE(fs::exists(ref / "config.yaml"));
+  EXPECT_TRUE(fs::exists(ref / "tokenizer.json"));
+  EXPECT_TRUE(fs::exists(ref / "checkpoints" / "step_00000012" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(ref / "checkpoints" / "step_00000012" / "optimizer.safetensors"));
+  EXPECT_EQ(loss_curve(ref).size(), 12u + 3u);  // 12 step records, evals at 4, 8, 12
+  const Result again = run(train(ref));
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.output.find("pass resume=true"), std::string::npos) << again.output;
+}
+
+TEST_F(TrainCli, KillDuringCheckpointKeepsThePreviousAndResumeIsBitwise) {
+  const fs::path dir = work_dir() / "interrupted";
+  const Result killed = run(train(dir), "NIBBLE_TEST_KILL_DURING_CHECKPOINT=8");
+  // popen's shell reports the child's SIGKILL as exit status 128 + 9.
+  ASSERT_TRUE(killed.exit_code == -SIGKILL || killed.exit_code == 128 + SIGKILL) << killed.output;
+  // The step-8 checkpoint never appeared; step 4 is complete and loadable.
+  EXPECT_FALSE(fs::exists(dir / "checkpoints" / "step_00000008"));
+  ASSERT_TRUE(fs::exists(dir / "checkpoints" / "step_00000004" / "state.json"));
+  const Result eval4 = run("eval " + dir.string() + " --max-windows 4");
+  EXPECT_EQ(eval4.exit_code, 0) << eval4.output;
+
+  const Result resumed = run(train(dir, "resume=true"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from"), std::string::npos);
+  EXPECT_EQ(loss_curve(dir), loss_curve(reference()));
+  EXPECT_EQ(file_bytes(dir / "checkpoints" / "step_00000012" / "model.safetensors"),
+            file_bytes(reference() / "checkpoints" / "step_00000012" / "model.safetensors"));
+  EXPECT_EQ(file_bytes(dir / "checkpoints" / "step_00000012" / "optimizer.safetensors"),
+            file_bytes(reference() / "checkpoints" / "step_00000012" / "optimizer.safetensors"));
+  // No leftover of the killed write stays around.
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints"))
+    EXPECT_TRUE(e.path().filename().string().starts_with("step_")) << e.path();
+}
+
+TEST_F(TrainCli, EvalAndGenerateOnATrainedRun) {
+  const Result eval = run("eval " + reference().string());
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_NE(eval.output.find("perplexity"), std::string::npos);
+  const Result eval_fp32 = run("eval " + reference().string() + " --fp32 --max-windows 8");
+  EXPECT_EQ(eval_fp32.exit_code, 0) << eval_fp32.output;
+
+  const std::string args = "generate " + reference().string() + " --prompt ROMEO: --max-tokens 40 --seed 5";
+  const Result a = run(args), b = run(args);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_TRUE(a.output.starts_with("ROMEO:")) << a.output;
+  EXPECT_GE(a.output.size(), 6u + 40u);
+  const Result greedy = run("generate " + reference().string() + " --prompt ROMEO: --max-tokens 40 --temperature 0");
+  EXPECT_EQ(greedy.exit_code, 0) << greedy.output;
+
+  const Result bad_prompt = run("generate " + reference().string() + " --prompt '\xE2\x82\xAC'");
+  EXPECT_EQ(bad_prompt.exit_code, 2);
+  EXPECT_NE(bad_prompt.output.find("tokenizer"), std::string::npos) << bad_prompt.output;
+  EXPECT_EQ(run("generate " + reference().string() + " --temperature -1").exit_code, 2);
+  EXPECT_EQ(run("eval " + (work_dir() / "no-such-run").string()).exit_code, 2);
+}
+
+TEST_F(TrainCli, CompareWritesATableAndAPng) {
+  const fs::path bf16 = work_dir() / "bf16";
+  const Result r = run(train(bf16, "quantization=bf16 steps=8 schedule.warmup_steps=2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const fs::path png = work_dir() / "plot.png";
+  const Result c = run("compare " + reference().string() + " " + bf16.string() + " -o " + png.string());
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("(ref)"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("bf16"), std::string::npos) << c.output;
+  const auto bytes = file_bytes(png);
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_EQ(std::string(bytes.begin() + 1, bytes.begin() + 4), "PNG");
+  EXPECT_EQ(run("compare " + (work_dir() / "nothing").string()).exit_code, 2);
+}
+
+TEST_F(TrainCli, BadInputIsRefusedWithoutDamage) {
+  const Result missing = run("train " + (work_dir() / "missing.yaml").string());
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("missing.yaml"), std::string::npos) << missing.output;
+
+  const Result typo = run(train(work_dir() / "typo", "model.widht=64"));
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.output.find("did you mean 'model.width'"), std::string::npos) << typo.output;
+
+  // Resuming a run with another model shape names the tensors and leaves the run as it was.
+  const fs::path copy = work_dir() / "reshaped";
+  fs::copy(reference(), copy, fs::copy_options::recursive);
+  const auto before = loss_curve(copy);
+  const Result reshaped = run(train(copy, "resume=true steps=16 model.width=64"));
+  EXPECT_EQ(reshaped.exit_code, 2);
+  EXPECT_NE(reshaped.output.find("has shape"), std::string::npos) << reshaped.output;
+  EXPECT_EQ(loss_curve(copy), before);
+
+  // A damaged checkpoint is named when loaded.
+  const fs::path weights = copy / "checkpoints" / "step_00000012" / "model.safetensors";
+  fs::resize_file(weights, fs::file_size(weights) / 2);
+  const Result damaged = run("eval " + copy.string());
+  EXPECT_EQ(damaged.exit_code, 2);
+  EXPECT_NE(damaged.output.find("model.safetensors"), std::string::npos) << damaged.output;
+
+  const Result no_data = run(train(work_dir() / "nodata", "data.dir=" + (work_dir() / "absent").string()));
+  EXPECT_EQ(no_data.exit_code, 2);
+  EXPECT_NE(no_data.output.find("nibble prepare"), std::string::npos) << no_data.output;
+}
+
+TEST_F(TrainCli, DivergenceStopsNamingTheStepAndTheLastCheckpoint) {
+  const Result r = run(train(work_dir() / "diverged", "quantization=none schedule.lr=1e4 optimizer.clip_norm=0"));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("at step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("last good checkpoint"), std::string::npos) << r.output;
+}
+
+TEST_F(TrainCli, DemoConfigRunsInShortenedForm) {
+  const fs::path dir = work_dir() / "demo";
+  const Result r = run("train " + std::string(NIBBLE_SOURCE_DIR) + "/configs/shakespeare.yaml data.dir=" + data().string() +
+                       " run.dir=" + dir.string() +
+                       " steps=3 schedule.warmup_steps=1 eval.batches=1 log.interval=1 threads=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("quantization=nvfp4"), std::string::npos);
+  EXPECT_NE(r.output.find("parameters"), std::string::npos);
+  EXPECT_NE(r.output.find("FLOPs/token"), std::string::npos);
+  EXPECT_NE(r.output.find("activations"), std::string::npos);
+  const Result g = run("generate " + dir.string() + " --max-tokens 20");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+}
+
+TEST(KvCache, DecoderMatchesTheFullForwardPass) {
+  model::ModelConfig m;
+  m.vocab = 50;
+  m.layers = 2;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.width = 64;
+  m.context = 24;
+  model::Transformer model(m);
+  model.init_weights(3);
+  // Larger weights than the initialisation so attention is far from uniform.
+  for (float& v : model.params().values()) v *= 8.0f;
+  std::mt19937 rng(4);
+  std::vector<int32_t> tokens(m.context), targets(m.context);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % m.vocab);
+  for (auto& t : targets) t = static_cast<int32_t>(rng() % m.vocab);
+  model::ModelStep step;  // no recipe: FP32 GEMMs, as the decoder computes
+  const double full = model.forward(tokens, targets, 1, m.context, step);
+
+  model::KvCacheDecoder decoder(model);
+  double sum = 0;
+  for (int64_t t = 0; t < m.context; ++t) {
+    const auto logits = decoder.step(tokens[t]);
+    double mx = -INFINITY, z = 0;
+    for (float l : logits) mx = std::max(mx, static_cast<double>(l));
+    for (float l : logits) z += std::exp(l - mx);
+    sum += -(logits[targets[t]] - mx - std::log(z));
+  }
+  EXPECT_NEAR(sum / m.context, full, 1e-4 * std::fabs(full));
+  EXPECT_THROW(decoder.step(0), UsageError);  // the context is full
+  decoder.reset();
+  EXPECT_THROW(decoder.step(50), UsageError);
+}
+
+TEST(Sampling, TemperatureZeroAndTopOneAreGreedyAndSeedsReproduce) {
+  const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f};
+  std::mt19937_64 rng(1);
+  train::SamplingOptions greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(train::sample_token(logits, greedy, rng), 1);
+  train::SamplingOptions top1;
+  top1.top_k = 1;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(train::sample_token(logits, top1, rng), 1);
+  train::SamplingOptions top2;
+  top2.top_k = 2;
+  top2.temperature = 1;
+  std::mt19937_64 a(9), b(9);
+  int seen[4] = {};
+  for (int i = 0; i < 200; ++i) {
+    const int32_t x = train::sample_token(logits, top2, a);
+    EXPECT_EQ(x, train::sample_token(logits, top2, b));
+    ++seen[x];
+  }
+  EXPECT_EQ(seen[0] + seen[2], 0);  // outside the top 2
+  EXPECT_GT(seen[1], 50);
+  EXPECT_GT(seen[3], 50);
+}
+
+namespace {
+uint32_t read_u32(const std::vector<uint8_t>& b, size_t at) {
+  return b[at] | b[at + 1] << 8 | b[at + 2] << 16 | static_cast<uint32_t>(b[at + 3]) << 24;
+}
+uint32_t masked(std::span<const uint8_t> bytes) {
+  const uint32_t crc = train::crc32c(bytes);
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+// Splits a TFRecord stream into payloads, checking both CRCs of every record.
+std::vector<std::vector<uint8_t>> tfrecords(const std::vector<uint8_t>& b) {
+  std::vector<std::vector<uint8_t>> out;
+  size_t at = 0;
+  while (at < b.size()) {
+    EXPECT_LE(at + 12, b.size());
+    uint64_t length = 0;
+    for (int i = 0; i < 8; ++i) length |= static_cast<uint64_t>(b[at + i]) << (8 * i);
+    EXPECT_EQ(read_u32(b, at + 8), masked(std::span(b.data() + at, 8)));
+    EXPECT_LE(at + 12 + length + 4, b.size());
+    std::vector<uint8_t> payload(b.begin() + static_cast<std::ptrdiff_t>(at + 12),
+                                 b.begin() + static_cast<std::ptrdiff_t>(at + 12 + length));
+    EXPECT_EQ(read_u32(b, at + 12 + length), masked(payload));
+    out.push_back(std::move(payload));
+    at += 12 + length + 4;
+  }
+  return out;
+}
+}  // namespace
+
+TEST(TensorBoard, EventsAreFramedAndEncodedAsTensorFlowReadsThem) {
+  const std::string check = "123456789";
+  EXPECT_EQ(train::crc32c(std::span(reinterpret_cast<const uint8_t*>(check.data()), check.size())), 0xE3069283u);
+  const auto event = train::tensorboard_scalar_event(1.5, 300, "train/loss", 2.25f);
+  // wall_time (field 1, double), step (field 2, varint 300 = AC 02), summary (field 5).
+  ASSERT_GE(event.size(), 12u);
+  EXPECT_EQ(event[0], 0x09);
+  double wall;
+  std::memcpy(&wall, event.data() + 1, 8);
+  EXPECT_EQ(wall, 1.5);
+  EXPECT_EQ(event[9], 0x10);
+  EXPECT_EQ(event[10], 0xAC);
+  EXPECT_EQ(event[11], 0x02);
+  EXPECT_EQ(event[12], 0x2A);
+  const std::string bytes(event.begin(), event.end());
+  EXPECT_NE(bytes.find("train/loss"), std::string::npos);
+  float value;
+  std::memcpy(&value, event.data() + event.size() - 4, 4);
+  EXPECT_EQ(value, 2.25f);
+  EXPECT_EQ(event[event.size() - 5], 0x15);  // simple_value: field 2, 32-bit
+  const auto frame = train::tfrecord_frame(event);
+  const auto records = tfrecords(frame);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0], event);
+}
+
+TEST_F(TrainCli, TensorBoardEventFilesAreWritten) {
+  const fs::path dir = work_dir() / "tensorboard-run";
+  const Result r = run(train(dir, "steps=4 log.tensorboard=true"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir / "tensorboard")) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_TRUE(files[0].filename().string().starts_with("events.out.tfevents."));
+  const auto records = tfrecords(file_bytes(files[0]));
+  // The version event, 5 train scalars per step and 2 eval scalars at step 4.
+  EXPECT_EQ(records.size(), 1u + 4u * 5u + 2u);
+  EXPECT_NE(std::string(records[0].begin(), records[0].end()).find("brain.Event:2"), std::string::npos);
+}
