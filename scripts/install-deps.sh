@@ -7,6 +7,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev libopenblas-dev
   libyaml-cpp-dev libsentencepiece-dev libcairo2-dev
+  libopenmpi-dev openmpi-bin openssh-client
   clang libclang-rt-14-dev
   python3-numpy
 )

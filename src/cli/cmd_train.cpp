@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "train/config.h"
+#include "train/distributed.h"
 #include "train/run.h"
 
 namespace nibble::cli {
@@ -41,8 +42,17 @@ CommandRegistration train_command("train", [](CLI::App& app, int& exit_code) {
     if (o->config.find('=') != std::string::npos && !o->config.ends_with(".yaml") && !o->config.ends_with(".yml"))
       throw UsageError(fmt::format("'{}' looks like an override, not a config file: nibble train CONFIG.yaml {}",
                                    o->config, o->config));
-    train::RunConfig config = train::load_run_config(o->config, o->overrides);
-    exit_code = train::run_training(config, stdout);
+    // Under mpirun this process is one rank of a data-parallel job (train/distributed.h).
+    std::unique_ptr<train::Communicator> comm = train::connect_processes();
+    try {
+      train::RunConfig config = train::load_run_config(o->config, o->overrides);
+      exit_code = train::run_training(config, stdout, *comm);
+    } catch (const std::exception& e) {
+      // One rank alone may fail (a missing data directory on one host): end every rank rather than
+      // leave the others waiting in a collective. One process reports as every command does.
+      if (comm->size() > 1) comm->abort(e.what(), dynamic_cast<const UsageError*>(&e) ? 2 : 1);
+      throw;
+    }
   });
 });
 

@@ -72,14 +72,20 @@ BatchSampler::BatchSampler(const std::vector<int32_t>* tokens, int64_t seq, uint
 
 void BatchSampler::sample(int64_t index, int64_t batch, std::vector<int32_t>& inputs,
                           std::vector<int32_t>& targets) const {
-  inputs.resize(static_cast<size_t>(batch * seq_));
+  sample_rows(index, 0, batch, inputs, targets);
+}
+
+void BatchSampler::sample_rows(int64_t index, int64_t first_row, int64_t rows, std::vector<int32_t>& inputs,
+                               std::vector<int32_t>& targets) const {
+  inputs.resize(static_cast<size_t>(rows * seq_));
   targets.resize(inputs.size());
   const uint64_t windows = static_cast<uint64_t>(tokens_->size()) - static_cast<uint64_t>(seq_);
-  for (int64_t b = 0; b < batch; ++b) {
-    const uint64_t start = mix64(mix64(seed_ ^ mix64(static_cast<uint64_t>(index))) + static_cast<uint64_t>(b)) % windows;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t b = static_cast<uint64_t>(first_row + r);
+    const uint64_t start = mix64(mix64(seed_ ^ mix64(static_cast<uint64_t>(index))) + b) % windows;
     for (int64_t t = 0; t < seq_; ++t) {
-      inputs[b * seq_ + t] = (*tokens_)[start + t];
-      targets[b * seq_ + t] = (*tokens_)[start + t + 1];
+      inputs[r * seq_ + t] = (*tokens_)[start + t];
+      targets[r * seq_ + t] = (*tokens_)[start + t + 1];
     }
   }
 }

@@ -35,6 +35,10 @@ class BatchSampler {
   BatchSampler(const std::vector<int32_t>* tokens, int64_t seq, uint64_t seed);
   // Batch number `index` of `batch` windows at offsets drawn from (seed, index, row).
   void sample(int64_t index, int64_t batch, std::vector<int32_t>& inputs, std::vector<int32_t>& targets) const;
+  // Rows [first_row, first_row + rows) of that batch: one rank's slice under data parallelism
+  // (train/distributed.h); row b is the same window whichever process draws it.
+  void sample_rows(int64_t index, int64_t first_row, int64_t rows, std::vector<int32_t>& inputs,
+                   std::vector<int32_t>& targets) const;
 
  private:
   const std::vector<int32_t>* tokens_;

@@ -19,12 +19,18 @@ namespace {
 
 // ordered_json: records read kind and step first, in the order written here.
 nlohmann::ordered_json to_json(const StepRecord& r) {
-  return {{"kind", "train"},        {"step", r.step},
-          {"tokens", r.tokens},     {"loss", r.loss},
-          {"lr", r.lr},             {"grad_norm", r.grad_norm},
-          {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s},
-          {"mfu", r.mfu},           {"eta_s", r.eta_s},
-          {"elapsed_s", r.elapsed_s}};
+  nlohmann::ordered_json j = {{"kind", "train"},        {"step", r.step},
+                              {"tokens", r.tokens},     {"loss", r.loss},
+                              {"lr", r.lr},             {"grad_norm", r.grad_norm},
+                              {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s},
+                              {"mfu", r.mfu},           {"eta_s", r.eta_s},
+                              {"elapsed_s", r.elapsed_s}};
+  if (r.ranks > 1) {
+    j["ranks"] = r.ranks;
+    j["tokens_per_s_per_rank"] = r.tokens_per_s / static_cast<double>(r.ranks);
+    j["comm_fraction"] = r.comm_fraction;
+  }
+  return j;
 }
 
 nlohmann::ordered_json to_json(const EvalRecord& r) {
@@ -101,6 +107,8 @@ MetricsHistory read_metrics(const std::filesystem::path& path) {
         r.mfu = number_or_nan(j, "mfu");
         r.eta_s = number_or_nan(j, "eta_s");
         r.elapsed_s = number_or_nan(j, "elapsed_s");
+        r.ranks = j.value("ranks", int64_t{1});
+        r.comm_fraction = j.value("comm_fraction", 0.0);
         h.steps.push_back(r);
       } else if (kind == "eval") {
         EvalRecord r;
@@ -264,7 +272,10 @@ std::string format_step_line(const StepRecord& r) {
   return fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} ms/step | {} tok/s | "
                      "MFU {:.1f}% | ETA {}",
                      r.step, width, r.total_steps, r.loss, r.lr, r.grad_norm, r.step_time_s * 1e3,
-                     format_si(r.tokens_per_s), 100.0 * r.mfu, format_duration(r.eta_s));
+                     format_si(r.tokens_per_s), 100.0 * r.mfu, format_duration(r.eta_s)) +
+         (r.ranks > 1 ? fmt::format(" | {} ranks x {} tok/s, comm {:.1f}%", r.ranks,
+                                    format_si(r.tokens_per_s / static_cast<double>(r.ranks)), 100.0 * r.comm_fraction)
+                      : std::string());
 }
 
 std::string format_eval_line(const EvalRecord& r, int64_t total_steps) {

@@ -23,6 +23,12 @@ struct StepRecord {
   double tokens_per_s = 0;  // over the log window
   double mfu = 0;           // model FLOPs utilisation in [0, 1]
   double eta_s = 0, elapsed_s = 0;
+  // Data parallelism (written only when ranks > 1): tokens_per_s above counts all ranks;
+  // per rank = tokens_per_s / ranks; comm_fraction = share of the step time spent summing
+  // gradients across ranks (including waiting for the slowest), so 1 - comm_fraction is the
+  // scaling efficiency relative to the same ranks computing without communication.
+  int64_t ranks = 1;
+  double comm_fraction = 0;
 };
 
 struct EvalRecord {

@@ -178,16 +178,29 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
   return s;
 }
 
-int run_training(const RunConfig& input_config, std::FILE* out) {
+int run_training(const RunConfig& config, std::FILE* out) {
+  SingleProcessCommunicator single_process;
+  return run_training(config, out, single_process);
+}
+
+int run_training(const RunConfig& input_config, std::FILE* out, Communicator& comm) {
   RunConfig config = input_config;
   if (config.threads > 0) omp_set_num_threads(static_cast<int>(config.threads));
   const fs::path run_dir = config.run_dir;
-  auto print = [out](const std::string& text) {
+  // Rank 0 alone reads and writes the run directory and prints; the others only compute, so a
+  // multi-host job needs the run directory on rank 0's host only (the data directory on every host).
+  const bool root = comm.rank() == 0;
+  auto print = [out, root](const std::string& text) {
+    if (!root) return;
     std::fputs(text.c_str(), out);
     std::fflush(out);
   };
+  int exit_rank = -1;
+  int64_t exit_step = -1;
+  if (const char* hook = std::getenv("NIBBLE_TEST_RANK_EXIT"); hook && *hook)
+    if (std::sscanf(hook, "%d:%ld", &exit_rank, &exit_step) != 2) exit_rank = -1;
 
-  const auto existing = latest_checkpoint(run_dir);
+  const auto existing = root ? latest_checkpoint(run_dir) : std::nullopt;
   if (existing && !config.resume)
     throw UsageError(fmt::format("run.dir '{}' already holds checkpoints (newest {}): pass resume=true to continue that "
                                  "run, or choose another run.dir",
@@ -199,10 +212,10 @@ int run_training(const RunConfig& input_config, std::FILE* out) {
 
   // Built before anything is written, so that a recipe or shape the Trainer refuses leaves no
   // half-made run directory behind.
-  Trainer trainer(config.train, data.corpus());
+  Trainer trainer(config.train, data.corpus(), &comm);
 
   std::error_code ec;
-  fs::create_directories(run_dir, ec);
+  if (root) fs::create_directories(run_dir, ec);
   if (ec) throw UsageError(fmt::format("cannot create run.dir '{}': {}", run_dir.string(), ec.message()));
 
   const fs::path saved_config = run_dir / kConfigFile;
@@ -221,8 +234,10 @@ int run_training(const RunConfig& input_config, std::FILE* out) {
   }
   const std::string resolved = config_to_yaml(config);
   print("# resolved config (saved as " + saved_config.string() + ")\n" + resolved);
-  write_text(saved_config, resolved);
-  data.tokenizer->save(run_dir);
+  if (root) {
+    write_text(saved_config, resolved);
+    data.tokenizer->save(run_dir);
+  }
 
   const int64_t seq = config.train.seq > 0 ? config.train.seq : config.train.model.context;
   const int64_t tokens_per_step = config.train.batch * seq * config.train.grad_accum;
@@ -249,31 +264,55 @@ int run_training(const RunConfig& input_config, std::FILE* out) {
       print(fmt::format("no checkpoint in '{}' yet: starting a new run\n", run_dir.string()));
     }
   }
+  if (comm.size() > 1) {
+    // Rank 0's weights, optimizer state and data position are the job's, whatever the rank count
+    // of the run that saved them: the global batch and sample order depend only on the step.
+    comm.broadcast_values(std::span(&state, 1), 0);
+    comm.broadcast_values(trainer.model().params().values(), 0);
+    comm.broadcast_values(trainer.optimizer().first_moments(), 0);
+    comm.broadcast_values(trainer.optimizer().second_moments(), 0);
+    int64_t optimizer_steps = trainer.optimizer().steps();
+    comm.broadcast_values(std::span(&optimizer_steps, 1), 0);
+    trainer.optimizer().set_steps(optimizer_steps);
+  }
 
   const double peak = cpu::measure_fma_f32_peak(0.1).giga_ops_per_s * 1e9 * omp_get_max_threads();
   print(startup_report(config, trainer.model(), trainer.recipe(), *data.tokenizer, static_cast<int64_t>(data.train.size()),
                        static_cast<int64_t>(data.val.size()), peak));
+  if (comm.size() > 1)
+    print(fmt::format("parallel   {}: {}; MFU counts {} x the peak above\n", comm.describe(),
+                      trainer.data_parallel().describe(seq), comm.size()));
+  // MFU over the whole job: every rank has the peak rank 0 measured (homogeneous hosts).
+  const double job_peak = peak * comm.size();
 
-  MetricsLog metrics(run_dir / kMetricsFile, config.resume && existing ? state.step : -1);
+  std::unique_ptr<MetricsLog> metrics;
+  if (root) metrics = std::make_unique<MetricsLog>(run_dir / kMetricsFile, config.resume && existing ? state.step : -1);
   std::unique_ptr<TensorBoardWriter> tensorboard;
-  if (config.tensorboard) {
+  if (config.tensorboard && root) {
     tensorboard = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
     print(fmt::format("tensorboard: {} (tensorboard --logdir {})\n", tensorboard->path().string(),
                       (run_dir / "tensorboard").string()));
   }
   const double flops_per_token = training_flops_per_token(config.train.model, seq);
-  const bool live = ::isatty(::fileno(out));
+  // Under mpirun a rank's stdout may be a pty that mpirun forwards line by line: no in-place progress there.
+  const bool live = comm.size() == 1 && ::isatty(::fileno(out));
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const double elapsed_before = state.elapsed_s;
   auto elapsed = [&] { return elapsed_before + std::chrono::duration<double>(clock::now() - start).count(); };
 
-  double window_time = 0;
+  double window_time = 0, window_comm_start = comm.gradient_sum_seconds();
   int64_t window_steps = 0;
   double last_loss = std::nan("");
   double last_val = std::nan("");
   if (state.step >= total) print(fmt::format("the run is already complete at step {} of {}\n", state.step, total));
   while (trainer.steps_done() < total) {
+    if (comm.rank() == exit_rank && trainer.steps_done() + 1 == exit_step) {
+      std::fprintf(stderr, "nibble: test hook NIBBLE_TEST_RANK_EXIT: rank %d exits before step %ld\n", exit_rank,
+                   static_cast<long>(exit_step));
+      std::fflush(stderr);
+      std::_Exit(17);
+    }
     const auto t0 = clock::now();
     StepResult r;
     try {
@@ -282,10 +321,15 @@ int run_training(const RunConfig& input_config, std::FILE* out) {
       // The config and data were checked before the first step, so a refusal inside a step is the
       // numbers going wrong: typically a quantizer meeting non-finite activations after divergence.
       if (live) print("\n");
-      print(fmt::format("error: training stopped at step {}: {}\nthe run has probably diverged. last good "
-                        "checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr (or a larger "
-                        "schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause\n",
-                        trainer.steps_done() + 1, e.what(), last_good));
+      const std::string message =
+          fmt::format("training stopped at step {}: {}\nthe run has probably diverged. last good "
+                      "checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr (or a larger "
+                      "schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause",
+                      trainer.steps_done() + 1, e.what(), last_good);
+      // With the data split over ranks, this rank may be the only one that met the bad numbers:
+      // the others wait in the gradient sum, so the whole job has to be ended from here.
+      if (comm.size() > 1) comm.abort(message, kExitNonFiniteLoss);
+      print("error: " + message + "\n");
       return kExitNonFiniteLoss;
     }
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
@@ -299,7 +343,7 @@ int run_training(const RunConfig& input_config, std::FILE* out) {
     if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
       if (live) print("\n");
       StepRecord bad{r.step, total, state.tokens, r.loss, r.lr, r.grad_norm, dt, 0, 0, 0, elapsed()};
-      metrics.write(bad);
+      if (metrics) metrics->write(bad);
       print(fmt::format("error: the training loss is {} at step {} (gradient norm {}): training stopped, nothing of it "
                         "saved.\nlast good checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr "
                         "(or a larger schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause\n",
@@ -318,14 +362,20 @@ int run_training(const RunConfig& input_config, std::FILE* out) {
       rec.grad_norm = r.grad_norm;
       rec.step_time_s = window_time / static_cast<double>(window_steps);
       rec.tokens_per_s = static_cast<double>(tokens_per_step) / rec.step_time_s;
-      rec.mfu = flops_per_token * rec.tokens_per_s / peak;
+      rec.mfu = flops_per_token * rec.tokens_per_s / job_peak;
       rec.eta_s = rec.step_time_s * static_cast<double>(total - r.step);
       rec.elapsed_s = elapsed();
-      metrics.write(rec);
+      rec.ranks = comm.size();
+      rec.comm_fraction = (comm.gradient_sum_seconds() - window_comm_start) / window_time;
+      if (metrics) metrics->write(rec);
       if (tensorboard) tensorboard->write(rec);
       print((live ? "\r\033[K" : "") + format_step_line(rec) + "\n");
       window_time = 0;
+      window_comm_start = comm.gradient_sum_seconds();
       window_steps = 0;
+      // Replicas must stay bitwise identical (same summed gradients, same AdamW): a cheap check.
+      const std::string diverged = check_replicas_identical(comm, trainer.model().params().values(), r.step);
+      if (!diverged.empty() && root) comm.abort(diverged, 1);
     } else if (live) {
       print(fmt::format("\r\033[Kstep {}/{} | loss {:.4f} | {:.0f} ms/step", r.step, total, r.loss, dt * 1e3));
     }
@@ -341,12 +391,12 @@ int run_training(const RunConfig& input_config, std::FILE* out) {
         state.best_val_loss = e.val_loss;
         state.best_val_step = r.step;
       }
-      metrics.write(e);
+      if (metrics) metrics->write(e);
       if (tensorboard) tensorboard->write(e);
       print((live ? "\r\033[K" : "") + format_eval_line(e, total) + "\n");
     }
 
-    if (r.step % config.checkpoint_interval == 0 || last_step) {
+    if ((r.step % config.checkpoint_interval == 0 || last_step) && root) {
       state.elapsed_s = elapsed();
       const auto path = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep);
       last_good = path.string();

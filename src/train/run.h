@@ -16,6 +16,7 @@
 #include "recipe/recipe.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/distributed.h"
 #include "train/tokenizer.h"
 
 namespace nibble::train {
@@ -43,6 +44,13 @@ std::string startup_report(const RunConfig& config, const model::Transformer& mo
 // Trains per `config`, printing to `out`. Returns 0, or kExitNonFiniteLoss when the loss became
 // NaN/inf (after printing the step and the last good checkpoint). Throws UsageError for bad input.
 int run_training(const RunConfig& config, std::FILE* out);
+// The same as one rank of a data-parallel job (train/distributed.h): every rank trains its share of
+// each global batch; rank 0 alone prints, reads and writes the run directory (config, metrics,
+// checkpoints) and broadcasts the starting weights, optimizer state and data position, so resuming
+// works with any rank count. Ranks check at every logged step that their weights are identical.
+// Test hook: NIBBLE_TEST_RANK_EXIT=RANK:STEP makes that rank exit (status 17) before that step, as
+// a crashed rank would.
+int run_training(const RunConfig& config, std::FILE* out, Communicator& comm);
 
 // A trained run opened for evaluation or sampling: its resolved config, tokenizer and the weights
 // of one checkpoint (the newest unless given).

@@ -12,6 +12,11 @@ std::unique_ptr<model::Transformer> make_model(const TrainConfig& c) {
   m->init_weights(c.seed);
   return m;
 }
+
+// Rows of each micro-batch this process runs: the recipe's tokens per micro-batch follow from them.
+int64_t rows_per_slice(const TrainConfig& c, const Communicator* comm) {
+  return DataParallelPlan(c.batch, c.grad_accum, comm ? comm->rank() : 0, comm ? comm->size() : 1).rows_per_slice();
+}
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -26,16 +31,18 @@ void TrainConfig::validate() const {
   if (telemetry_interval < 0) throw UsageError("telemetry_interval must be >= 0");
 }
 
-Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus)
+Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm)
     : config_(config),
       seq_(config.seq > 0 ? config.seq : config.model.context),
       split_(split_tokens(corpus)),
       model_(make_model(config)),
       recipe_(std::make_unique<Recipe>(config.recipe, static_cast<int>(config.model.layers),
-                                       model_->block_linear_shapes(), config.batch * seq_)),
+                                       model_->block_linear_shapes(), rows_per_slice(config, comm) * seq_)),
       optimizer_(model_->params(), config.optimizer),
       train_sampler_(&split_.train, seq_, config.seed),
-      val_sampler_(&split_.val, seq_, kValidationSeed) {}
+      val_sampler_(&split_.val, seq_, kValidationSeed),
+      comm_(comm ? comm : &single_process_),
+      plan_(config.batch, config.grad_accum, comm_->rank(), comm_->size()) {}
 
 double Trainer::progress() const {
   return static_cast<double>(optimizer_.steps()) / static_cast<double>(config_.schedule.total_steps);
@@ -44,11 +51,18 @@ double Trainer::progress() const {
 StepResult Trainer::step() {
   const int64_t step = optimizer_.steps();
   const bool stats = config_.telemetry_interval > 0 && step % config_.telemetry_interval == 0;
-  model_->params().zero_grads();
-  double loss = 0;
-  for (int64_t micro = 0; micro < config_.grad_accum; ++micro) {
-    const int64_t micro_step = step * config_.grad_accum + micro;
-    train_sampler_.sample(micro_step, config_.batch, inputs_, targets_);
+  // This rank's slices of the step's global batch (all of it on one process). Each slice's gradient
+  // starts from zero and joins the others along GradientSum's fixed tree, then across ranks, so the
+  // sum does not depend on how the slices are spread over processes (train/distributed.h).
+  const auto& slices = plan_.slices();
+  const auto grads = model_->params().grads();
+  std::vector<double> slice_losses(static_cast<size_t>(plan_.loss_slots()), 0.0);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const MicroBatchSlice& slice = slices[i];
+    const int64_t micro = static_cast<int64_t>(i);
+    const int64_t micro_step = step * config_.grad_accum + slice.micro_batch;
+    train_sampler_.sample_rows(micro_step, slice.first_row, slice.rows, inputs_, targets_);
+    model_->params().zero_grads();
     model::ModelStep ms;
     ms.recipe = recipe_.get();
     ms.progress = progress();
@@ -56,10 +70,18 @@ StepResult Trainer::step() {
     ms.micro_step = micro_step;
     ms.weight_version = step;
     ms.collect_stats = stats && micro == 0;
-    loss += model_->forward(inputs_, targets_, config_.batch, seq_, ms);
-    model_->backward(1.0f / static_cast<float>(config_.grad_accum));
+    slice_losses[static_cast<size_t>(slice.loss_slot)] =
+        model_->forward(inputs_, targets_, slice.rows, seq_, ms) * plan_.loss_weight();
+    model_->backward(plan_.gradient_scale());
     if (ms.collect_stats) telemetry_ = model_->telemetry();
+    if (slices.size() > 1) gradient_sum_.add(grads);
   }
+  if (slices.size() > 1) gradient_sum_.finish(grads);
+  comm_->sum_gradients(grads);
+  // Every slot has one writer, so the sum over ranks is exact and the loss is added in global order.
+  comm_->sum(slice_losses);
+  double loss = 0;
+  for (double l : slice_losses) loss += l;
   StepResult r;
   r.lr = learning_rate(config_.schedule, step);
   r.grad_norm = optimizer_.step(model_->params(), r.lr);
@@ -76,11 +98,15 @@ double Trainer::evaluate() {
   ms.run_seed = config_.seed ^ kValidationSeed;
   ms.weight_version = optimizer_.steps();
   ms.training = false;
-  for (int64_t b = 0; b < config_.eval_batches; ++b) {
+  // Ranks take every ranks()-th validation batch; the per-batch losses are added in batch order.
+  std::vector<double> batch_losses(static_cast<size_t>(config_.eval_batches), 0.0);
+  for (int64_t b = plan_.rank(); b < config_.eval_batches; b += plan_.ranks()) {
     val_sampler_.sample(b, config_.batch, inputs_, targets_);
     ms.micro_step = -1 - b;
-    total += model_->forward(inputs_, targets_, config_.batch, seq_, ms);
+    batch_losses[static_cast<size_t>(b)] = model_->forward(inputs_, targets_, config_.batch, seq_, ms);
   }
+  comm_->sum(batch_losses);
+  for (double l : batch_losses) total += l;
   return total / static_cast<double>(config_.eval_batches);
 }
 

@@ -9,6 +9,7 @@
 #include "model/transformer.h"
 #include "recipe/recipe.h"
 #include "train/data.h"
+#include "train/distributed.h"
 #include "train/optimizer.h"
 
 namespace nibble::train {
@@ -37,7 +38,10 @@ struct StepResult {
 class Trainer {
  public:
   // corpus: the whole token stream; split 90/10 into train and validation.
-  Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus);
+  // comm: the ranks of a data-parallel job (train/distributed.h), which share every step's global
+  // batch and sum their gradients; null trains on this process alone. UsageError when the global
+  // batch cannot be divided between the ranks.
+  Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm = nullptr);
 
   StepResult step();
   // Mean loss over the same eval_batches validation batches every time (fixed seed), with the
@@ -53,6 +57,8 @@ class Trainer {
   const AdamW& optimizer() const { return optimizer_; }
   // Telemetry of the last step that collected it (empty when telemetry is off).
   const std::vector<model::LinearTelemetry>& telemetry() const { return telemetry_; }
+  const DataParallelPlan& data_parallel() const { return plan_; }
+  Communicator& communicator() { return *comm_; }
 
  private:
   double progress() const;
@@ -66,6 +72,11 @@ class Trainer {
   BatchSampler train_sampler_, val_sampler_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<model::LinearTelemetry> telemetry_;
+  // Data parallelism: this rank's share of each step, and the fixed-order sum of its slices' gradients.
+  SingleProcessCommunicator single_process_;
+  Communicator* comm_;
+  DataParallelPlan plan_;
+  GradientSum gradient_sum_;
 };
 
 }  // namespace nibble::train

@@ -1,0 +1,186 @@
+#include "train/distributed.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "format/quantized_tensor.h"
+
+namespace nibble::train {
+
+std::unique_ptr<Communicator> make_mpi_communicator();  // distributed_mpi.cpp, when built with MPI
+
+namespace {
+
+// The number of ranks an MPI launcher announced, 0 when none did.
+int launcher_rank_count() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"}) {
+    if (const char* v = std::getenv(name); v && *v) {
+      // SLURM_NTASKS alone (an salloc shell) is no launch; only count it next to PMI/PMIx.
+      if (std::strcmp(name, "SLURM_NTASKS") == 0 && !std::getenv("PMI_RANK") && !std::getenv("PMIX_RANK")) continue;
+      return std::max(1, std::atoi(v));
+    }
+  }
+  if (std::getenv("PMIX_RANK") || std::getenv("PMI_RANK")) return 1;
+  return 0;
+}
+
+bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+std::string SingleProcessCommunicator::host() const {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+void SingleProcessCommunicator::abort(const std::string& message, int exit_code) {
+  std::fprintf(stderr, "nibble: error: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::exit(exit_code);
+}
+
+bool launched_by_mpi() { return launcher_rank_count() > 0; }
+
+bool built_with_mpi() {
+#ifdef NIBBLE_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Communicator> connect_processes() {
+  static bool connected = false;
+  if (connected) throw UsageError("connect_processes() was called twice: MPI can be initialised once per process");
+  connected = true;
+  if (!launched_by_mpi()) return std::make_unique<SingleProcessCommunicator>();
+#ifdef NIBBLE_HAVE_MPI
+  return make_mpi_communicator();
+#else
+  if (launcher_rank_count() > 1)
+    throw UsageError(fmt::format("this nibble was built without MPI but was launched as one of {} ranks: install "
+                                 "libopenmpi-dev and rebuild (cmake finds it), or run without mpirun",
+                                 launcher_rank_count()));
+  return std::make_unique<SingleProcessCommunicator>();
+#endif
+}
+
+DataParallelPlan::DataParallelPlan(int64_t batch, int64_t grad_accum, int rank, int ranks)
+    : batch_(batch), grad_accum_(grad_accum), rank_(rank), ranks_(ranks) {
+  if (ranks <= 0 || rank < 0 || rank >= ranks)
+    throw UsageError(fmt::format("rank {} of {} ranks is not a valid position", rank, ranks));
+  if (ranks == 1) {
+    split_ = Split::none;
+  } else if (grad_accum % ranks == 0) {
+    split_ = Split::micro_batches;
+  } else if (batch % ranks == 0) {
+    split_ = Split::rows;
+  } else {
+    throw UsageError(fmt::format(
+        "the global batch of {} micro-batches x {} sequences cannot be divided between {} ranks: make grad_accum "
+        "(bitwise equal to one process) or batch a multiple of {}, e.g. grad_accum={} batch={} keeps about the same "
+        "global batch",
+        grad_accum, batch, ranks, ranks, grad_accum * ranks, std::max<int64_t>(1, batch / ranks)));
+  }
+  if (split_ == Split::rows) {
+    rows_ = batch / ranks;
+    loss_slots_ = grad_accum * ranks;
+    loss_weight_ = 1.0 / static_cast<double>(ranks);
+    for (int64_t m = 0; m < grad_accum; ++m) slices_.push_back({m, rank * rows_, rows_, m * ranks + rank});
+  } else {
+    // One process is the micro-batch split with one rank.
+    rows_ = batch;
+    loss_slots_ = grad_accum;
+    const int64_t per_rank = grad_accum / ranks;
+    for (int64_t m = rank * per_rank; m < (rank + 1) * per_rank; ++m) slices_.push_back({m, 0, batch, m});
+  }
+  gradient_scale_ = static_cast<float>(static_cast<double>(rows_) / static_cast<double>(batch * grad_accum));
+}
+
+bool DataParallelPlan::bitwise_equal_to_one_process() const {
+  if (split_ == Split::none) return true;
+  return split_ == Split::micro_batches && is_power_of_two(grad_accum_) && is_power_of_two(ranks_);
+}
+
+std::string DataParallelPlan::describe(int64_t seq) const {
+  if (split_ == Split::none) return "1 process";
+  const std::string equality = bitwise_equal_to_one_process()
+                                   ? "bitwise equal to 1 process"
+                                   : "equal to 1 process up to FP32 rounding of the gradient sums";
+  if (split_ == Split::micro_batches)
+    return fmt::format("{} ranks, each runs {} of the {} micro-batches ({} x {} tokens) per step; {}", ranks_,
+                       grad_accum_ / ranks_, grad_accum_, batch_, seq, equality);
+  return fmt::format("{} ranks, each runs rows [{} r, {} (r+1)) of every micro-batch ({} x {} tokens per rank); {}",
+                     ranks_, rows_, rows_, rows_, seq, equality);
+}
+
+void GradientSum::add(std::span<const float> leaf) {
+  // The carry travels up the levels like a binary counter's: a full level absorbs it and moves up.
+  std::vector<float> carry(leaf.begin(), leaf.end());
+  size_t level = 0;
+  for (;; ++level) {
+    if (level == levels_.size()) {
+      levels_.emplace_back();
+      full_.push_back(false);
+    }
+    if (!full_[level]) break;
+    // Older (lower-index) subtree plus newer: IEEE addition is commutative, so the order within the
+    // pair does not change the bits; only the pairing does, and that is fixed by the leaf index.
+    const std::vector<float>& older = levels_[level];
+    for (size_t i = 0; i < carry.size(); ++i) carry[i] = older[i] + carry[i];
+    full_[level] = false;
+  }
+  levels_[level].swap(carry);
+  full_[level] = true;
+  ++leaves_;
+}
+
+void GradientSum::finish(std::span<float> out) {
+  if (leaves_ == 0) throw std::logic_error("GradientSum::finish without any leaf");
+  bool first = true;
+  for (size_t level = levels_.size(); level-- > 0;) {
+    if (!full_[level]) continue;
+    const std::vector<float>& part = levels_[level];
+    if (first) {
+      std::copy(part.begin(), part.end(), out.begin());
+      first = false;
+    } else {
+      for (size_t i = 0; i < out.size(); ++i) out[i] = out[i] + part[i];
+    }
+    full_[level] = false;
+  }
+  leaves_ = 0;
+}
+
+uint64_t weights_checksum(std::span<const float> values) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+  for (size_t i = 0; i < values.size_bytes(); ++i) {
+    h ^= bytes[i];
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+std::string check_replicas_identical(Communicator& comm, std::span<const float> values, int64_t step) {
+  if (comm.size() == 1) return {};
+  const std::vector<uint64_t> sums = comm.all_gather(weights_checksum(values));
+  std::string differing;
+  uint64_t first_different = 0;
+  for (size_t r = 1; r < sums.size(); ++r)
+    if (sums[r] != sums[0]) {
+      if (differing.empty()) first_different = sums[r];
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+    }
+  if (differing.empty()) return {};
+  return fmt::format("after step {} the weights of rank(s) {} differ from rank 0's (checksums {:016x} vs {:016x}): the "
+                     "replicas diverged, which data parallelism must never let happen; please report it",
+                     step, differing, first_different, sums[0]);
+}
+
+}  // namespace nibble::train

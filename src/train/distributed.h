@@ -1,0 +1,162 @@
+// Data parallelism across processes and hosts (`mpirun -np N nibble train ...`).
+//
+// Every rank holds the whole model and the whole AdamW state (no ZeRO sharding: the models nibble
+// trains on CPUs are small next to a host's memory, and a replicated optimizer keeps checkpoints
+// and resume identical to the single-process ones). Per optimizer step the global batch, i.e.
+// grad_accum micro-batches of `batch` sequences drawn from (seed, micro-batch index, row) exactly
+// as on one process, is divided between the ranks without overlap (DataParallelPlan):
+//   - split micro-batches, when grad_accum is a multiple of the rank count: rank r runs micro-batches
+//     [r G/N, (r+1) G/N) whole. Each micro-batch then sees the same tokens, the same per-tensor
+//     amax and the same stochastic-rounding seeds as on one process, so its gradient is bitwise
+//     the one-process gradient;
+//   - otherwise split rows, when batch is a multiple of the rank count: rank r runs rows
+//     [r B/N, (r+1) B/N) of every micro-batch. Data-quantized tensors (activations, gradients)
+//     then get per-rank amax and scales, as in Transformer Engine, and the wgrad sums over tokens
+//     are split, so the result equals one process only up to FP32 rounding.
+// Micro-batch gradients are combined along a fixed binary tree (GradientSum) and the ranks' sums
+// along the continuation of that tree (Communicator::sum_gradients with a power-of-two rank count),
+// so in the micro-batch split with grad_accum a power of two the weights after any number of
+// steps are bitwise those of one process. Weights are replicated, so their amax and quantized
+// copies agree on every rank; replicas_identical() checks that with a checksum.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace nibble::train {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string host() const = 0;  // this process's host name, for messages
+  virtual std::string describe() const = 0;  // "single process" / "MPI: Open MPI v4.1.4, 2 ranks"
+
+  // In-place FP32 sum over all ranks, in buckets; every rank receives bitwise the same result.
+  // With a power-of-two rank count the sum is the balanced binary tree over ranks (ranks 2i and
+  // 2i+1 first, then pairs of pairs, ...), independent of the MPI library's algorithms; otherwise
+  // the library's MPI_Allreduce order. Not overlapped with the backward pass (see the .cpp).
+  virtual void sum_gradients(std::span<float> values) = 0;
+  // In-place FP64 sum of a short vector (per-micro-batch losses), MPI_Allreduce order.
+  virtual void sum(std::span<double> values) = 0;
+  virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
+  // Every rank's value, in rank order.
+  virtual std::vector<uint64_t> all_gather(uint64_t value) = 0;
+  virtual void barrier() = 0;
+  // Prints "nibble: error on rank R of N (HOST): message" to stderr and ends every rank of the
+  // job with exit_code (MPI_Abort), so no rank is left waiting in a collective.
+  [[noreturn]] virtual void abort(const std::string& message, int exit_code) = 0;
+
+  // Wall time spent inside sum_gradients since construction (communication plus waiting for the
+  // slowest rank): the step-time share that data parallelism costs.
+  double gradient_sum_seconds() const { return gradient_sum_seconds_; }
+
+  template <typename T>
+  void broadcast_values(std::span<T> values, int root) {
+    broadcast(std::as_writable_bytes(values), root);
+  }
+
+ protected:
+  double gradient_sum_seconds_ = 0;
+};
+
+// One process, no MPI: the collectives are identities.
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string host() const override;
+  std::string describe() const override { return "single process"; }
+  void sum_gradients(std::span<float>) override {}
+  void sum(std::span<double>) override {}
+  void broadcast(std::span<std::byte>, int) override {}
+  std::vector<uint64_t> all_gather(uint64_t value) override { return {value}; }
+  void barrier() override {}
+  [[noreturn]] void abort(const std::string& message, int exit_code) override;
+};
+
+// True when this process was started by an MPI launcher (mpirun/mpiexec of Open MPI or MPICH,
+// srun with PMI/PMIx), judged from the variables those launchers set.
+bool launched_by_mpi();
+// True when nibble was built with MPI support.
+bool built_with_mpi();
+
+// The communicator of this process: MPI over all ranks of the job when built with MPI and launched
+// by an MPI launcher (MPI_Init here, MPI_Finalize when the object is destroyed), otherwise the
+// single-process one. MPI can be initialised once per process: a second call throws UsageError.
+// A job launched with several ranks by a nibble built without MPI is refused (each rank would
+// otherwise train alone and all would write the same run directory).
+std::unique_ptr<Communicator> connect_processes();
+
+// Who trains what in one optimizer step.
+struct MicroBatchSlice {
+  int64_t micro_batch = 0;  // global index within the step, 0..grad_accum-1
+  int64_t first_row = 0, rows = 0;
+  int64_t loss_slot = 0;    // where its loss goes in the step's loss vector (global order)
+};
+
+class DataParallelPlan {
+ public:
+  enum class Split : uint8_t { none, micro_batches, rows };
+  // UsageError when neither grad_accum nor batch is a multiple of `ranks`, naming both fixes.
+  DataParallelPlan(int64_t batch, int64_t grad_accum, int rank, int ranks);
+
+  Split split() const { return split_; }
+  int rank() const { return rank_; }
+  int ranks() const { return ranks_; }
+  // Rows of each micro-batch this rank runs (the recipe's tokens per micro-batch = rows * seq).
+  int64_t rows_per_slice() const { return rows_; }
+  // This rank's share of a step, in the order it runs them.
+  const std::vector<MicroBatchSlice>& slices() const { return slices_; }
+  // backward() scale that makes the sum over all ranks and slices the gradient of the mean loss
+  // over the global batch: rows / (batch * grad_accum).
+  float gradient_scale() const { return gradient_scale_; }
+  // Length of the step's loss vector: one slot per (micro-batch, row slice) of the whole job.
+  int64_t loss_slots() const { return loss_slots_; }
+  // The weight of a slice's mean loss in the step loss: rows / batch (the step loss is the mean of
+  // these weighted slots summed per micro-batch, over grad_accum).
+  double loss_weight() const { return loss_weight_; }
+  // Whether the result equals a single-process run bit for bit (see the top of this file).
+  bool bitwise_equal_to_one_process() const;
+  std::string describe(int64_t seq) const;  // one line for the startup report
+
+ private:
+  int64_t batch_, grad_accum_;
+  int rank_, ranks_;
+  Split split_ = Split::none;
+  int64_t rows_ = 0, loss_slots_ = 0;
+  float gradient_scale_ = 1;
+  double loss_weight_ = 1;
+  std::vector<MicroBatchSlice> slices_;
+};
+
+// Sums gradient vectors given one after another (leaves 0, 1, 2, ...) along a fixed binary tree:
+// leaves 2i and 2i+1 first, then those pairs pairwise, and so on, like a binary counter; what is
+// left when the count is not a power of two is added from the largest subtree down. For 2^k leaves
+// this is the balanced tree, whose aligned subtrees are what the ranks of a micro-batch split
+// compute, so one process and 2^j ranks add the same numbers in the same order. Memory: one buffer
+// per tree level (log2 of the leaf count).
+class GradientSum {
+ public:
+  void add(std::span<const float> leaf);
+  // Writes the total into `out` and starts over. Precondition: at least one leaf.
+  void finish(std::span<float> out);
+  int64_t leaves() const { return leaves_; }
+
+ private:
+  std::vector<std::vector<float>> levels_;  // levels_[l]: the sum of 2^l leaves while full_[l]
+  std::vector<bool> full_;
+  int64_t leaves_ = 0;
+};
+
+// A 64-bit checksum (FNV-1a over the bytes) of the weights, equal exactly when the bytes are.
+uint64_t weights_checksum(std::span<const float> values);
+// Gathers every rank's weights checksum; empty when all agree, else a message naming the ranks that
+// differ from rank 0 (called at every logged step: a divergence would silently waste the run).
+std::string check_replicas_identical(Communicator& comm, std::span<const float> values, int64_t step);
+
+}  // namespace nibble::train
