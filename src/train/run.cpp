@@ -467,6 +467,7 @@ EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tok
   step.progress = std::min(1.0, static_cast<double>(run.state.step) / static_cast<double>(c.schedule.total_steps));
   step.run_seed = c.seed;
   step.weight_version = run.state.step;
+  step.training = false;  // forward only: the linears keep nothing for a backward that never comes
   EvalResult result;
   double total = 0;
   std::vector<int32_t> inputs, targets;

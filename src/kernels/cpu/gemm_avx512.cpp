@@ -16,42 +16,57 @@
 namespace nibble::cpu::gemm_detail {
 namespace {
 
-// The 8x32 tile is computed as two 8x16 halves, each over the whole K chunk (the A chunk, ~6 KB,
-// is read twice from L1). Within a block, the loop runs groups outermost so that the 8 rows' int32
-// sums form 8 independent vpdpbusd chains in flight at once, which hides vpdpbusd's latency
-// without relying on the out-of-order window; 8 int + 8 float accumulators + 4 B vectors fit
-// in the 32 zmm registers.
+// The 8x32 tile is computed as two 4x32 row groups, each over the whole K chunk (the B chunk is
+// read twice from L1). Each A word broadcast then feeds two vpdpbusd (one per 16-column vector),
+// which halves the broadcast loads per multiply-add against 8x16 halves: with 8x16 the kernel
+// issued almost one load per vector op and was bound by the load ports, not by vpdpbusd.
+// 8 int32 + 8 float accumulators, 2 B vectors and the scales fit in the 32 zmm registers, and the
+// 8 independent vpdpbusd chains of a group hide its latency.
 template <int64_t Groups>
 void int8_blocks_avx512(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float* acc, bool first) {
+  static_assert(kNrVectors == 2 && kMr % 4 == 0);
+  constexpr int kRows = 4;
   constexpr int64_t block_len = Groups * 4;
-  for (int half = 0; half < kNrVectors; ++half) {
-    __m512 c[kMr];
-#pragma GCC unroll 8
-    for (int m = 0; m < kMr; ++m) c[m] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + m * kNr + 16 * half);
+  for (int r0 = 0; r0 < kMr; r0 += kRows) {
+    __m512 c[kRows][2];
+#pragma GCC unroll 4
+    for (int m = 0; m < kRows; ++m)
+      for (int h = 0; h < 2; ++h)
+        c[m][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (r0 + m) * kNr + 16 * h);
     const uint8_t* a = pa;
-    const uint8_t* b = pb + 64 * half;
+    const uint8_t* b = pb;
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int32_t* a_words = reinterpret_cast<const int32_t*>(a);
       const int32_t* init = reinterpret_cast<const int32_t*>(a + block_len * kMr);
       const float* sa = reinterpret_cast<const float*>(a + block_len * kMr + 4 * kMr);
-      __m512i d[kMr];
-#pragma GCC unroll 8
-      for (int m = 0; m < kMr; ++m) d[m] = _mm512_set1_epi32(init[m]);
+      __m512i d[kRows][2];
+#pragma GCC unroll 4
+      for (int m = 0; m < kRows; ++m) d[m][0] = d[m][1] = _mm512_set1_epi32(init[r0 + m]);
 #pragma GCC unroll 8
       for (int64_t g = 0; g < Groups; ++g) {
-        const __m512i bv = _mm512_loadu_si512(b + g * kNr * 4);
-#pragma GCC unroll 8
-        for (int m = 0; m < kMr; ++m) d[m] = _mm512_dpbusd_epi32(d[m], bv, _mm512_set1_epi32(a_words[g * kMr + m]));
+        const __m512i b0 = _mm512_loadu_si512(b + g * kNr * 4);
+        const __m512i b1 = _mm512_loadu_si512(b + g * kNr * 4 + 64);
+#pragma GCC unroll 4
+        for (int m = 0; m < kRows; ++m) {
+          const __m512i av = _mm512_set1_epi32(a_words[g * kMr + r0 + m]);
+          d[m][0] = _mm512_dpbusd_epi32(d[m][0], b0, av);
+          d[m][1] = _mm512_dpbusd_epi32(d[m][1], b1, av);
+        }
       }
-      const __m512 sb = _mm512_loadu_ps(reinterpret_cast<const float*>(b - 64 * half + block_len * kNr) + 16 * half);
-#pragma GCC unroll 8
-      for (int m = 0; m < kMr; ++m)
-        c[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d[m]), sb), _mm512_set1_ps(sa[m]), c[m]);
+      const float* sb_row = reinterpret_cast<const float*>(b + block_len * kNr);
+      const __m512 sb0 = _mm512_loadu_ps(sb_row), sb1 = _mm512_loadu_ps(sb_row + 16);
+#pragma GCC unroll 4
+      for (int m = 0; m < kRows; ++m) {
+        const __m512 sam = _mm512_set1_ps(sa[r0 + m]);
+        c[m][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d[m][0]), sb0), sam, c[m][0]);
+        c[m][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d[m][1]), sb1), sam, c[m][1]);
+      }
       a += int8_a_block_bytes(block_len);
       b += int8_b_block_bytes(block_len);
     }
-#pragma GCC unroll 8
-    for (int m = 0; m < kMr; ++m) _mm512_storeu_ps(acc + m * kNr + 16 * half, c[m]);
+#pragma GCC unroll 4
+    for (int m = 0; m < kRows; ++m)
+      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(acc + (r0 + m) * kNr + 16 * h, c[m][h]);
   }
 }
 
