@@ -22,17 +22,22 @@ test: build
 bench: build
 	@$(BUILD)/bench/bench_quantize
 
-# libFuzzer + ASan/UBSan on the .npy and safetensors readers (needs clang-14): each target runs
-# FUZZ_SECONDS from the seeds in fuzz/corpus/ (new inputs go to build-fuzz/corpus/, crashes to
-# build-fuzz/); prints the executions each ran and fails on any finding.
+# libFuzzer + ASan/UBSan on every reader of user files (.npy, safetensors, run config, token
+# shards, checkpoints; needs clang-14): the library is built by clang with the sanitizers in
+# build-fuzz/, each target runs FUZZ_SECONDS from the seeds in fuzz/corpus/ (new inputs go to
+# build-fuzz/corpus/, crashes to build-fuzz/); prints the executions each ran and fails on a finding.
 FUZZ_SECONDS ?= 60
 FUZZ_CXX ?= clang++-14
-fuzz:
-	@cmake -S fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DCMAKE_BUILD_TYPE=RelWithDebInfo > build-fuzz.configure.log 2>&1 || (cat build-fuzz.configure.log; exit 1)
-	@cmake --build build-fuzz -j$(JOBS)
-	@for t in npy safetensors; do \
+FUZZ_TARGETS ?= npy safetensors config token_shard checkpoint
+fuzz: deps
+	@cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNIBBLE_FUZZ=ON \
+	  -DNIBBLE_CUDA=OFF -DNIBBLE_BUILD_TESTS=OFF -DNIBBLE_BUILD_BENCH=OFF > build-fuzz.configure.log 2>&1 \
+	  || (cat build-fuzz.configure.log; exit 1)
+	@cmake --build build-fuzz -j$(JOBS) $(foreach t,$(FUZZ_TARGETS),--target fuzz_$(t))
+	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build-fuzz/corpus/$$t; \
-	  if build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -dict=fuzz/$$t.dict \
+	  dict=""; [ -f fuzz/$$t.dict ] && dict="-dict=fuzz/$$t.dict"; \
+	  if build-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 $$dict \
 	       -artifact_prefix=build-fuzz/crash-$$t- build-fuzz/corpus/$$t fuzz/corpus/$$t > build-fuzz/fuzz_$$t.log 2>&1; then \
 	    echo "fuzz_$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' build-fuzz/fuzz_$$t.log), no findings"; \
 	  else \

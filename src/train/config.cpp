@@ -233,7 +233,9 @@ void flatten_yaml(RunConfig& config, const YAML::Node& node, const std::string& 
     if (!it->first.IsScalar())
       throw UsageError(fmt::format("{}: a key under '{}' is not a plain name", origin, prefix.empty() ? "the top level" : prefix));
     const std::string key = prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
-    const YAML::Node& value = it->second;
+    // By value: yaml-cpp's iterator hands out a temporary pair, so a reference to its `second`
+    // dangles (found by fuzz_config under ASan).
+    const YAML::Node value = it->second;
     const int line = it->first.Mark().line + 1;
     const std::string located = fmt::format("{}:{}", origin, line);
     if (value.IsMap()) {

@@ -224,7 +224,8 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     apply_config_yaml(before, read_text_file(saved_config.string()), saved_config.string());
     const auto old_values = config_values(before), new_values = config_values(config);
     for (const auto& [key, value] : new_values) {
-      auto it = std::find_if(old_values.begin(), old_values.end(), [&](const auto& kv) { return kv.first == key; });
+      const std::string& name = key;  // C++20 lambdas cannot capture structured bindings in clang 14
+      auto it = std::find_if(old_values.begin(), old_values.end(), [&](const auto& kv) { return kv.first == name; });
       const std::string old_value = it == old_values.end() ? "(unset)" : it->second;
       if (old_value != value && changes_the_math(key))
         print(fmt::format("note: resuming with {}={} (the run was started with {}): the continuation differs from an "
