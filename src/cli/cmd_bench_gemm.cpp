@@ -145,7 +145,7 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
 int run_bench_gemm(const BenchOptions& opt) {
   const int threads = omp_get_max_threads();
   fmt::print("nibble bench gemm: ISA {}, {} OpenMP threads, best of >= 3 calls per entry\n",
-             cpu::to_string(cpu::detected_isa()), threads);
+             cpu::to_string(cpu::active_isa()), threads);
   const cpu::InstructionPeak fma = cpu::measure_fma_f32_peak(opt.quick ? 0.1 : 0.3);
   const cpu::InstructionPeak dot = cpu::measure_int8_dot_peak(opt.quick ? 0.1 : 0.3);
   fmt::print("measured peaks per core: {} {:.0f} GFLOP/s, {} {:.0f} GOP/s; x{} threads: {:.0f} / {:.0f}\n",

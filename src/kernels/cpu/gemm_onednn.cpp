@@ -112,7 +112,21 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
   const int64_t b_rows = tb == Trans::no ? K : N, b_cols = tb == Trans::no ? N : K;
   to_bf16(a, a_rows, a_cols, lda, a16);
   to_bf16(b, b_rows, b_cols, ldb, b16);
-  auto& mm = cached_matmul(memory::data_type::bf16, ta, tb, M, N, K, a_cols, b_cols, ldc, alpha, beta);
+  dnnl::matmul* mm_ptr = nullptr;
+  try {
+    mm_ptr = &cached_matmul(memory::data_type::bf16, ta, tb, M, N, K, a_cols, b_cols, ldc, alpha, beta);
+  } catch (const dnnl::error&) {
+    // oneDNN has no BF16 matmul below AVX-512 (e.g. an AVX2-only CPU). The same numbers come from
+    // the FP32 matmul on the BF16-rounded operands: a BF16 x BF16 product (8+8 significant bits) is
+    // exact in FP32, so only the FP32 accumulation rounds, as in the BF16 kernel.
+    static thread_local std::vector<float> a32, b32;
+    a32.resize(a16.size());
+    b32.resize(b16.size());
+    for (size_t i = 0; i < a16.size(); ++i) a32[i] = bf16_to_float(a16[i]);
+    for (size_t i = 0; i < b16.size(); ++i) b32[i] = bf16_to_float(b16[i]);
+    return gemm_f32(ta, tb, M, N, K, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c, ldc);
+  }
+  auto& mm = *mm_ptr;
   run_matmul(mm, memory::desc({M, K}, memory::data_type::bf16, op_strides(ta, a_cols)),
              memory::desc({K, N}, memory::data_type::bf16, op_strides(tb, b_cols)),
              memory::desc({M, N}, memory::data_type::f32, memory::dims{ldc, 1}), a16.data(), b16.data(), c);
