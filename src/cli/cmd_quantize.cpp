@@ -67,7 +67,6 @@ Matrix read_matrix(const std::string& path) {
   return {std::move(array.data), array.shape[0], array.shape[1], array.stored_dtype};
 }
 
-bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
 bool is_mx(Format f) { return f == Format::mxfp4 || f == Format::mxfp8; }
 bool is_per_tensor_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
 

@@ -28,6 +28,15 @@ int64_t QuantizedTensor::block_len() const {
   return cols;
 }
 
+BlockShape block_shape_of(const QuantOptions& o) {
+  switch (o.format) {
+    case Format::nvfp4: return o.tile_16x16 ? BlockShape::tile_16x16 : BlockShape::row_1x16;
+    case Format::mxfp4:
+    case Format::mxfp8: return BlockShape::row_1x32;
+    default: return BlockShape::per_tensor;
+  }
+}
+
 std::string_view to_string(Format f) {
   switch (f) {
     case Format::nvfp4: return "nvfp4";
@@ -58,21 +67,11 @@ Format parse_format(std::string_view s) {
 namespace ref {
 namespace {
 
-bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
-
-BlockShape block_of(const QuantOptions& o) {
-  switch (o.format) {
-    case Format::nvfp4: return o.tile_16x16 ? BlockShape::tile_16x16 : BlockShape::row_1x16;
-    case Format::mxfp4:
-    case Format::mxfp8: return BlockShape::row_1x32;
-    default: return BlockShape::per_tensor;
-  }
-}
 
 QuantizedTensor make_header(int64_t rows, int64_t cols, const QuantOptions& o) {
   QuantizedTensor q;
   q.format = o.format;
-  q.block = block_of(o);
+  q.block = block_shape_of(o);
   q.rounding = o.rounding;
   q.rht = o.rht;
   q.four_over_six = o.four_over_six;

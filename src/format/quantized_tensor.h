@@ -48,6 +48,11 @@ struct QuantizedTensor {
   int64_t row_bytes() const { return is_4bit() ? cols / 2 : cols; }
 };
 
+// Formats whose elements are E2M1 codes packed two per byte.
+inline bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
+// The block shape a quantization with these options produces (shared by every implementation).
+BlockShape block_shape_of(const QuantOptions& o);
+
 std::string_view to_string(Format f);
 std::string_view to_string(BlockShape b);
 std::string_view to_string(Rounding r);

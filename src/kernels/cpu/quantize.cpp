@@ -65,8 +65,6 @@ void atomic_max(std::atomic<uint32_t>& slot, uint32_t v) {
   }
 }
 
-bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
-
 int64_t block_of_format(Format f) {
   return f == Format::nvfp4 ? 16 : (f == Format::mxfp4 || f == Format::mxfp8) ? 32 : 1;
 }
@@ -96,9 +94,7 @@ constexpr uint32_t kFloatExponentAllOnes = 0x7F800000u;
 // that already have the right size are kept as they are (resize() only zero-fills growth).
 void make_header(int64_t rows, int64_t cols, const QuantOptions& o, QuantizedTensor& q) {
   q.format = o.format;
-  q.block = o.format == Format::nvfp4 ? (o.tile_16x16 ? BlockShape::tile_16x16 : BlockShape::row_1x16)
-            : (o.format == Format::mxfp4 || o.format == Format::mxfp8) ? BlockShape::row_1x32
-                                                                        : BlockShape::per_tensor;
+  q.block = block_shape_of(o);
   q.rounding = o.rounding;
   q.rht = o.rht;
   q.four_over_six = o.four_over_six;

@@ -279,21 +279,11 @@ __global__ void transpose_kernel(const InT* x, int64_t rows, int64_t cols, InT* 
 }
 
 // ------------------------------------------------------------------ host side ----------------------
-bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
-
-BlockShape block_of(const QuantOptions& o) {
-  switch (o.format) {
-    case Format::nvfp4: return o.tile_16x16 ? BlockShape::tile_16x16 : BlockShape::row_1x16;
-    case Format::mxfp4:
-    case Format::mxfp8: return BlockShape::row_1x32;
-    default: return BlockShape::per_tensor;
-  }
-}
 
 DeviceQuantized make_header(int64_t rows, int64_t cols, const QuantOptions& o, Context& ctx) {
   DeviceQuantized q;
   q.format = o.format;
-  q.block = block_of(o);
+  q.block = block_shape_of(o);
   q.rounding = o.rounding;
   q.rht = o.rht;
   q.four_over_six = o.four_over_six;
