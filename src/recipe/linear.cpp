@@ -163,12 +163,16 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       }
       QuantOptions wo = seeded(d.b, step, GemmRole::dgrad, 1);
       if (!wt_q_ || wt_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, wt_q_options_)) {
-        // With 16x16 tiles (weight_shared_by_fprop_and_dgrad) the fast transposed quantization is the
-        // exact transpose of fprop's codes and scales, so dgrad multiplies the same quantized weight
-        // (tests compare it with ref::transpose_tiles of fprop's weight bit for bit).
+        // With 16x16 tiles (weight_shared_by_fprop_and_dgrad) one amax and one scale per tile serve
+        // both orientations: when fprop quantized this very weight with these options, dgrad takes
+        // the exact transpose of its codes and scales instead of quantizing W again (tests compare it
+        // with ref::transpose_tiles of fprop's weight bit for bit).
+        const bool fprop_weight_current = w_q_ && w_q_version_ == step.weight_version && step.weight_version >= 0 &&
+                                          same_options(wo, w_q_options_) && !wo.rht && w_q_->block == BlockShape::tile_16x16 &&
+                                          out_ % 16 == 0;
         {
           ScopedTimer timer(times_.quantize_s);
-          wt_q_ = cpu::quantize_transposed(ws, out_, in_, wo);
+          wt_q_ = fprop_weight_current ? cpu::transpose_tiles(*w_q_) : cpu::quantize_transposed(ws, out_, in_, wo);
         }
         wt_q_version_ = step.weight_version;
         wt_q_options_ = wo;

@@ -281,7 +281,7 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
       ref::validate(x, rows, cols, opt);  // a non-finite value is reported first, as the reference does
       throw UsageError("16x16 tiles need a multiple of 16 rows for the transposed copy (got " + std::to_string(rows) + ")");
     }
-    return transpose_tiles_fast(quantize(x, rows, cols, opt));
+    return transpose_tiles(quantize(x, rows, cols, opt));
   }
   if (static_cast<int64_t>(x.size()) != rows * cols) ref::validate(x, rows, cols, opt);  // reports the size mismatch
   const Kernels& k = active_kernels();
@@ -289,6 +289,12 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
   if (rows > 0 && cols > 0)
     parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), rows, cols, t.data(), b, e); });
   return quantize(t, cols, rows, opt);
+}
+
+QuantizedTensor transpose_tiles(const QuantizedTensor& q) {
+  if (q.format != Format::nvfp4 || q.block != BlockShape::tile_16x16 || q.rows % 16 != 0)
+    return ref::transpose_tiles(q);  // throws its message
+  return transpose_tiles_fast(q);
 }
 
 void dequantize(const QuantizedTensor& q, std::span<float> out) {
