@@ -175,6 +175,9 @@ int main(int argc, char** argv) {
   rht_sr.rounding = Rounding::stochastic;
   rht_sr.seed = 42;
   quantize_case("nvfp4 1x16 rht + sr", rht_sr, nvfp4_bytes);
+  QuantOptions rht_rn;
+  rht_rn.rht = true;
+  quantize_case("nvfp4 1x16 rht + rn", rht_rn, nvfp4_bytes);
   QuantOptions sr;
   sr.rounding = Rounding::stochastic;
   sr.seed = 42;

@@ -2,6 +2,7 @@
 // of FP32 inputs including ties, subnormals, signed zeros and huge values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <random>
@@ -81,13 +82,62 @@ TEST(E2M1, StochasticRoundingIsBracketedAndUnbiased) {
   for (float a : {0.1f, 0.3f, 0.9f, 1.6f, 2.2f, 3.3f, 4.5f, 5.9f}) {
     double sum = 0;
     const int n = 200000;
-    for (int i = 0; i < n; ++i) sum += e2m1_decode(e2m1_encode_sr(a, philox_uniform(7, static_cast<uint64_t>(i))));
+    for (int i = 0; i < n; ++i)
+      sum += e2m1_decode(e2m1_encode_sr(a, sr_threshold(philox_byte(7, static_cast<uint64_t>(i)))));
     // Each draw is one of two grid points at most 2 apart: std <= 1, so 6 sigma of the mean is 6/sqrt(n).
     EXPECT_NEAR(sum / n, a, 6.0 / std::sqrt(static_cast<double>(n))) << a;
   }
   EXPECT_EQ(e2m1_encode_sr(7.0f, 0.0f), 7);
   EXPECT_EQ(e2m1_encode_sr(-7.0f, 0.9f), 15);
   EXPECT_EQ(e2m1_encode_sr(2.0f, 0.999f), 4);  // on the grid: never moves
+}
+
+TEST(E2M1, StochasticRoundingWithEightRandomBitsIsUnbiasedTo1Over512) {
+  // Exhaustive over the 256 values of the random byte: the mean of the SR result is within 1/512
+  // of a grid step of the input, everywhere on a dense sweep of every grid interval (both signs)
+  // and at random points. The threshold (r + 0.5) / 256 is what makes it 1/512: r / 256 would
+  // round up too often by up to 1/256 of a step, which this bound catches (checked below).
+  auto mean_over_bytes = [](float x, bool midpoint) {
+    double sum = 0;
+    for (int r = 0; r < 256; ++r) {
+      const float u = midpoint ? sr_threshold(static_cast<uint8_t>(r)) : static_cast<float>(r) / 256.0f;
+      sum += e2m1_decode(e2m1_encode_sr(x, u));
+    }
+    return sum / 256;
+  };
+  static constexpr float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::mt19937 rng(3);
+  double worst = 0, worst_plain = 0;
+  for (int g = 0; g < 7; ++g) {
+    const float lo = kGrid[g], gap = kGrid[g + 1] - kGrid[g];
+    std::vector<float> points;
+    for (int s = 0; s < 2048; ++s) points.push_back(lo + gap * static_cast<float>(s) / 2048.0f);  // exact
+    std::uniform_real_distribution<float> in(lo, kGrid[g + 1]);
+    for (int s = 0; s < 2000; ++s) points.push_back(in(rng));
+    for (float a : points)
+      for (float x : {a, -a}) {
+        const double bias = std::fabs(mean_over_bytes(x, true) - x) / gap;
+        ASSERT_LE(bias, 1.0 / 512 + 1e-9) << x;
+        worst = std::max(worst, bias);
+        worst_plain = std::max(worst_plain, std::fabs(mean_over_bytes(x, false) - x) / gap);
+      }
+  }
+  EXPECT_GT(worst, 1.0 / 600);       // the bound is tight, not loose
+  EXPECT_GT(worst_plain, 1.0 / 300);  // and would reject the r / 256 threshold
+  for (float x : {6.0f, 7.5f, 1e30f}) EXPECT_EQ(mean_over_bytes(x, true), 6.0) << x;  // saturates
+}
+
+TEST(Philox, StochasticRoundingBytes) {
+  // Position p takes byte p % 16 of the output for counter p / 16, words in order, little-endian.
+  const uint64_t seed = 0xFEDCBA9876543210ull;
+  for (uint64_t counter : {0ull, 1ull, 0xFFFFFFFFull, 0x0FFFFFFFFFFFFFFFull}) {
+    const auto w = philox4x32_10({static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u},
+                                 {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+    for (uint64_t b = 0; b < 16; ++b)
+      EXPECT_EQ(philox_byte(seed, counter * 16 + b), static_cast<uint8_t>(w[b / 4] >> (8 * (b % 4)))) << counter << " " << b;
+  }
+  EXPECT_EQ(sr_threshold(0), 0.5f / 256);
+  EXPECT_EQ(sr_threshold(255), 255.5f / 256);
 }
 
 TEST(BF16, RoundNearestEven) {

@@ -108,11 +108,17 @@ TEST(CudaDeviceMath, E2M1AndE8M0AndBf16MatchReference) {
 
 TEST(CudaDeviceMath, PhiloxMatchesReference) {
   for (uint64_t seed : {0ull, 1ull, 0x123456789ABCDEFull})
-    for (uint64_t index : {0ull, 1ull, 2ull, 3ull, 4ull, 5ull, 1000001ull, 0xFFFFFFFFFull}) {
+    for (uint64_t index : {0ull, 1ull, 2ull, 3ull, 4ull, 5ull, 15ull, 16ull, 17ull, 1000001ull, 0xFFFFFFFFFull,
+                           0x1000000000ull - 7, ~0ull - 20, ~0ull - 3}) {
       dm::PhiloxStream stream(seed);
-      EXPECT_EQ(stream.uniform(index), philox_uniform(seed, index)) << seed << " " << index;
-      EXPECT_EQ(stream.uniform(index + 1), philox_uniform(seed, index + 1));  // from the cached block
+      for (uint64_t k = 0; k < 40; ++k)  // across counters, from the cached one within a counter
+        ASSERT_EQ(stream.byte(index + k), philox_byte(seed, index + k)) << seed << " " << index << " + " << k;
+      uint8_t block[16];
+      dm::sr_bytes16(seed, index, block);  // wraps past 2^64 for the last indices, as positions do
+      for (uint64_t k = 0; k < 16; ++k) ASSERT_EQ(block[k], philox_byte(seed, index + k)) << seed << " " << index << " + " << k;
     }
+  for (int r = 0; r < 256; ++r)
+    ASSERT_EQ(dm::sr_threshold(static_cast<uint8_t>(r)), sr_threshold(static_cast<uint8_t>(r)));
 }
 
 TEST(CudaDeviceMath, RhtMatchesReference) {
@@ -185,7 +191,7 @@ TEST(CudaDeviceMath, Nvfp4KernelLogicMatchesReference) {
   tile.tile_16x16 = true;
   sr.rounding = Rounding::stochastic;
   sr.seed = 42;
-  sr.offset = 3;  // not a multiple of 4: Philox blocks straddle NVFP4 blocks
+  sr.offset = 3;  // not a multiple of 16: each NVFP4 block takes bytes of two Philox outputs
   rht_sr = sr;
   rht_sr.rht = true;
   fos.four_over_six = true;
@@ -209,10 +215,15 @@ TEST(CudaDeviceMath, Nvfp4KernelLogicMatchesReference) {
 TEST(CudaDeviceMath, MxAndFp8LogicMatchesReference) {
   const int64_t rows = 6, cols = 64;
   const auto x = random_tensor(rows * cols, 99);
-  for (Format f : {Format::mxfp4, Format::mxfp8}) {
-    QuantOptions o;
-    o.format = f;
+  QuantOptions mx_sr;  // mx_kernel's SR: a PhiloxStream over the elements' positions
+  mx_sr.format = Format::mxfp4;
+  mx_sr.rounding = Rounding::stochastic;
+  mx_sr.seed = 5;
+  mx_sr.offset = 9;
+  for (const QuantOptions& o : {QuantOptions{.format = Format::mxfp4}, QuantOptions{.format = Format::mxfp8}, mx_sr}) {
+    const Format f = o.format;
     const QuantizedTensor expected = ref::quantize(x, rows, cols, o);
+    dm::PhiloxStream stream(o.seed);
     for (int64_t blk = 0; blk < rows * cols / 32; ++blk) {
       float b = 0.0f;
       for (int k = 0; k < 32; ++k) b = dm::max_f(b, dm::abs_f(x[blk * 32 + k]));
@@ -222,7 +233,11 @@ TEST(CudaDeviceMath, MxAndFp8LogicMatchesReference) {
       for (int k = 0; k < 32; ++k) {
         const int64_t i = blk * 32 + k;
         const float v = dm::nb_mul(x[i], inv);
-        const uint8_t code = f == Format::mxfp4 ? dm::e2m1_encode_rn(v) : dm::e4m3_encode_rn(v);
+        const uint8_t code =
+            f == Format::mxfp8 ? dm::e4m3_encode_rn(v)
+            : o.rounding == Rounding::stochastic
+                ? dm::e2m1_encode_sr(v, dm::sr_threshold(stream.byte(o.offset + static_cast<uint64_t>(i))))
+                : dm::e2m1_encode_rn(v);
         const uint8_t want = f == Format::mxfp4 ? ((expected.codes[i / 2] >> (4 * (i & 1))) & 0xF) : expected.codes[i];
         ASSERT_EQ(code, want) << i;
       }

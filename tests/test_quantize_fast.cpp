@@ -128,7 +128,7 @@ std::vector<Case> all_options() {
           o.tile_16x16 = tile;
           o.rounding = sr ? Rounding::stochastic : Rounding::nearest;
           o.seed = 0x1234567890ABCDEFull;
-          o.offset = 12345;  // not a multiple of 4: Philox blocks straddle NVFP4 blocks
+          o.offset = 12345;  // not a multiple of 16: every block takes SR bytes of two Philox outputs
           o.rht = rht;
           o.four_over_six = fos;
           cases.push_back({std::string("nvfp4 ") + (tile ? "16x16" : "1x16") + (sr ? " sr" : " rn") + (rht ? " rht" : "") +
@@ -288,7 +288,11 @@ TEST(QuantizeFast, StochasticRoundingSameBitsForAnyThreadCountAndOffset) {
   std::mt19937_64 rng(test_seed() + 3);
   const int64_t rows = 512, cols = 1024;
   auto x = make_tensor(rng, rows, cols, Dist::normal, 1.0f);
-  for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{3}, (uint64_t{1} << 32) - 5, uint64_t{0xFFFFFFFFFFF0ull}}) {
+  // Offsets off a multiple of 16 (blocks straddle Philox outputs), a counter whose low word wraps
+  // (2^36 - 37: counter 2^32 - 3), and positions wrapping past 2^64.
+  for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{3}, uint64_t{15}, uint64_t{16}, uint64_t{17},
+                          (uint64_t{1} << 32) - 5, (uint64_t{1} << 36) - 37, uint64_t{0xFFFFFFFFFFF0ull},
+                          ~uint64_t{0} - 300000}) {
     QuantOptions o;
     o.rounding = Rounding::stochastic;
     o.seed = rng();
@@ -299,6 +303,75 @@ TEST(QuantizeFast, StochasticRoundingSameBitsForAnyThreadCountAndOffset) {
     o.rht = false;
     check_all_variants(x, rows, cols, {"mxfp4 sr offset " + std::to_string(offset), o}, "normal [512x1024]");
   }
+}
+
+TEST(QuantizeFast, StochasticRoundingEveryOffsetResidue) {
+  // Every offset mod 16 on a tensor whose block count is not a multiple of 16 and that the
+  // 2-thread variants split into two ranges (so each thread's first block starts off a counter
+  // boundary too), for every SR option: the fast paths' batched Philox must give each element the
+  // reference's byte.
+  std::mt19937_64 rng(test_seed() + 9);
+  const int64_t rows = 700, cols = 112;  // 4900 blocks, 78400 values
+  auto x = make_tensor(rng, rows, cols, Dist::student_t, random_scale(rng));
+  const uint64_t base = rng() & ~uint64_t{15};
+  for (uint64_t r = 0; r < 16; ++r) {
+    for (int variant = 0; variant < 5; ++variant) {
+      QuantOptions o;
+      o.rounding = Rounding::stochastic;
+      o.seed = rng();
+      o.offset = base + r;
+      o.rht = variant == 1 || variant == 3;
+      o.four_over_six = variant == 3;
+      o.tile_16x16 = variant == 2 && r % 4 == 0;  // tiles need rows % 16 == 0 only for the transpose
+      if (variant == 4) o.format = Format::mxfp4;
+      check_all_variants(x, rows, cols, {"sr offset residue " + std::to_string(r) + " variant " + std::to_string(variant), o},
+                         "student-t [700x112]");
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(QuantizeFast, StochasticRoundingOnAndAroundEveryGridPoint) {
+  // Tensor amax 2688 gives S_enc = 1, and a block whose maximum is 6 gets scale 1.0 and element
+  // multiplier 1: its values reach the encoders unchanged. Fill such blocks with every E2M1 grid
+  // point, its float neighbours, the midpoints and random values in each grid interval (both signs,
+  // zeros, subnormals, values past 6), so the SR encoders' interval lookup, exact fractions and
+  // saturation are compared with the reference where it matters.
+  std::vector<float> values;
+  static constexpr float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (int g = 0; g < 8; ++g) {
+    for (float v : {kGrid[g], std::nextafter(kGrid[g], 0.0f), std::nextafter(kGrid[g], 10.0f)}) values.push_back(v);
+    if (g < 7) {
+      const float lo = kGrid[g], hi = kGrid[g + 1];
+      for (int s = 1; s < 64; ++s) values.push_back(lo + (hi - lo) * static_cast<float>(s) / 64.0f);
+    }
+  }
+  for (float v : {0.124999f, 0.125f, 0.126f, 1e-30f, 1e-40f, 5.9999995f})
+    values.push_back(v);
+  std::mt19937_64 rng(test_seed() + 10);
+  std::uniform_real_distribution<float> in(0.0f, 6.0f);
+  for (int i = 0; i < 2000; ++i) values.push_back(in(rng));
+  std::vector<float> x;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (x.size() % 16 == 0) x.push_back(6.0f);  // the block maximum
+    x.push_back((i & 1) ? -values[i] : values[i]);
+  }
+  while (x.size() % 64 != 0) x.push_back(0.0f);
+  x.insert(x.end(), 64, 0.0f);
+  x[x.size() - 64] = 2688.0f;  // the tensor amax, in a block of its own
+  const int64_t cols = 64, rows = static_cast<int64_t>(x.size()) / cols;
+  for (uint64_t offset : {uint64_t{0}, uint64_t{5}, uint64_t{16 * 12345 + 11}}) {
+    QuantOptions o;
+    o.rounding = Rounding::stochastic;
+    o.seed = rng();
+    o.offset = offset;
+    check_all_variants(x, rows, cols, {"nvfp4 sr grid sweep, offset " + std::to_string(offset), o}, "grid sweep");
+    o.four_over_six = true;
+    check_all_variants(x, rows, cols, {"nvfp4 sr 4/6 grid sweep, offset " + std::to_string(offset), o}, "grid sweep");
+  }
+  auto q = ref::quantize(x, rows, cols, {.rounding = Rounding::stochastic});
+  EXPECT_EQ(q.decode_scale, 1.0f);
+  EXPECT_EQ(q.scales[0], 0x38);  // scale 1.0: the values were encoded as they are
 }
 
 TEST(QuantizeFast, BlockScaleTiesAndSubnormals) {

@@ -40,8 +40,12 @@ inline uint8_t e2m1_encode_rn(float x) {
   return sign | e2m1_magnitude_rn(std::fabs(x));
 }
 
-// Stochastic rounding of |x| onto the E2M1 grid: up with probability equal to the fractional
-// distance between the two neighbouring grid points. `u` is uniform in [0, 1).
+// Stochastic rounding of |x| onto the E2M1 grid: up iff u < frac, frac = (|x| - lo) / (hi - lo) the
+// fractional distance between the two neighbouring grid points lo <= |x| < hi; saturates at 6. With
+// u uniform in [0, 1) that rounds up with probability frac. The quantizers pass u = sr_threshold(r)
+// of 8 random bits r (format/philox.h), which keeps the bias under 1/512 of a grid step. frac is
+// exact in FP32 (|x| - lo is exact by Sterbenz, hi - lo is 0.5, 1 or 2), which lets the fast paths
+// compare 256 * frac, computed as (|x| - lo) * (256 / (hi - lo)), with r + 0.5 instead.
 inline uint8_t e2m1_encode_sr(float x, float u) {
   uint8_t sign = std::signbit(x) ? 8 : 0;
   float a = std::fabs(x);

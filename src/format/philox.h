@@ -21,13 +21,26 @@ inline std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> ctr, std::a
   return ctr;
 }
 
-// Uniform float in [0, 1) for stream position `index` under `seed`: one Philox block serves four
-// consecutive positions; 24 random bits keep the value exactly representable in FP32.
-inline float philox_uniform(uint64_t seed, uint64_t index) {
-  uint64_t block = index >> 2;
-  auto r = philox4x32_10({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u},
-                         {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
-  return static_cast<float>(r[index & 3] >> 8) * 0x1.0p-24f;
+// Stochastic rounding's random bits (docs/nvfp4-spec.md section 4): 8 per element, as the hardware
+// uses. Stream position p (= QuantOptions::offset + the element's flat index, mod 2^64) takes byte
+// p & 15 of the 16-byte Philox4x32-10 output for counter p >> 4 (counter words {low, high, 0, 0},
+// key {seed low, seed high}). The bytes of one output are its four words in order, each
+// little-endian: byte b is (word[b / 4] >> (8 * (b % 4))) & 0xFF. So one Philox call serves 16
+// consecutive positions, and an element's byte depends only on (seed, offset + index), never on how
+// the work is split: a 16-element block starting at a position that is not a multiple of 16 simply
+// reads the tail of one output and the head of the next.
+inline uint8_t philox_byte(uint64_t seed, uint64_t position) {
+  const uint64_t counter = position >> 4;
+  const auto r = philox4x32_10({static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u},
+                               {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const unsigned b = static_cast<unsigned>(position & 15);
+  return static_cast<uint8_t>(r[b >> 2] >> (8 * (b & 3)));
 }
+
+// The rounding threshold of a random byte r: u = (r + 0.5) / 256, exact in FP32. SR rounds up iff
+// u < frac (the fractional distance to the lower grid point), so P(up) = ceil(256 frac - 0.5) / 256,
+// which is within 1/512 of frac: the rounding is unbiased to 1/512 of a grid step. (u = r / 256 would
+// only guarantee 1/256, always upwards.)
+inline float sr_threshold(uint8_t r) { return (static_cast<float>(r) + 0.5f) * 0x1.0p-8f; }
 
 }  // namespace nibble

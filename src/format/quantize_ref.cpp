@@ -104,7 +104,8 @@ uint8_t get_code(const QuantizedTensor& q, int64_t i) {
 }
 
 uint8_t e2m1_encode(float v, Rounding r, uint64_t seed, uint64_t index) {
-  return r == Rounding::nearest ? e2m1_encode_rn(v) : e2m1_encode_sr(v, philox_uniform(seed, index));
+  // SR: 8 random bits per element, byte `index` of the seed's Philox stream (format/philox.h).
+  return r == Rounding::nearest ? e2m1_encode_rn(v) : e2m1_encode_sr(v, sr_threshold(philox_byte(seed, index)));
 }
 
 // NVFP4, 1x16 or 16x16, on values already transformed (RHT) if requested.

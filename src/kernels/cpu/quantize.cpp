@@ -4,8 +4,8 @@
 //
 // Every result is bit-identical to nibble::ref: each block is computed from its own inputs with
 // the reference's FP32 operations in the reference's order, the global amax is a maximum (which
-// does not depend on the order of reduction), and stochastic rounding draws the Philox uniform of
-// each element from its flat index. So neither the ISA nor the thread count changes a bit.
+// does not depend on the order of reduction), and stochastic rounding draws the 8 random bits of
+// each element from its flat index (format/philox.h). So neither the ISA nor the thread count changes a bit.
 #include "kernels/cpu/quantize.h"
 
 #include <omp.h>
@@ -27,6 +27,7 @@ using kernels::Kernels;
 
 const Kernels& active_kernels() {
   switch (active_isa()) {
+    case Isa::amx:  // no AMX quantizer: the tile unit only multiplies
     case Isa::avx512: return kernels::avx512_kernels();
     case Isa::avx2: return kernels::avx2_kernels();
     case Isa::scalar: break;
@@ -112,9 +113,14 @@ uint32_t parallel_max_abs_bits(const Kernels& k, const float* x, int64_t n) {
   return result.load();
 }
 
+// max |x| below 2^122 (bit pattern of 2^122): the RHT's partial sums stay below 2^126, so no
+// transformed value is Inf or NaN.
+constexpr uint32_t kRhtFiniteInputBits = 0x7C800000u;
+
 void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
   const int64_t n = q.rows * q.cols;
   float amax;
+  bool rht_finite = false;
   if (o.rht) {
     // Validate the input and take the amax of its transform in one read; the quantize pass
     // transforms each block again rather than storing and re-reading a transformed copy.
@@ -129,6 +135,7 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
     });
     if (input_bits.load() >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
     amax = std::bit_cast<float>(transformed_amax_bits.load());
+    rht_finite = input_bits.load() < kRhtFiniteInputBits;
   } else {
     uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
     if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
@@ -149,6 +156,7 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
   job.rows = q.rows;
   job.cols = q.cols;
   job.rht = o.rht;
+  job.rht_finite = rht_finite;
   job.four_over_six = o.four_over_six;
   job.stochastic = o.rounding == Rounding::stochastic;
   job.seed = o.seed;

@@ -102,8 +102,12 @@ void e2m1_rn16(const float* x, float enc, uint8_t* packed8) {
                e2m1_codes_rn(_mm256_mul_ps(_mm256_loadu_ps(x + 8), e)), packed8);
 }
 
-inline __m256i e2m1_codes_sr(__m256 y, __m256 u) {
+// SR codes of 8 values; thr256: the thresholds times 256, r + 0.5 (see e2m1_encode_sr in
+// format/codecs.h: 256 * frac is exact as (a - lo) * (256 / (hi - lo)), so the comparison
+// r + 0.5 < 256 frac is the reference's (r + 0.5) / 256 < frac).
+inline __m256i e2m1_codes_sr(__m256 y, __m256 thr256) {
   const __m256 grid = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+  const __m256 scale256 = _mm256_setr_ps(512.0f, 512.0f, 512.0f, 512.0f, 256.0f, 256.0f, 128.0f, 0.0f);
   const __m256 a = abs_ps(y);
   // lo = index of the largest grid value <= a.
   __m256i lo = count_if(_mm256_setzero_si256(), _mm256_cmp_ps(a, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
@@ -112,38 +116,39 @@ inline __m256i e2m1_codes_sr(__m256 y, __m256 u) {
   lo = count_if(lo, _mm256_cmp_ps(a, _mm256_set1_ps(2.0f), _CMP_GE_OQ));
   lo = count_if(lo, _mm256_cmp_ps(a, _mm256_set1_ps(3.0f), _CMP_GE_OQ));
   lo = count_if(lo, _mm256_cmp_ps(a, _mm256_set1_ps(4.0f), _CMP_GE_OQ));
-  const __m256 lo_v = _mm256_permutevar8x32_ps(grid, lo);
-  const __m256 hi_v = _mm256_permutevar8x32_ps(grid, _mm256_add_epi32(lo, _mm256_set1_epi32(1)));
-  const __m256 frac = _mm256_div_ps(_mm256_sub_ps(a, lo_v), _mm256_sub_ps(hi_v, lo_v));
-  __m256i mag = count_if(lo, _mm256_cmp_ps(u, frac, _CMP_LT_OQ));
+  const __m256 frac256 =
+      _mm256_mul_ps(_mm256_sub_ps(a, _mm256_permutevar8x32_ps(grid, lo)), _mm256_permutevar8x32_ps(scale256, lo));
+  __m256i mag = count_if(lo, _mm256_cmp_ps(thr256, frac256, _CMP_LT_OQ));
   mag = _mm256_blendv_epi8(mag, _mm256_set1_epi32(7), _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(6.0f), _CMP_NLT_UQ)));
   return _mm256_or_si256(mag, _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(y), 28), _mm256_set1_epi32(8)));
 }
 
-void e2m1_sr16(const float* x, float enc, const float* u, uint8_t* packed8) {
+// 8 random bytes -> thresholds r + 0.5 (exact).
+inline __m256 sr_thresholds256(const uint8_t* r8) {
+  const __m256i r = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r8)));
+  return _mm256_add_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(0.5f));
+}
+
+void e2m1_sr16(const float* x, float enc, const uint8_t* r8, uint8_t* packed8) {
   const __m256 e = _mm256_set1_ps(enc);
-  pack_nibbles(e2m1_codes_sr(_mm256_mul_ps(_mm256_loadu_ps(x), e), _mm256_loadu_ps(u)),
-               e2m1_codes_sr(_mm256_mul_ps(_mm256_loadu_ps(x + 8), e), _mm256_loadu_ps(u + 8)), packed8);
+  pack_nibbles(e2m1_codes_sr(_mm256_mul_ps(_mm256_loadu_ps(x), e), sr_thresholds256(r8)),
+               e2m1_codes_sr(_mm256_mul_ps(_mm256_loadu_ps(x + 8), e), sr_thresholds256(r8 + 8)), packed8);
 }
 
 // Sylvester butterfly on 16 values in two registers; stage h pairs j with j^h, the low lane gets
-// a+b and the high lane a-b, exactly as format/hadamard.cpp computes them.
-inline void butterfly(__m256& v, __m256 partner, int high_lanes) {
-  __m256 sum = _mm256_add_ps(v, partner), diff = _mm256_sub_ps(partner, v);
-  switch (high_lanes) {  // blend immediates must be constants
-    case 0xAA: v = _mm256_blend_ps(sum, diff, 0xAA); break;
-    case 0xCC: v = _mm256_blend_ps(sum, diff, 0xCC); break;
-    default: v = _mm256_blend_ps(sum, diff, 0xF0); break;
-  }
-}
-
+// a+b and the high lane a-b, exactly as format/hadamard.cpp computes them. Within a register a
+// stage is one permute and one FMA, partner + v * (+-1): the product is exact (a sign flip), so the
+// FMA's single rounding is that of b + a (= a + b) or a + (-b) (= a - b), signed zeros included.
 inline void walsh_hadamard16(__m256& lo, __m256& hi) {
-  butterfly(lo, _mm256_permute_ps(lo, _MM_SHUFFLE(2, 3, 0, 1)), 0xAA);
-  butterfly(hi, _mm256_permute_ps(hi, _MM_SHUFFLE(2, 3, 0, 1)), 0xAA);
-  butterfly(lo, _mm256_permute_ps(lo, _MM_SHUFFLE(1, 0, 3, 2)), 0xCC);
-  butterfly(hi, _mm256_permute_ps(hi, _MM_SHUFFLE(1, 0, 3, 2)), 0xCC);
-  butterfly(lo, _mm256_permute2f128_ps(lo, lo, 0x01), 0xF0);
-  butterfly(hi, _mm256_permute2f128_ps(hi, hi, 0x01), 0xF0);
+  const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+  const __m256 s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+  const __m256 s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+  lo = _mm256_fmadd_ps(lo, s1, _mm256_permute_ps(lo, _MM_SHUFFLE(2, 3, 0, 1)));
+  hi = _mm256_fmadd_ps(hi, s1, _mm256_permute_ps(hi, _MM_SHUFFLE(2, 3, 0, 1)));
+  lo = _mm256_fmadd_ps(lo, s2, _mm256_permute_ps(lo, _MM_SHUFFLE(1, 0, 3, 2)));
+  hi = _mm256_fmadd_ps(hi, s2, _mm256_permute_ps(hi, _MM_SHUFFLE(1, 0, 3, 2)));
+  lo = _mm256_fmadd_ps(lo, s4, _mm256_permute2f128_ps(lo, lo, 0x01));
+  hi = _mm256_fmadd_ps(hi, s4, _mm256_permute2f128_ps(hi, hi, 0x01));
   __m256 sum = _mm256_add_ps(lo, hi), diff = _mm256_sub_ps(lo, hi);
   lo = sum;
   hi = diff;
@@ -180,6 +185,19 @@ void rht16_inverse(float* v) {
   _mm256_storeu_ps(v + 8, _mm256_mul_ps(hi, _mm256_mul_ps(rht_signs_hi(), quarter)));
 }
 
+float wht_absmax(const float* x, int64_t n) {
+  __m256 m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(x + i), rht_signs_lo());
+    __m256 hi = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), rht_signs_hi());
+    walsh_hadamard16(lo, hi);
+    // max_ps returns its second operand when either is NaN: NaN values are skipped.
+    m = _mm256_max_ps(abs_ps(lo), m);
+    m = _mm256_max_ps(abs_ps(hi), m);
+  }
+  return std::bit_cast<float>(hmax_epu32(_mm256_castps_si256(m)));  // non-negative: bit order is float order
+}
+
 inline void mul_hi_lo(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
   __m256i even = _mm256_mul_epu32(a, m);
   __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
@@ -187,15 +205,16 @@ inline void mul_hi_lo(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
   lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
 }
 
-// Philox4x32-10 for 8 consecutive counters (lane i: first_counter + i); writes the 32 uniforms
-// of stream positions 4*first_counter ... in order.
-void philox8(uint64_t first_counter, uint64_t seed, float* out32) {
+// Philox4x32-10 for 8 consecutive counters (lane i: first_counter + i, mod 2^60); writes their
+// 128 output bytes in stream order (counter by counter, words in order, little-endian).
+void philox8_bytes(uint64_t first_counter, uint64_t seed, uint8_t* out128) {
   const __m256i base_lo = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(first_counter)));
   __m256i c0 = _mm256_add_epi32(base_lo, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   // Lanes whose low word wrapped carry one into the high word (unsigned c0 < base_lo).
   const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base_lo, bias), _mm256_xor_si256(c0, bias));
   __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(first_counter >> 32))), wrapped);
+  c1 = _mm256_and_si256(c1, _mm256_set1_epi32(0x0FFFFFFF));  // counters are < 2^60
   __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u)), m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
@@ -210,26 +229,26 @@ void philox8(uint64_t first_counter, uint64_t seed, float* out32) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  alignas(32) float words[4][8];
-  const __m256 scale = _mm256_set1_ps(0x1.0p-24f);
-  _mm256_store_ps(words[0], _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c0, 8)), scale));
-  _mm256_store_ps(words[1], _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c1, 8)), scale));
-  _mm256_store_ps(words[2], _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c2, 8)), scale));
-  _mm256_store_ps(words[3], _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c3, 8)), scale));
-  for (int c = 0; c < 8; ++c)
-    for (int w = 0; w < 4; ++w) out32[4 * c + w] = words[w][c];
+  // Transpose the 4 x 8 words so each counter's four words are adjacent: o_m holds counter 4L + m
+  // in its 128-bit lane L.
+  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
+  const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
+  const __m256i o0 = _mm256_unpacklo_epi64(t0, t2), o1 = _mm256_unpackhi_epi64(t0, t2);
+  const __m256i o2 = _mm256_unpacklo_epi64(t1, t3), o3 = _mm256_unpackhi_epi64(t1, t3);
+  __m256i* out = reinterpret_cast<__m256i*>(out128);
+  _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(o0, o1, 0x20));  // counters 0, 1
+  _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(o2, o3, 0x20));  // 2, 3
+  _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(o0, o1, 0x31));  // 4, 5
+  _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(o2, o3, 0x31));  // 6, 7
 }
 
-void philox_uniforms(uint64_t seed, uint64_t first_position, int64_t n, float* out) {
-  alignas(32) float batch[32];
-  uint64_t position = first_position;
-  const uint64_t end = first_position + static_cast<uint64_t>(n);
-  while (position < end) {
-    const uint64_t counter = position >> 2;
-    philox8(counter, seed, batch);
-    const uint64_t batch_end = (counter + 8) * 4 < end ? (counter + 8) * 4 : end;
-    for (uint64_t p = position; p < batch_end; ++p) out[p - first_position] = batch[p - counter * 4];
-    position = batch_end;
+void philox_bytes(uint64_t seed, uint64_t first_counter, int64_t counters, uint8_t* out) {
+  int64_t c = 0;
+  for (; c + 8 <= counters; c += 8) philox8_bytes(first_counter + static_cast<uint64_t>(c), seed, out + 16 * c);
+  if (c < counters) {
+    alignas(32) uint8_t tail[128];
+    philox8_bytes(first_counter + static_cast<uint64_t>(c), seed, tail);
+    for (int64_t b = 0; b < 16 * (counters - c); ++b) out[16 * c + b] = tail[b];
   }
 }
 
@@ -308,15 +327,16 @@ void decode_bytes16(const uint8_t* codes, const float* value_of_code, float fact
 }
 
 #include "kernels/cpu/quantize_transpose_avx.inc"
-// The NVFP4 1x16 RN hot path: one block at a time.
-void nvfp4_rn_blocks(const float* x, int64_t block_begin, int64_t block_end, float encode_times_rcp6,
-                     const float* enc_of_scale, uint8_t* codes, uint8_t* scales) {
+// The NVFP4 1x16 RN hot path: one block at a time. Everything else takes the generic path.
+bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_end) {
+  if (job.rht || job.stochastic || job.four_over_six) return false;
   for (int64_t i = block_begin; i < block_end; ++i) {
-    const float* v = x + i * 16;
-    uint8_t s = e4m3_encode_nonnegative(absmax16(v) * encode_times_rcp6);
-    scales[i] = s;
-    e2m1_rn16(v, enc_of_scale[s], codes + i * 8);
+    const float* v = job.x + i * 16;
+    uint8_t s = e4m3_encode_nonnegative(absmax16(v) * job.encode_times_rcp6);
+    job.scales[i] = s;
+    e2m1_rn16(v, job.enc_of_scale[s], job.codes + i * 8);
   }
+  return true;
 }
 
 #include "kernels/cpu/quantize_kernels_impl.inc"

@@ -65,47 +65,43 @@ inline void pack_nibbles(__m512i codes, uint8_t* out8) {
 
 void e2m1_rn16(const float* x, float enc, uint8_t* packed8);  // defined with the hot path below
 
-void e2m1_sr16(const float* x, float enc, const float* u, uint8_t* packed8) {
-  const __m512 grid = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 6.0f, 6.0f, 6.0f, 6.0f, 6.0f,
-                                     6.0f, 6.0f, 6.0f);
-  const __m512 y = _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(enc));
-  const __m512 a = abs_ps(y);
-  const __m512i one = _mm512_set1_epi32(1);
-  // lo = index of the largest grid value <= a.
-  __m512i lo = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.5f), _CMP_GE_OQ), one);
-  lo = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_GE_OQ), lo, one);
-  lo = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.5f), _CMP_GE_OQ), lo, one);
-  lo = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.0f), _CMP_GE_OQ), lo, one);
-  lo = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.0f), _CMP_GE_OQ), lo, one);
-  lo = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(a, _mm512_set1_ps(4.0f), _CMP_GE_OQ), lo, one);
-  const __m512 lo_v = _mm512_permutexvar_ps(lo, grid);
-  const __m512 hi_v = _mm512_permutexvar_ps(_mm512_add_epi32(lo, one), grid);
-  const __m512 frac = _mm512_div_ps(_mm512_sub_ps(a, lo_v), _mm512_sub_ps(hi_v, lo_v));
-  __m512i mag = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(_mm512_loadu_ps(u), frac, _CMP_LT_OQ), lo, one);
-  mag = _mm512_mask_mov_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(6.0f), _CMP_NLT_UQ), _mm512_set1_epi32(7));
-  pack_nibbles(_mm512_mask_or_epi32(mag, _mm512_movepi32_mask(_mm512_castps_si512(y)), mag, _mm512_set1_epi32(8)),
-               packed8);
-}
+void e2m1_sr16(const float* x, float enc, const uint8_t* r8, uint8_t* packed8);  // defined with the hot path below
 
 // Sylvester butterfly in register, stage h pairs lane j with j^h: the low lane gets a+b, the high
-// lane a-b, exactly as format/hadamard.cpp computes them.
+// lane a-b, exactly as format/hadamard.cpp computes them. Each stage is one permute and one FMA,
+// p + v * (+-1): the product is exact (a sign flip, also for Inf, NaN and zeros), so the single
+// rounding of the FMA is that of b + a (= a + b) in the low lanes and a + (-b) (= a - b) in the high
+// lanes, signed zeros included.
 inline __m512 walsh_hadamard16(__m512 v) {
   const __m512i xor1 = _mm512_setr_epi32(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
   const __m512i xor2 = _mm512_setr_epi32(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
   const __m512i xor4 = _mm512_setr_epi32(4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
   const __m512i xor8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-  __m512 p = _mm512_permutexvar_ps(xor1, v);
-  v = _mm512_mask_blend_ps(0xAAAA, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
-  p = _mm512_permutexvar_ps(xor2, v);
-  v = _mm512_mask_blend_ps(0xCCCC, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
-  p = _mm512_permutexvar_ps(xor4, v);
-  v = _mm512_mask_blend_ps(0xF0F0, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
-  p = _mm512_permutexvar_ps(xor8, v);
-  return _mm512_mask_blend_ps(0xFF00, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
+  const __m512 s1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
+  const __m512 s2 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
+  const __m512 s4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
+  const __m512 s8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
+  v = _mm512_fmadd_ps(v, s1, _mm512_permutexvar_ps(xor1, v));
+  v = _mm512_fmadd_ps(v, s2, _mm512_permutexvar_ps(xor2, v));
+  v = _mm512_fmadd_ps(v, s4, _mm512_permutexvar_ps(xor4, v));
+  return _mm512_fmadd_ps(v, s8, _mm512_permutexvar_ps(xor8, v));
 }
 
 inline __m512 rht_signs() {
   return _mm512_setr_ps(1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1);
+}
+
+// BF16 RN (ties to even) kept in FP32, for values that are not NaN.
+inline __m512 round_to_bf16_not_nan(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+  return _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// rht16_bf16 for a block whose transform has no NaN (Job::rht_finite).
+inline __m512 rht16_bf16_finite(__m512 x) {
+  return round_to_bf16_not_nan(_mm512_mul_ps(walsh_hadamard16(_mm512_mul_ps(x, rht_signs())), _mm512_set1_ps(0.25f)));
 }
 
 void rht16_bf16(const float* x, float* out) {
@@ -127,58 +123,76 @@ void rht16_inverse(float* v) {
   _mm512_storeu_ps(v, _mm512_mul_ps(walsh_hadamard16(_mm512_loadu_ps(v)), scale));
 }
 
-// High and low 32 bits of the 32x32-bit products a*m, lane by lane.
-inline void mul_hi_lo(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
-  __m512i even = _mm512_mul_epu32(a, m);
-  __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+float wht_absmax(const float* x, int64_t n) {
+  __m512 m0 = _mm512_setzero_ps(), m1 = m0;
+  int64_t i = 0;
+  // max_ps returns its second operand when either is NaN: NaN values are skipped.
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm512_max_ps(abs_ps(walsh_hadamard16(_mm512_mul_ps(_mm512_loadu_ps(x + i), rht_signs()))), m0);
+    m1 = _mm512_max_ps(abs_ps(walsh_hadamard16(_mm512_mul_ps(_mm512_loadu_ps(x + i + 16), rht_signs()))), m1);
+  }
+  if (i < n) m0 = _mm512_max_ps(abs_ps(walsh_hadamard16(_mm512_mul_ps(_mm512_loadu_ps(x + i), rht_signs()))), m0);
+  return absmax_of(_mm512_max_ps(m0, m1));
 }
 
-// Philox4x32-10 for 16 consecutive counters at once (lane i: counter first_counter + i); writes
-// the 64 uniforms of stream positions 4*first_counter ... in order.
-void philox16(uint64_t first_counter, uint64_t seed, float* out64) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i base_lo = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first_counter)));
-  __m512i c0 = _mm512_add_epi32(base_lo, lane);
-  // Carry into the high word for lanes whose low word wrapped.
-  __mmask16 wrapped = _mm512_cmplt_epu32_mask(c0, base_lo);
-  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first_counter >> 32)));
-  c1 = _mm512_mask_add_epi32(c1, wrapped, c1, _mm512_set1_epi32(1));
-  __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u)), m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
+// Philox4x32-10 for 8 consecutive counters, one per 64-bit lane: every word lives in the low half
+// of a 64-bit lane (the high half is don't-care), so each 32x32-bit multiply is one vpmuludq whose
+// 64-bit product holds both the low word (in place) and the high word (moved down by a shift or a
+// dword swap; the two are mixed to spread the work over two execution ports).
+struct Philox8x64 {
+  __m512i c0, c1, c2, c3;
+};
+
+template <bool kShiftDown>
+inline void philox8x64_round(Philox8x64& s, __m512i k0, __m512i k1) {
+  const __m512i m0 = _mm512_set1_epi64(0xD2511F53), m1 = _mm512_set1_epi64(0xCD9E8D57);
+  const __m512i p0 = _mm512_mul_epu32(s.c0, m0), p1 = _mm512_mul_epu32(s.c2, m1);
+  const __m512i hi0 = kShiftDown ? _mm512_srli_epi64(p0, 32) : _mm512_shuffle_epi32(p0, _MM_PERM_CDAB);
+  const __m512i hi1 = kShiftDown ? _mm512_srli_epi64(p1, 32) : _mm512_shuffle_epi32(p1, _MM_PERM_CDAB);
+  s.c0 = _mm512_ternarylogic_epi32(hi1, s.c1, k0, 0x96);  // three-way xor
+  s.c2 = _mm512_ternarylogic_epi32(hi0, s.c3, k1, 0x96);
+  s.c1 = p1;
+  s.c3 = p0;
+}
+
+// The 8 counters' 128 output bytes in stream order: counter by counter, words in order, little-endian.
+inline void store_philox8x64(const Philox8x64& s, uint8_t* out128) {
+  // Word 1 (3) into the high half of each lane next to word 0 (2): lane j = words {0, 1} ({2, 3}) of counter j.
+  const __m512i w01 = _mm512_mask_shuffle_epi32(s.c0, 0xAAAA, s.c1, _MM_PERM_CDAB);
+  const __m512i w23 = _mm512_mask_shuffle_epi32(s.c2, 0xAAAA, s.c3, _MM_PERM_CDAB);
+  _mm512_storeu_si512(out128, _mm512_permutex2var_epi64(w01, _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), w23));
+  _mm512_storeu_si512(out128 + 64, _mm512_permutex2var_epi64(w01, _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), w23));
+}
+
+// Philox4x32-10 for 16 consecutive counters (first_counter + i, mod 2^60: positions are mod 2^64);
+// writes their 256 output bytes in stream order.
+void philox16_bytes(uint64_t first_counter, uint32_t seed_lo, uint32_t seed_hi, uint8_t* out256) {
+  const __m512i counter_mask = _mm512_set1_epi64((int64_t{1} << 60) - 1);
+  const __m512i base = _mm512_set1_epi64(static_cast<int64_t>(first_counter));
+  const __m512i ca = _mm512_and_si512(_mm512_add_epi64(base, _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7)), counter_mask);
+  const __m512i cb = _mm512_and_si512(_mm512_add_epi64(base, _mm512_setr_epi64(8, 9, 10, 11, 12, 13, 14, 15)), counter_mask);
+  Philox8x64 a{ca, _mm512_srli_epi64(ca, 32), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  Philox8x64 b{cb, _mm512_srli_epi64(cb, 32), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  uint32_t k0 = seed_lo, k1 = seed_hi;
   for (int round = 0; round < 10; ++round) {
-    __m512i hi0, lo0, hi1, lo1;
-    mul_hi_lo(c0, m0, hi0, lo0);
-    mul_hi_lo(c2, m1, hi1, lo1);
-    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
-    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
-    c1 = lo1;
-    c3 = lo0;
+    const __m512i key0 = _mm512_set1_epi32(static_cast<int>(k0)), key1 = _mm512_set1_epi32(static_cast<int>(k1));
+    philox8x64_round<true>(a, key0, key1);
+    philox8x64_round<false>(b, key0, key1);
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  alignas(64) float words[4][16];
-  const __m512 scale = _mm512_set1_ps(0x1.0p-24f);
-  _mm512_store_ps(words[0], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c0, 8)), scale));
-  _mm512_store_ps(words[1], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c1, 8)), scale));
-  _mm512_store_ps(words[2], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c2, 8)), scale));
-  _mm512_store_ps(words[3], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c3, 8)), scale));
-  for (int c = 0; c < 16; ++c)
-    for (int w = 0; w < 4; ++w) out64[4 * c + w] = words[w][c];
+  store_philox8x64(a, out256);
+  store_philox8x64(b, out256 + 128);
 }
 
-void philox_uniforms(uint64_t seed, uint64_t first_position, int64_t n, float* out) {
-  alignas(64) float batch[64];
-  uint64_t position = first_position;
-  const uint64_t end = first_position + static_cast<uint64_t>(n);
-  while (position < end) {
-    const uint64_t counter = position >> 2;
-    philox16(counter, seed, batch);
-    const uint64_t batch_end = (counter + 16) * 4 < end ? (counter + 16) * 4 : end;
-    for (uint64_t p = position; p < batch_end; ++p) out[p - first_position] = batch[p - counter * 4];
-    position = batch_end;
+void philox_bytes(uint64_t seed, uint64_t first_counter, int64_t counters, uint8_t* out) {
+  const uint32_t lo = static_cast<uint32_t>(seed), hi = static_cast<uint32_t>(seed >> 32);
+  int64_t c = 0;
+  for (; c + 16 <= counters; c += 16) philox16_bytes(first_counter + static_cast<uint64_t>(c), lo, hi, out + 16 * c);
+  if (c < counters) {
+    alignas(64) uint8_t tail[256];
+    philox16_bytes(first_counter + static_cast<uint64_t>(c), lo, hi, tail);
+    for (int64_t b = 0; b < 16 * (counters - c); ++b) out[16 * c + b] = tail[b];
   }
 }
 
@@ -235,22 +249,24 @@ void decode_bytes16(const uint8_t* codes, const float* value_of_code, float fact
 
 // ---- The NVFP4 1x16 RN hot path, 16 blocks (256 values) per step ----------------------------
 
-// Lane j of the result: the largest |x| bit pattern of block j (x[16j .. 16j+15]). A tree of
-// two-source permutes folds 16 registers into one: ~3 operations per block instead of a full
-// horizontal reduction each. For finite values the integer maximum is the float maximum.
-inline __m512i block_maxima16(const float* x) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+// Lane j of the result: max |x| of block j (x[16j .. 16j+15]), for values that are not NaN. A tree
+// of two-source permutes folds 16 registers into one: ~3 operations per block instead of a full
+// horizontal reduction each. The first level takes the absolute values on the way (vrangeps:
+// larger magnitude, sign cleared), then every level is a plain maximum of non-negative values.
+inline __m512 block_maxima16(const float* x) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   // Pairwise maxima of neighbouring lanes of p (lanes 0-7) and q (lanes 8-15): the halves keep
   // block order, so after four levels lane j belongs to block j.
-  auto fold = [&](__m512i p, __m512i q) {
-    return _mm512_max_epu32(_mm512_permutex2var_epi32(p, even, q), _mm512_permutex2var_epi32(p, odd, q));
-  };
-  __m512i level[16];
-  for (int i = 0; i < 16; ++i) level[i] = _mm512_and_si512(_mm512_loadu_si512(x + 16 * i), abs_mask);
-  for (int width = 16; width > 1; width /= 2)
-    for (int i = 0; i < width / 2; ++i) level[i] = fold(level[2 * i], level[2 * i + 1]);
+  __m512 level[8];
+  for (int i = 0; i < 8; ++i) {
+    const __m512 p = _mm512_loadu_ps(x + 32 * i), q = _mm512_loadu_ps(x + 32 * i + 16);
+    level[i] = _mm512_range_ps(_mm512_permutex2var_ps(p, even, q), _mm512_permutex2var_ps(p, odd, q), 0x0B);
+  }
+  for (int width = 8; width > 1; width /= 2)
+    for (int i = 0; i < width / 2; ++i)
+      level[i] = _mm512_max_ps(_mm512_permutex2var_ps(level[2 * i], even, level[2 * i + 1]),
+                               _mm512_permutex2var_ps(level[2 * i], odd, level[2 * i + 1]));
   return level[0];
 }
 
@@ -298,6 +314,20 @@ inline E2M1Tables load_e2m1_tables() {
           _mm512_load_si512(kE2M1KeyTables.ties_up), _mm512_load_si512(kE2M1KeyTables.ties_up + 16)};
 }
 
+// The codes (one per 32-bit lane) of 4 consecutive blocks -> their 32 packed bytes, element 2i in
+// the low nibble of byte i: saturating packs gather all 64 codes as bytes (lane L of the register:
+// codes 4L..4L+3 of each block), one multiply-add forms each byte pair c0 + 16 * c1, and a word
+// permute puts the pairs in block order. 7 operations instead of 4 per block.
+inline void pack_nibbles4(__m512i a, __m512i b, __m512i c, __m512i d, uint8_t* out32) {
+  const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(a, b), _mm512_packus_epi32(c, d));
+  // Word 8L + w of pairs: pair 2L + (w & 1) of block w / 2.
+  const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x1001));
+  // Output word 8g + m (pair m of block g) is input word 8 (m / 2) + 2 g + (m & 1).
+  const __m512i order = _mm512_set_epi16(31, 30, 23, 22, 15, 14, 7, 6, 29, 28, 21, 20, 13, 12, 5, 4,  //
+                                         27, 26, 19, 18, 11, 10, 3, 2, 25, 24, 17, 16, 9, 8, 1, 0);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out32), _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(order, pairs)));
+}
+
 inline __m512i e2m1_codes_rn_finite(__m512 y, const E2M1Tables& t) {
   const __m512 a = _mm512_min_ps(_mm512_max_ps(abs_ps(y), _mm512_set1_ps(0.125f)), _mm512_set1_ps(8.0f));
   const __m512i bits = _mm512_castps_si512(a);
@@ -317,37 +347,142 @@ void e2m1_rn16(const float* x, float enc, uint8_t* packed8) {
   pack_nibbles(codes, packed8);
 }
 
-void nvfp4_rn_blocks(const float* x, int64_t block_begin, int64_t block_end, float encode_times_rcp6,
-                     const float* enc_of_scale, uint8_t* codes, uint8_t* scales) {
-  const E2M1Tables tables = load_e2m1_tables();
-  const __m512 c = _mm512_set1_ps(encode_times_rcp6);
-  alignas(64) float enc[16];
-  int64_t i = block_begin;
-  for (; i + 16 <= block_end; i += 16) {
-    const float* v = x + i * 16;
-    for (int line = 0; line < 16; ++line) _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchFloats + 16 * line), _MM_HINT_T0);
-    // Scales of 16 blocks at once: sdec = b * (S_enc * 1/6), its E4M3 byte, then the element
-    // multiplier min(1 / (decode(s) * S_dec), FLT_MAX) looked up per byte.
-    const __m512 b = _mm512_castsi512_ps(block_maxima16(v));
-    const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(b, c));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(scales + i), _mm512_cvtepi32_epi8(s));
-    _mm512_store_ps(enc, _mm512_i32gather_ps(s, enc_of_scale, 4));
-    for (int j = 0; j < 16; ++j) {
-      const __m512 y = _mm512_mul_ps(_mm512_loadu_ps(v + 16 * j), _mm512_set1_ps(enc[j]));
-      pack_nibbles(e2m1_codes_rn_finite(y, tables), codes + (i + j) * 8);
-    }
+// E2M1 stochastic rounding of 16 values that are not NaN, by the same keys as the RN tables: after
+// clamping |y| to [1/8, 8], bits >> 21 orders like |y| against every grid point (each has at most
+// one mantissa bit), so one lookup gives lo (the largest grid point <= |y|, 7 when |y| >= 6), its
+// value and 256 / (next grid point - lo). Then 256 * frac = (|y| - lo) * that is exact (see
+// e2m1_encode_sr in format/codecs.h) and the reference's (r + 0.5) / 256 < frac is r + 0.5 < 256 * frac.
+// Saturated lanes have factor 0, so they never round up (Inf * 0 = NaN compares false too).
+struct E2M1SrKeyTables {
+  alignas(64) int32_t lo[32];
+  alignas(64) float lo_value[32];
+  alignas(64) float scale256[32];
+};
+
+constexpr E2M1SrKeyTables make_e2m1_sr_key_tables() {
+  constexpr float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  E2M1SrKeyTables t{};
+  for (uint32_t key = 496; key <= 520; ++key) {  // |y| in [1/8, 8]
+    int lo = 0;
+    for (int g = 1; g < 8; ++g)
+      if (key >= (std::bit_cast<uint32_t>(grid[g]) >> 21)) lo = g;
+    t.lo[key % 32] = lo;
+    t.lo_value[key % 32] = lo < 7 ? grid[lo] : 0.0f;
+    t.scale256[key % 32] = lo < 7 ? 256.0f / (grid[lo + 1] - grid[lo]) : 0.0f;
   }
-  for (; i < block_end; ++i) {
-    const float* v = x + i * 16;
-    uint8_t s = e4m3_encode_nonnegative(absmax16(v) * encode_times_rcp6);
-    scales[i] = s;
-    pack_nibbles(e2m1_codes_rn_finite(_mm512_mul_ps(_mm512_loadu_ps(v), _mm512_set1_ps(enc_of_scale[s])), tables),
-                 codes + i * 8);
-  }
+  return t;
 }
+constexpr E2M1SrKeyTables kE2M1SrKeyTables = make_e2m1_sr_key_tables();
+
+struct E2M1SrTables {
+  __m512i lo_a, lo_b;
+  __m512 value_a, value_b, scale_a, scale_b;
+};
+
+inline E2M1SrTables load_e2m1_sr_tables() {
+  const E2M1SrKeyTables& t = kE2M1SrKeyTables;
+  return {_mm512_load_si512(t.lo), _mm512_load_si512(t.lo + 16), _mm512_load_ps(t.lo_value),
+          _mm512_load_ps(t.lo_value + 16), _mm512_load_ps(t.scale256), _mm512_load_ps(t.scale256 + 16)};
+}
+
+// 16 random bytes -> the thresholds times 256, r + 0.5 (exact), one per lane.
+inline __m512 sr_thresholds256(const uint8_t* r8) {
+  const __m512i r = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r8)));
+  return _mm512_add_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(0.5f));
+}
+
+inline __m512i e2m1_codes_sr_not_nan(__m512 y, __m512 thr256, const E2M1SrTables& t) {
+  const __m512 a = abs_ps(y);
+  const __m512 clamped = _mm512_min_ps(_mm512_max_ps(a, _mm512_set1_ps(0.125f)), _mm512_set1_ps(8.0f));
+  const __m512i key = _mm512_srli_epi32(_mm512_castps_si512(clamped), 21);
+  const __m512i lo = _mm512_permutex2var_epi32(t.lo_a, key, t.lo_b);
+  const __m512 frac256 = _mm512_mul_ps(_mm512_sub_ps(a, _mm512_permutex2var_ps(t.value_a, key, t.value_b)),
+                                       _mm512_permutex2var_ps(t.scale_a, key, t.scale_b));
+  const __m512i mag = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(thr256, frac256, _CMP_LT_OQ), lo, _mm512_set1_epi32(1));
+  // mag | (sign bit moved to bit 3): ternary logic A | (B & C) = 0xF8.
+  return _mm512_ternarylogic_epi32(mag, _mm512_srli_epi32(_mm512_castps_si512(y), 28), _mm512_set1_epi32(8), 0xF8);
+}
+
+void e2m1_sr16(const float* x, float enc, const uint8_t* r8, uint8_t* packed8) {
+  const __m512 y = _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(enc));
+  __m512i codes = e2m1_codes_sr_not_nan(y, sr_thresholds256(r8), load_e2m1_sr_tables());
+  // NaN (only after an overflowing RHT) saturates with its sign, as e2m1_encode_sr does.
+  codes = _mm512_mask_or_epi32(codes, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), codes, _mm512_set1_epi32(7));
+  pack_nibbles(codes, packed8);
+}
+
+// Defined after the shared kernels, whose sr_bytes it uses.
+bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_end);
 
 #include "kernels/cpu/quantize_transpose_avx.inc"
 #include "kernels/cpu/quantize_kernels_impl.inc"
+
+// ---- The NVFP4 1x16 hot paths, 16 blocks (256 values) per step ------------------------------
+// Round to nearest or stochastic, with or without the RHT (when Job::rht_finite: no NaN can occur,
+// so the transform, the block maxima and the encoders skip their NaN handling). Per 16 blocks: the
+// block maxima in one register, the 16 scale bytes and element multipliers at once, then the codes
+// block by block. SR bytes are drawn for kSrBatchElements values at a time.
+template <bool kRht, bool kSr>
+void nvfp4_blocks_t(const Nvfp4Job& job, int64_t block_begin, int64_t block_end) {
+  const E2M1Tables rn_tables = load_e2m1_tables();
+  const E2M1SrTables sr_tables = load_e2m1_sr_tables();
+  const __m512 c = _mm512_set1_ps(job.encode_times_rcp6);
+  alignas(64) float enc[16];
+  alignas(64) float transformed[kRht ? 256 : 16];
+  alignas(64) uint8_t random[kSr ? kSrBufferBytes : 64];
+  const int64_t batch = kSr ? kSrBatchElements / 16 : block_end - block_begin;
+  for (int64_t b0 = block_begin; b0 < block_end; b0 += batch) {
+    const int64_t b1 = min_i64(b0 + batch, block_end);
+    const uint8_t* r = nullptr;
+    if constexpr (kSr) r = sr_bytes(job.seed, job.offset + static_cast<uint64_t>(b0 * 16), (b1 - b0) * 16, random);
+    // Codes of block `i` (values v, element multiplier e), one per lane.
+    auto codes_of = [&](const float* v, float e, int64_t i) {
+      const __m512 y = _mm512_mul_ps(_mm512_loadu_ps(v), _mm512_set1_ps(e));
+      if constexpr (kSr) return e2m1_codes_sr_not_nan(y, sr_thresholds256(r + (i - b0) * 16), sr_tables);
+      else return e2m1_codes_rn_finite(y, rn_tables);
+    };
+    int64_t i = b0;
+    for (; i + 16 <= b1; i += 16) {
+      const float* v = job.x + i * 16;
+      for (int line = 0; line < 16; ++line) _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchFloats + 16 * line), _MM_HINT_T0);
+      if constexpr (kRht) {
+        for (int j = 0; j < 16; ++j) _mm512_store_ps(transformed + 16 * j, rht16_bf16_finite(_mm512_loadu_ps(v + 16 * j)));
+        v = transformed;
+      }
+      // Scales of 16 blocks at once: sdec = b * (S_enc * 1/6), its E4M3 byte, then the element
+      // multiplier min(1 / (decode(s) * S_dec), FLT_MAX) looked up per byte.
+      const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(block_maxima16(v), c));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(job.scales + i), _mm512_cvtepi32_epi8(s));
+      _mm512_store_ps(enc, _mm512_i32gather_ps(s, job.enc_of_scale, 4));
+      for (int j = 0; j < 16; j += 4)
+        pack_nibbles4(codes_of(v + 16 * j, enc[j], i + j), codes_of(v + 16 * j + 16, enc[j + 1], i + j + 1),
+                      codes_of(v + 16 * j + 32, enc[j + 2], i + j + 2), codes_of(v + 16 * j + 48, enc[j + 3], i + j + 3),
+                      job.codes + (i + j) * 8);
+    }
+    for (; i < b1; ++i) {
+      const float* v = job.x + i * 16;
+      if constexpr (kRht) {
+        _mm512_store_ps(transformed, rht16_bf16_finite(_mm512_loadu_ps(v)));
+        v = transformed;
+      }
+      const uint8_t s = e4m3_encode_nonnegative(absmax16(v) * job.encode_times_rcp6);
+      job.scales[i] = s;
+      pack_nibbles(codes_of(v, job.enc_of_scale[s], i), job.codes + i * 8);
+    }
+  }
+}
+
+bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_end) {
+  if (job.four_over_six || (job.rht && !job.rht_finite)) return false;
+  if (job.rht) {
+    if (job.stochastic) nvfp4_blocks_t<true, true>(job, block_begin, block_end);
+    else nvfp4_blocks_t<true, false>(job, block_begin, block_end);
+  } else {
+    if (job.stochastic) nvfp4_blocks_t<false, true>(job, block_begin, block_end);
+    else nvfp4_blocks_t<false, false>(job, block_begin, block_end);
+  }
+  return true;
+}
 
 }  // namespace
 }  // namespace nibble::cpu::kernels::avx512

@@ -16,8 +16,11 @@ struct Nvfp4Job {
   const float* x = nullptr;  // row-major [rows, cols], validated finite
   int64_t rows = 0, cols = 0;
   bool rht = false;            // transform each 16-block (and round to BF16) before quantizing
+  // The input's max |x| is below 2^122, so every transformed value (and partial sum) is finite: no
+  // Inf, no NaN (|WHT| <= 16 max |x|). Kernels may then skip the NaN handling of the RHT path.
+  bool rht_finite = false;
   bool four_over_six = false;  // also try scaling the block max to 4, keep the lower error
-  bool stochastic = false;
+  bool stochastic = false;       // 8 random bits per element: format/philox.h, philox_byte
   uint64_t seed = 0, offset = 0;
   float encode_times_rcp6 = 0;      // S_enc * (1/6), the reference's exact product
   float encode_times_rcp4 = 0;      // S_enc * (1/4)
@@ -44,7 +47,8 @@ struct Kernels {
   // order is the float order, and a result >= 0x7F800000 means an Inf or NaN is present.
   uint32_t (*max_abs_bits)(const float* x, int64_t n);
   // For the RHT path: max_abs_bits of the input and amax of the transformed, BF16-rounded values
-  // (NaN ignored, as std::max(m, NaN) does in the reference). n % 16 == 0.
+  // (NaN ignored, as std::max(m, NaN) does in the reference). n % 16 == 0. Thread ranges combine by
+  // taking the maximum of each.
   void (*rht_amax)(const float* x, int64_t n, uint32_t* input_max_abs_bits, float* transformed_amax);
   // 1x16 blocks [block_begin, block_end) of the flat tensor (a block never straddles rows).
   void (*nvfp4_blocks)(const Nvfp4Job& job, int64_t block_begin, int64_t block_end);

@@ -52,14 +52,15 @@ uint32_t e2m1_code_rn(float y) {
   return mag | ((std::bit_cast<uint32_t>(y) >> 28) & 8u);
 }
 
-uint32_t e2m1_code_sr(float y, float u) {
+// Stochastic rounding with the random byte r8, as the reference: up iff (r8 + 0.5) / 256 < frac.
+uint32_t e2m1_code_sr(float y, uint8_t r8) {
   static constexpr float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   const uint32_t sign = (std::bit_cast<uint32_t>(y) >> 28) & 8u;
   float a = abs_of(y);
   if (!(a < 6.0f)) return sign | 7;
   uint32_t lo = (a >= 0.5f) + (a >= 1.0f) + (a >= 1.5f) + (a >= 2.0f) + (a >= 3.0f) + (a >= 4.0f);
   float frac = (a - kGrid[lo]) / (kGrid[lo + 1] - kGrid[lo]);
-  return sign | (u < frac ? lo + 1 : lo);
+  return sign | (sr_threshold256(r8) * 0x1.0p-8f < frac ? lo + 1 : lo);
 }
 
 void e2m1_rn16(const float* x, float enc, uint8_t* packed8) {
@@ -67,10 +68,10 @@ void e2m1_rn16(const float* x, float enc, uint8_t* packed8) {
     packed8[k] = static_cast<uint8_t>(e2m1_code_rn(x[2 * k] * enc) | (e2m1_code_rn(x[2 * k + 1] * enc) << 4));
 }
 
-void e2m1_sr16(const float* x, float enc, const float* u, uint8_t* packed8) {
+void e2m1_sr16(const float* x, float enc, const uint8_t* r8, uint8_t* packed8) {
   for (int k = 0; k < 8; ++k)
-    packed8[k] = static_cast<uint8_t>(e2m1_code_sr(x[2 * k] * enc, u[2 * k]) |
-                                      (e2m1_code_sr(x[2 * k + 1] * enc, u[2 * k + 1]) << 4));
+    packed8[k] = static_cast<uint8_t>(e2m1_code_sr(x[2 * k] * enc, r8[2 * k]) |
+                                      (e2m1_code_sr(x[2 * k + 1] * enc, r8[2 * k + 1]) << 4));
 }
 
 constexpr float kRhtSign[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
@@ -85,21 +86,28 @@ void walsh_hadamard16(float* v) {
       }
 }
 
-float round_to_bf16(float x) {
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  if (x != x) return std::bit_cast<float>((u | 0x00400000u) & 0xFFFF0000u);
-  return std::bit_cast<float>((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
-}
-
 void rht16_bf16(const float* x, float* out) {
   for (int k = 0; k < 16; ++k) out[k] = x[k] * kRhtSign[k];
   walsh_hadamard16(out);
-  for (int k = 0; k < 16; ++k) out[k] = round_to_bf16(out[k] * 0.25f);
+  for (int k = 0; k < 16; ++k) out[k] = round_to_bf16_scalar(out[k] * 0.25f);
 }
 
 void rht16_inverse(float* v) {
   walsh_hadamard16(v);
   for (int k = 0; k < 16; ++k) v[k] *= 0.25f * kRhtSign[k];
+}
+
+float wht_absmax(const float* x, int64_t n) {
+  float m = 0.0f, v[16];
+  for (int64_t i = 0; i < n; i += 16) {
+    for (int k = 0; k < 16; ++k) v[k] = x[i + k] * kRhtSign[k];
+    walsh_hadamard16(v);
+    for (int k = 0; k < 16; ++k) {
+      const float a = abs_of(v[k]);
+      m = a > m ? a : m;  // false for NaN: ignored
+    }
+  }
+  return m;
 }
 
 // Philox4x32-10 on one counter (format/philox.h restated; see the note in the .inc).
@@ -119,16 +127,13 @@ void philox_block(uint64_t counter, uint64_t seed, uint32_t out[4]) {
   out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
 }
 
-void philox_uniforms(uint64_t seed, uint64_t first_position, int64_t n, float* out) {
+// Counters first_counter, +1, ... (mod 2^60: positions are mod 2^64), 16 bytes each, every word
+// little-endian.
+void philox_bytes(uint64_t seed, uint64_t first_counter, int64_t counters, uint8_t* out) {
   uint32_t words[4];
-  uint64_t counter = ~uint64_t{0};
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t p = first_position + static_cast<uint64_t>(i);
-    if ((p >> 2) != counter) {
-      counter = p >> 2;
-      philox_block(counter, seed, words);
-    }
-    out[i] = static_cast<float>(words[p & 3] >> 8) * 0x1.0p-24f;
+  for (int64_t c = 0; c < counters; ++c) {
+    philox_block((first_counter + static_cast<uint64_t>(c)) & ((uint64_t{1} << 60) - 1), seed, words);
+    for (int b = 0; b < 16; ++b) out[16 * c + b] = static_cast<uint8_t>(words[b >> 2] >> (8 * (b & 3)));
   }
 }
 
@@ -170,15 +175,16 @@ void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_
     for (int r = 0; r < 8; ++r) dst[c * dst_stride + r] = src[r * src_stride + c];
 }
 
-// The NVFP4 1x16 RN hot path: one block at a time.
-void nvfp4_rn_blocks(const float* x, int64_t block_begin, int64_t block_end, float encode_times_rcp6,
-                     const float* enc_of_scale, uint8_t* codes, uint8_t* scales) {
+// The NVFP4 1x16 RN hot path: one block at a time. Everything else takes the generic path.
+bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_end) {
+  if (job.rht || job.stochastic || job.four_over_six) return false;
   for (int64_t i = block_begin; i < block_end; ++i) {
-    const float* v = x + i * 16;
-    uint8_t s = e4m3_encode_nonnegative(absmax16(v) * encode_times_rcp6);
-    scales[i] = s;
-    e2m1_rn16(v, enc_of_scale[s], codes + i * 8);
+    const float* v = job.x + i * 16;
+    uint8_t s = e4m3_encode_nonnegative(absmax16(v) * job.encode_times_rcp6);
+    job.scales[i] = s;
+    e2m1_rn16(v, job.enc_of_scale[s], job.codes + i * 8);
   }
+  return true;
 }
 
 #include "kernels/cpu/quantize_kernels_impl.inc"

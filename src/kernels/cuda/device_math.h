@@ -18,6 +18,12 @@
 #else
 #define NIBBLE_HD inline
 #endif
+// Full unrolling of fixed 16-element loops in device code (the host compilers do not know the pragma).
+#if defined(__CUDA_ARCH__)
+#define NIBBLE_UNROLL _Pragma("unroll")
+#else
+#define NIBBLE_UNROLL
+#endif
 
 namespace nibble::cuda::dm {
 
@@ -108,7 +114,7 @@ NIBBLE_HD uint8_t e2m1_encode_rn(float x) {
   const uint8_t sign = (float_bits(x) >> 31) ? 8 : 0;
   return sign | e2m1_magnitude_rn(abs_f(x));
 }
-// Stochastic rounding: up with probability equal to the fractional distance, u uniform in [0, 1).
+// Stochastic rounding: up iff u < frac (the fractional distance); the kernels pass u = sr_threshold(r).
 NIBBLE_HD uint8_t e2m1_encode_sr(float x, float u) {
   const uint8_t sign = (float_bits(x) >> 31) ? 8 : 0;
   const float a = abs_f(x);
@@ -223,24 +229,47 @@ NIBBLE_HD Philox4 philox4x32_10(uint64_t block, uint64_t seed) {
   }
   return {{c0, c1, c2, c3}};
 }
+// A uniform in [0, 1) from 24 bits of a word (benchmark data; stochastic rounding uses sr_threshold).
 NIBBLE_HD float philox_word_to_uniform(uint32_t w) { return static_cast<float>(w >> 8) * 0x1.0p-24f; }
 
-// Uniforms for consecutive stream positions; one Philox call serves four positions, as in the
-// reference (position i uses word i & 3 of block i >> 2).
+// Stochastic rounding's random bits, as format/philox.h defines them: stream position p takes byte
+// p & 15 of the Philox output for counter p >> 4 (words in order, each little-endian). Byte b of an
+// output, by selects rather than an indexed load, so device code keeps the words in registers.
+NIBBLE_HD uint8_t philox_output_byte(const Philox4& w, uint32_t b) {
+  const uint32_t word = (b & 8u) ? ((b & 4u) ? w.v[3] : w.v[2]) : ((b & 4u) ? w.v[1] : w.v[0]);
+  return static_cast<uint8_t>(word >> (8u * (b & 3u)));
+}
+// The SR threshold of a random byte, (r + 0.5) / 256: exact, as sr_threshold in format/philox.h.
+NIBBLE_HD float sr_threshold(uint8_t r) { return nb_mul(nb_add(static_cast<float>(r), 0.5f), 0x1.0p-8f); }
+
+// Random bytes of consecutive stream positions; one Philox call serves 16 positions.
 struct PhiloxStream {
   uint64_t seed;
-  uint64_t cached_block = ~0ull;
+  uint64_t cached_counter = ~0ull;  // counters are < 2^60: never a real one
   Philox4 words{};
   NIBBLE_HD explicit PhiloxStream(uint64_t s) : seed(s) {}
-  NIBBLE_HD float uniform(uint64_t index) {
-    const uint64_t block = index >> 2;
-    if (block != cached_block) {
-      words = philox4x32_10(block, seed);
-      cached_block = block;
+  NIBBLE_HD uint8_t byte(uint64_t position) {
+    const uint64_t counter = position >> 4;
+    if (counter != cached_counter) {
+      words = philox4x32_10(counter, seed);
+      cached_counter = counter;
     }
-    return philox_word_to_uniform(words.v[index & 3]);
+    return philox_output_byte(words, static_cast<uint32_t>(position & 15));
   }
 };
+
+// The 16 random bytes of positions first .. first + 15 (mod 2^64): the tail of one Philox output and,
+// unless first is a multiple of 16, the head of the next.
+NIBBLE_HD void sr_bytes16(uint64_t seed, uint64_t first, uint8_t* out16) {
+  const uint32_t skip = static_cast<uint32_t>(first & 15);
+  const Philox4 a = philox4x32_10(first >> 4, seed);
+  const Philox4 b = skip != 0 ? philox4x32_10((first + 16) >> 4, seed) : a;
+  NIBBLE_UNROLL
+  for (uint32_t k = 0; k < 16; ++k) {
+    const uint32_t p = skip + k;
+    out16[k] = p < 16 ? philox_output_byte(a, p) : philox_output_byte(b, p - 16);
+  }
+}
 
 // ------------------------------------------------------------------ RHT (16-point) ------------------
 NIBBLE_HD float rht_sign(int i) {
@@ -286,7 +315,7 @@ NIBBLE_HD GlobalScale nvfp4_global_scale(float amax, bool four_over_six) {
 // Element encoders: map the 16 scaled values x*enc of a block to E2M1 codes (one per element).
 // The reference's RN and its Philox SR are here; Blackwell adds hardware-conversion encoders in
 // nvfp4_kernels.cuh. Four Over Six calls the encoder twice on the same block, so an SR encoder must
-// draw the same uniforms both times, as the reference does (it indexes the stream by element).
+// draw the same random bytes both times, as the reference does (it indexes the stream by element).
 struct ReferenceRn {
   NIBBLE_HD void operator()(const float* scaled, uint8_t* codes) const {
     for (int k = 0; k < 16; ++k) codes[k] = e2m1_encode_rn(scaled[k]);
@@ -296,8 +325,10 @@ struct ReferenceSr {
   uint64_t seed;
   uint64_t first_index;  // stream position of element 0 of the block
   NIBBLE_HD void operator()(const float* scaled, uint8_t* codes) const {
-    PhiloxStream stream(seed);
-    for (int k = 0; k < 16; ++k) codes[k] = e2m1_encode_sr(scaled[k], stream.uniform(first_index + k));
+    uint8_t r[16];
+    sr_bytes16(seed, first_index, r);
+    NIBBLE_UNROLL
+    for (int k = 0; k < 16; ++k) codes[k] = e2m1_encode_sr(scaled[k], sr_threshold(r[k]));
   }
 };
 

@@ -70,16 +70,19 @@ struct HardwareRn {
   }
 };
 
+// cvt.rs gets the block's own 16 random bytes of the stream (8 bits per element, 4 elements per
+// 32-bit operand, element 4j+k's byte in bits 8k..8k+7), but applies them its own way: the same
+// statistics as the reference's SR, not its bits.
 struct HardwareSr {
   uint64_t seed;
   uint64_t first_index;
   __host__ __device__ void operator()(const float* scaled, uint8_t* codes) const {
 #if defined(__CUDA_ARCH__)
-    dm::PhiloxStream stream(seed);
+    uint8_t r[16];
+    dm::sr_bytes16(seed, first_index, r);
     for (int j = 0; j < 4; ++j) {
-      const uint64_t index = first_index + 4 * j;
-      (void)stream.uniform(index);  // fills stream.words for this position
-      const uint32_t random_bits = stream.words.v[index & 3];
+      const uint32_t random_bits = static_cast<uint32_t>(r[4 * j]) | (static_cast<uint32_t>(r[4 * j + 1]) << 8) |
+                                   (static_cast<uint32_t>(r[4 * j + 2]) << 16) | (static_cast<uint32_t>(r[4 * j + 3]) << 24);
       uint16_t quad;
       // Operands {a, b, e, f} land in bits [15:12], [11:8], [7:4], [3:0]: element 4j is f.
       asm("cvt.rs.satfinite.e2m1x4.f32 %0, {%1, %2, %3, %4}, %5;\n"

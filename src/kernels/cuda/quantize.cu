@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) mx_kernel(const InT* x, int64_t n, b
         for (int k = 0; k < 16; ++k) {
           const int64_t idx = first + 16 * half + k;
           const float s = dm::nb_mul(v[16 * half + k], inv);
-          c[k] = stochastic ? dm::e2m1_encode_sr(s, stream.uniform(offset + static_cast<uint64_t>(idx)))
+          c[k] = stochastic ? dm::e2m1_encode_sr(s, dm::sr_threshold(stream.byte(offset + static_cast<uint64_t>(idx))))
                             : dm::e2m1_encode_rn(s);
         }
         detail::store_codes16(codes + first / 2 + 8 * half, c);
