@@ -1,7 +1,7 @@
 // Quantized GEMM driver: validation, ISA dispatch, packing, cache blocking and threading.
 //
 // Blocking: both operands are packed once per call into kMr-row (A) and kNr-row (B) panels over
-// the whole K (gemm_kernels.h). C is cut into macro tiles of kTileRowPanels x kTileColPanels
+// the whole K (gemm_kernels.h). C is cut into macro tiles of kTileRows x kTileCols
 // micro-tiles; each tile is owned by one thread (OpenMP static schedule) and walks K in chunks so
 // that a B chunk (~20 KB) stays in L1 while the tile's A chunks stream from L2. The partial sums
 // live in a per-thread FP32 scratch tile between chunks. Every output element is therefore summed
@@ -22,8 +22,8 @@ namespace nibble::cpu {
 namespace gemm_detail {
 namespace {
 
-constexpr int64_t kTileRowPanels = 12;  // 96 rows of A per macro tile
-constexpr int64_t kTileColPanels = 8;   // 256 columns of B per macro tile
+constexpr int64_t kTileRows = 96;   // rows of A per macro tile (a multiple of every panel height)
+constexpr int64_t kTileCols = 256;  // columns of B per macro tile
 constexpr int64_t kChunkK = 512;        // K per chunk (int8 family: 20 KB of packed B per panel)
 constexpr int64_t kChunkKF32 = 128;     // K per chunk (f32 family: 16 KB of packed B per panel)
 
@@ -118,6 +118,7 @@ float output_scale(const QuantizedTensor& a, const QuantizedTensor& b, float alp
 }
 
 struct Plan {
+  int64_t mr, nr;        // rows of A / columns of B per packed panel (= the micro-tile)
   int64_t unit_k;        // K elements per packing unit (block length, or 1 for f32)
   int64_t a_unit_bytes;  // packed bytes per unit per panel
   int64_t b_unit_bytes;
@@ -125,20 +126,42 @@ struct Plan {
   void (*pack_a)(const QuantizedTensor&, int64_t, uint8_t*);
   void (*pack_b)(const QuantizedTensor&, int64_t, uint8_t*);
   MicroKernel micro;
+  bool uses_tiles;  // AMX: each thread configures its tile state first and releases it after
 };
 
-Plan make_plan(Family family, int64_t block_len, Isa isa) {
+// A 16x16-tiled operand has one scale per 16 rows of every block, i.e. per AMX panel.
+bool tile_uniform(const QuantizedTensor& q) { return q.block == BlockShape::tile_16x16; }
+
+Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b, Isa isa) {
+  const int64_t block_len = a.block_len();
+  if (family == Family::int8_blocks && isa == Isa::amx) {
+    return {kAmxTile, kAmxTile, block_len, amx_block_bytes(block_len), amx_block_bytes(block_len), kChunkK / block_len,
+            &pack_amx_a_panel, &pack_amx_b_panel,
+            int8_micro_kernel_amx(block_len, tile_uniform(a), tile_uniform(b)), true};
+  }
   if (family == Family::int8_blocks) {
-    MicroKernel micro = isa == Isa::avx512 ? int8_micro_kernel_avx512(block_len)
+    MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len)
                         : isa == Isa::avx2 ? int8_micro_kernel_avx2(block_len)
                                            : int8_micro_kernel_scalar(block_len);
-    return {block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
-            &pack_int8_a_panel, &pack_int8_b_panel, micro};
+    return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
+            &pack_int8_a_panel, &pack_int8_b_panel, micro, false};
   }
-  MicroKernel micro = isa == Isa::avx512 ? f32_micro_kernel_avx512()
+  MicroKernel micro = isa >= Isa::avx512 ? f32_micro_kernel_avx512()
                       : isa == Isa::avx2 ? f32_micro_kernel_avx2()
                                          : f32_micro_kernel_scalar();
-  return {1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, &pack_f32_a_panel, &pack_f32_b_panel, micro};
+  return {kMr, kNr, 1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, &pack_f32_a_panel, &pack_f32_b_panel, micro, false};
+}
+
+// out = scale * in (+ out). Cloned per ISA (chosen by the loader from cpuid) because the scalar
+// loop of the baseline x86-64 build cost ~10% of a 1024^3 NVFP4 GEMM on one core.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void write_scaled(const float* __restrict in, int64_t cols, float scale, bool accumulate, float* __restrict out) {
+  if (accumulate) {
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) out[j] = scale * in[j] + out[j];
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) out[j] = scale * in[j];
+  }
 }
 
 void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate) {
@@ -156,10 +179,11 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
   if (M == 0 || N == 0) return;
   if (K == 0) return write_zero_product(M, N, c, ldc, accumulate);
 
-  const Plan plan = make_plan(family, a.block_len(), active_isa());  // the ISA is read once per call
+  const Plan plan = make_plan(family, a, b, active_isa());  // the ISA is read once per call
   const float out_scale = output_scale(a, b, alpha, family);
   const int64_t units = K / plan.unit_k;
-  const int64_t a_panels = (M + kMr - 1) / kMr, b_panels = (N + kNr - 1) / kNr;
+  const int64_t mr = plan.mr, nr = plan.nr;
+  const int64_t a_panels = (M + mr - 1) / mr, b_panels = (N + nr - 1) / nr;
   const int64_t a_panel_bytes = units * plan.a_unit_bytes, b_panel_bytes = units * plan.b_unit_bytes;
 
   static thread_local Workspace packed_workspace;
@@ -167,54 +191,52 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
   uint8_t* packed_a = packed;
   uint8_t* packed_b = packed + a_panels * a_panel_bytes;
 
-  const int64_t tile_rows = (a_panels + kTileRowPanels - 1) / kTileRowPanels;
-  const int64_t tile_cols = (b_panels + kTileColPanels - 1) / kTileColPanels;
-  constexpr int64_t kMicroTileFloats = kMr * kNr;
+  const int64_t tile_row_panels = kTileRows / mr, tile_col_panels = kTileCols / nr;
+  const int64_t tile_rows = (a_panels + tile_row_panels - 1) / tile_row_panels;
+  const int64_t tile_cols = (b_panels + tile_col_panels - 1) / tile_col_panels;
+  const int64_t micro_tile_floats = mr * nr;
 
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < a_panels; ++p) plan.pack_a(a, p * kMr, packed_a + p * a_panel_bytes);
+    for (int64_t p = 0; p < a_panels; ++p) plan.pack_a(a, p * mr, packed_a + p * a_panel_bytes);
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < b_panels; ++p) plan.pack_b(b, p * kNr, packed_b + p * b_panel_bytes);
+    for (int64_t p = 0; p < b_panels; ++p) plan.pack_b(b, p * nr, packed_b + p * b_panel_bytes);
     // (implicit barrier: both operands are packed before any tile starts)
 
     static thread_local Workspace scratch_workspace;
-    float* scratch = reinterpret_cast<float*>(
-        scratch_workspace.get(sizeof(float) * kTileRowPanels * kTileColPanels * kMicroTileFloats));
+    float* scratch = reinterpret_cast<float*>(scratch_workspace.get(sizeof(float) * kTileRows * kTileCols));
+    if (plan.uses_tiles) amx_thread_begin(plan.unit_k);
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < tile_rows * tile_cols; ++tile) {
-      const int64_t ia0 = tile / tile_cols * kTileRowPanels, ib0 = tile % tile_cols * kTileColPanels;
-      const int64_t ia_count = std::min(kTileRowPanels, a_panels - ia0);
-      const int64_t ib_count = std::min(kTileColPanels, b_panels - ib0);
+      const int64_t ia0 = tile / tile_cols * tile_row_panels, ib0 = tile % tile_cols * tile_col_panels;
+      const int64_t ia_count = std::min(tile_row_panels, a_panels - ia0);
+      const int64_t ib_count = std::min(tile_col_panels, b_panels - ib0);
       for (int64_t u0 = 0; u0 < units; u0 += plan.chunk_units) {
         const int64_t chunk = std::min(plan.chunk_units, units - u0);
         for (int64_t jb = 0; jb < ib_count; ++jb) {
           const uint8_t* pb = packed_b + (ib0 + jb) * b_panel_bytes + u0 * plan.b_unit_bytes;
           for (int64_t ia = 0; ia < ia_count; ++ia) {
             const uint8_t* pa = packed_a + (ia0 + ia) * a_panel_bytes + u0 * plan.a_unit_bytes;
-            plan.micro(pa, pb, chunk, scratch + (ia * kTileColPanels + jb) * kMicroTileFloats, u0 == 0);
+            plan.micro(pa, pb, chunk, scratch + (ia * tile_col_panels + jb) * micro_tile_floats, u0 == 0);
           }
         }
       }
-      // Scale once and write only the part of each micro-tile that lies inside C.
+      // Scale once and write only the part of each micro-tile that lies inside C, a whole row of the
+      // macro tile at a time: C rows are ldc apart (often a page), so writing micro-tile by micro-tile
+      // touched a new page every 64 bytes.
       for (int64_t ia = 0; ia < ia_count; ++ia) {
-        for (int64_t jb = 0; jb < ib_count; ++jb) {
-          const float* acc = scratch + (ia * kTileColPanels + jb) * kMicroTileFloats;
-          const int64_t m0 = (ia0 + ia) * kMr, n0 = (ib0 + jb) * kNr;
-          const int64_t rows = std::min<int64_t>(kMr, M - m0), cols = std::min<int64_t>(kNr, N - n0);
-          for (int64_t r = 0; r < rows; ++r) {
-            float* out = c + (m0 + r) * ldc + n0;
-            const float* in = acc + r * kNr;
-            if (accumulate) {
-              for (int64_t j = 0; j < cols; ++j) out[j] = out_scale * in[j] + out[j];
-            } else {
-              for (int64_t j = 0; j < cols; ++j) out[j] = out_scale * in[j];
-            }
+        const int64_t m0 = (ia0 + ia) * mr, rows = std::min(mr, M - m0);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t jb = 0; jb < ib_count; ++jb) {
+            const float* acc = scratch + (ia * tile_col_panels + jb) * micro_tile_floats;
+            const int64_t n0 = (ib0 + jb) * nr, cols = std::min(nr, N - n0);
+            write_scaled(acc + r * nr, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
           }
         }
       }
     }
+    if (plan.uses_tiles) amx_thread_end();
   }
 }
 
