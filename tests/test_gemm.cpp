@@ -96,7 +96,7 @@ std::vector<double> error_bounds(const QuantizedTensor& a, const QuantizedTensor
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx})
     if (isa <= cpu::detected_isa()) isas.push_back(isa);
   return isas;
 }
@@ -240,17 +240,34 @@ TEST(Gemm, BitwiseIdenticalForAnyThreadCount) {
 }
 
 TEST(Gemm, VariantsAgreeBitwise) {
-  // Every product the kernels form is exact and each sums in K order, so the variants agree bit for bit.
-  QuantizedTensor a = make_operand(Format::nvfp4, 70, 768, 500), b = make_operand(Format::nvfp4, 90, 768, 501);
+  // Every product the kernels form is exact and each sums in K order, so the variants agree bit for
+  // bit. The cases cover each AMX epilogue (scales uniform over A's rows, over B's columns, or
+  // neither), MX blocks of 32, an odd number of blocks (the tile pipeline's tail) and edge tiles.
+  struct Case {
+    Format format;
+    int64_t M, N, K;
+    bool a_tile, b_tile;
+  };
+  const Case cases[] = {{Format::nvfp4, 70, 90, 768, false, false}, {Format::nvfp4, 80, 96, 784, false, true},
+                        {Format::nvfp4, 96, 45, 784, true, false},  {Format::nvfp4, 48, 32, 16, true, true},
+                        {Format::mxfp4, 37, 53, 480, false, false}, {Format::nvfp4, 1, 1, 48, false, false}};
   IsaGuard guard;
-  std::vector<std::vector<float>> results;
-  for (Isa isa : runnable_isas()) {
-    cpu::set_isa_limit(isa);
-    results.emplace_back(70 * 90);
-    cpu::gemm(a, b, results.back().data(), 90);
+  uint64_t seed = 500;
+  for (const Case& t : cases) {
+    SCOPED_TRACE(std::string(to_string(t.format)) + " M=" + std::to_string(t.M) + " N=" + std::to_string(t.N) +
+                 " K=" + std::to_string(t.K) + " tiles " + std::to_string(t.a_tile) + std::to_string(t.b_tile));
+    QuantizedTensor a = make_operand(t.format, t.M, t.K, seed++, t.a_tile);
+    QuantizedTensor b = make_operand(t.format, t.N, t.K, seed++, t.b_tile);
+    std::vector<std::vector<float>> results;
+    for (Isa isa : runnable_isas()) {
+      cpu::set_isa_limit(isa);
+      results.emplace_back(t.M * t.N, std::numeric_limits<float>::quiet_NaN());
+      cpu::gemm(a, b, results.back().data(), t.N);
+    }
+    for (size_t i = 1; i < results.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+          << cpu::to_string(runnable_isas()[i]) << " differs from " << cpu::to_string(runnable_isas()[0]);
   }
-  for (size_t i = 1; i < results.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)));
 }
 
 TEST(Gemm, ReferenceAgreesWithDequantizedProduct) {

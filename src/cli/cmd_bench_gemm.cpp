@@ -76,7 +76,7 @@ struct Column {
 const std::vector<Column>& columns() {
   static const std::vector<Column> c = {{"nvfp4", true},   {"mxfp4", true},         {"fp8", false},
                                         {"onednn f32", false}, {"onednn bf16", false}, {"openblas", false},
-                                        {"nvfp4 q+gemm", true}};
+                                        {"nvfp4 q+gemm", true}, {"nvfp4 avx512", true}};
   return c;
 }
 
@@ -126,6 +126,13 @@ std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
     QuantizedTensor qb = cpu::quantize(b, N, K, weights);
     cpu::gemm(qa, qb, c.data(), N);
   });
+  if (cpu::active_isa() == cpu::Isa::amx) {
+    // The same product on the AVX-512 VNNI kernel, to show what the tile unit adds (bitwise equal).
+    auto [qa, qb] = quantized(Format::nvfp4, true);
+    cpu::set_isa_limit(cpu::Isa::avx512);
+    gflops[7] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+    cpu::set_isa_limit(cpu::Isa::amx);
+  }
   return gflops;
 }
 
@@ -148,9 +155,13 @@ int run_bench_gemm(const BenchOptions& opt) {
              cpu::to_string(cpu::active_isa()), threads);
   const cpu::InstructionPeak fma = cpu::measure_fma_f32_peak(opt.quick ? 0.1 : 0.3);
   const cpu::InstructionPeak dot = cpu::measure_int8_dot_peak(opt.quick ? 0.1 : 0.3);
+  const cpu::InstructionPeak tile = cpu::measure_amx_int8_peak(opt.quick ? 0.1 : 0.3);
   fmt::print("measured peaks per core: {} {:.0f} GFLOP/s, {} {:.0f} GOP/s; x{} threads: {:.0f} / {:.0f}\n",
              fma.instruction, fma.giga_ops_per_s, dot.instruction, dot.giga_ops_per_s, threads,
              fma.giga_ops_per_s * threads, dot.giga_ops_per_s * threads);
+  if (tile.giga_ops_per_s > 0)
+    fmt::print("AMX tile peak per core: {} {:.0f} GOP/s (a 16-element block uses K=16, a quarter of it: {:.0f})\n",
+               tile.instruction, tile.giga_ops_per_s, tile.giga_ops_per_s / 4);
 #ifndef NIBBLE_HAVE_OPENBLAS
   fmt::print("(OpenBLAS not found at build time: its column reads 0)\n");
 #endif
@@ -191,6 +202,18 @@ int run_bench_gemm(const BenchOptions& opt) {
     }
     fmt::print("\n");
   }
+  if (tile.giga_ops_per_s > 0 && cpu::active_isa() == cpu::Isa::amx) {
+    fmt::print("\n% of the {}-thread AMX K=16 tile peak ({:.0f} GOP/s), int8 kinds on the tile unit\n", threads,
+               tile.giga_ops_per_s / 4 * threads);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      fmt::print("{:<14} {:>16}", shapes[i].name, fmt::format("{}x{}x{}", shapes[i].M, shapes[i].N, shapes[i].K));
+      for (size_t j : {size_t{0}, size_t{1}, size_t{6}})
+        fmt::print("  {} {:.1f}%", columns()[j].name, 100.0 * all[i][j] / (tile.giga_ops_per_s / 4 * threads));
+      fmt::print("\n");
+    }
+  }
+  fmt::print("\nnvfp4 is the forward GEMM of the recipe (A 1x16, B 16x16 tiles); with AMX it runs on the tile unit\n"
+             "and nvfp4 avx512 is the same product on the VNNI kernel (0 without AMX).\n");
   fmt::print("\nfp8 decodes E4M3 to FP32 and runs FMA, so it is judged against the FMA peak; onednn bf16 includes\n"
              "rounding both FP32 operands to BF16 each call; nvfp4 q+gemm quantizes both FP32 operands each call.\n");
   return 0;

@@ -1,25 +1,51 @@
 #include "kernels/cpu/cpu_features.h"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
 namespace nibble::cpu {
 namespace {
+// AMX needs three things: the CPU's AMX-TILE and AMX-INT8 bits (cpuid leaf 7), the OS saving the
+// tile state (XCR0 bits 17 and 18), and, on Linux, this process asking for the 8 KB tile-data
+// state before its first tile instruction (without it the first one raises SIGILL).
+bool amx_usable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amx_tile = (edx >> 24) & 1, amx_int8 = (edx >> 25) & 1;
+  if (!amx_tile || !amx_int8) return false;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1)) return false;  // OSXSAVE
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const uint64_t xcr0 = (static_cast<uint64_t>(xcr0_hi) << 32) | xcr0_lo;
+  if ((xcr0 & (3ull << 17)) != (3ull << 17)) return false;
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+#endif
+  return true;
+}
+
 Isa detect() {
   __builtin_cpu_init();
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                 __builtin_cpu_supports("avx512vnni");
-  return avx512 && avx2 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::scalar;
+  if (avx512 && avx2) return amx_usable() ? Isa::amx : Isa::avx512;
+  return avx2 ? Isa::avx2 : Isa::scalar;
 }
 
 Isa env_limit(Isa detected) {
   const char* e = std::getenv("NIBBLE_ISA");
   if (!e) return detected;
   std::string s(e);
-  Isa want = s == "scalar" ? Isa::scalar : s == "avx2" ? Isa::avx2 : Isa::avx512;
+  Isa want = s == "scalar" ? Isa::scalar : s == "avx2" ? Isa::avx2 : s == "avx512" ? Isa::avx512 : Isa::amx;
   return want < detected ? want : detected;
 }
 
@@ -46,6 +72,7 @@ std::string_view to_string(Isa isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512-vnni";
+    case Isa::amx: return "amx-int8";
   }
   return "?";
 }

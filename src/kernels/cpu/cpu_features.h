@@ -5,7 +5,12 @@
 
 namespace nibble::cpu {
 
-enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };  // avx512: F+BW+VL+VNNI (and DQ)
+// Ordered: each level implies the ones below it.
+//   avx512: F+BW+VL+DQ+VNNI.
+//   amx:    avx512 plus AMX-TILE and AMX-INT8, enabled by the OS for this process (Linux grants the
+//           tile state on request, arch_prctl ARCH_REQ_XCOMP_PERM). Only the block-scaled int8
+//           GEMM has an AMX kernel; every other entry point runs its avx512 variant at this level.
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, amx = 3 };
 
 Isa detected_isa();               // what the hardware supports
 Isa active_isa();                 // what dispatch uses: detected, capped by set_isa_limit / $NIBBLE_ISA

@@ -37,6 +37,16 @@ inline constexpr int kNrVectors = kNr / 16;
 inline constexpr int64_t int8_a_block_bytes(int64_t block_len) { return block_len * kMr + 8 * kMr; }
 inline constexpr int64_t int8_b_block_bytes(int64_t block_len) { return block_len * kNr + 4 * kNr; }
 
+// AMX panels of the int8 family (gemm_amx.cpp) are 16 rows of A or 16 columns of B, per block:
+//   A: int8 codes[16][block_len]       doubled E2M1, row-major: one tile row per matrix row
+//   B: int8 codes[block_len/4][16][4]  doubled E2M1 in the tile unit's VNNI order (signed: the tile
+//                                      unit multiplies s8 x s8, no +12 shift and no init sums)
+//   then float scale[16] on both sides. 16*block_len + 64 bytes, a multiple of 64, so every block
+//   starts 64-byte aligned in a 64-byte aligned panel. Padding rows/columns have code 0 and the
+//   scale of the panel's first row (so a 16x16-tiled operand's scales stay uniform).
+inline constexpr int kAmxTile = 16;
+inline constexpr int64_t amx_block_bytes(int64_t block_len) { return kAmxTile * block_len + 4 * kAmxTile; }
+
 // Packed panels of the f32 family, per k: float a[kMr] and float b[kNr].
 inline constexpr int64_t f32_a_k_bytes() { return 4 * kMr; }
 inline constexpr int64_t f32_b_k_bytes() { return 4 * kNr; }
@@ -49,6 +59,14 @@ using MicroKernel = void (*)(const uint8_t* packed_a, const uint8_t* packed_b, i
 MicroKernel int8_micro_kernel_scalar(int64_t block_len);
 MicroKernel int8_micro_kernel_avx2(int64_t block_len);
 MicroKernel int8_micro_kernel_avx512(int64_t block_len);
+// AMX: acc is 16x16 floats (stride 16, 64-byte aligned) and `first` only decides whether acc is
+// read. a_uniform: all 16 rows of each A block of a panel have the same scale (16x16-tiled NVFP4),
+// which saves one vector op per row.
+MicroKernel int8_micro_kernel_amx(int64_t block_len, bool a_uniform);
+// Tile state of the calling thread: configured for block_len before its first AMX micro-kernel,
+// released after its last (other libraries on the same thread, e.g. oneDNN, configure their own).
+void amx_thread_begin(int64_t block_len);
+void amx_thread_end();
 // Micro-kernels for the f32 family take `units` = k.
 MicroKernel f32_micro_kernel_scalar();
 MicroKernel f32_micro_kernel_avx2();
@@ -62,6 +80,8 @@ Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, con
 // Packing (gemm_pack.cpp). `row0` is the first row of the panel; rows beyond q.rows are padding.
 void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 

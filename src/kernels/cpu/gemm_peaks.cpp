@@ -12,6 +12,7 @@ float fma_zmm_loop(int64_t iterations);
 int32_t vnni_zmm_loop(int64_t iterations);
 float fma_ymm_loop(int64_t iterations);
 int32_t maddubs_ymm_loop(int64_t iterations);
+int32_t amx_int8_loop(int64_t iterations);
 }  // namespace peaks
 
 namespace {
@@ -41,15 +42,21 @@ double best_rate(Loop loop, double ops_per_iteration, double seconds) {
 }  // namespace
 
 InstructionPeak measure_fma_f32_peak(double seconds) {
-  if (detected_isa() == Isa::avx512) return {"vfmadd231ps zmm", best_rate(peaks::fma_zmm_loop, 16 * 16 * 2, seconds)};
+  if (detected_isa() >= Isa::avx512) return {"vfmadd231ps zmm", best_rate(peaks::fma_zmm_loop, 16 * 16 * 2, seconds)};
   if (detected_isa() == Isa::avx2) return {"vfmadd231ps ymm", best_rate(peaks::fma_ymm_loop, 12 * 8 * 2, seconds)};
   return {"none (no AVX2)", 0.0};
 }
 
 InstructionPeak measure_int8_dot_peak(double seconds) {
-  if (detected_isa() == Isa::avx512) return {"vpdpbusd zmm", best_rate(peaks::vnni_zmm_loop, 16 * 64 * 2, seconds)};
+  if (detected_isa() >= Isa::avx512) return {"vpdpbusd zmm", best_rate(peaks::vnni_zmm_loop, 16 * 64 * 2, seconds)};
   if (detected_isa() == Isa::avx2) return {"vpmaddubsw ymm", best_rate(peaks::maddubs_ymm_loop, 12 * 32 * 2, seconds)};
   return {"none (no AVX2)", 0.0};
+}
+
+InstructionPeak measure_amx_int8_peak(double seconds) {
+  // Each iteration: 4 tdpbssd of 16x16 int32 += 16x64 s8 . 64x16 s8 (16384 multiply-adds each).
+  if (detected_isa() >= Isa::amx) return {"tdpbssd (K=64)", best_rate(peaks::amx_int8_loop, 4 * 16 * 16 * 64 * 2, seconds)};
+  return {"none (no AMX)", 0.0};
 }
 
 }  // namespace nibble::cpu

@@ -14,5 +14,7 @@ struct InstructionPeak {
 InstructionPeak measure_fma_f32_peak(double seconds = 0.2);
 // int8 multiply-accumulate: vpdpbusd zmm with AVX-512 VNNI, else vpmaddubsw ymm (AVX2).
 InstructionPeak measure_int8_dot_peak(double seconds = 0.2);
+// int8 tile multiply (AMX-INT8 tdpbssd at its full K of 64), where the CPU has AMX; else 0.
+InstructionPeak measure_amx_int8_peak(double seconds = 0.2);
 
 }  // namespace nibble::cpu

@@ -1,0 +1,187 @@
+// AMX-INT8 micro-kernels over the AMX panel layouts (gemm_kernels.h).
+//
+// Why tiles: with vpdpbusd a 16-element block costs 4 dot-product instructions plus 3 float ops
+// (cvt, *sB, fma sA) on the same two vector ports, which caps the AVX-512 kernel at 4/7 of the
+// vpdpbusd peak. tdpbssd computes a whole 16x16 block product (4096 multiply-adds, signed x signed,
+// so no +12 shift) on the tile unit, off the vector ports. What remains on the vector ports is the
+// per-block epilogue: for each of the 16 rows, cvt + fma (2 ops) when A's scale is uniform over
+// the tile's rows (NVFP4 16x16 weights; the driver puts such an operand on the A side), cvt + mul +
+// fma (3 ops) otherwise. Measured on Sapphire Rapids, the tile work (loads, tdpbssd, the store of
+// each 16x16 int32 product) and the epilogue do not overlap much: ~11 + ~6..9 ns per block and core.
+//
+// The epilogue performs exactly the VNNI kernel's arithmetic: the block's exact int32 becomes a
+// float, is multiplied by sA*sB (both exact products, see gemm_kernels.h) and added to the FP32
+// accumulator with one rounding, blocks in K order. So this kernel is bitwise identical to the
+// AVX-512 and scalar kernels, whatever the thread count.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm_kernels.h"
+
+// GCC 12 warns that _mm512_cvtepi32_ps's internal undefined vector "may be used uninitialized"
+// (a false positive inside the intrinsic header).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace nibble::cpu::gemm_detail {
+namespace {
+
+// The 64-byte operand of ldtilecfg (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// GCC 12's _tile_loadconfig does not tell the optimiser that it reads the 64 bytes, which then
+// drops the stores that fill them (only the palette byte survived). An asm with the whole struct as
+// a memory input keeps them.
+void load_tile_config(const TileConfig& config) { __asm__ volatile("ldtilecfg %0" : : "m"(config)); }
+
+// Tiles: 0-3 block products (16x16 int32); 4,5 A blocks (16 rows x block_len s8); 6,7 B blocks in
+// the VNNI order (block_len/4 rows of 16 columns x 4 k). Four products let the tile unit run two
+// blocks ahead of the epilogue (see int8_blocks_amx).
+TileConfig make_config(int64_t block_len) {
+  TileConfig c;
+  for (int t : {0, 1, 2, 3}) c.rows[t] = 16, c.colsb[t] = 64;
+  for (int t : {4, 5}) c.rows[t] = 16, c.colsb[t] = static_cast<uint16_t>(block_len);
+  for (int t : {6, 7}) c.rows[t] = static_cast<uint8_t>(block_len / 4), c.colsb[t] = 64;
+  return c;
+}
+
+// Whether A's scale is the same for all 16 rows of each block (16x16-tiled NVFP4).
+enum class Uniform { none, a };
+
+// acc[r] += float(prod[r]) * sA[r] * sB (16 columns): one vector of scales per block when A's is
+// uniform, else a multiply per row by the broadcast row scale.
+template <Uniform U>
+__attribute__((always_inline)) inline void block_epilogue(const int32_t* prod, const float* sa, const float* sb, __m512* acc) {
+  if constexpr (U == Uniform::a) {
+    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sa[0]), _mm512_load_ps(sb));
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(prod + 16 * r)), s, acc[r]);
+  } else {
+    const __m512 sbv = _mm512_load_ps(sb);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(prod + 16 * r)), sbv);
+      acc[r] = _mm512_fmadd_ps(p, _mm512_set1_ps(sa[r]), acc[r]);
+    }
+  }
+}
+
+// Products of the blocks at a, b and the next ones into tiles C0, C1, stored to out[0], out[1].
+// A macro because the tile intrinsics paste their register numbers into the asm text.
+#define NIBBLE_AMX_PAIR_PRODUCTS(C0, C1, a, b, out)   \
+  do {                                                 \
+    _tile_zero(C0);                                    \
+    _tile_zero(C1);                                    \
+    _tile_loadd(4, (a), BlockLen);                     \
+    _tile_loadd(6, (b), 64);                           \
+    _tile_dpbssd(C0, 4, 6);                            \
+    _tile_loadd(5, (a) + stride, BlockLen);            \
+    _tile_loadd(7, (b) + stride, 64);                  \
+    _tile_dpbssd(C1, 5, 7);                            \
+    _tile_stored(C0, (out)[0], 64);                    \
+    _tile_stored(C1, (out)[1], 64);                    \
+  } while (0)
+
+// Software pipeline: the tile unit computes and stores pair p while the vector ports run the
+// epilogue of pair p-1, which reads products stored a whole pair earlier. Reading a product right
+// after its tile store stalled (a tile store does not forward to vector loads), at ~100 cycles per
+// block; with the lag the loads find the data in L1.
+template <int64_t BlockLen, Uniform U>
+void int8_blocks_amx(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float* acc_out, bool first) {
+  constexpr int64_t stride = amx_block_bytes(BlockLen);
+  constexpr int64_t codes = 16 * BlockLen;  // the scales follow the codes in each block
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) acc[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc_out + 16 * r);
+  alignas(64) int32_t prod[4][256];
+  auto epilogue = [&](int64_t blk, const int32_t* product) __attribute__((always_inline)) {
+    block_epilogue<U>(product, reinterpret_cast<const float*>(pa + blk * stride + codes),
+                      reinterpret_cast<const float*>(pb + blk * stride + codes), acc);
+  };
+  const int64_t pairs = blocks / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t blk = 2 * p;
+    if (p % 2 == 0) {
+      NIBBLE_AMX_PAIR_PRODUCTS(0, 1, pa + blk * stride, pb + blk * stride, prod);
+    } else {
+      NIBBLE_AMX_PAIR_PRODUCTS(2, 3, pa + blk * stride, pb + blk * stride, prod + 2);
+    }
+    if (p > 0) {
+      const int half = (p - 1) % 2 * 2;
+      epilogue(blk - 2, prod[half]);
+      epilogue(blk - 1, prod[half + 1]);
+    }
+  }
+  if (pairs > 0) {
+    const int half = (pairs - 1) % 2 * 2;
+    epilogue(2 * pairs - 2, prod[half]);
+    epilogue(2 * pairs - 1, prod[half + 1]);
+  }
+  if (blocks % 2 != 0) {
+    const int64_t blk = blocks - 1;
+    _tile_zero(0);
+    _tile_loadd(4, pa + blk * stride, BlockLen);
+    _tile_loadd(6, pb + blk * stride, 64);
+    _tile_dpbssd(0, 4, 6);
+    _tile_stored(0, prod[0], 64);
+    epilogue(blk, prod[0]);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) _mm512_store_ps(acc_out + 16 * r, acc[r]);
+}
+#undef NIBBLE_AMX_PAIR_PRODUCTS
+
+template <int64_t BlockLen>
+MicroKernel pick(bool a_uniform) {
+  return a_uniform ? &int8_blocks_amx<BlockLen, Uniform::a> : &int8_blocks_amx<BlockLen, Uniform::none>;
+}
+
+}  // namespace
+
+MicroKernel int8_micro_kernel_amx(int64_t block_len, bool a_uniform) {
+  return block_len == 16 ? pick<16>(a_uniform) : pick<32>(a_uniform);
+}
+
+void amx_thread_begin(int64_t block_len) {
+  load_tile_config(make_config(block_len));
+}
+
+void amx_thread_end() { _tile_release(); }
+
+}  // namespace nibble::cpu::gemm_detail
+
+namespace nibble::cpu::peaks {
+
+// Four independent 16x16 accumulators, each fed 16x64 by 64x16 s8 tiles (the instruction's full K).
+int32_t amx_int8_loop(int64_t iterations) {
+  gemm_detail::TileConfig c;
+  for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+  gemm_detail::load_tile_config(c);
+  alignas(64) int8_t operand[16 * 64];
+  for (int i = 0; i < 16 * 64; ++i) operand[i] = static_cast<int8_t>(i % 7 - 3);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t it = 0; it < iterations; ++it) {
+    _tile_dpbssd(0, 4, 5);
+    _tile_dpbssd(1, 4, 5);
+    _tile_dpbssd(2, 4, 5);
+    _tile_dpbssd(3, 4, 5);
+  }
+  alignas(64) int32_t out[16 * 16];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
+}  // namespace nibble::cpu::peaks
