@@ -22,6 +22,14 @@ test: build
 bench: build
 	@$(BUILD)/bench/bench_quantize
 
+# PyTorch's CPU training tokens/s (fp32 and bf16 autocast, 2 threads) on the model that
+# `nibble bench train` times, to set next to it. Debian's python3-torch by default;
+# TORCH_PYTHON=/path/to/venv/bin/python measures another PyTorch release.
+TORCH_PYTHON ?= /usr/bin/python3
+.PHONY: bench-torch
+bench-torch: deps
+	@$(TORCH_PYTHON) bench/torch_train.py
+
 # libFuzzer + ASan/UBSan on every reader of user files (.npy, safetensors, run config, token
 # shards, checkpoints; needs clang-14): the library is built by clang with the sanitizers in
 # build-fuzz/, each target runs FUZZ_SECONDS from the seeds in fuzz/corpus/ (new inputs go to

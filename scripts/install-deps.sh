@@ -9,7 +9,7 @@ packages=(
   libyaml-cpp-dev libsentencepiece-dev libcairo2-dev
   libopenmpi-dev openmpi-bin openssh-client
   clang libclang-rt-14-dev
-  python3-numpy
+  python3-numpy python3-torch
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""PyTorch CPU training speed on the model `nibble bench train` times, for the issue's target
+(nvfp4 tokens/s above PyTorch's fp32 and bf16-autocast training on the same machine).
+
+    python3 bench/torch_train.py [--threads 2] [--modes fp32,bf16] [--layers 6 --width 384 ...]
+    make bench-torch                      # Debian's python3-torch; TORCH_PYTHON=venv/bin/python for another
+
+Same model as nibble's (tests/twin/torch_llama.py, the twin the model test checks nibble against):
+6 blocks x 384, 6 heads, context 256, SwiGLU hidden 1024, tied head, vocabulary 65 (char-level
+tinyshakespeare), batch 8 x 256 tokens; AdamW (betas 0.9/0.99, weight decay 0.1 on matrices but
+not on the embedding or norms, as nibble) with global-norm clipping at 1.0, on random tokens.
+The module stays float32; `bf16` runs forward and loss under torch.autocast("cpu", bfloat16), the
+way PyTorch users train in bf16 on CPUs. Attention is torch's fused scaled_dot_product_attention
+when the installed torch has it (>= 2.0), else the explicit softmax(QK^T) V.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "twin"))
+from torch_llama import Llama, LlamaConfig  # noqa: E402
+
+
+def make_optimizer(model: Llama) -> torch.optim.Optimizer:
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and n != "embedding"]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and n != "embedding")]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=1e-3, betas=(0.9, 0.99), eps=1e-8)
+
+
+def measure(mode: str, args: argparse.Namespace, config: LlamaConfig) -> tuple[float, float, float]:
+    """Returns (tokens/s, ms per step, last loss) over args.steps timed steps after args.warmup."""
+    torch.manual_seed(args.seed)
+    fused = hasattr(torch.nn.functional, "scaled_dot_product_attention") and not args.explicit_attention
+    model = Llama(config, fused_attention=fused)
+    if args.compile:
+        model = torch.compile(model)
+    optimizer = make_optimizer(model)
+    data = torch.Generator().manual_seed(args.seed)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if mode == "bf16" else contextlib.nullcontext
+
+    def step() -> float:
+        x = torch.randint(0, config.vocab, (args.batch, config.context), generator=data)
+        y = torch.randint(0, config.vocab, (args.batch, config.context), generator=data)
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return loss.item()
+
+    for _ in range(args.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    seconds = (time.perf_counter() - t0) / args.steps
+    return args.batch * config.context / seconds, 1e3 * seconds, loss
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--modes", default="fp32,bf16", help="comma-separated: fp32, bf16 (autocast)")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (intra-op threads)")
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--width", type=int, default=384)
+    p.add_argument("--heads", type=int, default=6)
+    p.add_argument("--kv-heads", type=int, default=0, help="0: same as heads")
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=65)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps")
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--explicit-attention", action="store_true", help="softmax(QK^T)V even where SDPA exists")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch >= 2.0)")
+    args = p.parse_args()
+
+    torch.set_num_threads(args.threads)
+    config = LlamaConfig(vocab=args.vocab, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
+                         width=args.width, context=args.context)
+    fused = hasattr(torch.nn.functional, "scaled_dot_product_attention") and not args.explicit_attention
+    load = os.getloadavg()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"attention {'SDPA' if fused else 'explicit'}{', compiled' if args.compile else ''}; "
+          f"{config.layers} layers x width {config.width} x {config.heads} heads, context {config.context}, "
+          f"batch {args.batch} ({args.batch * config.context} tokens/step); {args.warmup} warm-up + {args.steps} "
+          f"timed steps; load average {load[0]:.2f}")
+    print(f"{'mode':<6} {'tokens/s':>10} {'step ms':>9} {'loss':>8}")
+    for mode in args.modes.split(","):
+        if mode not in ("fp32", "bf16"):
+            p.error(f"mode '{mode}' is unknown: use fp32 or bf16")
+        tps, ms, loss = measure(mode, args, config)
+        print(f"{mode:<6} {tps:>10.0f} {ms:>9.1f} {loss:>8.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
