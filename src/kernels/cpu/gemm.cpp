@@ -127,7 +127,6 @@ struct Plan {
   void (*pack_b)(const QuantizedTensor&, int64_t, uint8_t*);
   MicroKernel micro;
   bool uses_tiles;  // AMX: each thread configures its tile state first and releases it after
-  bool transposed;  // the kernels compute C^T = B . A^T (see make_plan)
 };
 
 // A 16x16-tiled operand has one scale per 16 rows of every block, i.e. per AMX panel.
@@ -136,26 +135,24 @@ bool tile_uniform(const QuantizedTensor& q) { return q.block == BlockShape::tile
 Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b, Isa isa) {
   const int64_t block_len = a.block_len();
   if (family == Family::int8_blocks && isa == Isa::amx) {
-    // The AMX epilogue is cheapest when the scale is uniform over the rows of the tile (one vector of
-    // scales per block, no broadcast per row). NVFP4's forward and dgrad GEMMs have the 16x16-tiled
-    // weight as B, so those compute C^T = B . A^T with the weight on the row side.
-    const bool swap = tile_uniform(b) && !tile_uniform(a);
-    const QuantizedTensor& x = swap ? b : a;
+    // (Computing C^T = B . A^T when only B is 16x16-tiled, to put the uniform scale on the tile's
+    // rows, measured 10-15% slower on the recipe's forward shapes: the transposed write-back cost
+    // more than the broadcast loads it saved.)
     return {kAmxTile, kAmxTile, block_len, amx_block_bytes(block_len), amx_block_bytes(block_len), kChunkK / block_len,
-            &pack_amx_a_panel, &pack_amx_b_panel,
-            int8_micro_kernel_amx(block_len, tile_uniform(x)), true, swap};
+            &pack_amx_a_panel, &pack_amx_b_panel, int8_micro_kernel_amx(block_len, tile_uniform(a), tile_uniform(b)),
+            true};
   }
   if (family == Family::int8_blocks) {
     MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len)
                         : isa == Isa::avx2 ? int8_micro_kernel_avx2(block_len)
                                            : int8_micro_kernel_scalar(block_len);
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
-            &pack_int8_a_panel, &pack_int8_b_panel, micro, false, false};
+            &pack_int8_a_panel, &pack_int8_b_panel, micro, false};
   }
   MicroKernel micro = isa >= Isa::avx512 ? f32_micro_kernel_avx512()
                       : isa == Isa::avx2 ? f32_micro_kernel_avx2()
                                          : f32_micro_kernel_scalar();
-  return {kMr, kNr, 1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, &pack_f32_a_panel, &pack_f32_b_panel, micro, false, false};
+  return {kMr, kNr, 1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, &pack_f32_a_panel, &pack_f32_b_panel, micro, false};
 }
 
 // out = scale * in (+ out). Cloned per ISA (chosen by the loader from cpuid) because the scalar
@@ -186,31 +183,28 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
 
   const Plan plan = make_plan(family, a, b, active_isa());  // the ISA is read once per call
   const float out_scale = output_scale(a, b, alpha, family);
-  // The kernels compute X . Y^T: C itself, or C^T when the plan swaps the operands.
-  const QuantizedTensor& x = plan.transposed ? b : a;
-  const QuantizedTensor& y = plan.transposed ? a : b;
-  const int64_t X = x.rows, Y = y.rows, K = x.cols;
+  const int64_t M = a.rows, N = b.rows, K = a.cols;
   const int64_t units = K / plan.unit_k;
   const int64_t mr = plan.mr, nr = plan.nr;
-  const int64_t x_panels = (X + mr - 1) / mr, y_panels = (Y + nr - 1) / nr;
-  const int64_t x_panel_bytes = units * plan.a_unit_bytes, y_panel_bytes = units * plan.b_unit_bytes;
+  const int64_t a_panels = (M + mr - 1) / mr, b_panels = (N + nr - 1) / nr;
+  const int64_t a_panel_bytes = units * plan.a_unit_bytes, b_panel_bytes = units * plan.b_unit_bytes;
 
   static thread_local Workspace packed_workspace;
-  uint8_t* packed = packed_workspace.get(static_cast<size_t>((x_panels * x_panel_bytes + y_panels * y_panel_bytes)));
-  uint8_t* packed_x = packed;
-  uint8_t* packed_y = packed + x_panels * x_panel_bytes;
+  uint8_t* packed = packed_workspace.get(static_cast<size_t>((a_panels * a_panel_bytes + b_panels * b_panel_bytes)));
+  uint8_t* packed_a = packed;
+  uint8_t* packed_b = packed + a_panels * a_panel_bytes;
 
   const int64_t tile_row_panels = kTileRows / mr, tile_col_panels = kTileCols / nr;
-  const int64_t tile_rows = (x_panels + tile_row_panels - 1) / tile_row_panels;
-  const int64_t tile_cols = (y_panels + tile_col_panels - 1) / tile_col_panels;
+  const int64_t tile_rows = (a_panels + tile_row_panels - 1) / tile_row_panels;
+  const int64_t tile_cols = (b_panels + tile_col_panels - 1) / tile_col_panels;
   const int64_t micro_tile_floats = mr * nr;
 
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < x_panels; ++p) plan.pack_a(x, p * mr, packed_x + p * x_panel_bytes);
+    for (int64_t p = 0; p < a_panels; ++p) plan.pack_a(a, p * mr, packed_a + p * a_panel_bytes);
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < y_panels; ++p) plan.pack_b(y, p * nr, packed_y + p * y_panel_bytes);
+    for (int64_t p = 0; p < b_panels; ++p) plan.pack_b(b, p * nr, packed_b + p * b_panel_bytes);
     // (implicit barrier: both operands are packed before any tile starts)
 
     static thread_local Workspace scratch_workspace;
@@ -218,45 +212,29 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
     if (plan.uses_tiles) amx_thread_begin(plan.unit_k);
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < tile_rows * tile_cols; ++tile) {
-      const int64_t ix0 = tile / tile_cols * tile_row_panels, iy0 = tile % tile_cols * tile_col_panels;
-      const int64_t ix_count = std::min(tile_row_panels, x_panels - ix0);
-      const int64_t iy_count = std::min(tile_col_panels, y_panels - iy0);
+      const int64_t ia0 = tile / tile_cols * tile_row_panels, ib0 = tile % tile_cols * tile_col_panels;
+      const int64_t ia_count = std::min(tile_row_panels, a_panels - ia0);
+      const int64_t ib_count = std::min(tile_col_panels, b_panels - ib0);
       for (int64_t u0 = 0; u0 < units; u0 += plan.chunk_units) {
         const int64_t chunk = std::min(plan.chunk_units, units - u0);
-        for (int64_t jy = 0; jy < iy_count; ++jy) {
-          const uint8_t* py = packed_y + (iy0 + jy) * y_panel_bytes + u0 * plan.b_unit_bytes;
-          for (int64_t ix = 0; ix < ix_count; ++ix) {
-            const uint8_t* px = packed_x + (ix0 + ix) * x_panel_bytes + u0 * plan.a_unit_bytes;
-            plan.micro(px, py, chunk, scratch + (ix * tile_col_panels + jy) * micro_tile_floats, u0 == 0);
+        for (int64_t jb = 0; jb < ib_count; ++jb) {
+          const uint8_t* pb = packed_b + (ib0 + jb) * b_panel_bytes + u0 * plan.b_unit_bytes;
+          for (int64_t ia = 0; ia < ia_count; ++ia) {
+            const uint8_t* pa = packed_a + (ia0 + ia) * a_panel_bytes + u0 * plan.a_unit_bytes;
+            plan.micro(pa, pb, chunk, scratch + (ia * tile_col_panels + jb) * micro_tile_floats, u0 == 0);
           }
         }
       }
       // Scale once and write only the part of each micro-tile that lies inside C, whole rows of C at
       // a time: C rows are ldc apart (often a page), so writing micro-tile by micro-tile touched a
       // new page every 64 bytes.
-      if (!plan.transposed) {
-        for (int64_t ix = 0; ix < ix_count; ++ix) {
-          const int64_t m0 = (ix0 + ix) * mr, rows = std::min(mr, X - m0);
-          for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t jy = 0; jy < iy_count; ++jy) {
-              const float* acc = scratch + (ix * tile_col_panels + jy) * micro_tile_floats;
-              const int64_t n0 = (iy0 + jy) * nr, cols = std::min(nr, Y - n0);
-              write_scaled(acc + r * nr, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
-            }
-          }
-        }
-      } else {
-        // The tile holds C^T: element (x, y) goes to C[y][x]; transpose each micro-tile first.
-        alignas(64) float transposed[kAmxTile * kAmxTile];
-        for (int64_t jy = 0; jy < iy_count; ++jy) {
-          const int64_t m0 = (iy0 + jy) * nr, rows = std::min(nr, Y - m0);
-          for (int64_t ix = 0; ix < ix_count; ++ix) {
-            const float* acc = scratch + (ix * tile_col_panels + jy) * micro_tile_floats;
-            const int64_t n0 = (ix0 + ix) * mr, cols = std::min(mr, X - n0);
-            for (int64_t i = 0; i < mr; ++i)
-              for (int64_t j = 0; j < nr; ++j) transposed[j * mr + i] = acc[i * nr + j];
-            for (int64_t r = 0; r < rows; ++r)
-              write_scaled(transposed + r * mr, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
+      for (int64_t ia = 0; ia < ia_count; ++ia) {
+        const int64_t m0 = (ia0 + ia) * mr, rows = std::min(mr, M - m0);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t jb = 0; jb < ib_count; ++jb) {
+            const float* acc = scratch + (ia * tile_col_panels + jb) * micro_tile_floats;
+            const int64_t n0 = (ib0 + jb) * nr, cols = std::min(nr, N - n0);
+            write_scaled(acc + r * nr, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
           }
         }
       }

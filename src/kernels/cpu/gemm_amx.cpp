@@ -4,9 +4,9 @@
 // (cvt, *sB, fma sA) on the same two vector ports, which caps the AVX-512 kernel at 4/7 of the
 // vpdpbusd peak. tdpbssd computes a whole 16x16 block product (4096 multiply-adds, signed x signed,
 // so no +12 shift) on the tile unit, off the vector ports. What remains on the vector ports is the
-// per-block epilogue: for each of the 16 rows, cvt + fma (2 ops) when A's scale is uniform over
-// the tile's rows (NVFP4 16x16 weights; the driver puts such an operand on the A side), cvt + mul +
-// fma (3 ops) otherwise. Measured on Sapphire Rapids, the tile work (loads, tdpbssd, the store of
+// per-block epilogue: for each of the 16 rows, cvt + fma (2 ops) when one operand's scale is
+// uniform over the tile (NVFP4 16x16 weights; from a register when it is A's, from a broadcast
+// load when it is B's), cvt + mul + fma (3 ops) otherwise. Measured on Sapphire Rapids, the tile work (loads, tdpbssd, the store of
 // each 16x16 int32 product) and the epilogue do not overlap much: ~11 + ~6..9 ns per block and core.
 //
 // The epilogue performs exactly the VNNI kernel's arithmetic: the block's exact int32 becomes a
@@ -52,17 +52,22 @@ TileConfig make_config(int64_t block_len) {
   return c;
 }
 
-// Whether A's scale is the same for all 16 rows of each block (16x16-tiled NVFP4).
-enum class Uniform { none, a };
+// Which operand's scale is the same for all 16 rows (A) or columns (B) of each block (16x16 tiles).
+enum class Uniform { none, a, b };
 
-// acc[r] += float(prod[r]) * sA[r] * sB (16 columns): one vector of scales per block when A's is
-// uniform, else a multiply per row by the broadcast row scale.
+// acc[r] += float(prod[r]) * sA[r] * sB (16 columns), per the three scale cases.
 template <Uniform U>
 __attribute__((always_inline)) inline void block_epilogue(const int32_t* prod, const float* sa, const float* sb, __m512* acc) {
   if constexpr (U == Uniform::a) {
     const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sa[0]), _mm512_load_ps(sb));
 #pragma GCC unroll 16
     for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(prod + 16 * r)), s, acc[r]);
+  } else if constexpr (U == Uniform::b) {
+    alignas(64) float s[16];
+    _mm512_store_ps(s, _mm512_mul_ps(_mm512_load_ps(sa), _mm512_set1_ps(sb[0])));
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(prod + 16 * r)), _mm512_set1_ps(s[r]), acc[r]);
   } else {
     const __m512 sbv = _mm512_load_ps(sb);
 #pragma GCC unroll 16
@@ -139,14 +144,16 @@ void int8_blocks_amx(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float
 #undef NIBBLE_AMX_PAIR_PRODUCTS
 
 template <int64_t BlockLen>
-MicroKernel pick(bool a_uniform) {
-  return a_uniform ? &int8_blocks_amx<BlockLen, Uniform::a> : &int8_blocks_amx<BlockLen, Uniform::none>;
+MicroKernel pick(bool a_uniform, bool b_uniform) {
+  if (a_uniform) return &int8_blocks_amx<BlockLen, Uniform::a>;
+  if (b_uniform) return &int8_blocks_amx<BlockLen, Uniform::b>;
+  return &int8_blocks_amx<BlockLen, Uniform::none>;
 }
 
 }  // namespace
 
-MicroKernel int8_micro_kernel_amx(int64_t block_len, bool a_uniform) {
-  return block_len == 16 ? pick<16>(a_uniform) : pick<32>(a_uniform);
+MicroKernel int8_micro_kernel_amx(int64_t block_len, bool a_uniform, bool b_uniform) {
+  return block_len == 16 ? pick<16>(a_uniform, b_uniform) : pick<32>(a_uniform, b_uniform);
 }
 
 void amx_thread_begin(int64_t block_len) {

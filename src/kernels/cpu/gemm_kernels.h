@@ -60,9 +60,9 @@ MicroKernel int8_micro_kernel_scalar(int64_t block_len);
 MicroKernel int8_micro_kernel_avx2(int64_t block_len);
 MicroKernel int8_micro_kernel_avx512(int64_t block_len);
 // AMX: acc is 16x16 floats (stride 16, 64-byte aligned) and `first` only decides whether acc is
-// read. a_uniform: all 16 rows of each A block of a panel have the same scale (16x16-tiled NVFP4),
-// which saves one vector op per row.
-MicroKernel int8_micro_kernel_amx(int64_t block_len, bool a_uniform);
+// read. a_uniform / b_uniform: all 16 rows of each A block (columns of each B block) of a panel
+// have the same scale (16x16-tiled NVFP4), which saves one vector op per row.
+MicroKernel int8_micro_kernel_amx(int64_t block_len, bool a_uniform, bool b_uniform);
 // Tile state of the calling thread: configured for block_len before its first AMX micro-kernel,
 // released after its last (other libraries on the same thread, e.g. oneDNN, configure their own).
 void amx_thread_begin(int64_t block_len);
