@@ -470,7 +470,7 @@ TEST(QuantizeFast, BadShapesAndOptionsGiveTheReferenceMessage) {
 
 TEST(QuantizeFast, TransposedCopyMatchesReference) {
   std::mt19937_64 rng(test_seed() + 7);
-  const std::pair<int64_t, int64_t> shapes[] = {{32, 64}, {48, 160}, {96, 32}, {17, 64}, {64, 1024}, {320, 256}};
+  const std::pair<int64_t, int64_t> shapes[] = {{32, 64}, {48, 160}, {96, 32}, {17, 64}, {64, 1024}, {320, 256}, {48, 100}, {33, 77}};
   for (auto [rows, cols] : shapes) {
     auto x = make_tensor(rng, rows, cols, kDists[rng() % std::size(kDists)], random_scale(rng));
     for (const Case& c : all_options()) {
