@@ -250,7 +250,8 @@ TEST(Gemm, VariantsAgreeBitwise) {
   };
   const Case cases[] = {{Format::nvfp4, 70, 90, 768, false, false}, {Format::nvfp4, 80, 96, 784, false, true},
                         {Format::nvfp4, 96, 45, 784, true, false},  {Format::nvfp4, 48, 32, 16, true, true},
-                        {Format::mxfp4, 37, 53, 480, false, false}, {Format::nvfp4, 1, 1, 48, false, false}};
+                        {Format::mxfp4, 37, 53, 480, false, false}, {Format::nvfp4, 1, 1, 48, false, false},
+                        {Format::nvfp4, 64, 48, 272, false, true}};
   IsaGuard guard;
   uint64_t seed = 500;
   for (const Case& t : cases) {

@@ -22,7 +22,11 @@ namespace {
 // issued almost one load per vector op and was bound by the load ports, not by vpdpbusd.
 // 8 int32 + 8 float accumulators, 2 B vectors and the scales fit in the 32 zmm registers, and the
 // 8 independent vpdpbusd chains of a group hide its latency.
-template <int64_t Groups>
+// UniformB: B is 16x16-tiled NVFP4, so each 16-column half of the panel has one scale per block and
+// sA*sB is one number per row and half; it is formed for the 4 rows at once and broadcast from
+// memory, which turns the per-row cvt, mul, fma into cvt, fma (6 vector ops per block and vector
+// instead of 7). Same value: both ways add the exact product P*sA*sB with one rounding.
+template <int64_t Groups, bool UniformB>
 void int8_blocks_avx512(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float* acc, bool first) {
   static_assert(kNrVectors == 2 && kMr % 4 == 0);
   constexpr int kRows = 4;
@@ -54,12 +58,24 @@ void int8_blocks_avx512(const uint8_t* pa, const uint8_t* pb, int64_t blocks, fl
         }
       }
       const float* sb_row = reinterpret_cast<const float*>(b + block_len * kNr);
-      const __m512 sb0 = _mm512_loadu_ps(sb_row), sb1 = _mm512_loadu_ps(sb_row + 16);
+      if constexpr (UniformB) {
+        alignas(16) float s[2][kRows];
+        const __m128 sa4 = _mm_loadu_ps(sa + r0);
+        _mm_store_ps(s[0], _mm_mul_ps(sa4, _mm_set1_ps(sb_row[0])));
+        _mm_store_ps(s[1], _mm_mul_ps(sa4, _mm_set1_ps(sb_row[16])));
 #pragma GCC unroll 4
-      for (int m = 0; m < kRows; ++m) {
-        const __m512 sam = _mm512_set1_ps(sa[r0 + m]);
-        c[m][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d[m][0]), sb0), sam, c[m][0]);
-        c[m][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d[m][1]), sb1), sam, c[m][1]);
+        for (int m = 0; m < kRows; ++m) {
+          c[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[m][0]), _mm512_set1_ps(s[0][m]), c[m][0]);
+          c[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[m][1]), _mm512_set1_ps(s[1][m]), c[m][1]);
+        }
+      } else {
+        const __m512 sb0 = _mm512_loadu_ps(sb_row), sb1 = _mm512_loadu_ps(sb_row + 16);
+#pragma GCC unroll 4
+        for (int m = 0; m < kRows; ++m) {
+          const __m512 sam = _mm512_set1_ps(sa[r0 + m]);
+          c[m][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d[m][0]), sb0), sam, c[m][0]);
+          c[m][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d[m][1]), sb1), sam, c[m][1]);
+        }
       }
       a += int8_a_block_bytes(block_len);
       b += int8_b_block_bytes(block_len);
@@ -95,8 +111,9 @@ void f32_avx512(const uint8_t* pa, const uint8_t* pb, int64_t ks, float* acc, bo
 
 }  // namespace
 
-MicroKernel int8_micro_kernel_avx512(int64_t block_len) {
-  return block_len == 32 ? &int8_blocks_avx512<8> : &int8_blocks_avx512<4>;
+MicroKernel int8_micro_kernel_avx512(int64_t block_len, bool b_uniform) {
+  if (block_len == 32) return &int8_blocks_avx512<8, false>;
+  return b_uniform ? &int8_blocks_avx512<4, true> : &int8_blocks_avx512<4, false>;
 }
 MicroKernel f32_micro_kernel_avx512() { return &f32_avx512; }
 
