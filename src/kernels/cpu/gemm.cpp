@@ -143,7 +143,7 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
             true};
   }
   if (family == Family::int8_blocks) {
-    MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len)
+    MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b))
                         : isa == Isa::avx2 ? int8_micro_kernel_avx2(block_len)
                                            : int8_micro_kernel_scalar(block_len);
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
