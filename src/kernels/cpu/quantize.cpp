@@ -14,6 +14,7 @@
 #include <atomic>
 #include <bit>
 #include <cfloat>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -293,10 +294,18 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
   }
   if (static_cast<int64_t>(x.size()) != rows * cols) ref::validate(x, rows, cols, opt);  // reports the size mismatch
   const Kernels& k = active_kernels();
-  std::vector<float> t(x.size());
+  // The transposed copy lives in a grow-only per-thread buffer: a fresh zero-filled vector per call
+  // (two per linear layer and step in training) cost its memset and page faults every time.
+  static thread_local std::unique_ptr<float[]> buffer;
+  static thread_local size_t capacity = 0;
+  if (x.size() > capacity) {
+    buffer.reset(new float[x.size()]);
+    capacity = x.size();
+  }
+  float* t = buffer.get();
   if (rows > 0 && cols > 0)
-    parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), rows, cols, t.data(), b, e); });
-  return quantize(t, cols, rows, opt);
+    parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), rows, cols, t, b, e); });
+  return quantize(std::span<const float>(t, x.size()), cols, rows, opt);
 }
 
 QuantizedTensor transpose_tiles(const QuantizedTensor& q) {
