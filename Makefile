@@ -57,7 +57,7 @@ clean:
 	rm -rf $(BUILD) $(BUILD).configure.log build-fuzz build-fuzz.configure.log
 
 # The README's first command: installs what is missing, builds the nibble command, prepares the
-# shipped Shakespeare text, trains a small model in NVFP4 (about ten minutes on 2 cores), samples
+# shipped Shakespeare text, trains a small model in NVFP4 (under two minutes of training on 2 cores), samples
 # it and plots its loss. Re-running continues (or reuses) the same run: resume=true.
 DEMO_RUN ?= runs/shakespeare-nvfp4
 .PHONY: demo
