@@ -81,7 +81,17 @@ Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, con
 // Packing (gemm_pack.cpp). `row0` is the first row of the panel; rows beyond q.rows are padding.
 void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
-void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+// AMX panels are packed with SSSE3 nibble lookups in gemm_amx.cpp (AMX implies AVX-512), from
+// plain pointers so that no inline code of QuantizedTensor is compiled with AVX-512 flags.
+struct AmxPanelSource {
+  const uint8_t* codes;  // packed E2M1, rows x cols/2
+  const uint8_t* scales; // rows x cols/block_len block scale codes
+  int64_t rows, cols, block_len;
+  const float* scale_of;  // the 256 decoded block scales of the format
+};
+void pack_amx_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
+void pack_amx_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
+void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
 void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);

@@ -107,42 +107,13 @@ void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
 }
 
 namespace {
-// One AMX panel (either side): `place(dst_block, r, g)` is where row r's 4 codes of group g go.
-template <class Place>
-void pack_amx_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst, Place place) {
-  const DecodeTables& t = tables();
-  const float* scale_of = scale_table(q);
-  const int64_t block_len = q.block_len(), blocks = q.cols / block_len, groups = block_len / 4;
-  const int64_t stride = amx_block_bytes(block_len);
-  const uint8_t* first_scales = q.scales.data() + row0 * blocks;  // row0 < q.rows for every panel
-  for (int r = 0; r < kAmxTile; ++r) {
-    const int64_t row = row0 + r;
-    const bool inside = row < q.rows;
-    const uint8_t* src = inside ? q.codes.data() + row * (q.cols / 2) : nullptr;
-    const uint8_t* scales = inside ? q.scales.data() + row * blocks : first_scales;
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* blk = dst + b * stride;
-      for (int64_t g = 0; g < groups; ++g) {
-        uint32_t word = 0;
-        if (inside) word = t.signed_pair[src[2 * g]] | (static_cast<uint32_t>(t.signed_pair[src[2 * g + 1]]) << 16);
-        std::memcpy(place(blk, r, g), &word, 4);
-      }
-      if (inside) src += block_len / 2;
-      const float scale = scale_of[scales[b]];
-      std::memcpy(blk + kAmxTile * block_len + 4 * r, &scale, 4);
-    }
-  }
+AmxPanelSource amx_source(const QuantizedTensor& q) {
+  return {q.codes.data(), q.scales.data(), q.rows, q.cols, q.block_len(), scale_table(q)};
 }
 }  // namespace
 
-void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
-  const int64_t block_len = q.block_len();
-  pack_amx_panel(q, row0, dst, [block_len](uint8_t* blk, int r, int64_t g) { return blk + r * block_len + 4 * g; });
-}
-
-void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
-  pack_amx_panel(q, row0, dst, [](uint8_t* blk, int r, int64_t g) { return blk + (g * kAmxTile + r) * 4; });
-}
+void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_a_panel(amx_source(q), row0, dst); }
+void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_b_panel(amx_source(q), row0, dst); }
 
 namespace {
 // Element r of every k of an f32 panel with `width` rows: decoded FP8 times its block scale.
