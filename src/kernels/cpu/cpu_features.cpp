@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -45,7 +46,20 @@ Isa env_limit(Isa detected) {
   const char* e = std::getenv("NIBBLE_ISA");
   if (!e) return detected;
   std::string s(e);
-  Isa want = s == "scalar" ? Isa::scalar : s == "avx2" ? Isa::avx2 : s == "avx512" ? Isa::avx512 : Isa::amx;
+  Isa want;
+  if (s == "scalar") {
+    want = Isa::scalar;
+  } else if (s == "avx2") {
+    want = Isa::avx2;
+  } else if (s == "avx512") {
+    want = Isa::avx512;
+  } else if (s == "amx" || s.empty()) {
+    want = Isa::amx;
+  } else {
+    // Read once at start-up, before any command can report errors, so this warns rather than fails.
+    std::fprintf(stderr, "nibble: NIBBLE_ISA=%s is not one of scalar, avx2, avx512, amx; ignoring it\n", e);
+    want = Isa::amx;
+  }
   return want < detected ? want : detected;
 }
 
