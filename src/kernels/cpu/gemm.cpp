@@ -9,14 +9,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <memory>
-#include <new>
 #include <string>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/workspace.h"
 
 namespace nibble::cpu {
 namespace gemm_detail {
@@ -26,26 +24,6 @@ constexpr int64_t kTileRows = 96;   // rows of A per macro tile (a multiple of e
 constexpr int64_t kTileCols = 256;  // columns of B per macro tile
 constexpr int64_t kChunkK = 512;        // K per chunk (int8 family: 20 KB of packed B per panel)
 constexpr int64_t kChunkKF32 = 128;     // K per chunk (f32 family: 16 KB of packed B per panel)
-
-// Grow-only 64-byte aligned scratch, one per thread, so that repeated GEMMs do not pay page faults.
-class Workspace {
- public:
-  uint8_t* get(size_t bytes) {
-    if (bytes > size_) {
-      size_ = (bytes + 4095) / 4096 * 4096;
-      data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, size_)));
-      if (!data_) throw std::bad_alloc();
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t, Free> data_;
-  size_t size_ = 0;
-};
 
 bool is_nvfp4_block(BlockShape b) { return b == BlockShape::row_1x16 || b == BlockShape::tile_16x16; }
 bool is_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }

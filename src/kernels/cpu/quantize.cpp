@@ -14,12 +14,12 @@
 #include <atomic>
 #include <bit>
 #include <cfloat>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quantize_kernels.h"
+#include "kernels/cpu/workspace.h"
 
 namespace nibble::cpu {
 namespace {
@@ -296,13 +296,8 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
   const Kernels& k = active_kernels();
   // The transposed copy lives in a grow-only per-thread buffer: a fresh zero-filled vector per call
   // (two per linear layer and step in training) cost its memset and page faults every time.
-  static thread_local std::unique_ptr<float[]> buffer;
-  static thread_local size_t capacity = 0;
-  if (x.size() > capacity) {
-    buffer.reset(new float[x.size()]);
-    capacity = x.size();
-  }
-  float* t = buffer.get();
+  static thread_local Workspace transposed;
+  float* t = reinterpret_cast<float*>(transposed.get(x.size() * sizeof(float)));
   if (rows > 0 && cols > 0)
     parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), rows, cols, t, b, e); });
   return quantize(std::span<const float>(t, x.size()), cols, rows, opt);
