@@ -7,6 +7,8 @@
 // gamma_n = n*u/(1 - n*u), u = 2^-24. So |c - c_ref| <= gamma_{terms+4} * sum|term| * |global|
 // (the +4 covering the scale products and the final multiply), plus a few FLT_MIN for underflow.
 // The absolute-value sum is computed here in FP64 from the codes, independently of ref::gemm.
+// Summation::fp32_products (AMX-BF16) forms every element product exactly and sums the K of them
+// in FP32 (the tile unit rounds to nearest even), so the same bound holds with terms = K.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -74,9 +76,10 @@ double gamma(int64_t n) {
 }
 
 // Per output element: the bound on |c - c_ref| described at the top of this file.
-std::vector<double> error_bounds(const QuantizedTensor& a, const QuantizedTensor& b, float alpha) {
+std::vector<double> error_bounds(const QuantizedTensor& a, const QuantizedTensor& b, float alpha,
+                                 cpu::Summation summation = cpu::Summation::block_exact) {
   const int64_t M = a.rows, N = b.rows, K = a.cols;
-  const bool int8_family = a.format == Format::nvfp4 || a.format == Format::mxfp4;
+  const bool int8_family = (a.format == Format::nvfp4 && summation == cpu::Summation::block_exact) || a.format == Format::mxfp4;
   const int64_t term_len = int8_family ? a.block_len() : 1;
   const int64_t terms = K / term_len;
   const double global = std::fabs(static_cast<double>(alpha) * a.decode_scale * b.decode_scale);
@@ -107,24 +110,29 @@ struct IsaGuard {
 };
 
 // Runs every variant on (a, b) with C poisoned by NaN and checks each element against the reference.
+// NVFP4 operands also run Summation::fp32_products (its own kernel where AMX-BF16 is active).
 void expect_matches_reference(const QuantizedTensor& a, const QuantizedTensor& b, float alpha = 1.0f) {
   const int64_t M = a.rows, N = b.rows;
   const int64_t ldc = N + 3;  // the padding must stay untouched
   std::vector<double> ref(static_cast<size_t>(M * N));
   ref::gemm(a, b, ref.data(), N);
-  const std::vector<double> bound = error_bounds(a, b, alpha);
+  std::vector<cpu::Summation> summations = {cpu::Summation::block_exact};
+  if (a.format == Format::nvfp4) summations.push_back(cpu::Summation::fp32_products);
   IsaGuard guard;
+  for (cpu::Summation summation : summations)
   for (Isa isa : runnable_isas()) {
+    const std::vector<double> bound = error_bounds(a, b, alpha, summation);
     cpu::set_isa_limit(isa);
     std::vector<float> c(static_cast<size_t>(M * ldc), std::numeric_limits<float>::quiet_NaN());
-    cpu::gemm(a, b, c.data(), ldc, alpha);
+    cpu::gemm(a, b, c.data(), ldc, alpha, false, summation);
     int64_t failures = 0;
     for (int64_t m = 0; m < M && failures < 5; ++m) {
       for (int64_t n = 0; n < N && failures < 5; ++n) {
         double want = alpha * ref[m * N + n], got = c[m * ldc + n];
         // Written as !(x <= bound) so that NaN fails.
         if (!(std::fabs(got - want) <= bound[m * N + n])) {
-          ADD_FAILURE() << cpu::to_string(isa) << " " << to_string(a.format) << " M=" << M << " N=" << N
+          ADD_FAILURE() << cpu::to_string(isa) << (summation == cpu::Summation::fp32_products ? " fp32_products " : " ")
+                        << to_string(a.format) << " M=" << M << " N=" << N
                         << " K=" << a.cols << " C[" << m << "," << n << "] = " << got << ", reference " << want
                         << ", bound " << bound[m * N + n];
           ++failures;
@@ -237,6 +245,34 @@ TEST(Gemm, BitwiseIdenticalForAnyThreadCount) {
             << to_string(f) << " " << cpu::to_string(isa) << " differs between 1 and " << i + 1 << " threads";
     }
   }
+}
+
+TEST(Gemm, Fp32ProductsBitwiseIdenticalForAnyThreadCount) {
+  if (!cpu::fp32_products_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU: fp32_products runs block_exact here";
+  const int saved = omp_get_max_threads();
+  // K = 1296: 40.5 units of 32 (a zero-padded half unit) over six K chunks; 1x16 x 16x16 as in fprop.
+  QuantizedTensor a = make_operand(Format::nvfp4, 203, 1296, 410), b = make_operand(Format::nvfp4, 528, 1296, 411, true);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    results.emplace_back(203 * 528, std::numeric_limits<float>::quiet_NaN());
+    cpu::gemm(a, b, results.back().data(), 528, 1.0f, false, cpu::Summation::fp32_products);
+  }
+  omp_set_num_threads(saved);
+  for (size_t i = 1; i < results.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+        << "fp32_products differs between 1 and " << i + 1 << " threads";
+}
+
+TEST(Gemm, Fp32ProductsIsNotBlockExact) {
+  // Guards against the fp32_products request silently running the block kernel (the reference tests
+  // above would pass either way): on a long K the two summation orders must differ somewhere.
+  if (!cpu::fp32_products_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU: fp32_products runs block_exact here";
+  QuantizedTensor a = make_operand(Format::nvfp4, 64, 2048, 420), b = make_operand(Format::nvfp4, 64, 2048, 421);
+  std::vector<float> exact(64 * 64), fast(64 * 64);
+  cpu::gemm(a, b, exact.data(), 64, 1.0f, false, cpu::Summation::block_exact);
+  cpu::gemm(a, b, fast.data(), 64, 1.0f, false, cpu::Summation::fp32_products);
+  EXPECT_NE(0, std::memcmp(exact.data(), fast.data(), exact.size() * sizeof(float)));
 }
 
 TEST(Gemm, VariantsAgreeBitwise) {

@@ -73,10 +73,13 @@ struct Column {
   bool int8_kind;  // judged against the int8 dot-product peak (else the FP32 FMA peak)
 };
 
+// Column indices, in table order.
+enum Col : size_t { kNvfp4, kNvfp4Fp32Sum, kMxfp4, kFp8, kOneDnnF32, kOneDnnBf16, kOpenBlas, kNvfp4QGemm, kNvfp4Avx512 };
+
 const std::vector<Column>& columns() {
-  static const std::vector<Column> c = {{"nvfp4", true},   {"mxfp4", true},         {"fp8", false},
-                                        {"onednn f32", false}, {"onednn bf16", false}, {"openblas", false},
-                                        {"nvfp4 q+gemm", true}, {"nvfp4 avx512", true}};
+  static const std::vector<Column> c = {{"nvfp4", true},        {"nvfp4 fp32sum", true}, {"mxfp4", true},
+                                        {"fp8", false},         {"onednn f32", false},   {"onednn bf16", false},
+                                        {"openblas", false},    {"nvfp4 q+gemm", true},  {"nvfp4 avx512", true}};
   return c;
 }
 
@@ -94,43 +97,48 @@ std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
   };
   std::vector<double> gflops(columns().size(), 0.0);
   auto rate = [&](const std::function<void()>& fn) { return flops / best_seconds(fn, min_seconds) * 1e-9; };
+  const bool fp32sum = cpu::fp32_products_available();
   {
     // The training recipe's forward GEMM: activations 1x16, weights 16x16 tiles.
     auto [qa, qb] = quantized(Format::nvfp4, true);
-    gflops[0] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+    gflops[kNvfp4] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+    if (fp32sum)
+      gflops[kNvfp4Fp32Sum] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, false, cpu::Summation::fp32_products); });
     if (cpu::active_isa() == cpu::Isa::amx) {
       // The same product on the AVX-512 VNNI kernel, to show what the tile unit adds (bitwise equal).
       cpu::set_isa_limit(cpu::Isa::avx512);
-      gflops[7] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+      gflops[kNvfp4Avx512] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
       cpu::set_isa_limit(cpu::Isa::amx);
     }
   }
   {
     auto [qa, qb] = quantized(Format::mxfp4, false);
-    gflops[1] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+    gflops[kMxfp4] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
   }
   {
     auto [qa, qb] = quantized(Format::fp8_e4m3, false);
-    gflops[2] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+    gflops[kFp8] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
   }
   // Same TN layout for the libraries: A [M,K] and B [N,K], both K-contiguous.
-  gflops[3] = rate([&] {
+  gflops[kOneDnnF32] = rate([&] {
     cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
   });
-  gflops[4] = rate([&] {
+  gflops[kOneDnnBf16] = rate([&] {
     cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
   });
 #ifdef NIBBLE_HAVE_OPENBLAS
-  gflops[5] = rate([&] {
+  gflops[kOpenBlas] = rate([&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
                 1.0f, a.data(), static_cast<int>(K), b.data(), static_cast<int>(K), 0.0f, c.data(), static_cast<int>(N));
   });
 #endif
-  gflops[6] = rate([&] {
+  // What a training step pays per linear: quantize both FP32 operands, then the fastest summation.
+  const cpu::Summation training = fp32sum ? cpu::Summation::fp32_products : cpu::Summation::block_exact;
+  gflops[kNvfp4QGemm] = rate([&] {
     QuantOptions weights{.format = Format::nvfp4, .tile_16x16 = N % 16 == 0};
     QuantizedTensor qa = cpu::quantize(a, M, K, {.format = Format::nvfp4});
     QuantizedTensor qb = cpu::quantize(b, N, K, weights);
-    cpu::gemm(qa, qb, c.data(), N);
+    cpu::gemm(qa, qb, c.data(), N, 1.0f, false, training);
   });
   return gflops;
 }
@@ -155,12 +163,15 @@ int run_bench_gemm(const BenchOptions& opt) {
   const cpu::InstructionPeak fma = cpu::measure_fma_f32_peak(opt.quick ? 0.1 : 0.3);
   const cpu::InstructionPeak dot = cpu::measure_int8_dot_peak(opt.quick ? 0.1 : 0.3);
   const cpu::InstructionPeak tile = cpu::measure_amx_int8_peak(opt.quick ? 0.1 : 0.3);
+  const cpu::InstructionPeak tile_bf16 = cpu::measure_amx_bf16_peak(opt.quick ? 0.1 : 0.3);
   fmt::print("measured peaks per core: {} {:.0f} GFLOP/s, {} {:.0f} GOP/s; x{} threads: {:.0f} / {:.0f}\n",
              fma.instruction, fma.giga_ops_per_s, dot.instruction, dot.giga_ops_per_s, threads,
              fma.giga_ops_per_s * threads, dot.giga_ops_per_s * threads);
   if (tile.giga_ops_per_s > 0)
     fmt::print("AMX tile peak per core: {} {:.0f} GOP/s (a 16-element block uses K=16, a quarter of it: {:.0f})\n",
                tile.instruction, tile.giga_ops_per_s, tile.giga_ops_per_s / 4);
+  if (tile_bf16.giga_ops_per_s > 0)
+    fmt::print("AMX-BF16 tile peak per core: {} {:.0f} GFLOP/s\n", tile_bf16.instruction, tile_bf16.giga_ops_per_s);
 #ifndef NIBBLE_HAVE_OPENBLAS
   fmt::print("(OpenBLAS not found at build time: its column reads 0)\n");
 #endif
@@ -185,7 +196,7 @@ int run_bench_gemm(const BenchOptions& opt) {
     std::vector<double> g = bench_shape(s, min_seconds);
     all.push_back(g);
     fmt::print("{:<14} {:>16}", s.name, fmt::format("{}x{}x{}", s.M, s.N, s.K));
-    for (double v : g) fmt::print(" {:>8.0f} ({:4.2f})", v, g[3] > 0 ? v / g[3] : 0.0);
+    for (double v : g) fmt::print(" {:>8.0f} ({:4.2f})", v, g[kOneDnnF32] > 0 ? v / g[kOneDnnF32] : 0.0);
     fmt::print("\n");
     std::fflush(stdout);
   }
@@ -202,19 +213,25 @@ int run_bench_gemm(const BenchOptions& opt) {
     fmt::print("\n");
   }
   if (tile.giga_ops_per_s > 0 && cpu::active_isa() == cpu::Isa::amx) {
-    fmt::print("\n% of the {}-thread AMX K=16 tile peak ({:.0f} GOP/s), int8 kinds on the tile unit\n", threads,
-               tile.giga_ops_per_s / 4 * threads);
+    fmt::print("\n% of the {}-thread AMX tile peaks: the int8 kinds vs tdpbssd at K=16 ({:.0f} GOP/s), nvfp4 fp32sum vs "
+               "tdpbf16ps ({:.0f} GFLOP/s)\n", threads, tile.giga_ops_per_s / 4 * threads, tile_bf16.giga_ops_per_s * threads);
     for (size_t i = 0; i < shapes.size(); ++i) {
       fmt::print("{:<14} {:>16}", shapes[i].name, fmt::format("{}x{}x{}", shapes[i].M, shapes[i].N, shapes[i].K));
-      for (size_t j : {size_t{0}, size_t{1}, size_t{6}})
+      for (size_t j : {size_t{kNvfp4}, size_t{kMxfp4}})
         fmt::print("  {} {:.1f}%", columns()[j].name, 100.0 * all[i][j] / (tile.giga_ops_per_s / 4 * threads));
+      if (tile_bf16.giga_ops_per_s > 0)
+        fmt::print("  {} {:.1f}%", columns()[kNvfp4Fp32Sum].name,
+                   100.0 * all[i][kNvfp4Fp32Sum] / (tile_bf16.giga_ops_per_s * threads));
       fmt::print("\n");
     }
   }
-  fmt::print("\nnvfp4 is the forward GEMM of the recipe (A 1x16, B 16x16 tiles); with AMX it runs on the tile unit\n"
-             "and nvfp4 avx512 is the same product on the VNNI kernel (0 without AMX).\n");
+  fmt::print("\nnvfp4 is the forward GEMM of the recipe (A 1x16, B 16x16 tiles) with Summation::block_exact (each\n"
+             "16-block product exact, one FP32 rounding per block): on the AMX-INT8 tile unit where present, and\n"
+             "nvfp4 avx512 is the same product on the VNNI kernel (bitwise equal; 0 without AMX). nvfp4 fp32sum is\n"
+             "Summation::fp32_products (operands decoded exactly to BF16, AMX-BF16 tiles, FP32 accumulation; 0\n"
+             "without AMX-BF16); nvfp4 q+gemm quantizes both FP32 operands and runs the faster of the two.\n");
   fmt::print("\nfp8 decodes E4M3 to FP32 and runs FMA, so it is judged against the FMA peak; onednn bf16 includes\n"
-             "rounding both FP32 operands to BF16 each call; nvfp4 q+gemm quantizes both FP32 operands each call.\n");
+             "rounding both FP32 operands to BF16 each call.\n");
   return 0;
 }
 

@@ -69,6 +69,14 @@ std::atomic<int>& limit_slot() {
 }
 }  // namespace
 
+bool amx_bf16_active() {
+  static const bool bf16 = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && ((edx >> 22) & 1);
+  }();
+  return bf16 && active_isa() >= Isa::amx;
+}
+
 Isa detected_isa() {
   static const Isa isa = detect();
   return isa;

@@ -12,6 +12,9 @@ namespace nibble::cpu {
 //           GEMM has an AMX kernel; every other entry point runs its avx512 variant at this level.
 enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, amx = 3 };
 
+// AMX-BF16 (tdpbf16ps) on top of the amx level, for NVFP4's fp32-products GEMM; false when
+// active_isa() is below amx.
+bool amx_bf16_active();
 Isa detected_isa();               // what the hardware supports
 Isa active_isa();                 // what dispatch uses: detected, capped by set_isa_limit / $NIBBLE_ISA
 void set_isa_limit(Isa limit);    // for tests and benchmarks; never raises above detected_isa()

@@ -24,6 +24,7 @@ constexpr int64_t kTileRows = 96;   // rows of A per macro tile (a multiple of e
 constexpr int64_t kTileCols = 256;  // columns of B per macro tile
 constexpr int64_t kChunkK = 512;        // K per chunk (int8 family: 20 KB of packed B per panel)
 constexpr int64_t kChunkKF32 = 128;     // K per chunk (f32 family: 16 KB of packed B per panel)
+constexpr int64_t kChunkKBf16 = 256;    // K per chunk (AMX-BF16: 16 KB of packed B per panel)
 
 bool is_nvfp4_block(BlockShape b) { return b == BlockShape::row_1x16 || b == BlockShape::tile_16x16; }
 bool is_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
@@ -89,10 +90,10 @@ Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, con
 namespace {
 
 // The factors applied once at the end: alpha, the two global decode scales, and 1/4 for the
-// doubled E2M1 codes of the int8 family.
-float output_scale(const QuantizedTensor& a, const QuantizedTensor& b, float alpha, Family family) {
+// doubled E2M1 codes of the int8 kernels (the BF16 panels hold the E2M1 values themselves).
+float output_scale(const QuantizedTensor& a, const QuantizedTensor& b, float alpha, bool doubled_codes) {
   float s = alpha * a.decode_scale * b.decode_scale;
-  return family == Family::int8_blocks ? s * 0.25f : s;
+  return doubled_codes ? s * 0.25f : s;
 }
 
 struct Plan {
@@ -104,33 +105,38 @@ struct Plan {
   void (*pack_a)(const QuantizedTensor&, int64_t, uint8_t*);
   void (*pack_b)(const QuantizedTensor&, int64_t, uint8_t*);
   MicroKernel micro;
-  bool uses_tiles;  // AMX: each thread configures its tile state first and releases it after
+  // AMX: each thread configures its tile state first and releases it after.
+  enum class Tiles { none, int8, bf16 } tiles;
 };
 
 // A 16x16-tiled operand has one scale per 16 rows of every block, i.e. per AMX panel.
 bool tile_uniform(const QuantizedTensor& q) { return q.block == BlockShape::tile_16x16; }
 
-Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b, Isa isa) {
+Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b, Isa isa, bool bf16_tiles) {
   const int64_t block_len = a.block_len();
+  if (bf16_tiles)
+    return {kBf16Panel, kBf16Panel, kBf16UnitK, kBf16UnitBytes, kBf16UnitBytes, kChunkKBf16 / kBf16UnitK,
+            &pack_bf16_a_panel, &pack_bf16_b_panel, bf16_micro_kernel_amx(), Plan::Tiles::bf16};
   if (family == Family::int8_blocks && isa == Isa::amx) {
     // (Computing C^T = B . A^T when only B is 16x16-tiled, to put the uniform scale on the tile's
     // rows, measured 10-15% slower on the recipe's forward shapes: the transposed write-back cost
     // more than the broadcast loads it saved.)
     return {kAmxTile, kAmxTile, block_len, amx_block_bytes(block_len), amx_block_bytes(block_len), kChunkK / block_len,
             &pack_amx_a_panel, &pack_amx_b_panel, int8_micro_kernel_amx(block_len, tile_uniform(a), tile_uniform(b)),
-            true};
+            Plan::Tiles::int8};
   }
   if (family == Family::int8_blocks) {
     MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b))
                         : isa == Isa::avx2 ? int8_micro_kernel_avx2(block_len)
                                            : int8_micro_kernel_scalar(block_len);
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
-            &pack_int8_a_panel, &pack_int8_b_panel, micro, false};
+            &pack_int8_a_panel, &pack_int8_b_panel, micro, Plan::Tiles::none};
   }
   MicroKernel micro = isa >= Isa::avx512 ? f32_micro_kernel_avx512()
                       : isa == Isa::avx2 ? f32_micro_kernel_avx2()
                                          : f32_micro_kernel_scalar();
-  return {kMr, kNr, 1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, &pack_f32_a_panel, &pack_f32_b_panel, micro, false};
+  return {kMr, kNr, 1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, &pack_f32_a_panel, &pack_f32_b_panel, micro,
+          Plan::Tiles::none};
 }
 
 // out = scale * in (+ out). Cloned per ISA (chosen by the loader from cpuid) because the scalar
@@ -153,16 +159,21 @@ void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumu
 }  // namespace
 }  // namespace gemm_detail
 
-void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha, bool accumulate) {
+bool fp32_products_available() { return amx_bf16_active(); }
+
+void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha, bool accumulate,
+          Summation summation) {
   using namespace gemm_detail;
   const Family family = validate_operands(a, b, c, ldc);
   if (a.rows == 0 || b.rows == 0) return;
   if (a.cols == 0) return write_zero_product(a.rows, b.rows, c, ldc, accumulate);
 
-  const Plan plan = make_plan(family, a, b, active_isa());  // the ISA is read once per call
-  const float out_scale = output_scale(a, b, alpha, family);
+  // The ISA is read once per call.
+  const bool bf16_tiles = summation == Summation::fp32_products && a.format == Format::nvfp4 && amx_bf16_active();
+  const Plan plan = make_plan(family, a, b, active_isa(), bf16_tiles);
+  const float out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles);
   const int64_t M = a.rows, N = b.rows, K = a.cols;
-  const int64_t units = K / plan.unit_k;
+  const int64_t units = (K + plan.unit_k - 1) / plan.unit_k;  // the BF16 unit (32) may pad one 16-block
   const int64_t mr = plan.mr, nr = plan.nr;
   const int64_t a_panels = (M + mr - 1) / mr, b_panels = (N + nr - 1) / nr;
   const int64_t a_panel_bytes = units * plan.a_unit_bytes, b_panel_bytes = units * plan.b_unit_bytes;
@@ -187,7 +198,8 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
 
     static thread_local Workspace scratch_workspace;
     float* scratch = reinterpret_cast<float*>(scratch_workspace.get(sizeof(float) * kTileRows * kTileCols));
-    if (plan.uses_tiles) amx_thread_begin(plan.unit_k);
+    if (plan.tiles == Plan::Tiles::int8) amx_thread_begin(plan.unit_k);
+    if (plan.tiles == Plan::Tiles::bf16) amx_bf16_thread_begin();
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < tile_rows * tile_cols; ++tile) {
       const int64_t ia0 = tile / tile_cols * tile_row_panels, ib0 = tile % tile_cols * tile_col_panels;
@@ -217,7 +229,7 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
         }
       }
     }
-    if (plan.uses_tiles) amx_thread_end();
+    if (plan.tiles != Plan::Tiles::none) amx_thread_end();
   }
 }
 

@@ -12,11 +12,26 @@
 
 namespace nibble::cpu {
 
+// How the products of a quantized GEMM are summed (NVFP4; every other format always sums as
+// block_exact describes for its family).
+//  * block_exact (spec section 5): each 16-element block product is an exact integer, multiplied by
+//    sA*sB and added to the FP32 accumulator with one rounding per block, blocks in K order. The same
+//    bits on every ISA (AMX-INT8, AVX-512 VNNI, AVX2, scalar).
+//  * fp32_products (spec section 7, the route Hopper takes): both operands decoded exactly to BF16
+//    (e2m1 * e4m3 fits), each element product exact, summed in FP32 by the AMX-BF16 tile unit in its
+//    own order: differs from block_exact within the FP32-accumulation bound, is bitwise the same for
+//    any thread count, and is ~2x faster on Sapphire Rapids (no per-block epilogue). Needs
+//    AMX-BF16; on other CPUs it runs block_exact (see fp32_products_available()).
+enum class Summation : uint8_t { block_exact, fp32_products };
+// True when Summation::fp32_products runs its own kernel on this CPU (AMX-BF16, not capped by
+// NIBBLE_ISA); false when it falls back to block_exact.
+bool fp32_products_available();
+
 // Quantized x quantized. a: [M, K], b: [N, K], same K and compatible formats (nvfp4 x nvfp4 with
 // any block shape on either side, mxfp4 x mxfp4, mxfp8 x mxfp8, fp8 x fp8 in any e4m3/e5m2 mix).
 // c: row-major with leading dimension ldc >= N. Throws UsageError on mismatched shapes/formats.
 void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha = 1.0f,
-          bool accumulate = false);
+          bool accumulate = false, Summation summation = Summation::block_exact);
 
 enum class Trans : uint8_t { no, yes };
 

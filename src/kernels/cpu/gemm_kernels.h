@@ -47,6 +47,16 @@ inline constexpr int64_t int8_b_block_bytes(int64_t block_len) { return block_le
 inline constexpr int kAmxTile = 16;
 inline constexpr int64_t amx_block_bytes(int64_t block_len) { return kAmxTile * block_len + 4 * kAmxTile; }
 
+// AMX-BF16 panels (gemm_bf16_amx.cpp, NVFP4 with Summation::fp32_products) are 32 rows of A or
+// 32 columns of B, per unit of 32 k (two NVFP4 blocks; an odd last block is padded with zeros):
+//   A: bf16 [2 tiles][16 rows][32 k]              the decoded values e2m1 * block scale, exact
+//   B: bf16 [2 tiles][16 k pairs][16 columns][2]  the tile unit's pair order
+// Rows/columns past the matrix edge are zero. The micro-tile is 32x32 (four accumulator tiles).
+inline constexpr int kBf16Panel = 32;
+inline constexpr int64_t kBf16UnitK = 32;
+inline constexpr int64_t kBf16UnitBytes = 2 * 16 * 32 * 2;
+inline constexpr int64_t bf16_units(int64_t k) { return (k + kBf16UnitK - 1) / kBf16UnitK; }
+
 // Packed panels of the f32 family, per k: float a[kMr] and float b[kNr].
 inline constexpr int64_t f32_a_k_bytes() { return 4 * kMr; }
 inline constexpr int64_t f32_b_k_bytes() { return 4 * kNr; }
@@ -68,6 +78,10 @@ MicroKernel int8_micro_kernel_amx(int64_t block_len, bool a_uniform, bool b_unif
 // released after its last (other libraries on the same thread, e.g. oneDNN, configure their own).
 void amx_thread_begin(int64_t block_len);
 void amx_thread_end();
+// AMX-BF16: acc is 32x32 floats (stride 32, 64-byte aligned); `units` = 32-k units. The thread's
+// tiles are configured by amx_bf16_thread_begin and released by amx_thread_end.
+MicroKernel bf16_micro_kernel_amx();
+void amx_bf16_thread_begin();
 // Micro-kernels for the f32 family take `units` = k.
 MicroKernel f32_micro_kernel_scalar();
 MicroKernel f32_micro_kernel_avx2();
@@ -91,6 +105,10 @@ struct AmxPanelSource {
 };
 void pack_amx_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
 void pack_amx_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
+void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);  // NVFP4 only
+void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
+void pack_bf16_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
+void pack_bf16_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
 void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);

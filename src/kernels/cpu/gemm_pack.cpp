@@ -114,6 +114,8 @@ AmxPanelSource amx_source(const QuantizedTensor& q) {
 
 void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_a_panel(amx_source(q), row0, dst); }
 void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_b_panel(amx_source(q), row0, dst); }
+void pack_bf16_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_a_panel(amx_source(q), row0, dst); }
+void pack_bf16_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_b_panel(amx_source(q), row0, dst); }
 
 namespace {
 // Element r of every k of an f32 panel with `width` rows: decoded FP8 times its block scale.

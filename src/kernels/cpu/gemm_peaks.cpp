@@ -13,6 +13,7 @@ int32_t vnni_zmm_loop(int64_t iterations);
 float fma_ymm_loop(int64_t iterations);
 int32_t maddubs_ymm_loop(int64_t iterations);
 int32_t amx_int8_loop(int64_t iterations);
+float amx_bf16_loop(int64_t iterations);
 }  // namespace peaks
 
 namespace {
@@ -57,6 +58,12 @@ InstructionPeak measure_amx_int8_peak(double seconds) {
   // Each iteration: 4 tdpbssd of 16x16 int32 += 16x64 s8 . 64x16 s8 (16384 multiply-adds each).
   if (detected_isa() >= Isa::amx) return {"tdpbssd (K=64)", best_rate(peaks::amx_int8_loop, 4 * 16 * 16 * 64 * 2, seconds)};
   return {"none (no AMX)", 0.0};
+}
+
+InstructionPeak measure_amx_bf16_peak(double seconds) {
+  // Each iteration: 4 tdpbf16ps of 16x16 f32 += 16x32 bf16 . 32x16 bf16 (8192 multiply-adds each).
+  if (amx_bf16_active()) return {"tdpbf16ps (K=32)", best_rate(peaks::amx_bf16_loop, 4 * 16 * 16 * 32 * 2, seconds)};
+  return {"none (no AMX-BF16)", 0.0};
 }
 
 }  // namespace nibble::cpu

@@ -16,5 +16,7 @@ InstructionPeak measure_fma_f32_peak(double seconds = 0.2);
 InstructionPeak measure_int8_dot_peak(double seconds = 0.2);
 // int8 tile multiply (AMX-INT8 tdpbssd at its full K of 64), where the CPU has AMX; else 0.
 InstructionPeak measure_amx_int8_peak(double seconds = 0.2);
+// BF16 tile multiply (AMX-BF16 tdpbf16ps, K=32, FP32 accumulate), where the CPU has it; else 0.
+InstructionPeak measure_amx_bf16_peak(double seconds = 0.2);
 
 }  // namespace nibble::cpu

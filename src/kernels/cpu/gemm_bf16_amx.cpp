@@ -1,0 +1,163 @@
+// AMX-BF16 kernel for NVFP4 x NVFP4 with FP32 element-product summation (Summation::fp32_products,
+// gemm.h): the spec's section 7 route, the one Hopper takes. Every E2M1 value times its E4M3 block
+// scale is exact in BF16 (<= 6 significant bits, magnitudes 2^-10..2688), so packing decodes each
+// operand once to BF16 and tdpbf16ps multiplies every pair exactly and accumulates in FP32 inside
+// the tile unit. No per-block epilogue is left on the vector ports (the limit of the int8 kernels,
+// gemm_amx.cpp): a 32x32 micro-tile keeps its four FP32 accumulators in tiles over a whole K chunk.
+//
+// The tile unit's FP32 accumulation has its own internal rounding (it matches neither sequential,
+// pairwise nor fused scalar models on Sapphire Rapids), so this path is tested against the FP64
+// reference with the FP32-accumulation bound, not bitwise. Its order is fixed by the packing and the
+// driver's K chunks, never by the thread, so results are bitwise identical for any thread count.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "format/codecs.h"  // kE2M1Values only (data): no inline code from headers in an ISA file
+#include "kernels/cpu/gemm_kernels.h"
+
+// GCC 12 false positives inside the intrinsic headers (see gemm_amx.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace nibble::cpu::gemm_detail {
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+// See gemm_amx.cpp: GCC 12's _tile_loadconfig lets the optimiser drop the config's stores.
+void load_tile_config(const TileConfig& config) { __asm__ volatile("ldtilecfg %0" : : "m"(config)); }
+
+// 16 E2M1 codes (8 bytes, low nibble first) times one block scale, as 16 BF16. Exact, so taking
+// the FP32 value's upper half is the conversion.
+inline __m256i decode16_bf16(const uint8_t* packed, __m512 table, float scale) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed));
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(bytes, nibble), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+  const __m512i index = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+  const __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(index, table), _mm512_set1_ps(scale));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
+}
+
+// Calls place(unit, r, half, bf16x16) for every 16-value half of every 32-k unit of the panel's
+// kBf16Panel rows. Rows past the matrix and the half past an odd block count are zero.
+template <class Place>
+void pack_bf16_panel(const AmxPanelSource& q, int64_t row0, Place place) {
+  const __m512 table = _mm512_loadu_ps(kE2M1Values);
+  const int64_t blocks = q.cols / 16, units = bf16_units(q.cols);
+  for (int r = 0; r < kBf16Panel; ++r) {
+    const int64_t row = row0 + r;
+    if (row >= q.rows) {
+      for (int64_t u = 0; u < units; ++u)
+        for (int h = 0; h < 2; ++h) place(u, r, h, _mm256_setzero_si256());
+      continue;
+    }
+    const uint8_t* codes = q.codes + row * (q.cols / 2);
+    const uint8_t* scales = q.scales + row * blocks;
+    for (int64_t u = 0; u < units; ++u)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t b = 2 * u + h;
+        place(u, r, h, b < blocks ? decode16_bf16(codes + 8 * b, table, q.scale_of[scales[b]]) : _mm256_setzero_si256());
+      }
+  }
+}
+
+// Tiles: 0-3 the four 16x16 FP32 accumulators of the 32x32 micro-tile; 4,5 A (16 rows x 32 BF16);
+// 6,7 B (16 k-pairs x 16 columns x 2 BF16). All 16 rows x 64 bytes.
+TileConfig bf16_config() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+  return c;
+}
+
+// acc: 32x32 FP32, stride 32 floats. Each unit: two A tiles x two B tiles -> four tdpbf16ps.
+void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* acc, bool first) {
+  constexpr int64_t ld = kBf16Panel * 4;  // bytes per accumulator row
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else {
+    _tile_loadd(0, acc, ld);
+    _tile_loadd(1, acc + 16, ld);
+    _tile_loadd(2, acc + 16 * kBf16Panel, ld);
+    _tile_loadd(3, acc + 16 * kBf16Panel + 16, ld);
+  }
+  for (int64_t u = 0; u < units; ++u) {
+    const uint8_t* a = pa + u * kBf16UnitBytes;
+    const uint8_t* b = pb + u * kBf16UnitBytes;
+    _tile_loadd(4, a, 64);
+    _tile_loadd(6, b, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b + kBf16UnitBytes / 2, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a + kBf16UnitBytes / 2, 64);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, acc, ld);
+  _tile_stored(1, acc + 16, ld);
+  _tile_stored(2, acc + 16 * kBf16Panel, ld);
+  _tile_stored(3, acc + 16 * kBf16Panel + 16, ld);
+}
+
+}  // namespace
+
+void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) {
+  // Row r of the panel is row r%16 of tile r/16: 32 BF16 of k per unit, row-major.
+  pack_bf16_panel(q, row0, [dst](int64_t u, int r, int h, __m256i v) {
+    uint8_t* tile = dst + u * kBf16UnitBytes + (r / 16) * (kBf16UnitBytes / 2);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tile + (r % 16) * 64 + 32 * h), v);
+  });
+}
+
+void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) {
+  // Column r of the panel is column r%16 of tile r/16; the tile's row g holds k = 2g, 2g+1 of its 16
+  // columns side by side (the pair order tdpbf16ps reads).
+  pack_bf16_panel(q, row0, [dst](int64_t u, int r, int h, __m256i v) {
+    uint8_t* tile = dst + u * kBf16UnitBytes + (r / 16) * (kBf16UnitBytes / 2) + (r % 16) * 4;
+    alignas(32) uint32_t pairs[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), v);
+    for (int j = 0; j < 8; ++j) std::memcpy(tile + (8 * h + j) * 64, &pairs[j], 4);
+  });
+}
+
+MicroKernel bf16_micro_kernel_amx() { return &bf16_tiles_amx; }
+
+void amx_bf16_thread_begin() { load_tile_config(bf16_config()); }
+
+}  // namespace nibble::cpu::gemm_detail
+
+namespace nibble::cpu::peaks {
+
+// Four independent 16x16 FP32 accumulators, each fed 16x32 by 32x16 BF16 tiles (the full K).
+float amx_bf16_loop(int64_t iterations) {
+  gemm_detail::load_tile_config(gemm_detail::bf16_config());
+  alignas(64) uint16_t operand[16 * 32];
+  for (int i = 0; i < 16 * 32; ++i) operand[i] = static_cast<uint16_t>(0x3F80 + (i % 7));  // ~1.0
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t it = 0; it < iterations; ++it) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 5);
+    _tile_dpbf16ps(2, 4, 5);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
+}  // namespace nibble::cpu::peaks
