@@ -352,7 +352,10 @@ TEST(Gemm, RejectsMismatchedOperands) {
 // ------------------------------------------------------------------ FP32 / BF16 through oneDNN
 // Reference in FP64; bound K * u * sum_k |a_ik b_kj| (with u = 2^-24, FP32 accumulation) and one
 // more u for the alpha/beta epilogue.
-void check_dense_gemm(bool bf16, cpu::Trans ta, cpu::Trans tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+enum class Dense { f32, bf16, bf16_onednn };
+
+void check_dense_gemm(Dense kind, cpu::Trans ta, cpu::Trans tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+  const bool bf16 = kind != Dense::f32;
   const int64_t lda = (ta == cpu::Trans::no ? K : M) + 5, ldb = (tb == cpu::Trans::no ? N : K) + 2, ldc = N + 7;
   std::vector<float> a = random_matrix(ta == cpu::Trans::no ? M : K, lda, 700);
   std::vector<float> b = random_matrix(tb == cpu::Trans::no ? K : N, ldb, 701);
@@ -365,7 +368,8 @@ void check_dense_gemm(bool bf16, cpu::Trans ta, cpu::Trans tb, int64_t M, int64_
     double v = tb == cpu::Trans::no ? b[k * ldb + n] : b[n * ldb + k];
     return bf16 ? static_cast<double>(round_to_bf16(static_cast<float>(v))) : v;
   };
-  (bf16 ? cpu::gemm_bf16 : cpu::gemm_f32)(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  (kind == Dense::f32 ? cpu::gemm_f32 : kind == Dense::bf16 ? cpu::gemm_bf16 : cpu::gemm_bf16_onednn)(
+      ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
   const double u = std::ldexp(1.0, -24);
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
@@ -382,13 +386,37 @@ void check_dense_gemm(bool bf16, cpu::Trans ta, cpu::Trans tb, int64_t M, int64_
   }
 }
 
+// gemm_bf16 is nibble's AMX-BF16 kernel where the CPU has it (else oneDNN); gemm_bf16_onednn is
+// always oneDNN. The shapes cross the 32x32 micro-tile, the 96x256 macro tile and the 256-k chunk,
+// with K odd (a half-filled BF16 pair) and beta 0, 1 and neither.
 TEST(Gemm, OneDnnF32AndBf16WithTransposesAndStrides) {
-  for (bool bf16 : {false, true})
+  for (Dense kind : {Dense::f32, Dense::bf16, Dense::bf16_onednn})
     for (cpu::Trans ta : {cpu::Trans::no, cpu::Trans::yes})
       for (cpu::Trans tb : {cpu::Trans::no, cpu::Trans::yes}) {
-        check_dense_gemm(bf16, ta, tb, 37, 53, 129, 1.0f, 0.0f);
-        check_dense_gemm(bf16, ta, tb, 64, 17, 300, -0.5f, 1.5f);
+        check_dense_gemm(kind, ta, tb, 37, 53, 129, 1.0f, 0.0f);
+        check_dense_gemm(kind, ta, tb, 64, 17, 300, -0.5f, 1.5f);
+        if (kind == Dense::bf16) {
+          check_dense_gemm(kind, ta, tb, 131, 290, 545, 2.0f, 1.0f);
+          check_dense_gemm(kind, ta, tb, 1, 1, 1, 1.0f, 0.0f);
+        }
       }
+}
+
+TEST(Gemm, Bf16BitwiseIdenticalForAnyThreadCount) {
+  const int saved = omp_get_max_threads();
+  std::vector<float> a = random_matrix(300, 700, 710), b = random_matrix(700, 270, 711);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    results.emplace_back(300 * 270, 0.5f);
+    // wgrad's form: A stored transposed (M-contiguous), B untransposed, accumulating.
+    cpu::gemm_bf16(cpu::Trans::yes, cpu::Trans::no, 300, 270, 700, 1.0f, a.data(), 300, b.data(), 270, 1.0f,
+                   results.back().data(), 270);
+  }
+  omp_set_num_threads(saved);
+  for (size_t i = 1; i < results.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+        << "gemm_bf16 differs between 1 and " << i + 1 << " threads";
 }
 
 TEST(Gemm, OneDnnRejectsBadLeadingDimensions) {

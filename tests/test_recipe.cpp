@@ -96,6 +96,10 @@ TEST(Recipe, ParsesKeyValuePairs) {
   EXPECT_TRUE(c.nvfp4.stochastic_rounding);
   EXPECT_EQ(c.nvfp4.bf16_last_layers, 2);
   EXPECT_DOUBLE_EQ(c.precision_switch_at, 0.8);
+  EXPECT_EQ(c.gemm_summation, GemmSummation::automatic);
+  EXPECT_EQ(parse_recipe("quantization=nvfp4 gemm_summation=block_exact").gemm_summation, GemmSummation::block_exact);
+  EXPECT_EQ(parse_recipe("quantization=nvfp4 gemm_summation=fp32_products").gemm_summation, GemmSummation::fp32_products);
+  EXPECT_THROW(parse_recipe("quantization=nvfp4 gemm_summation=fast"), UsageError);
   EXPECT_EQ(parse_recipe("quantization=bf16").quantization, Quantization::bf16);
   EXPECT_THROW(parse_recipe("quantization=int4"), UsageError);
   EXPECT_THROW(parse_recipe("quantization=nvfp4 nvfp4.rht=maybe"), UsageError);
@@ -118,6 +122,7 @@ TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
   refuses("quantization=bf16 nvfp4.rht=false", 4, 768, "set quantization=nvfp4");
   refuses("quantization=nvfp4 precision_switch_at=1.5", 4, 768, "outside [0, 1]");
   refuses("quantization=none precision_switch_at=0.5", 4, 768, "applies to quantized recipes");
+  refuses("quantization=mxfp4 gemm_summation=block_exact", 4, 768, "set quantization=nvfp4 or drop gemm_summation");
   refuses("quantization=nvfp4 nvfp4.bf16_first_layers=2 nvfp4.bf16_last_layers=2", 4, 768, "leaving none in NVFP4");
   refuses("quantization=nvfp4", 4, 760, "multiple of 16");
   refuses("quantization=mxfp4", 4, 784, "multiple of 32");
@@ -226,8 +231,7 @@ std::vector<double> as_operand(const std::vector<float>& v, int64_t rows, int64_
 
 class LinearComposition : public ::testing::TestWithParam<Quantization> {};
 
-TEST_P(LinearComposition, EveryGemmEqualsReferenceQuantizersAndGemm) {
-  LinearCase c = make_case(GetParam());
+void check_linear_composition(const LinearCase& c) {
   const LinearStep& s = c.step;
   const int64_t T = c.tokens, I = c.in, O = c.out;
   Linear lin("test", I, O);
@@ -257,6 +261,23 @@ TEST_P(LinearComposition, EveryGemmEqualsReferenceQuantizersAndGemm) {
   EXPECT_EQ(lin.fprop_weight()->codes, wq.codes);
   EXPECT_EQ(lin.fprop_weight()->scales, wq.scales);
   EXPECT_EQ(lin.dgrad_weight()->codes, wtq.codes);
+}
+
+TEST_P(LinearComposition, EveryGemmEqualsReferenceQuantizersAndGemm) { check_linear_composition(make_case(GetParam())); }
+
+TEST(LinearComposition, Nvfp4WithFp32ProductsSummation) {
+  // The same law when the GEMMs sum element products in FP32 (AMX-BF16 where present).
+  LinearCase c = make_case(Quantization::nvfp4);
+  for (GemmRole role : kGemmRoles) c.step.recipe[role].summation = cpu::Summation::fp32_products;
+  check_linear_composition(c);
+}
+
+TEST(Recipe, GemmSummationResolvesForThisCpu) {
+  const auto summation = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768).for_layer(1, 0.0).fprop.summation; };
+  EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=block_exact"), cpu::Summation::block_exact);
+  EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=fp32_products"), cpu::Summation::fp32_products);
+  EXPECT_EQ(summation("quantization=nvfp4"), cpu::fp32_products_available() ? cpu::Summation::fp32_products
+                                                                            : cpu::Summation::block_exact);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRecipes, LinearComposition,

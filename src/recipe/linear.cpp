@@ -97,7 +97,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
       }
       {
         ScopedTimer timer(times_.gemm_s);
-        cpu::gemm(xq, *w_q_, y, out_);
+        cpu::gemm(xq, *w_q_, y, out_, 1.0f, false, f.summation);
       }
       if (step.collect_stats) {
         record("fprop.X", xs, xq);
@@ -179,7 +179,7 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       }
       {
         ScopedTimer timer(times_.gemm_s);
-        cpu::gemm(dyq, *wt_q_, dx, in_);
+        cpu::gemm(dyq, *wt_q_, dx, in_, 1.0f, false, d.summation);
       }
       if (step.collect_stats) {
         record("dgrad.dY", dys, dyq);
@@ -216,7 +216,7 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       }
       {
         ScopedTimer timer(times_.gemm_s);
-        cpu::gemm(dyt, *saved_xt_q_, dw, in_, 1.0f, /*accumulate=*/true);
+        cpu::gemm(dyt, *saved_xt_q_, dw, in_, 1.0f, /*accumulate=*/true, g.summation);
       }
       if (step.collect_stats) record("wgrad.dY^T", transposed(dy, tokens, out_), dyt);
       break;

@@ -90,6 +90,15 @@ std::string_view to_string(GemmPrecision p) {
   return "?";
 }
 
+std::string_view to_string(GemmSummation s) {
+  switch (s) {
+    case GemmSummation::automatic: return "auto";
+    case GemmSummation::block_exact: return "block_exact";
+    case GemmSummation::fp32_products: return "fp32_products";
+  }
+  return "?";
+}
+
 const GemmRecipe& LinearRecipe::operator[](GemmRole r) const {
   return r == GemmRole::fprop ? fprop : r == GemmRole::dgrad ? dgrad : wgrad;
 }
@@ -109,6 +118,19 @@ bool apply_recipe_option(RecipeConfig& c, std::string_view key, std::string_view
     c.quantization = parse_quantization(value);
   } else if (key == "precision_switch_at") {
     c.precision_switch_at = parse_double(key, value);
+  } else if (key == "gemm_summation") {
+    if (value == "auto") {
+      c.gemm_summation = GemmSummation::automatic;
+    } else if (value == "block_exact") {
+      c.gemm_summation = GemmSummation::block_exact;
+    } else if (value == "fp32_products") {
+      c.gemm_summation = GemmSummation::fp32_products;
+    } else {
+      throw UsageError("gemm_summation=" + std::string(value) +
+                       " is unknown: use auto, block_exact (each 16-block product exact, one FP32 rounding per "
+                       "block) or fp32_products (BF16-decoded operands, FP32 accumulation; AMX-BF16 CPUs)");
+    }
+    c.gemm_summation_given = true;
   } else if (key == "nvfp4.rht") {
     c.nvfp4.rht = parse_bool(key, value);
   } else if (key == "nvfp4.stochastic_rounding") {
@@ -146,7 +168,7 @@ RecipeConfig parse_recipe(std::string_view text) {
       throw UsageError("'" + std::string(pair) + "' is not key=value (example: quantization=nvfp4)");
     if (!apply_recipe_option(c, pair.substr(0, eq), pair.substr(eq + 1)))
       throw UsageError("unknown recipe key '" + std::string(pair.substr(0, eq)) +
-                       "': use quantization, precision_switch_at or nvfp4.*");
+                       "': use quantization, precision_switch_at, gemm_summation or nvfp4.*");
     i = j;
   }
   return c;
@@ -160,7 +182,8 @@ std::string describe(const RecipeConfig& c) {
     s += std::string(" nvfp4.rht=") + b(c.nvfp4.rht) + " nvfp4.stochastic_rounding=" + b(c.nvfp4.stochastic_rounding) +
          " nvfp4.weight_2d=" + b(c.nvfp4.weight_2d) + " nvfp4.four_over_six=" + b(c.nvfp4.four_over_six) +
          " nvfp4.bf16_first_layers=" + layers(c.nvfp4.bf16_first_layers) +
-         " nvfp4.bf16_last_layers=" + layers(c.nvfp4.bf16_last_layers);
+         " nvfp4.bf16_last_layers=" + layers(c.nvfp4.bf16_last_layers) +
+         " gemm_summation=" + std::string(to_string(c.gemm_summation));
   }
   if (c.precision_switch_at < 1.0) s += " precision_switch_at=" + std::to_string(c.precision_switch_at);
   return s;
@@ -231,6 +254,12 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
   if (config.precision_switch_at < 1.0 && (q == Quantization::none || q == Quantization::bf16))
     throw UsageError("precision_switch_at applies to quantized recipes, not quantization=" +
                      std::string(to_string(q)) + ": drop it or choose fp8/mxfp8/mxfp4/nvfp4");
+  if (config.gemm_summation_given && q != Quantization::nvfp4)
+    throw UsageError("gemm_summation chooses how NVFP4 GEMMs sum, but quantization=" + std::string(to_string(q)) +
+                     ": set quantization=nvfp4 or drop gemm_summation");
+  if (config.gemm_summation == GemmSummation::fp32_products ||
+      (config.gemm_summation == GemmSummation::automatic && cpu::fp32_products_available()))
+    summation_ = cpu::Summation::fp32_products;
   if (q == Quantization::nvfp4) {
     const auto& k = config.nvfp4;
     bf16_first_ = k.bf16_first_layers >= 0 ? k.bf16_first_layers
@@ -274,7 +303,9 @@ LinearRecipe Recipe::for_layer(int layer, double progress) const {
   bool quantized = q != Quantization::none && q != Quantization::bf16;
   if (quantized && progress >= config_.precision_switch_at && config_.precision_switch_at < 1.0) q = Quantization::bf16;
   if (q == Quantization::nvfp4 && (layer < bf16_first_ || layer >= layers_ - bf16_last_)) q = Quantization::bf16;
-  return operands(q, config_.nvfp4);
+  LinearRecipe r = operands(q, config_.nvfp4);
+  for (GemmRole role : kGemmRoles) r[role].summation = summation_;
+  return r;
 }
 
 uint64_t sr_seed(uint64_t run_seed, int64_t step, int layer, int linear, GemmRole role, int operand) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format/quantized_tensor.h"
+#include "kernels/cpu/gemm.h"
 
 namespace nibble {
 
@@ -32,7 +33,13 @@ std::string_view to_string(GemmPrecision p);
 struct GemmRecipe {
   GemmPrecision precision = GemmPrecision::fp32;
   QuantOptions a, b;  // meaningful only when precision == quantized; seeds are filled per step
+  cpu::Summation summation = cpu::Summation::block_exact;  // how cpu::gemm sums (NVFP4 only)
 };
+
+// The `gemm_summation` key: how NVFP4 GEMMs sum their products (kernels/cpu/gemm.h). automatic
+// takes fp32_products where the CPU has AMX-BF16 (2-3x faster there) and block_exact elsewhere.
+enum class GemmSummation : uint8_t { automatic, block_exact, fp32_products };
+std::string_view to_string(GemmSummation s);
 
 struct LinearRecipe {
   GemmRecipe fprop, dgrad, wgrad;
@@ -60,11 +67,13 @@ struct RecipeConfig {
   Nvfp4Knobs nvfp4;
   // Fraction of training after which every GEMM runs in BF16 (1 = never), paper section 4.
   double precision_switch_at = 1.0;
-  // Set when the user wrote an nvfp4.* key, so a recipe other than nvfp4 can refuse it.
+  GemmSummation gemm_summation = GemmSummation::automatic;
+  // Set when the user wrote an nvfp4.* key (or gemm_summation), so a recipe other than nvfp4 can refuse it.
   bool nvfp4_knobs_given = false;
+  bool gemm_summation_given = false;
 };
 
-// key=value overrides: quantization, precision_switch_at, nvfp4.rht, nvfp4.stochastic_rounding,
+// key=value overrides: quantization, precision_switch_at, gemm_summation, nvfp4.rht, nvfp4.stochastic_rounding,
 // nvfp4.weight_2d, nvfp4.four_over_six, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers.
 // Returns false when `key` is not a recipe key (so a config layer can try others); throws
 // UsageError for a recipe key with a bad value.
@@ -90,6 +99,8 @@ class Recipe {
   const RecipeConfig& config() const { return config_; }
   int bf16_first_layers() const { return bf16_first_; }
   int bf16_last_layers() const { return bf16_last_; }
+  // gemm_summation resolved for this CPU (automatic -> fp32_products or block_exact).
+  cpu::Summation summation() const { return summation_; }
   // The operand options of block `layer`'s linears at training progress `progress` in [0, 1]
   // (step / total steps). Seeds are zero here; the Linear derives them per step.
   LinearRecipe for_layer(int layer, double progress) const;
@@ -101,6 +112,7 @@ class Recipe {
   RecipeConfig config_;
   int layers_ = 0;
   int bf16_first_ = 0, bf16_last_ = 0;
+  cpu::Summation summation_ = cpu::Summation::block_exact;
 };
 
 // Stochastic-rounding seed of one quantization: a hash of (run seed, step, layer, role, operand),

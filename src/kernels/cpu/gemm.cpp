@@ -96,14 +96,15 @@ float output_scale(const QuantizedTensor& a, const QuantizedTensor& b, float alp
   return doubled_codes ? s * 0.25f : s;
 }
 
+using PackQuantized = void (*)(const QuantizedTensor&, int64_t, uint8_t*);
+
 struct Plan {
   int64_t mr, nr;        // rows of A / columns of B per packed panel (= the micro-tile)
   int64_t unit_k;        // K elements per packing unit (block length, or 1 for f32)
   int64_t a_unit_bytes;  // packed bytes per unit per panel
   int64_t b_unit_bytes;
   int64_t chunk_units;
-  void (*pack_a)(const QuantizedTensor&, int64_t, uint8_t*);
-  void (*pack_b)(const QuantizedTensor&, int64_t, uint8_t*);
+  PackQuantized pack_a, pack_b;  // null for FP32 operands (gemm_bf16_tiles packs them itself)
   MicroKernel micro;
   // AMX: each thread configures its tile state first and releases it after.
   enum class Tiles { none, int8, bf16 } tiles;
@@ -116,7 +117,8 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
   const int64_t block_len = a.block_len();
   if (bf16_tiles)
     return {kBf16Panel, kBf16Panel, kBf16UnitK, kBf16UnitBytes, kBf16UnitBytes, kChunkKBf16 / kBf16UnitK,
-            &pack_bf16_a_panel, &pack_bf16_b_panel, bf16_micro_kernel_amx(), Plan::Tiles::bf16};
+            static_cast<PackQuantized>(&pack_bf16_a_panel), static_cast<PackQuantized>(&pack_bf16_b_panel),
+            bf16_micro_kernel_amx(), Plan::Tiles::bf16};
   if (family == Family::int8_blocks && isa == Isa::amx) {
     // (Computing C^T = B . A^T when only B is 16x16-tiled, to put the uniform scale on the tile's
     // rows, measured 10-15% slower on the recipe's forward shapes: the transposed write-back cost
@@ -161,19 +163,14 @@ void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumu
 
 bool fp32_products_available() { return amx_bf16_active(); }
 
-void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha, bool accumulate,
-          Summation summation) {
-  using namespace gemm_detail;
-  const Family family = validate_operands(a, b, c, ldc);
-  if (a.rows == 0 || b.rows == 0) return;
-  if (a.cols == 0) return write_zero_product(a.rows, b.rows, c, ldc, accumulate);
+namespace gemm_detail {
+namespace {
 
-  // The ISA is read once per call.
-  const bool bf16_tiles = summation == Summation::fp32_products && a.format == Format::nvfp4 && amx_bf16_active();
-  const Plan plan = make_plan(family, a, b, active_isa(), bf16_tiles);
-  const float out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles);
-  const int64_t M = a.rows, N = b.rows, K = a.cols;
-  const int64_t units = (K + plan.unit_k - 1) / plan.unit_k;  // the BF16 unit (32) may pad one 16-block
+// Packs both operands into panels, then computes C macro tile by macro tile (see the top of this
+// file). pack_a(panel_row0, dst) / pack_b(panel_row0, dst) fill one panel of plan.mr / plan.nr rows.
+template <class PackA, class PackB>
+void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_a, PackB pack_b, float out_scale,
+              bool accumulate, float* c, int64_t ldc) {
   const int64_t mr = plan.mr, nr = plan.nr;
   const int64_t a_panels = (M + mr - 1) / mr, b_panels = (N + nr - 1) / nr;
   const int64_t a_panel_bytes = units * plan.a_unit_bytes, b_panel_bytes = units * plan.b_unit_bytes;
@@ -191,9 +188,9 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < a_panels; ++p) plan.pack_a(a, p * mr, packed_a + p * a_panel_bytes);
+    for (int64_t p = 0; p < a_panels; ++p) pack_a(p * mr, packed_a + p * a_panel_bytes);
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < b_panels; ++p) plan.pack_b(b, p * nr, packed_b + p * b_panel_bytes);
+    for (int64_t p = 0; p < b_panels; ++p) pack_b(p * nr, packed_b + p * b_panel_bytes);
     // (implicit barrier: both operands are packed before any tile starts)
 
     static thread_local Workspace scratch_workspace;
@@ -232,5 +229,51 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
     if (plan.tiles != Plan::Tiles::none) amx_thread_end();
   }
 }
+
+Plan bf16_plan(MicroKernel micro) {
+  return {kBf16Panel, kBf16Panel, kBf16UnitK, kBf16UnitBytes, kBf16UnitBytes, kChunkKBf16 / kBf16UnitK,
+          nullptr, nullptr, micro, Plan::Tiles::bf16};
+}
+
+}  // namespace
+}  // namespace gemm_detail
+
+void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha, bool accumulate,
+          Summation summation) {
+  using namespace gemm_detail;
+  const Family family = validate_operands(a, b, c, ldc);
+  if (a.rows == 0 || b.rows == 0) return;
+  if (a.cols == 0) return write_zero_product(a.rows, b.rows, c, ldc, accumulate);
+
+  // The ISA is read once per call.
+  const bool bf16_tiles = summation == Summation::fp32_products && a.format == Format::nvfp4 && amx_bf16_active();
+  const Plan plan = make_plan(family, a, b, active_isa(), bf16_tiles);
+  const float out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles);
+  const int64_t units = (a.cols + plan.unit_k - 1) / plan.unit_k;  // the BF16 unit (32) may pad one 16-block
+  run_plan(
+      plan, a.rows, b.rows, units, [&](int64_t row0, uint8_t* dst) { plan.pack_a(a, row0, dst); },
+      [&](int64_t row0, uint8_t* dst) { plan.pack_b(b, row0, dst); }, out_scale, accumulate, c, ldc);
+}
+
+namespace gemm_detail {
+void gemm_bf16_tiles(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  NIBBLE_CHECK(amx_bf16_active());
+  if (M == 0 || N == 0) return;
+  // C = beta C first when beta is neither 0 (overwrite) nor 1 (accumulate), or when K is empty.
+  if ((beta != 0.0f && beta != 1.0f) || K == 0)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = beta == 0.0f ? 0.0f : beta * c[m * ldc + n];
+  if (K == 0) return;
+  // op(A) is [M,K]: row m is K-contiguous when A is stored untransposed. op(B) is [K,N]; the kernel
+  // wants its columns, which are K-contiguous when B is stored transposed ([N,K]).
+  const F32Operand ao{a, lda, M, K, ta == Trans::no};
+  const F32Operand bo{b, ldb, N, K, tb == Trans::yes};
+  run_plan(
+      bf16_plan(bf16_micro_kernel_amx()), M, N, bf16_units(K),
+      [&](int64_t row0, uint8_t* dst) { pack_bf16_a_panel(ao, row0, dst); },
+      [&](int64_t row0, uint8_t* dst) { pack_bf16_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+}
+}  // namespace gemm_detail
 
 }  // namespace nibble::cpu

@@ -129,6 +129,107 @@ void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) {
   });
 }
 
+namespace {
+
+// RN-even to BF16 of 16 floats, each result in the upper half of its 32-bit lane (lower half
+// garbage); NaN stays NaN with the quiet bit set, exactly as bf16_from_float_rn (codecs.h).
+inline __m512i rn_bf16_hi(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(rounded, nan, u, _mm512_set1_epi32(0x00400000));
+}
+
+// Two rows of 16 floats (k and k+1 of the same 16 columns) -> 16 dwords, each the BF16 pair
+// (k low, k+1 high) of one column: the tile unit's pair order.
+inline __m512i pair_rows(__m512 k0, __m512 k1) {
+  return _mm512_or_si512(_mm512_srli_epi32(rn_bf16_hi(k0), 16),
+                         _mm512_and_si512(rn_bf16_hi(k1), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// 32 consecutive k of one row (16 floats each half) -> 16 dwords of consecutive k pairs.
+inline __m512i pair_row(__m512 lo, __m512 hi) {
+  const __m256i a = _mm512_cvtepi32_epi16(_mm512_srli_epi32(rn_bf16_hi(lo), 16));
+  const __m256i b = _mm512_cvtepi32_epi16(_mm512_srli_epi32(rn_bf16_hi(hi), 16));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+// In-register transpose of a 16x16 matrix of dwords.
+inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Rows now hold 4x4 blocks; gather 128-bit lanes: first across pairs of 4-row groups, then across
+  // groups of 8.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+inline __m512 load16(const float* p, int64_t valid) {
+  if (valid >= 16) return _mm512_loadu_ps(p);
+  if (valid <= 0) return _mm512_setzero_ps();
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << valid) - 1), p);
+}
+
+// One 16-row x 32-k block of an FP32 operand as 16x16 dwords (BF16 pairs). by_row: out[r] holds
+// row r's 16 k pairs (A tile order); else out[g] holds k pair g of the 16 rows (B tile order).
+// Rows and k past the operand are zero.
+void block_pairs(const F32Operand& x, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
+  const int64_t rows_left = x.rows - r0, k_left = x.k - k0;
+  if (x.k_contiguous) {
+    for (int r = 0; r < 16; ++r) {
+      if (r >= rows_left) {
+        out[r] = _mm512_setzero_si512();
+        continue;
+      }
+      const float* p = x.p + (r0 + r) * x.ld + k0;
+      out[r] = pair_row(load16(p, k_left), load16(p + 16, k_left - 16));
+    }
+    if (!by_row) transpose16x16(out);
+  } else {
+    for (int g = 0; g < 16; ++g) {
+      const int64_t k = 2 * g;
+      const __m512 a = k < k_left ? load16(x.p + (k0 + k) * x.ld + r0, rows_left) : _mm512_setzero_ps();
+      const __m512 b = k + 1 < k_left ? load16(x.p + (k0 + k + 1) * x.ld + r0, rows_left) : _mm512_setzero_ps();
+      out[g] = pair_rows(a, b);
+    }
+    if (by_row) transpose16x16(out);
+  }
+}
+
+void pack_f32_panel(const F32Operand& x, int64_t row0, uint8_t* dst, bool a_side) {
+  const int64_t units = bf16_units(x.k);
+  __m512i block[16];
+  for (int64_t u = 0; u < units; ++u)
+    for (int half = 0; half < 2; ++half) {
+      block_pairs(x, row0 + 16 * half, u * kBf16UnitK, a_side, block);
+      uint8_t* tile = dst + u * kBf16UnitBytes + half * (kBf16UnitBytes / 2);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(tile + 64 * i, block[i]);
+    }
+}
+
+}  // namespace
+
+void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_panel(x, row0, dst, true); }
+void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_panel(x, row0, dst, false); }
+
 MicroKernel bf16_micro_kernel_amx() { return &bf16_tiles_amx; }
 
 void amx_bf16_thread_begin() { load_tile_config(bf16_config()); }

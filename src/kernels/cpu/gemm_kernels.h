@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "format/quantized_tensor.h"
+#include "kernels/cpu/gemm.h"  // Trans
 
 namespace nibble::cpu::gemm_detail {
 
@@ -107,6 +108,18 @@ void pack_amx_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
 void pack_amx_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
 void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);  // NVFP4 only
 void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
+// An FP32 operand of gemm_bf16 seen as `rows` x k: element (r, k) is p[r * ld + k] when
+// k_contiguous, else p[k * ld + r]. Packing rounds to BF16 (RN-even, NaN kept quiet).
+struct F32Operand {
+  const float* p;
+  int64_t ld, rows, k;
+  bool k_contiguous;
+};
+void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+// gemm_bf16 (gemm.h) on the AMX-BF16 kernel: same contract, arguments already checked.
+void gemm_bf16_tiles(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void pack_bf16_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
 void pack_bf16_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
