@@ -53,7 +53,7 @@ void Linear::record(std::string operand, std::span<const float> x, const Quantiz
 
 int64_t Linear::saved_activation_bytes() const {
   int64_t b = static_cast<int64_t>(saved_x_f32_.size() * sizeof(float) + saved_x_bf16_.size() * sizeof(bf16));
-  if (saved_xt_q_) b += static_cast<int64_t>(saved_xt_q_->codes.size() + saved_xt_q_->scales.size());
+  if (saved_xt_valid_) b += static_cast<int64_t>(saved_xt_q_.codes.size() + saved_xt_q_.scales.size());
   return b;
 }
 
@@ -81,10 +81,10 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
       }
       break;
     case GemmPrecision::quantized: {
-      QuantizedTensor xq;
+      QuantizedTensor& xq = x_q_;
       {
         ScopedTimer timer(times_.quantize_s);
-        xq = cpu::quantize(xs, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0));
+        cpu::quantize_into(xs, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);
       }
       QuantOptions wo = seeded(f.b, step, GemmRole::fprop, 1);
       if (!w_q_ || w_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, w_q_options_)) {
@@ -110,7 +110,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   // What wgrad needs of X, in the form wgrad multiplies it.
   saved_x_f32_.clear();
   saved_x_bf16_.clear();
-  saved_xt_q_.reset();
+  saved_xt_valid_ = false;
   if (!step.save_for_backward) {
     tokens_ = 0;  // backward without a training forward is an internal error
     return;
@@ -121,14 +121,16 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
     case GemmPrecision::bf16:
       // gemm_bf16 rounds its operands to BF16 (RN), so keeping X in BF16 loses nothing.
       saved_x_bf16_.resize(nx);
+#pragma omp parallel for simd schedule(static)
       for (size_t i = 0; i < nx; ++i) saved_x_bf16_[i] = bf16_from_float_rn(x[i]);
       break;
     case GemmPrecision::quantized: {
       {
         ScopedTimer timer(times_.quantize_s);
-        saved_xt_q_ = cpu::quantize_transposed(xs, tokens, in_, seeded(g.b, step, GemmRole::wgrad, 1));
+        cpu::quantize_transposed_into(xs, tokens, in_, seeded(g.b, step, GemmRole::wgrad, 1), saved_xt_q_);
+        saved_xt_valid_ = true;
       }
-      if (step.collect_stats) record("wgrad.X^T", transposed(x, tokens, in_), *saved_xt_q_);
+      if (step.collect_stats) record("wgrad.X^T", transposed(x, tokens, in_), saved_xt_q_);
       break;
     }
   }
@@ -156,10 +158,10 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       }
       break;
     case GemmPrecision::quantized: {
-      QuantizedTensor dyq;
+      QuantizedTensor& dyq = grad_q_;
       {
         ScopedTimer timer(times_.quantize_s);
-        dyq = cpu::quantize(dys, tokens, out_, seeded(d.a, step, GemmRole::dgrad, 0));
+        cpu::quantize_into(dys, tokens, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq);
       }
       QuantOptions wo = seeded(d.b, step, GemmRole::dgrad, 1);
       if (!wt_q_ || wt_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, wt_q_options_)) {
@@ -200,7 +202,9 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       }
       break;
     case GemmPrecision::bf16: {
-      std::vector<float> x(saved_x_bf16_.size());
+      std::vector<float>& x = bf16_x_f32_;
+      x.resize(saved_x_bf16_.size());
+#pragma omp parallel for simd schedule(static)
       for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(saved_x_bf16_[i]);
       {
         ScopedTimer timer(times_.gemm_s);
@@ -209,14 +213,15 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       break;
     }
     case GemmPrecision::quantized: {
-      QuantizedTensor dyt;
+      NIBBLE_CHECK(saved_xt_valid_);
+      QuantizedTensor& dyt = grad_q_;
       {
         ScopedTimer timer(times_.quantize_s);
-        dyt = cpu::quantize_transposed(dys, tokens, out_, seeded(g.a, step, GemmRole::wgrad, 0));
+        cpu::quantize_transposed_into(dys, tokens, out_, seeded(g.a, step, GemmRole::wgrad, 0), dyt);
       }
       {
         ScopedTimer timer(times_.gemm_s);
-        cpu::gemm(dyt, *saved_xt_q_, dw, in_, 1.0f, /*accumulate=*/true, g.summation);
+        cpu::gemm(dyt, saved_xt_q_, dw, in_, 1.0f, /*accumulate=*/true, g.summation);
       }
       if (step.collect_stats) record("wgrad.dY^T", transposed(dy, tokens, out_), dyt);
       break;
@@ -225,7 +230,7 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
   // Capacity is kept for the next micro-step (no reallocation per step); the contents are dead.
   saved_x_f32_.clear();
   saved_x_bf16_.clear();
-  saved_xt_q_.reset();
+  saved_xt_valid_ = false;
   tokens_ = 0;
 }
 

@@ -75,7 +75,13 @@ class Linear {
   int64_t tokens_ = 0;
   std::vector<float> saved_x_f32_;             // fp32 wgrad
   std::vector<bf16> saved_x_bf16_;             // bf16 wgrad
-  std::optional<QuantizedTensor> saved_xt_q_;  // quantized wgrad: X^T quantized along the tokens
+  QuantizedTensor saved_xt_q_;                 // quantized wgrad: X^T quantized along the tokens
+  bool saved_xt_valid_ = false;                // saved_xt_q_ holds this micro-step's X^T
+  // The quantized activation/gradient operand of the GEMM being run (X, dY or dY^T), and the FP32
+  // copy of a BF16-saved X. Members so that their capacity is reused: a fresh tensor per GEMM cost
+  // an allocation, a zero fill and page faults every step.
+  QuantizedTensor x_q_, grad_q_;  // fprop's X; dgrad's dY and wgrad's dY^T (same size)
+  std::vector<float> bf16_x_f32_;
   // Quantized weights, reused across the micro-steps of one optimizer step.
   std::optional<QuantizedTensor> w_q_, wt_q_;
   int64_t w_q_version_ = -1, wt_q_version_ = -1;

@@ -282,6 +282,13 @@ QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, co
 }
 
 QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
+  QuantizedTensor q;
+  quantize_transposed_into(x, rows, cols, opt, q);
+  return q;
+}
+
+void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                              QuantizedTensor& out) {
   if (opt.format == Format::nvfp4 && opt.tile_16x16 && !opt.rht) {
     // One amax and one scale per tile serve both orientations: the transposed copy is the exact
     // transpose. The reference validates everything before it checks the rows.
@@ -290,7 +297,8 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
       ref::validate(x, rows, cols, opt);  // a non-finite value is reported first, as the reference does
       throw UsageError("16x16 tiles need a multiple of 16 rows for the transposed copy (got " + std::to_string(rows) + ")");
     }
-    return transpose_tiles(quantize(x, rows, cols, opt));
+    out = transpose_tiles(quantize(x, rows, cols, opt));
+    return;
   }
   if (static_cast<int64_t>(x.size()) != rows * cols) ref::validate(x, rows, cols, opt);  // reports the size mismatch
   const Kernels& k = active_kernels();
@@ -300,7 +308,7 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
   float* t = reinterpret_cast<float*>(transposed.get(x.size() * sizeof(float)));
   if (rows > 0 && cols > 0)
     parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), rows, cols, t, b, e); });
-  return quantize(std::span<const float>(t, x.size()), cols, rows, opt);
+  quantize_into(std::span<const float>(t, x.size()), cols, rows, opt, out);
 }
 
 QuantizedTensor transpose_tiles(const QuantizedTensor& q) {

@@ -17,6 +17,9 @@ QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, co
 // faults and no zero-fill. `out` is left in an unspecified state if this throws.
 void quantize_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt, QuantizedTensor& out);
 QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt);
+// As quantize_transposed(), into `out` (capacity reused, as quantize_into).
+void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                              QuantizedTensor& out);
 void dequantize(const QuantizedTensor& q, std::span<float> out);
 // The exact transpose of a 16x16-tile NVFP4 tensor (ref::transpose_tiles, threaded): the column-wise
 // copy of a weight without quantizing it again. UsageError for other blocks or rows % 16 != 0.
