@@ -220,3 +220,60 @@ TEST(ModelLayers, FloatAttentionAgreesWithTheDoubleReference) {
     for (size_t i = 0; i < dqkv_d.size(); ++i) ASSERT_NEAR(dqkv_f[i], dqkv_d[i], 4 * tol * (1 + std::fabs(dqkv_d[i])));
   }
 }
+
+TEST(ModelLayers, Bf16AttentionAgreesWithTheDoubleReferenceWithinBf16Rounding) {
+  // bf16_matmuls rounds each product's operands to BF16 (unit roundoff u = 2^-9 for RN, so a product
+  // of two rounded values errs by < 2^-8 relative) and accumulates in FP32. Scores then err by at most
+  // 2^-8 * scale * sum_i |q_i k_i| <= 2^-8 * scale * hd * max|q| * max|k| =: e, so a softmax row by a
+  // factor within exp(+-2e) and its output by about 2e * max|v| + 2^-8 * max|v| more for rounding P
+  // and V. The backward products chain the same bounds once more; the checks use those bounds.
+  const AttentionShape s{2, 24, 4, 2, 8, /*bf16_matmuls=*/true};
+  auto qkv_d = random_vector(s.batch * s.seq * s.qkv_stride(), 26);
+  auto dout_d = random_vector(s.batch * s.seq * s.out_width(), 27);
+  std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end()), dout_f(dout_d.begin(), dout_d.end());
+  std::vector<double> out_d(dout_d.size()), probs_d(s.probs_size()), dqkv_d(qkv_d.size());
+  std::vector<float> out_f(out_d.size()), probs_f(probs_d.size()), dqkv_f(qkv_d.size(), 5.0f);
+  attention_forward(s, qkv_d.data(), out_d.data(), probs_d.data());
+  attention_forward(s, qkv_f.data(), out_f.data(), probs_f.data());
+  attention_backward(s, qkv_d.data(), probs_d.data(), dout_d.data(), dqkv_d.data());
+  attention_backward(s, qkv_f.data(), probs_f.data(), dout_f.data(), dqkv_f.data());
+  double max_qkv = 0, max_dout = 0;
+  for (double v : qkv_d) max_qkv = std::max(max_qkv, std::fabs(v));
+  for (double v : dout_d) max_dout = std::max(max_dout, std::fabs(v));
+  const double u2 = std::ldexp(1.0, -8), scale = 1.0 / std::sqrt(8.0);
+  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), group = s.heads / s.kv_heads;
+  bool any_differs_from_fp32 = false;
+  double e_max = 0;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t t = 0; t < S; ++t) {
+        // e_t: the bound on this row's score errors, from the actual |q_i k_i|.
+        double e_t = 0, max_v = 0;
+        const double* q = qkv_d.data() + (b * S + t) * stride + h * hd;
+        for (int64_t j = 0; j <= t; ++j) {
+          const double* k = qkv_d.data() + (b * S + j) * stride + (s.heads + h / group) * hd;
+          const double* v = qkv_d.data() + (b * S + j) * stride + (s.heads + s.kv_heads + h / group) * hd;
+          double sum = 0;
+          for (int64_t i = 0; i < hd; ++i) sum += std::fabs(q[i] * k[i]), max_v = std::max(max_v, std::fabs(v[i]));
+          e_t = std::max(e_t, u2 * scale * sum);
+        }
+        e_max = std::max(e_max, e_t);
+        const double rel = std::expm1(2 * e_t);
+        for (int64_t j = 0; j <= t; ++j) {
+          const size_t pi = static_cast<size_t>(((b * s.heads + h) * S + t) * S + j);
+          ASSERT_NEAR(probs_f[pi], probs_d[pi], rel * probs_d[pi] + 1e-7);
+        }
+        for (int64_t i = 0; i < hd; ++i) {
+          const size_t oi = static_cast<size_t>((b * S + t) * s.out_width() + h * hd + i);
+          ASSERT_NEAR(out_f[oi], out_d[oi], (2 * rel + 2 * u2) * max_v + 1e-6);
+          any_differs_from_fp32 |= std::fabs(out_f[oi] - out_d[oi]) > 1e-5;
+        }
+      }
+  // Backward: dP = dO V^T, dS = P (dP - rowsum(P dP)) scale, dQ = dS K, dK = dS^T Q, dV = P^T dO. Each
+  // factor carries the forward's relative error (probs) or a BF16 operand rounding; summed over at
+  // most seq terms of magnitude <= max|dout| * max|qkv|^2 * scale (dQ/dK) or max|dout| (dV).
+  const double rel = std::expm1(2 * e_max) + 4 * u2;
+  const double grad_tol = 2 * rel * S * max_dout * std::max(1.0, max_qkv * max_qkv * max_qkv * scale);
+  for (size_t i = 0; i < dqkv_d.size(); ++i) ASSERT_NEAR(dqkv_f[i], dqkv_d[i], grad_tol);
+  EXPECT_TRUE(any_differs_from_fp32) << "bf16_matmuls had no effect: the products ran in FP32";
+}

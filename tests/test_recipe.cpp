@@ -272,6 +272,16 @@ TEST(LinearComposition, Nvfp4WithFp32ProductsSummation) {
   check_linear_composition(c);
 }
 
+TEST(Recipe, AttentionPrecisionFollowsTheRecipe) {
+  const auto bf16 = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768).attention_bf16(); };
+  EXPECT_FALSE(bf16("quantization=none"));
+  EXPECT_TRUE(bf16("quantization=nvfp4"));
+  EXPECT_TRUE(bf16("quantization=bf16"));
+  EXPECT_FALSE(bf16("quantization=nvfp4 attention=fp32"));
+  EXPECT_TRUE(bf16("quantization=none attention=bf16"));
+  EXPECT_THROW(parse_recipe("attention=fp16"), UsageError);
+}
+
 TEST(Recipe, GemmSummationResolvesForThisCpu) {
   const auto summation = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768).for_layer(1, 0.0).fprop.summation; };
   EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=block_exact"), cpu::Summation::block_exact);

@@ -109,6 +109,7 @@ void attention_forward<float>(const AttentionShape& s, const float* qkv, float* 
   const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.out_width();
   const int64_t group = s.heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto gemm = s.bf16_matmuls ? &cpu::gemm_bf16 : &cpu::gemm_f32;
 #pragma omp parallel for collapse(2) schedule(static) if (s.batch * s.heads * S * S * hd >= kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h) {
@@ -117,7 +118,7 @@ void attention_forward<float>(const AttentionShape& s, const float* qkv, float* 
       const float* k = base + (s.heads + h / group) * hd;
       const float* v = base + (s.heads + s.kv_heads + h / group) * hd;
       float* p = probs + (b * s.heads + h) * S * S;
-      cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, S, S, hd, scale, q, stride, k, stride, 0.0f, p, S);
+      gemm(cpu::Trans::no, cpu::Trans::yes, S, S, hd, scale, q, stride, k, stride, 0.0f, p, S);
       for (int64_t t = 0; t < S; ++t) {
         float* row = p + t * S;
         float maxv = -INFINITY;
@@ -131,7 +132,7 @@ void attention_forward<float>(const AttentionShape& s, const float* qkv, float* 
         for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
         std::fill(row + t + 1, row + S, 0.0f);
       }
-      cpu::gemm_f32(cpu::Trans::no, cpu::Trans::no, S, hd, S, 1.0f, p, S, v, stride, 0.0f, out + b * S * ow + h * hd, ow);
+      gemm(cpu::Trans::no, cpu::Trans::no, S, hd, S, 1.0f, p, S, v, stride, 0.0f, out + b * S * ow + h * hd, ow);
     }
 }
 
@@ -141,10 +142,12 @@ void attention_backward<float>(const AttentionShape& s, const float* qkv, const 
   const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.out_width();
   const int64_t group = s.heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto gemm = s.bf16_matmuls ? &cpu::gemm_bf16 : &cpu::gemm_f32;
 #pragma omp parallel for collapse(2) schedule(static) if (s.batch * s.heads * S * S * hd >= kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t g = 0; g < s.kv_heads; ++g) {
-      std::vector<float> ds(static_cast<size_t>(S * S));
+      static thread_local std::vector<float> ds;  // fully overwritten below; reused across calls
+      ds.resize(static_cast<size_t>(S * S));
       const float* base = qkv + b * S * stride;
       float* dbase = dqkv + b * S * stride;
       const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
@@ -153,7 +156,7 @@ void attention_backward<float>(const AttentionShape& s, const float* qkv, const 
         const float* dO = dout + b * S * ow + h * hd;
         const float beta = h == g * group ? 0.0f : 1.0f;  // dK, dV: the group's first head overwrites
         // dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) * scale (zero above the diagonal, where P is).
-        cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, S, S, hd, 1.0f, dO, ow, base + vcol, stride, 0.0f, ds.data(), S);
+        gemm(cpu::Trans::no, cpu::Trans::yes, S, S, hd, 1.0f, dO, ow, base + vcol, stride, 0.0f, ds.data(), S);
         for (int64_t t = 0; t < S; ++t) {
           float* row = ds.data() + t * S;
           const float* prow = p + t * S;
@@ -162,11 +165,11 @@ void attention_backward<float>(const AttentionShape& s, const float* qkv, const 
           for (int64_t j = 0; j <= t; ++j) row[j] = prow[j] * (row[j] - pdp) * scale;
           std::fill(row + t + 1, row + S, 0.0f);
         }
-        cpu::gemm_f32(cpu::Trans::no, cpu::Trans::no, S, hd, S, 1.0f, ds.data(), S, base + kcol, stride, 0.0f,
+        gemm(cpu::Trans::no, cpu::Trans::no, S, hd, S, 1.0f, ds.data(), S, base + kcol, stride, 0.0f,
                       dbase + h * hd, stride);
-        cpu::gemm_f32(cpu::Trans::yes, cpu::Trans::no, S, hd, S, 1.0f, ds.data(), S, base + h * hd, stride, beta,
+        gemm(cpu::Trans::yes, cpu::Trans::no, S, hd, S, 1.0f, ds.data(), S, base + h * hd, stride, beta,
                       dbase + kcol, stride);
-        cpu::gemm_f32(cpu::Trans::yes, cpu::Trans::no, S, hd, S, 1.0f, p, S, dO, ow, beta, dbase + vcol, stride);
+        gemm(cpu::Trans::yes, cpu::Trans::no, S, hd, S, 1.0f, p, S, dO, ow, beta, dbase + vcol, stride);
       }
     }
 }

@@ -11,6 +11,10 @@ namespace nibble::model {
 
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  // FP32 versions: run the per-head products (QK^T, PV and the four of backward) with BF16 operands
+  // and FP32 accumulation (cpu::gemm_bf16), as Transformer Engine's recipes keep attention in BF16.
+  // Softmax and its backward stay in FP32. Ignored by the double versions.
+  bool bf16_matmuls = false;
   int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
   int64_t out_width() const { return heads * head_dim; }
   int64_t probs_size() const { return batch * heads * seq * seq; }

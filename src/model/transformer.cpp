@@ -124,7 +124,8 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
   seq_ = seq;
   tokens_.assign(tokens.begin(), tokens.end());
   targets_.assign(targets.begin(), targets.end());
-  const AttentionShape shape{batch, seq, config_.heads, config_.kv_head_count(), config_.head_dim()};
+  attention_bf16_ = step.recipe != nullptr && step.recipe->attention_bf16();
+  const AttentionShape shape{batch, seq, config_.heads, config_.kv_head_count(), config_.head_dim(), attention_bf16_};
   const size_t nd = static_cast<size_t>(N * d);
 
   residual_.resize(static_cast<size_t>(config_.layers + 1));
@@ -197,7 +198,7 @@ void Transformer::backward(float scale) {
   NIBBLE_CHECK(batch_ > 0 && backward_ready_);  // backward follows a training forward
   backward_ready_ = false;
   const int64_t N = batch_ * seq_, d = config_.width, V = config_.vocab, f = config_.hidden();
-  const AttentionShape shape{batch_, seq_, config_.heads, config_.kv_head_count(), config_.head_dim()};
+  const AttentionShape shape{batch_, seq_, config_.heads, config_.kv_head_count(), config_.head_dim(), attention_bf16_};
   const size_t nd = static_cast<size_t>(N * d);
   d_res_.assign(nd, 0.0f);
   d_normed_.resize(nd);

@@ -118,6 +118,7 @@ class Transformer {
   RopeTable<float> rope_;
 
   // Forward state.
+  bool attention_bf16_ = false;  // the last forward ran attention with BF16 operands (the recipe's `attention`)
   int64_t batch_ = 0, seq_ = 0;
   bool backward_ready_ = false;
   std::vector<int32_t> tokens_, targets_;

@@ -131,6 +131,17 @@ bool apply_recipe_option(RecipeConfig& c, std::string_view key, std::string_view
                        "block) or fp32_products (BF16-decoded operands, FP32 accumulation; AMX-BF16 CPUs)");
     }
     c.gemm_summation_given = true;
+  } else if (key == "attention") {
+    if (value == "auto") {
+      c.attention = AttentionPrecision::automatic;
+    } else if (value == "fp32") {
+      c.attention = AttentionPrecision::fp32;
+    } else if (value == "bf16") {
+      c.attention = AttentionPrecision::bf16;
+    } else {
+      throw UsageError("attention=" + std::string(value) +
+                       " is unknown: use auto (bf16 for every quantization but none), fp32 or bf16");
+    }
   } else if (key == "nvfp4.rht") {
     c.nvfp4.rht = parse_bool(key, value);
   } else if (key == "nvfp4.stochastic_rounding") {
@@ -168,7 +179,7 @@ RecipeConfig parse_recipe(std::string_view text) {
       throw UsageError("'" + std::string(pair) + "' is not key=value (example: quantization=nvfp4)");
     if (!apply_recipe_option(c, pair.substr(0, eq), pair.substr(eq + 1)))
       throw UsageError("unknown recipe key '" + std::string(pair.substr(0, eq)) +
-                       "': use quantization, precision_switch_at, gemm_summation or nvfp4.*");
+                       "': use quantization, precision_switch_at, gemm_summation, attention or nvfp4.*");
     i = j;
   }
   return c;
@@ -186,6 +197,8 @@ std::string describe(const RecipeConfig& c) {
          " gemm_summation=" + std::string(to_string(c.gemm_summation));
   }
   if (c.precision_switch_at < 1.0) s += " precision_switch_at=" + std::to_string(c.precision_switch_at);
+  if (c.attention != AttentionPrecision::automatic)
+    s += c.attention == AttentionPrecision::bf16 ? " attention=bf16" : " attention=fp32";
   return s;
 }
 
@@ -254,6 +267,8 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
   if (config.precision_switch_at < 1.0 && (q == Quantization::none || q == Quantization::bf16))
     throw UsageError("precision_switch_at applies to quantized recipes, not quantization=" +
                      std::string(to_string(q)) + ": drop it or choose fp8/mxfp8/mxfp4/nvfp4");
+  attention_bf16_ = config.attention == AttentionPrecision::bf16 ||
+                    (config.attention == AttentionPrecision::automatic && q != Quantization::none);
   if (config.gemm_summation_given && q != Quantization::nvfp4)
     throw UsageError("gemm_summation chooses how NVFP4 GEMMs sum, but quantization=" + std::string(to_string(q)) +
                      ": set quantization=nvfp4 or drop gemm_summation");

@@ -62,18 +62,24 @@ struct Nvfp4Knobs {
   int bf16_last_layers = -1;   // -1: max(1, round(8/62 * layers))
 };
 
+// The `attention` key: the precision of attention's products (QK^T, PV). automatic: BF16 operands
+// with FP32 accumulation for every recipe but `none` (Transformer Engine keeps attention in BF16
+// under its FP8/NVFP4 recipes), FP32 for `none`. Softmax is FP32 in all cases.
+enum class AttentionPrecision : uint8_t { automatic, fp32, bf16 };
+
 struct RecipeConfig {
   Quantization quantization = Quantization::none;
   Nvfp4Knobs nvfp4;
   // Fraction of training after which every GEMM runs in BF16 (1 = never), paper section 4.
   double precision_switch_at = 1.0;
   GemmSummation gemm_summation = GemmSummation::automatic;
+  AttentionPrecision attention = AttentionPrecision::automatic;
   // Set when the user wrote an nvfp4.* key (or gemm_summation), so a recipe other than nvfp4 can refuse it.
   bool nvfp4_knobs_given = false;
   bool gemm_summation_given = false;
 };
 
-// key=value overrides: quantization, precision_switch_at, gemm_summation, nvfp4.rht, nvfp4.stochastic_rounding,
+// key=value overrides: quantization, precision_switch_at, gemm_summation, attention, nvfp4.rht, nvfp4.stochastic_rounding,
 // nvfp4.weight_2d, nvfp4.four_over_six, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers.
 // Returns false when `key` is not a recipe key (so a config layer can try others); throws
 // UsageError for a recipe key with a bad value.
@@ -101,6 +107,8 @@ class Recipe {
   int bf16_last_layers() const { return bf16_last_; }
   // gemm_summation resolved for this CPU (automatic -> fp32_products or block_exact).
   cpu::Summation summation() const { return summation_; }
+  // `attention` resolved: true when attention's products take BF16 operands.
+  bool attention_bf16() const { return attention_bf16_; }
   // The operand options of block `layer`'s linears at training progress `progress` in [0, 1]
   // (step / total steps). Seeds are zero here; the Linear derives them per step.
   LinearRecipe for_layer(int layer, double progress) const;
@@ -113,6 +121,7 @@ class Recipe {
   int layers_ = 0;
   int bf16_first_ = 0, bf16_last_ = 0;
   cpu::Summation summation_ = cpu::Summation::block_exact;
+  bool attention_bf16_ = false;
 };
 
 // Stochastic-rounding seed of one quantization: a hash of (run seed, step, layer, role, operand),

@@ -22,6 +22,7 @@ namespace {
 
 constexpr int64_t kTileRows = 96;   // rows of A per macro tile (a multiple of every panel height)
 constexpr int64_t kTileCols = 256;  // columns of B per macro tile
+static_assert(kTileCols == kBf16AccStride);
 constexpr int64_t kChunkK = 512;        // K per chunk (int8 family: 20 KB of packed B per panel)
 constexpr int64_t kChunkKF32 = 128;     // K per chunk (f32 family: 16 KB of packed B per panel)
 constexpr int64_t kChunkKBf16 = 256;    // K per chunk (AMX-BF16: 16 KB of packed B per panel)
@@ -208,13 +209,21 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
           const uint8_t* pb = packed_b + (ib0 + jb) * b_panel_bytes + u0 * plan.b_unit_bytes;
           for (int64_t ia = 0; ia < ia_count; ++ia) {
             const uint8_t* pa = packed_a + (ia0 + ia) * a_panel_bytes + u0 * plan.a_unit_bytes;
-            plan.micro(pa, pb, chunk, scratch + (ia * tile_col_panels + jb) * micro_tile_floats, u0 == 0);
+            float* acc = plan.tiles == Plan::Tiles::bf16 ? scratch + ia * mr * kTileCols + jb * nr
+                                                         : scratch + (ia * tile_col_panels + jb) * micro_tile_floats;
+            plan.micro(pa, pb, chunk, acc, u0 == 0);
           }
         }
       }
       // Scale once and write only the part of each micro-tile that lies inside C, whole rows of C at
       // a time: C rows are ldc apart (often a page), so writing micro-tile by micro-tile touched a
       // new page every 64 bytes.
+      if (plan.tiles == Plan::Tiles::bf16) {  // macro-tile rows are contiguous in the scratch
+        const int64_t m0 = ia0 * mr, n0 = ib0 * nr;
+        const int64_t rows = std::min(ia_count * mr, M - m0), cols = std::min(ib_count * nr, N - n0);
+        for (int64_t r = 0; r < rows; ++r) write_scaled(scratch + r * kTileCols, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
+        continue;
+      }
       for (int64_t ia = 0; ia < ia_count; ++ia) {
         const int64_t m0 = (ia0 + ia) * mr, rows = std::min(mr, M - m0);
         for (int64_t r = 0; r < rows; ++r) {

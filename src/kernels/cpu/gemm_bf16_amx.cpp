@@ -76,9 +76,10 @@ TileConfig bf16_config() {
   return c;
 }
 
-// acc: 32x32 FP32, stride 32 floats. Each unit: two A tiles x two B tiles -> four tdpbf16ps.
+// acc: 32x32 FP32, stride kBf16AccStride floats. Each unit: two A tiles x two B tiles -> four
+// tdpbf16ps.
 void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* acc, bool first) {
-  constexpr int64_t ld = kBf16Panel * 4;  // bytes per accumulator row
+  constexpr int64_t ld = kBf16AccStride * 4;  // bytes per accumulator row
   if (first) {
     _tile_zero(0);
     _tile_zero(1);
@@ -87,8 +88,8 @@ void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* 
   } else {
     _tile_loadd(0, acc, ld);
     _tile_loadd(1, acc + 16, ld);
-    _tile_loadd(2, acc + 16 * kBf16Panel, ld);
-    _tile_loadd(3, acc + 16 * kBf16Panel + 16, ld);
+    _tile_loadd(2, acc + 16 * kBf16AccStride, ld);
+    _tile_loadd(3, acc + 16 * kBf16AccStride + 16, ld);
   }
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* a = pa + u * kBf16UnitBytes;
@@ -104,8 +105,8 @@ void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* 
   }
   _tile_stored(0, acc, ld);
   _tile_stored(1, acc + 16, ld);
-  _tile_stored(2, acc + 16 * kBf16Panel, ld);
-  _tile_stored(3, acc + 16 * kBf16Panel + 16, ld);
+  _tile_stored(2, acc + 16 * kBf16AccStride, ld);
+  _tile_stored(3, acc + 16 * kBf16AccStride + 16, ld);
 }
 
 }  // namespace

@@ -54,6 +54,10 @@ inline constexpr int64_t amx_block_bytes(int64_t block_len) { return kAmxTile * 
 //   B: bf16 [2 tiles][16 k pairs][16 columns][2]  the tile unit's pair order
 // Rows/columns past the matrix edge are zero. The micro-tile is 32x32 (four accumulator tiles).
 inline constexpr int kBf16Panel = 32;
+// The BF16 micro-kernel's accumulators live in the driver's scratch macro tile with this row
+// stride (floats), so that a row of the macro tile is contiguous and is written back to C in one
+// pass (per 32-column micro-tile cost too much on small GEMMs such as attention's).
+inline constexpr int64_t kBf16AccStride = 256;
 inline constexpr int64_t kBf16UnitK = 32;
 inline constexpr int64_t kBf16UnitBytes = 2 * 16 * 32 * 2;
 inline constexpr int64_t bf16_units(int64_t k) { return (k + kBf16UnitK - 1) / kBf16UnitK; }

@@ -118,42 +118,23 @@ uint32_t parallel_max_abs_bits(const Kernels& k, const float* x, int64_t n) {
 // transformed value is Inf or NaN.
 constexpr uint32_t kRhtFiniteInputBits = 0x7C800000u;
 
-void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
-  const int64_t n = q.rows * q.cols;
-  float amax;
-  bool rht_finite = false;
-  if (o.rht) {
-    // Validate the input and take the amax of its transform in one read; the quantize pass
-    // transforms each block again rather than storing and re-reading a transformed copy.
-    std::atomic<uint32_t> input_bits{0};
-    std::atomic<uint32_t> transformed_amax_bits{0};  // non-negative floats order like their bits
-    parallel_ranges(n / 16, 256, n, [&](int64_t b, int64_t e) {
-      uint32_t bits;
-      float t_amax;
-      k.rht_amax(x.data() + b * 16, (e - b) * 16, &bits, &t_amax);
-      atomic_max(input_bits, bits);
-      atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));
-    });
-    if (input_bits.load() >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
-    amax = std::bit_cast<float>(transformed_amax_bits.load());
-    rht_finite = input_bits.load() < kRhtFiniteInputBits;
-  } else {
-    uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
-    if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
-    amax = std::bit_cast<float>(bits);
-  }
+// What the NVFP4 encode pass needs besides the input: the global scale from the amax and the
+// per-scale-code tables (computed with the scalar codecs, so they are the reference's numbers).
+struct Nvfp4Encoding {
+  float enc_of_scale[256], dec_of_scale[256];
+  kernels::Nvfp4Job job;
+};
+
+void prepare_nvfp4(float amax, bool rht_finite, const QuantOptions& o, QuantizedTensor& q, Nvfp4Encoding& e) {
   const ref::Nvfp4GlobalScale g = ref::nvfp4_global_scale(amax, o.four_over_six);
   q.amax = amax;
   q.decode_scale = g.decode;
-
-  float enc_of_scale[256], dec_of_scale[256];
   for (int s = 0; s < 256; ++s) {
     const float decoded = e4m3_decode(static_cast<uint8_t>(s));
-    dec_of_scale[s] = decoded * g.decode;
-    enc_of_scale[s] = std::min(1.0f / (decoded * g.decode), FLT_MAX);
+    e.dec_of_scale[s] = decoded * g.decode;
+    e.enc_of_scale[s] = std::min(1.0f / (decoded * g.decode), FLT_MAX);
   }
-  kernels::Nvfp4Job job;
-  job.x = x.data();
+  kernels::Nvfp4Job& job = e.job;
   job.rows = q.rows;
   job.cols = q.cols;
   job.rht = o.rht;
@@ -164,16 +145,100 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
   job.offset = o.offset;
   job.encode_times_rcp6 = g.encode * (1.0f / 6.0f);
   job.encode_times_rcp4 = g.encode * (1.0f / 4.0f);
-  job.enc_of_scale = enc_of_scale;
-  job.dec_of_scale = dec_of_scale;
+  job.enc_of_scale = e.enc_of_scale;
+  job.dec_of_scale = e.dec_of_scale;
   job.codes = q.codes.data();
   job.scales = q.scales.data();
+}
+
+// Amax of the RHT-transformed blocks in [x, x + n) and max |x| bits, combined into the atomics.
+void rht_amax_into(const Kernels& k, const float* x, int64_t n, std::atomic<uint32_t>& input_bits,
+                   std::atomic<uint32_t>& transformed_amax_bits) {
+  uint32_t bits;
+  float t_amax;
+  k.rht_amax(x, n, &bits, &t_amax);
+  atomic_max(input_bits, bits);
+  atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));  // non-negative floats order like their bits
+}
+
+void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
+  const int64_t n = q.rows * q.cols;
+  float amax;
+  bool rht_finite = false;
+  if (o.rht) {
+    // Validate the input and take the amax of its transform in one read; the quantize pass
+    // transforms each block again rather than storing and re-reading a transformed copy.
+    std::atomic<uint32_t> input_bits{0}, transformed_amax_bits{0};
+    parallel_ranges(n / 16, 256, n, [&](int64_t b, int64_t e) {
+      rht_amax_into(k, x.data() + b * 16, (e - b) * 16, input_bits, transformed_amax_bits);
+    });
+    if (input_bits.load() >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+    amax = std::bit_cast<float>(transformed_amax_bits.load());
+    rht_finite = input_bits.load() < kRhtFiniteInputBits;
+  } else {
+    uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+    if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+    amax = std::bit_cast<float>(bits);
+  }
+  Nvfp4Encoding e;
+  prepare_nvfp4(amax, rht_finite, o, q, e);
+  e.job.x = x.data();
   if (o.tile_16x16) {
     const int64_t tiles = (q.rows + 15) / 16 * (q.cols / 16);
-    parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t e) { k.nvfp4_tiles(job, b, e); });
+    parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t end) { k.nvfp4_tiles(e.job, b, end); });
   } else {
-    parallel_ranges(n / 16, 64, n, [&](int64_t b, int64_t e) { k.nvfp4_blocks(job, b, e); });
+    parallel_ranges(n / 16, 64, n, [&](int64_t b, int64_t end) { k.nvfp4_blocks(e.job, b, end); });
   }
+}
+
+// NVFP4 1x16 blocks of x^T (x is [rows, cols]; q is [cols, rows]), the wgrad operands. x^T is made
+// strip by strip (kStrip of its rows, i.e. columns of x) in a per-thread buffer that stays in L2:
+// once for the RHT amax, once for the encode pass. Writing the whole transposed copy to memory and
+// reading it back twice cost ~3x the row-wise quantize on training shapes. Returns false, having
+// written nothing, when x holds a non-finite value (the caller then takes the path that reports it).
+bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64_t rows, int64_t cols,
+                               const QuantOptions& o, QuantizedTensor& q) {
+  constexpr int64_t kStrip = 32;  // 32 x 2048 tokens x 4 bytes = 256 KB
+  const int64_t n = rows * cols;
+  const int64_t strips = (cols + kStrip - 1) / kStrip;
+  auto transpose_strip = [&](int64_t s) {
+    static thread_local Workspace strip_workspace;
+    float* buf = reinterpret_cast<float*>(strip_workspace.get(static_cast<size_t>(kStrip * rows) * sizeof(float)));
+    const int64_t c0 = s * kStrip, width = std::min(kStrip, cols - c0);
+    k.transpose(x.data() + c0, cols, rows, width, buf, 0, rows);
+    return std::pair{buf, width};
+  };
+  float amax;
+  bool rht_finite = false;
+  if (o.rht) {
+    std::atomic<uint32_t> input_bits{0}, transformed_amax_bits{0};
+    parallel_ranges(strips, 1, n, [&](int64_t b, int64_t e) {
+      for (int64_t s = b; s < e; ++s) {
+        auto [buf, width] = transpose_strip(s);
+        rht_amax_into(k, buf, width * rows, input_bits, transformed_amax_bits);
+      }
+    });
+    if (input_bits.load() >= kFloatExponentAllOnes) return false;
+    amax = std::bit_cast<float>(transformed_amax_bits.load());
+    rht_finite = input_bits.load() < kRhtFiniteInputBits;
+  } else {
+    const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);  // the same values in any order
+    if (bits >= kFloatExponentAllOnes) return false;
+    amax = std::bit_cast<float>(bits);
+  }
+  Nvfp4Encoding e;
+  prepare_nvfp4(amax, rht_finite, o, q, e);
+  const int64_t blocks_per_row = rows / 16;
+  parallel_ranges(strips, 1, n, [&](int64_t b, int64_t end) {
+    kernels::Nvfp4Job job = e.job;
+    for (int64_t s = b; s < end; ++s) {
+      auto [buf, width] = transpose_strip(s);
+      job.x = buf;
+      job.x_first_block = s * kStrip * blocks_per_row;
+      k.nvfp4_blocks(job, job.x_first_block, job.x_first_block + width * blocks_per_row);
+    }
+  });
+  return true;
 }
 
 void quantize_mx(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
@@ -302,12 +367,17 @@ void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t co
   }
   if (static_cast<int64_t>(x.size()) != rows * cols) ref::validate(x, rows, cols, opt);  // reports the size mismatch
   const Kernels& k = active_kernels();
+  if (opt.format == Format::nvfp4 && !opt.tile_16x16 && shape_and_options_ok(x.size(), cols, rows, opt) && rows > 0 &&
+      cols > 0) {
+    make_header(cols, rows, opt, out);
+    if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out)) return;
+  }
   // The transposed copy lives in a grow-only per-thread buffer: a fresh zero-filled vector per call
   // (two per linear layer and step in training) cost its memset and page faults every time.
   static thread_local Workspace transposed;
   float* t = reinterpret_cast<float*>(transposed.get(x.size() * sizeof(float)));
   if (rows > 0 && cols > 0)
-    parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), rows, cols, t, b, e); });
+    parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), cols, rows, cols, t, b, e); });
   quantize_into(std::span<const float>(t, x.size()), cols, rows, opt, out);
 }
 

@@ -443,7 +443,7 @@ void nvfp4_blocks_t(const Nvfp4Job& job, int64_t block_begin, int64_t block_end)
     };
     int64_t i = b0;
     for (; i + 16 <= b1; i += 16) {
-      const float* v = job.x + i * 16;
+      const float* v = job.x + (i - job.x_first_block) * 16;
       for (int line = 0; line < 16; ++line) _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchFloats + 16 * line), _MM_HINT_T0);
       if constexpr (kRht) {
         for (int j = 0; j < 16; ++j) _mm512_store_ps(transformed + 16 * j, rht16_bf16_finite(_mm512_loadu_ps(v + 16 * j)));
@@ -460,7 +460,7 @@ void nvfp4_blocks_t(const Nvfp4Job& job, int64_t block_begin, int64_t block_end)
                       job.codes + (i + j) * 8);
     }
     for (; i < b1; ++i) {
-      const float* v = job.x + i * 16;
+      const float* v = job.x + (i - job.x_first_block) * 16;
       if constexpr (kRht) {
         _mm512_store_ps(transformed, rht16_bf16_finite(_mm512_loadu_ps(v)));
         v = transformed;

@@ -15,6 +15,9 @@ namespace nibble::cpu::kernels {
 struct Nvfp4Job {
   const float* x = nullptr;  // row-major [rows, cols], validated finite
   int64_t rows = 0, cols = 0;
+  // 1x16 blocks: x holds the tensor from block x_first_block on (block i at x + (i - x_first_block)
+  // * 16), so a caller can hand over a strip it produced into a small buffer. Tiles ignore it.
+  int64_t x_first_block = 0;
   bool rht = false;            // transform each 16-block (and round to BF16) before quantizing
   // The input's max |x| is below 2^122, so every transformed value (and partial sum) is finite: no
   // Inf, no NaN (|WHT| <= 16 max |x|). Kernels may then skip the NaN handling of the RHT path.
@@ -67,8 +70,9 @@ struct Kernels {
   void (*dequant_bytes)(const uint8_t* codes, const uint8_t* scales, const float* factor_of_scale,
                         int64_t block_len, float tensor_factor, const float* value_of_code, int64_t begin,
                         int64_t end, float* out);
-  // out[c * rows + r] = x[r * cols + c] for r in [row_begin, row_end).
-  void (*transpose)(const float* x, int64_t rows, int64_t cols, float* out, int64_t row_begin, int64_t row_end);
+  // out[c * rows + r] = x[r * ld + c] for r in [row_begin, row_end), c in [0, cols).
+  void (*transpose)(const float* x, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t row_begin,
+                    int64_t row_end);
   void (*bf16_to_float)(const uint16_t* in, int64_t n, float* out);
 };
 

@@ -179,7 +179,7 @@ void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_
 bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_end) {
   if (job.rht || job.stochastic || job.four_over_six) return false;
   for (int64_t i = block_begin; i < block_end; ++i) {
-    const float* v = job.x + i * 16;
+    const float* v = job.x + (i - job.x_first_block) * 16;
     uint8_t s = e4m3_encode_nonnegative(absmax16(v) * job.encode_times_rcp6);
     job.scales[i] = s;
     e2m1_rn16(v, job.enc_of_scale[s], job.codes + i * 8);
