@@ -198,6 +198,37 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
 // written nothing, when x holds a non-finite value (the caller then takes the path that reports it).
 bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64_t rows, int64_t cols,
                                const QuantOptions& o, QuantizedTensor& q) {
+  // Where the ISA has them, kernels that read 16x16 tiles of x and transpose them in registers make
+  // no copy at all (see Kernels::nvfp4_transposed).
+  if (k.nvfp4_transposed && cols % 16 == 0 && rows % 16 == 0 && !o.four_over_six) {
+    const int64_t n = rows * cols;
+    const int64_t panels = (rows / 16 + 15) / 16 * (cols / 16);
+    float amax = 0.0f;
+    bool ok = true;
+    if (o.rht) {
+      std::atomic<uint32_t> input_bits{0}, transformed_amax_bits{0};
+      parallel_ranges(panels, 1, n, [&](int64_t b, int64_t e) {
+        uint32_t bits;
+        float t_amax;
+        k.rht_amax_transposed(x.data(), cols, rows, cols, b, e, &bits, &t_amax);
+        atomic_max(input_bits, bits);
+        atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));
+      });
+      // Huge or non-finite input: the strip path below handles (or reports) it.
+      ok = input_bits.load() < kRhtFiniteInputBits;
+      amax = std::bit_cast<float>(transformed_amax_bits.load());
+    } else {
+      const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+      if (bits >= kFloatExponentAllOnes) return false;
+      amax = std::bit_cast<float>(bits);
+    }
+    if (ok) {
+      Nvfp4Encoding e;
+      prepare_nvfp4(amax, o.rht, o, q, e);
+      parallel_ranges(panels, 1, n, [&](int64_t b, int64_t end) { k.nvfp4_transposed(e.job, x.data(), cols, b, end); });
+      return true;
+    }
+  }
   constexpr int64_t kStrip = 32;  // 32 x 2048 tokens x 4 bytes = 256 KB
   const int64_t n = rows * cols;
   const int64_t strips = (cols + kStrip - 1) / kStrip;

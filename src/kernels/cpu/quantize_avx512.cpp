@@ -411,8 +411,13 @@ void e2m1_sr16(const float* x, float enc, const uint8_t* r8, uint8_t* packed8) {
   pack_nibbles(codes, packed8);
 }
 
-// Defined after the shared kernels, whose sr_bytes it uses.
+// Defined after the shared kernels, whose sr_bytes they use.
 bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_end);
+void nvfp4_transposed(const Nvfp4Job& job, const float* x, int64_t ld, int64_t panel_begin, int64_t panel_end);
+void rht_amax_transposed(const float* x, int64_t ld, int64_t rows, int64_t cols, int64_t panel_begin,
+                         int64_t panel_end, uint32_t* input_max_abs_bits, float* transformed_amax);
+constexpr auto* kNvfp4TransposedKernel = &nvfp4_transposed;
+constexpr auto* kRhtAmaxTransposedKernel = &rht_amax_transposed;
 
 #include "kernels/cpu/quantize_transpose_avx.inc"
 #include "kernels/cpu/quantize_kernels_impl.inc"
@@ -482,6 +487,123 @@ bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_e
     else nvfp4_blocks_t<false, false>(job, block_begin, block_end);
   }
   return true;
+}
+
+// ---- NVFP4 1x16 blocks of x^T, read straight from x ------------------------------------------
+// A 16x16 tile of x (16 tokens x 16 columns) transposed in registers is 16 blocks of x^T, one per
+// column, laid out exactly as the row-wise path above holds them (v + 16 j), so the same per-block
+// code (RHT, block maxima, scale bytes, codes) gives the same bytes. Panels of 16 token blocks x 16
+// columns: SR bytes come per column for 256 consecutive positions (16 Philox counters at a time), and
+// consecutive panels walk along rows of x, whose pages stay in the TLB.
+constexpr int64_t kPanelTokenBlocks = 16;
+
+inline void transpose16x16_ps(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+// Panel geometry: x^T rows (= x columns) [c0, c0 + 16), token blocks [tb0, tb1).
+struct Panel {
+  int64_t c0, tb0, tb1;
+};
+inline Panel panel_of(int64_t panel, int64_t rows, int64_t cols) {
+  const int64_t groups = cols / 16, token_blocks = rows / 16;
+  const int64_t tb0 = panel / groups * kPanelTokenBlocks;
+  return {panel % groups * 16, tb0, min_i64(token_blocks, tb0 + kPanelTokenBlocks)};
+}
+
+// Column j of the tile (tokens tb*16 .., columns c0 ..) into t[j].
+inline void load_tile_transposed(const float* x, int64_t ld, int64_t tb, int64_t c0, __m512 t[16]) {
+  for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + c0);
+  transpose16x16_ps(t);
+}
+
+template <bool kRht, bool kSr>
+void nvfp4_transposed_t(const Nvfp4Job& job, const float* x, int64_t ld, int64_t panel_begin, int64_t panel_end) {
+  const int64_t token_blocks = job.cols / 16;  // blocks per row of x^T
+  const E2M1Tables rn_tables = load_e2m1_tables();
+  const E2M1SrTables sr_tables = load_e2m1_sr_tables();
+  const __m512 c = _mm512_set1_ps(job.encode_times_rcp6);
+  alignas(64) float v[256];
+  alignas(64) float enc[16];
+  alignas(16) uint8_t scale_bytes[16];
+  alignas(64) uint8_t random[kSr ? 16 : 1][kSr ? kPanelTokenBlocks * 16 + 32 : 1];
+  const uint8_t* r[16] = {};
+  for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+    const Panel p = panel_of(panel, job.cols, job.rows);
+    if constexpr (kSr)
+      for (int j = 0; j < 16; ++j)
+        r[j] = sr_bytes(job.seed, job.offset + static_cast<uint64_t>(((p.c0 + j) * token_blocks + p.tb0) * 16),
+                        (p.tb1 - p.tb0) * 16, random[j]);
+    for (int64_t tb = p.tb0; tb < p.tb1; ++tb) {
+      __m512 t[16];
+      load_tile_transposed(x, ld, tb, p.c0, t);
+      for (int j = 0; j < 16; ++j) _mm512_store_ps(v + 16 * j, kRht ? rht16_bf16_finite(t[j]) : t[j]);
+      const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(block_maxima16(v), c));
+      _mm_store_si128(reinterpret_cast<__m128i*>(scale_bytes), _mm512_cvtepi32_epi8(s));
+      _mm512_store_ps(enc, _mm512_i32gather_ps(s, job.enc_of_scale, 4));
+      for (int j = 0; j < 16; ++j) {
+        const int64_t block = (p.c0 + j) * token_blocks + tb;
+        job.scales[block] = scale_bytes[j];
+        const __m512 y = _mm512_mul_ps(_mm512_load_ps(v + 16 * j), _mm512_set1_ps(enc[j]));
+        __m512i codes;
+        if constexpr (kSr) codes = e2m1_codes_sr_not_nan(y, sr_thresholds256(r[j] + (tb - p.tb0) * 16), sr_tables);
+        else codes = e2m1_codes_rn_finite(y, rn_tables);
+        pack_nibbles(codes, job.codes + block * 8);
+      }
+    }
+  }
+}
+
+void nvfp4_transposed(const Nvfp4Job& job, const float* x, int64_t ld, int64_t panel_begin, int64_t panel_end) {
+  if (job.rht) {
+    if (job.stochastic) nvfp4_transposed_t<true, true>(job, x, ld, panel_begin, panel_end);
+    else nvfp4_transposed_t<true, false>(job, x, ld, panel_begin, panel_end);
+  } else {
+    if (job.stochastic) nvfp4_transposed_t<false, true>(job, x, ld, panel_begin, panel_end);
+    else nvfp4_transposed_t<false, false>(job, x, ld, panel_begin, panel_end);
+  }
+}
+
+void rht_amax_transposed(const float* x, int64_t ld, int64_t rows, int64_t cols, int64_t panel_begin,
+                         int64_t panel_end, uint32_t* input_max_abs_bits, float* transformed_amax) {
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512i in_max = _mm512_setzero_si512();
+  __m512 t_max = _mm512_setzero_ps();
+  for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+    const Panel p = panel_of(panel, rows, cols);
+    for (int64_t tb = p.tb0; tb < p.tb1; ++tb) {
+      __m512 t[16];
+      for (int i = 0; i < 16; ++i) {
+        t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + p.c0);
+        in_max = _mm512_max_epu32(in_max, _mm512_and_si512(_mm512_castps_si512(t[i]), magnitude));
+      }
+      transpose16x16_ps(t);
+      // Garbage when the input holds huge or non-finite values; the caller discards it then.
+      for (int j = 0; j < 16; ++j) t_max = _mm512_max_ps(t_max, abs_ps(rht16_bf16_finite(t[j])));
+    }
+  }
+  *input_max_abs_bits = static_cast<uint32_t>(_mm512_reduce_max_epu32(in_max));
+  *transformed_amax = _mm512_reduce_max_ps(t_max);
 }
 
 }  // namespace

@@ -57,6 +57,16 @@ struct Kernels {
   void (*nvfp4_blocks)(const Nvfp4Job& job, int64_t block_begin, int64_t block_end);
   // 16x16 tiles [tile_begin, tile_end), numbered row-major over (rows/16, cols/16).
   void (*nvfp4_tiles)(const Nvfp4Job& job, int64_t tile_begin, int64_t tile_end);
+  // NVFP4 1x16 blocks of x^T straight from x (the wgrad operands), without a transposed copy. x is
+  // [T, C] with row stride ld, C % 16 == 0, T % 16 == 0; the job describes x^T ([C, T]) and must be a
+  // fast-path one (no Four Over Six; with RHT only when rht_finite). The work is numbered in x^T
+  // "panels" of 16 rows x 256 columns (16 columns of x x 256 tokens), panel = token_batch *
+  // (C / 16) + column_group, so consecutive panels share rows of x. Null where the ISA has none.
+  void (*nvfp4_transposed)(const Nvfp4Job& job, const float* x, int64_t ld, int64_t panel_begin, int64_t panel_end);
+  // For those panels: max |x| bits and the amax of the RHT-transformed, BF16-rounded blocks of x^T
+  // (meaningful only when the max |x| is below 2^122). Null where nvfp4_transposed is.
+  void (*rht_amax_transposed)(const float* x, int64_t ld, int64_t rows, int64_t cols, int64_t panel_begin,
+                              int64_t panel_end, uint32_t* input_max_abs_bits, float* transformed_amax);
   // 32-element blocks [block_begin, block_end).
   void (*mx_blocks)(const MxJob& job, int64_t block_begin, int64_t block_end);
   // FP8 per tensor: out[i] = encode(x[i] * scale), E4M3 or E5M2, RN, satfinite.

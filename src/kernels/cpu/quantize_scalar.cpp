@@ -176,6 +176,11 @@ void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_
 }
 
 // The NVFP4 1x16 RN hot path: one block at a time. Everything else takes the generic path.
+// No direct x^T kernels on this ISA: quantize_transposed takes its strip path.
+constexpr void (*kNvfp4TransposedKernel)(const Nvfp4Job&, const float*, int64_t, int64_t, int64_t) = nullptr;
+constexpr void (*kRhtAmaxTransposedKernel)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t*,
+                                           float*) = nullptr;
+
 bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_end) {
   if (job.rht || job.stochastic || job.four_over_six) return false;
   for (int64_t i = block_begin; i < block_end; ++i) {
