@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/vector_math.h"
 #include "model/attention.h"
 #include "model/cross_entropy.h"
 #include "model/embedding.h"
@@ -276,4 +278,49 @@ TEST(ModelLayers, Bf16AttentionAgreesWithTheDoubleReferenceWithinBf16Rounding) {
   const double grad_tol = 2 * rel * S * max_dout * std::max(1.0, max_qkv * max_qkv * max_qkv * scale);
   for (size_t i = 0; i < dqkv_d.size(); ++i) ASSERT_NEAR(dqkv_f[i], dqkv_d[i], grad_tol);
   EXPECT_TRUE(any_differs_from_fp32) << "bf16_matmuls had no effect: the products ran in FP32";
+}
+
+TEST(ModelLayers, VectorExpIsWithinTwoUlpsOnEveryIsa) {
+  // nibble::cpu::exp_f32 is glibc's vector expf on AVX-512/AVX2 (documented within 1 ulp) and std::exp
+  // otherwise; compare with the exact value (double) on every variant this machine runs, with tails.
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> dist(-87.0f, 88.0f);
+  std::vector<float> x(1000);
+  for (auto& v : x) v = dist(rng);
+  x[0] = 0.0f, x[1] = -104.0f, x[2] = 89.0f, x[3] = -0.0f, x[4] = 1e-8f;
+  for (nibble::cpu::Isa isa : {nibble::cpu::Isa::scalar, nibble::cpu::Isa::avx2, nibble::cpu::Isa::avx512}) {
+    if (isa > nibble::cpu::detected_isa()) continue;
+    nibble::cpu::set_isa_limit(isa);
+    for (int64_t n : {int64_t{1000}, int64_t{37}, int64_t{5}}) {
+      std::vector<float> out(static_cast<size_t>(n), -1.0f);
+      nibble::cpu::exp_f32(x.data(), out.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(static_cast<double>(x[i]));
+        if (want > 3.4028234663852886e38) {
+          EXPECT_TRUE(std::isinf(out[i])) << nibble::cpu::to_string(isa) << " exp(" << x[i] << ")";
+          continue;
+        }
+        const double ulp = std::max(std::ldexp(1.0, -149), std::ldexp(1.0, std::ilogb(want) - 23));
+        EXPECT_LE(std::fabs(out[i] - want), 3 * ulp) << nibble::cpu::to_string(isa) << " exp(" << x[i] << ") = " << out[i];
+      }
+    }
+  }
+  nibble::cpu::set_isa_limit(nibble::cpu::detected_isa());
+}
+
+TEST(ModelLayers, FloatSwigluAgreesWithTheDoubleReference) {
+  const int64_t n = 5, hidden = 37;  // a vector tail in every row
+  auto gu_d = random_vector(n * 2 * hidden, 41, 3.0);
+  auto da_d = random_vector(n * hidden, 42);
+  std::vector<float> gu_f(gu_d.begin(), gu_d.end()), da_f(da_d.begin(), da_d.end());
+  std::vector<double> a_d(n * hidden), dgu_d(gu_d.size());
+  std::vector<float> a_f(a_d.size()), dgu_f(gu_d.size());
+  swiglu_forward(gu_d.data(), n, hidden, a_d.data());
+  swiglu_forward(gu_f.data(), n, hidden, a_f.data());
+  swiglu_backward(gu_d.data(), da_d.data(), n, hidden, dgu_d.data());
+  swiglu_backward(gu_f.data(), da_f.data(), n, hidden, dgu_f.data());
+  // A handful of FP32 operations on O(1..10) values, exp within 3 ulps: 16 ulps of the magnitude.
+  const double u = std::ldexp(1.0, -24);
+  for (size_t i = 0; i < a_d.size(); ++i) ASSERT_NEAR(a_f[i], a_d[i], 16 * u * (1 + std::fabs(a_d[i])));
+  for (size_t i = 0; i < dgu_d.size(); ++i) ASSERT_NEAR(dgu_f[i], dgu_d[i], 16 * u * (1 + std::fabs(dgu_d[i])) * 4);
 }

@@ -7,6 +7,7 @@
 
 #include "format/quantized_tensor.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace nibble::model {
 
@@ -123,11 +124,10 @@ void attention_forward<float>(const AttentionShape& s, const float* qkv, float* 
         float* row = p + t * S;
         float maxv = -INFINITY;
         for (int64_t j = 0; j <= t; ++j) maxv = std::max(maxv, row[j]);
+        for (int64_t j = 0; j <= t; ++j) row[j] -= maxv;
+        cpu::exp_f32(row, row, t + 1);
         float sum = 0;
-        for (int64_t j = 0; j <= t; ++j) {
-          row[j] = std::exp(row[j] - maxv);
-          sum += row[j];
-        }
+        for (int64_t j = 0; j <= t; ++j) sum += row[j];
         const float inv = 1.0f / sum;
         for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
         std::fill(row + t + 1, row + S, 0.0f);

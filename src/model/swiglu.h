@@ -13,4 +13,11 @@ void swiglu_forward(const T* gate_up, int64_t n, int64_t hidden, T* a);
 template <typename T>
 void swiglu_backward(const T* gate_up, const T* da, int64_t n, int64_t hidden, T* dgate_up);
 
+// FP32: the exponentials through the vector exp (cpu::exp_f32); the double versions are the plain
+// loops that the finite-difference tests check. Tests check that the two agree.
+template <>
+void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, float* a);
+template <>
+void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up);
+
 }  // namespace nibble::model
