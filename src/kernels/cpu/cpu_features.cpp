@@ -70,9 +70,12 @@ std::atomic<int>& limit_slot() {
 }  // namespace
 
 bool amx_bf16_active() {
+  // AMX-BF16 (leaf 7.0 EDX bit 22) for the tile products and AVX512-BF16 (leaf 7.1 EAX bit 5) for
+  // the FP32 -> BF16 conversions while packing; every CPU with AMX so far has both.
   static const bool bf16 = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && ((edx >> 22) & 1);
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !((edx >> 22) & 1)) return false;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && ((eax >> 5) & 1);
   }();
   return bf16 && active_isa() >= Isa::amx;
 }

@@ -132,29 +132,19 @@ void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) {
 
 namespace {
 
-// RN-even to BF16 of 16 floats, each result in the upper half of its 32-bit lane (lower half
-// garbage); NaN stays NaN with the quiet bit set, exactly as bf16_from_float_rn (codecs.h).
-inline __m512i rn_bf16_hi(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_mask_or_epi32(rounded, nan, u, _mm512_set1_epi32(0x00400000));
-}
-
 // Two rows of 16 floats (k and k+1 of the same 16 columns) -> 16 dwords, each the BF16 pair
-// (k low, k+1 high) of one column: the tile unit's pair order.
+// (k low, k+1 high) of one column: the tile unit's pair order. vcvtne2ps2bf16 rounds to nearest
+// even and keeps NaN quiet with its sign and upper payload, as bf16_from_float_rn does; unlike it,
+// it treats FP32 subnormal inputs (|x| < 2^-126) as zero, a difference far below the FP32
+// accumulation bound of gemm_bf16.
 inline __m512i pair_rows(__m512 k0, __m512 k1) {
-  return _mm512_or_si512(_mm512_srli_epi32(rn_bf16_hi(k0), 16),
-                         _mm512_and_si512(rn_bf16_hi(k1), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                              21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(k1, k0)));
 }
 
 // 32 consecutive k of one row (16 floats each half) -> 16 dwords of consecutive k pairs.
-inline __m512i pair_row(__m512 lo, __m512 hi) {
-  const __m256i a = _mm512_cvtepi32_epi16(_mm512_srli_epi32(rn_bf16_hi(lo), 16));
-  const __m256i b = _mm512_cvtepi32_epi16(_mm512_srli_epi32(rn_bf16_hi(hi), 16));
-  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-}
+inline __m512i pair_row(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
 
 // In-register transpose of a 16x16 matrix of dwords.
 inline void transpose16x16(__m512i r[16]) {

@@ -113,7 +113,8 @@ void pack_amx_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
 void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);  // NVFP4 only
 void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
 // An FP32 operand of gemm_bf16 seen as `rows` x k: element (r, k) is p[r * ld + k] when
-// k_contiguous, else p[k * ld + r]. Packing rounds to BF16 (RN-even, NaN kept quiet).
+// k_contiguous, else p[k * ld + r]. Packing rounds to BF16 (RN-even, NaN kept quiet, FP32
+// subnormals read as zero: vcvtne2ps2bf16).
 struct F32Operand {
   const float* p;
   int64_t ld, rows, k;
