@@ -531,10 +531,22 @@ inline Panel panel_of(int64_t panel, int64_t rows, int64_t cols) {
   return {panel % groups * 16, tb0, min_i64(token_blocks, tb0 + kPanelTokenBlocks)};
 }
 
-// Column j of the tile (tokens tb*16 .., columns c0 ..) into t[j].
-inline void load_tile_transposed(const float* x, int64_t ld, int64_t tb, int64_t c0, __m512 t[16]) {
-  for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + c0);
-  transpose16x16_ps(t);
+
+// rht16_bf16_finite applied down the columns of 16 rows: lane c of every row is one block (16
+// tokens of column c). Each butterfly stage pairs row i with row i^h, the low row taking a + b and
+// the high one a - b, which are exactly the roundings walsh_hadamard16's FMAs perform lane-wise
+// (see there), so every element gets the row-wise transform's bits without a transpose.
+inline void rht16_bf16_finite_columns(__m512 r[16]) {
+  const float signs[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};  // rht_signs()
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_mul_ps(r[i], _mm512_set1_ps(signs[i]));
+  for (int h = 1; h < 16; h *= 2)
+    for (int i = 0; i < 16; ++i)
+      if (!(i & h)) {
+        const __m512 a = r[i], b = r[i + h];
+        r[i] = _mm512_add_ps(a, b);
+        r[i + h] = _mm512_sub_ps(a, b);
+      }
+  for (int i = 0; i < 16; ++i) r[i] = round_to_bf16_not_nan(_mm512_mul_ps(r[i], _mm512_set1_ps(0.25f)));
 }
 
 template <bool kRht, bool kSr>
@@ -555,9 +567,13 @@ void nvfp4_transposed_t(const Nvfp4Job& job, const float* x, int64_t ld, int64_t
         r[j] = sr_bytes(job.seed, job.offset + static_cast<uint64_t>(((p.c0 + j) * token_blocks + p.tb0) * 16),
                         (p.tb1 - p.tb0) * 16, random[j]);
     for (int64_t tb = p.tb0; tb < p.tb1; ++tb) {
+      // The RHT down the columns before the transpose: the same bits as rht16_bf16_finite on each
+      // block after it, without its lane permutes.
       __m512 t[16];
-      load_tile_transposed(x, ld, tb, p.c0, t);
-      for (int j = 0; j < 16; ++j) _mm512_store_ps(v + 16 * j, kRht ? rht16_bf16_finite(t[j]) : t[j]);
+      for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + p.c0);
+      if constexpr (kRht) rht16_bf16_finite_columns(t);
+      transpose16x16_ps(t);
+      for (int j = 0; j < 16; ++j) _mm512_store_ps(v + 16 * j, t[j]);
       const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(block_maxima16(v), c));
       _mm_store_si128(reinterpret_cast<__m128i*>(scale_bytes), _mm512_cvtepi32_epi8(s));
       _mm512_store_ps(enc, _mm512_i32gather_ps(s, job.enc_of_scale, 4));
@@ -597,9 +613,9 @@ void rht_amax_transposed(const float* x, int64_t ld, int64_t rows, int64_t cols,
         t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + p.c0);
         in_max = _mm512_max_epu32(in_max, _mm512_and_si512(_mm512_castps_si512(t[i]), magnitude));
       }
-      transpose16x16_ps(t);
       // Garbage when the input holds huge or non-finite values; the caller discards it then.
-      for (int j = 0; j < 16; ++j) t_max = _mm512_max_ps(t_max, abs_ps(rht16_bf16_finite(t[j])));
+      rht16_bf16_finite_columns(t);
+      for (int i = 0; i < 16; ++i) t_max = _mm512_max_ps(t_max, abs_ps(t[i]));
     }
   }
   *input_max_abs_bits = static_cast<uint32_t>(_mm512_reduce_max_epu32(in_max));
