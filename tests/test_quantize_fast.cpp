@@ -490,6 +490,30 @@ TEST(QuantizeFast, TransposedCopyMatchesReference) {
   }
 }
 
+TEST(QuantizeFast, BothOrientationsAtOnceMatchTheSeparateCalls) {
+  // quantize_both_into takes the row-wise NVFP4 amax from the x^T pass: the bytes must be those of
+  // the two separate quantizations, for the recipe's pairs (fprop X / wgrad X^T, dgrad dY / wgrad dY^T)
+  // and with the RHT off.
+  std::mt19937_64 rng(test_seed() + 17);
+  QuantOptions x_row{.format = Format::nvfp4}, x_t{.format = Format::nvfp4, .rht = true};
+  QuantOptions dy_row{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 9};
+  QuantOptions dy_t{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 10, .rht = true};
+  QuantOptions plain_t{.format = Format::nvfp4};
+  const std::pair<QuantOptions, QuantOptions> pairs[] = {{x_row, x_t}, {dy_row, dy_t}, {x_row, plain_t}};
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{64, 1024}, {320, 48}, {48, 112}}) {
+    auto x = make_tensor(rng, rows, cols, Dist::student_t, random_scale(rng));
+    for (const auto& [row_opt, t_opt] : pairs)
+      for (const Variant& v : variants()) {
+        UseVariant use(v);
+        SCOPED_TRACE(v.name() + " [" + std::to_string(rows) + "x" + std::to_string(cols) + "] " + seed_note());
+        QuantizedTensor row, t;
+        cpu::quantize_both_into(x, rows, cols, row_opt, row, t_opt, t);
+        ASSERT_TRUE(same_tensor(cpu::quantize(x, rows, cols, row_opt), row));
+        ASSERT_TRUE(same_tensor(cpu::quantize_transposed(x, rows, cols, t_opt), t));
+      }
+  }
+}
+
 TEST(QuantizeFast, Bf16InputMatchesReference) {
   std::mt19937_64 rng(test_seed() + 8);
   const int64_t rows = 70, cols = 1024;

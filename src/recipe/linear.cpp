@@ -65,8 +65,11 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   const size_t nx = static_cast<size_t>(tokens * in_), nw = static_cast<size_t>(out_ * in_);
   const std::span<const float> xs(x, nx), ws(w, nw);
 
-  // Fprop: Y = X W^T.
+  // Fprop: Y = X W^T. When wgrad quantizes X^T too, both are made in one call (quantize_both_into
+  // reads X once less).
   const GemmRecipe& f = step.recipe.fprop;
+  const GemmRecipe& g = step.recipe.wgrad;
+  saved_xt_valid_ = false;
   switch (f.precision) {
     case GemmPrecision::fp32:
       {
@@ -84,7 +87,13 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
       QuantizedTensor& xq = x_q_;
       {
         ScopedTimer timer(times_.quantize_s);
-        cpu::quantize_into(xs, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);
+        if (step.save_for_backward && g.precision == GemmPrecision::quantized) {
+          cpu::quantize_both_into(xs, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
+                                  seeded(g.b, step, GemmRole::wgrad, 1), saved_xt_q_);
+          saved_xt_valid_ = true;
+        } else {
+          cpu::quantize_into(xs, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);
+        }
       }
       QuantOptions wo = seeded(f.b, step, GemmRole::fprop, 1);
       if (!w_q_ || w_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, w_q_options_)) {
@@ -110,12 +119,10 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   // What wgrad needs of X, in the form wgrad multiplies it.
   saved_x_f32_.clear();
   saved_x_bf16_.clear();
-  saved_xt_valid_ = false;
   if (!step.save_for_backward) {
     tokens_ = 0;  // backward without a training forward is an internal error
     return;
   }
-  const GemmRecipe& g = step.recipe.wgrad;
   switch (g.precision) {
     case GemmPrecision::fp32: saved_x_f32_.assign(x, x + nx); break;
     case GemmPrecision::bf16:
@@ -127,7 +134,8 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
     case GemmPrecision::quantized: {
       {
         ScopedTimer timer(times_.quantize_s);
-        cpu::quantize_transposed_into(xs, tokens, in_, seeded(g.b, step, GemmRole::wgrad, 1), saved_xt_q_);
+        if (!saved_xt_valid_)
+          cpu::quantize_transposed_into(xs, tokens, in_, seeded(g.b, step, GemmRole::wgrad, 1), saved_xt_q_);
         saved_xt_valid_ = true;
       }
       if (step.collect_stats) record("wgrad.X^T", transposed(x, tokens, in_), saved_xt_q_);
@@ -141,6 +149,7 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
   const int64_t tokens = tokens_;
   const LinearStep& step = step_;
   const std::span<const float> dys(dy, static_cast<size_t>(tokens * out_)), ws(w, static_cast<size_t>(out_ * in_));
+  grad_t_valid_ = false;
 
   // Dgrad: dX = dY W.
   const GemmRecipe& d = step.recipe.dgrad;
@@ -161,7 +170,13 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       QuantizedTensor& dyq = grad_q_;
       {
         ScopedTimer timer(times_.quantize_s);
-        cpu::quantize_into(dys, tokens, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq);
+        if (step.recipe.wgrad.precision == GemmPrecision::quantized) {
+          cpu::quantize_both_into(dys, tokens, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq,
+                                  seeded(step.recipe.wgrad.a, step, GemmRole::wgrad, 0), grad_t_q_);
+          grad_t_valid_ = true;
+        } else {
+          cpu::quantize_into(dys, tokens, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq);
+        }
       }
       QuantOptions wo = seeded(d.b, step, GemmRole::dgrad, 1);
       if (!wt_q_ || wt_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, wt_q_options_)) {
@@ -214,8 +229,8 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
     }
     case GemmPrecision::quantized: {
       NIBBLE_CHECK(saved_xt_valid_);
-      QuantizedTensor& dyt = grad_q_;
-      {
+      QuantizedTensor& dyt = grad_t_q_;
+      if (!grad_t_valid_) {
         ScopedTimer timer(times_.quantize_s);
         cpu::quantize_transposed_into(dys, tokens, out_, seeded(g.a, step, GemmRole::wgrad, 0), dyt);
       }
@@ -227,6 +242,7 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       break;
     }
   }
+  grad_t_valid_ = false;
   // Capacity is kept for the next micro-step (no reallocation per step); the contents are dead.
   saved_x_f32_.clear();
   saved_x_bf16_.clear();

@@ -80,7 +80,8 @@ class Linear {
   // The quantized activation/gradient operand of the GEMM being run (X, dY or dY^T), and the FP32
   // copy of a BF16-saved X. Members so that their capacity is reused: a fresh tensor per GEMM cost
   // an allocation, a zero fill and page faults every step.
-  QuantizedTensor x_q_, grad_q_;  // fprop's X; dgrad's dY and wgrad's dY^T (same size)
+  QuantizedTensor x_q_, grad_q_, grad_t_q_;  // fprop's X, dgrad's dY, wgrad's dY^T
+  bool grad_t_valid_ = false;                 // grad_t_q_ was made with dgrad's dY (quantize_both_into)
   std::vector<float> bf16_x_f32_;
   // Quantized weights, reused across the micro-steps of one optimizer step.
   std::optional<QuantizedTensor> w_q_, wt_q_;

@@ -161,7 +161,9 @@ void rht_amax_into(const Kernels& k, const float* x, int64_t n, std::atomic<uint
   atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));  // non-negative floats order like their bits
 }
 
-void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
+// known_max_abs_bits: max |x| (as bits, finite) when the caller already has it; skips that pass.
+void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q,
+                    const uint32_t* known_max_abs_bits = nullptr) {
   const int64_t n = q.rows * q.cols;
   float amax;
   bool rht_finite = false;
@@ -176,7 +178,7 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
     amax = std::bit_cast<float>(transformed_amax_bits.load());
     rht_finite = input_bits.load() < kRhtFiniteInputBits;
   } else {
-    uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+    uint32_t bits = known_max_abs_bits ? *known_max_abs_bits : parallel_max_abs_bits(k, x.data(), n);
     if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
     amax = std::bit_cast<float>(bits);
   }
@@ -197,7 +199,7 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
 // reading it back twice cost ~3x the row-wise quantize on training shapes. Returns false, having
 // written nothing, when x holds a non-finite value (the caller then takes the path that reports it).
 bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64_t rows, int64_t cols,
-                               const QuantOptions& o, QuantizedTensor& q) {
+                               const QuantOptions& o, QuantizedTensor& q, uint32_t* max_abs_bits_seen) {
   // Where the ISA has them, kernels that read 16x16 tiles of x and transpose them in registers make
   // no copy at all (see Kernels::nvfp4_transposed).
   if (k.nvfp4_transposed && cols % 16 == 0 && rows % 16 == 0 && !o.four_over_six) {
@@ -217,10 +219,12 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
       // Huge or non-finite input: the strip path below handles (or reports) it.
       ok = input_bits.load() < kRhtFiniteInputBits;
       amax = std::bit_cast<float>(transformed_amax_bits.load());
+      if (ok) *max_abs_bits_seen = input_bits.load();
     } else {
       const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
       if (bits >= kFloatExponentAllOnes) return false;
       amax = std::bit_cast<float>(bits);
+      *max_abs_bits_seen = bits;
     }
     if (ok) {
       Nvfp4Encoding e;
@@ -383,8 +387,11 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
   return q;
 }
 
-void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
-                              QuantizedTensor& out) {
+namespace {
+// quantize_transposed_into; *max_abs_bits_seen gets max |x| (finite) when a pass computed it, else
+// is left alone.
+void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                              QuantizedTensor& out, uint32_t* max_abs_bits_seen) {
   if (opt.format == Format::nvfp4 && opt.tile_16x16 && !opt.rht) {
     // One amax and one scale per tile serve both orientations: the transposed copy is the exact
     // transpose. The reference validates everything before it checks the rows.
@@ -401,7 +408,7 @@ void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t co
   if (opt.format == Format::nvfp4 && !opt.tile_16x16 && shape_and_options_ok(x.size(), cols, rows, opt) && rows > 0 &&
       cols > 0) {
     make_header(cols, rows, opt, out);
-    if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out)) return;
+    if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out, max_abs_bits_seen)) return;
   }
   // The transposed copy lives in a grow-only per-thread buffer: a fresh zero-filled vector per call
   // (two per linear layer and step in training) cost its memset and page faults every time.
@@ -410,6 +417,28 @@ void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t co
   if (rows > 0 && cols > 0)
     parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), cols, rows, cols, t, b, e); });
   quantize_into(std::span<const float>(t, x.size()), cols, rows, opt, out);
+}
+}  // namespace
+
+void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                              QuantizedTensor& out) {
+  uint32_t unused = 0;
+  quantize_transposed_impl(x, rows, cols, opt, out, &unused);
+}
+
+void quantize_both_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                        QuantizedTensor& row_out, const QuantOptions& t_opt, QuantizedTensor& t_out) {
+  constexpr uint32_t kUnknown = 0xFFFFFFFFu;
+  uint32_t bits = kUnknown;
+  quantize_transposed_impl(x, rows, cols, t_opt, t_out, &bits);
+  // max |x| serves the row-wise NVFP4 amax exactly when that takes no transform of its own.
+  if (bits != kUnknown && bits < kFloatExponentAllOnes && row_opt.format == Format::nvfp4 && !row_opt.rht &&
+      shape_and_options_ok(x.size(), rows, cols, row_opt)) {
+    make_header(rows, cols, row_opt, row_out);
+    quantize_nvfp4(active_kernels(), x, row_opt, row_out, &bits);
+    return;
+  }
+  quantize_into(x, rows, cols, row_opt, row_out);
 }
 
 QuantizedTensor transpose_tiles(const QuantizedTensor& q) {

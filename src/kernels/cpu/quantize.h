@@ -20,6 +20,12 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
 // As quantize_transposed(), into `out` (capacity reused, as quantize_into).
 void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
                               QuantizedTensor& out);
+// Both quantizations a Linear makes of one operand: x row-wise (fprop's X, dgrad's dY) into
+// row_out and x^T (wgrad's) into t_out; the same bytes as quantize_into + quantize_transposed_into.
+// x^T first: its amax pass also yields max |x|, which is the row-wise NVFP4 amax, so x is read once
+// less. A non-finite x is reported by the x^T quantization (indices of x^T).
+void quantize_both_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                        QuantizedTensor& row_out, const QuantOptions& t_opt, QuantizedTensor& t_out);
 void dequantize(const QuantizedTensor& q, std::span<float> out);
 // The exact transpose of a 16x16-tile NVFP4 tensor (ref::transpose_tiles, threaded): the column-wise
 // copy of a weight without quantizing it again. UsageError for other blocks or rows % 16 != 0.
