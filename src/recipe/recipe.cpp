@@ -130,7 +130,8 @@ bool apply_recipe_option(RecipeConfig& c, std::string_view key, std::string_view
                        " is unknown: use auto, block_exact (each 16-block product exact, one FP32 rounding per "
                        "block) or fp32_products (BF16-decoded operands, FP32 accumulation; AMX-BF16 CPUs)");
     }
-    c.gemm_summation_given = true;
+    // `auto` is the default and what a resolved config writes back: not a request to refuse.
+    c.gemm_summation_given = c.gemm_summation != GemmSummation::automatic;
   } else if (key == "attention") {
     if (value == "auto") {
       c.attention = AttentionPrecision::automatic;
