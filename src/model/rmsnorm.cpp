@@ -5,14 +5,29 @@
 #include <cmath>
 
 namespace nibble::model {
+namespace {
+// Sum of term(c) over c < width in 16 interleaved partial sums (lane c % 16), folded in a fixed
+// tree at the end: a fixed order (the same on any thread count) that the compiler can vectorise,
+// where one running sum is a chain of `width` dependent additions.
+template <typename T, class Term>
+inline T lane_sum(int64_t width, Term term) {
+  T lanes[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= width; c += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] += term(c + l);
+  for (int l = 0; c < width; ++c, ++l) lanes[l] += term(c);
+  for (int half = 8; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  return lanes[0];
+}
+}  // namespace
 
 template <typename T>
 void rmsnorm_forward(const T* x, const T* gain, int64_t n, int64_t width, T eps, T* y, T* rstd) {
 #pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const T* xr = x + i * width;
-    T ss = 0;
-    for (int64_t c = 0; c < width; ++c) ss += xr[c] * xr[c];
+    const T ss = lane_sum<T>(width, [xr](int64_t c) { return xr[c] * xr[c]; });
     T r = T(1) / std::sqrt(ss / static_cast<T>(width) + eps);
     rstd[i] = r;
     T* yr = y + i * width;
@@ -28,8 +43,7 @@ void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int
     const T* xr = x + i * width;
     const T* dyr = dy + i * width;
     const T r = rstd[i];
-    T dot = 0;  // sum(dxhat * xhat)
-    for (int64_t c = 0; c < width; ++c) dot += dyr[c] * gain[c] * xr[c] * r;
+    const T dot = lane_sum<T>(width, [=](int64_t c) { return dyr[c] * gain[c] * xr[c] * r; });  // sum(dxhat * xhat)
     const T mean_dot = dot / static_cast<T>(width);
     T* dxr = dx + i * width;
     for (int64_t c = 0; c < width; ++c) dxr[c] += r * (dyr[c] * gain[c] - xr[c] * r * mean_dot);
