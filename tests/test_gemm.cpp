@@ -110,14 +110,15 @@ struct IsaGuard {
 };
 
 // Runs every variant on (a, b) with C poisoned by NaN and checks each element against the reference.
-// NVFP4 operands also run Summation::fp32_products (its own kernel where AMX-BF16 is active).
+// NVFP4 and FP8 operands also run Summation::fp32_products (its own kernel where AMX-BF16 is active).
 void expect_matches_reference(const QuantizedTensor& a, const QuantizedTensor& b, float alpha = 1.0f) {
   const int64_t M = a.rows, N = b.rows;
   const int64_t ldc = N + 3;  // the padding must stay untouched
   std::vector<double> ref(static_cast<size_t>(M * N));
   ref::gemm(a, b, ref.data(), N);
   std::vector<cpu::Summation> summations = {cpu::Summation::block_exact};
-  if (a.format == Format::nvfp4) summations.push_back(cpu::Summation::fp32_products);
+  const bool fp8 = a.format == Format::fp8_e4m3 || a.format == Format::fp8_e5m2;
+  if (a.format == Format::nvfp4 || fp8) summations.push_back(cpu::Summation::fp32_products);
   IsaGuard guard;
   for (cpu::Summation summation : summations)
   for (Isa isa : runnable_isas()) {
@@ -268,11 +269,13 @@ TEST(Gemm, Fp32ProductsIsNotBlockExact) {
   // Guards against the fp32_products request silently running the block kernel (the reference tests
   // above would pass either way): on a long K the two summation orders must differ somewhere.
   if (!cpu::fp32_products_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU: fp32_products runs block_exact here";
-  QuantizedTensor a = make_operand(Format::nvfp4, 64, 2048, 420), b = make_operand(Format::nvfp4, 64, 2048, 421);
-  std::vector<float> exact(64 * 64), fast(64 * 64);
-  cpu::gemm(a, b, exact.data(), 64, 1.0f, false, cpu::Summation::block_exact);
-  cpu::gemm(a, b, fast.data(), 64, 1.0f, false, cpu::Summation::fp32_products);
-  EXPECT_NE(0, std::memcmp(exact.data(), fast.data(), exact.size() * sizeof(float)));
+  for (Format f : {Format::nvfp4, Format::fp8_e4m3}) {
+    QuantizedTensor a = make_operand(f, 64, 2048, 420), b = make_operand(f, 64, 2048, 421);
+    std::vector<float> exact(64 * 64), fast(64 * 64);
+    cpu::gemm(a, b, exact.data(), 64, 1.0f, false, cpu::Summation::block_exact);
+    cpu::gemm(a, b, fast.data(), 64, 1.0f, false, cpu::Summation::fp32_products);
+    EXPECT_NE(0, std::memcmp(exact.data(), fast.data(), exact.size() * sizeof(float))) << to_string(f);
+  }
 }
 
 TEST(Gemm, VariantsAgreeBitwise) {

@@ -270,9 +270,9 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
                      std::string(to_string(q)) + ": drop it or choose fp8/mxfp8/mxfp4/nvfp4");
   attention_bf16_ = config.attention == AttentionPrecision::bf16 ||
                     (config.attention == AttentionPrecision::automatic && q != Quantization::none);
-  if (config.gemm_summation_given && q != Quantization::nvfp4)
-    throw UsageError("gemm_summation chooses how NVFP4 GEMMs sum, but quantization=" + std::string(to_string(q)) +
-                     ": set quantization=nvfp4 or drop gemm_summation");
+  if (config.gemm_summation_given && q != Quantization::nvfp4 && q != Quantization::fp8)
+    throw UsageError("gemm_summation chooses how NVFP4 and FP8 GEMMs sum, but quantization=" + std::string(to_string(q)) +
+                     ": set quantization=nvfp4 or fp8, or drop gemm_summation");
   if (config.gemm_summation == GemmSummation::fp32_products ||
       (config.gemm_summation == GemmSummation::automatic && cpu::fp32_products_available()))
     summation_ = cpu::Summation::fp32_products;

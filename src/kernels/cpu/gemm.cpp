@@ -116,10 +116,13 @@ bool tile_uniform(const QuantizedTensor& q) { return q.block == BlockShape::tile
 
 Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b, Isa isa, bool bf16_tiles) {
   const int64_t block_len = a.block_len();
-  if (bf16_tiles)
+  if (bf16_tiles) {
+    const bool fp8 = family == Family::f32;
     return {kBf16Panel, kBf16Panel, kBf16UnitK, kBf16UnitBytes, kBf16UnitBytes, kChunkKBf16 / kBf16UnitK,
-            static_cast<PackQuantized>(&pack_bf16_a_panel), static_cast<PackQuantized>(&pack_bf16_b_panel),
-            bf16_micro_kernel_amx(), Plan::Tiles::bf16};
+            fp8 ? &pack_bf16_fp8_a_panel : static_cast<PackQuantized>(&pack_bf16_a_panel),
+            fp8 ? &pack_bf16_fp8_b_panel : static_cast<PackQuantized>(&pack_bf16_b_panel), bf16_micro_kernel_amx(),
+            Plan::Tiles::bf16};
+  }
   if (family == Family::int8_blocks && isa == Isa::amx) {
     // (Computing C^T = B . A^T when only B is 16x16-tiled, to put the uniform scale on the tile's
     // rows, measured 10-15% slower on the recipe's forward shapes: the transposed write-back cost
@@ -255,7 +258,8 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
   if (a.cols == 0) return write_zero_product(a.rows, b.rows, c, ldc, accumulate);
 
   // The ISA is read once per call.
-  const bool bf16_tiles = summation == Summation::fp32_products && a.format == Format::nvfp4 && amx_bf16_active();
+  const bool bf16_tiles = summation == Summation::fp32_products && amx_bf16_active() &&
+                          (a.format == Format::nvfp4 || (is_fp8(a.format) && a.block == BlockShape::per_tensor));
   const Plan plan = make_plan(family, a, b, active_isa(), bf16_tiles);
   const float out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles);
   const int64_t units = (a.cols + plan.unit_k - 1) / plan.unit_k;  // the BF16 unit (32) may pad one 16-block

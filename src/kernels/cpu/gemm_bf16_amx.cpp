@@ -179,33 +179,48 @@ inline __m512 load16(const float* p, int64_t valid) {
   return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << valid) - 1), p);
 }
 
-// One 16-row x 32-k block of an FP32 operand as 16x16 dwords (BF16 pairs). by_row: out[r] holds
-// row r's 16 k pairs (A tile order); else out[g] holds k pair g of the 16 rows (B tile order).
-// Rows and k past the operand are zero.
-void block_pairs(const F32Operand& x, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
-  const int64_t rows_left = x.rows - r0, k_left = x.k - k0;
-  if (x.k_contiguous) {
-    for (int r = 0; r < 16; ++r) {
-      if (r >= rows_left) {
-        out[r] = _mm512_setzero_si512();
-        continue;
-      }
-      const float* p = x.p + (r0 + r) * x.ld + k0;
-      out[r] = pair_row(load16(p, k_left), load16(p + 16, k_left - 16));
-    }
-    if (!by_row) transpose16x16(out);
-  } else {
-    for (int g = 0; g < 16; ++g) {
-      const int64_t k = 2 * g;
-      const __m512 a = k < k_left ? load16(x.p + (k0 + k) * x.ld + r0, rows_left) : _mm512_setzero_ps();
-      const __m512 b = k + 1 < k_left ? load16(x.p + (k0 + k + 1) * x.ld + r0, rows_left) : _mm512_setzero_ps();
-      out[g] = pair_rows(a, b);
-    }
-    if (by_row) transpose16x16(out);
-  }
+// One 16-row x 32-k block of a K-contiguous operand as 16x16 dwords (BF16 pairs). by_row: out[r]
+// holds row r's 16 k pairs (A tile order); else out[g] holds k pair g of the 16 rows (B tile order).
+// load(row, k0, valid) gives 16 values of `row` from k0 on, zero past `valid`. Rows past the operand
+// are zero.
+template <class Load>
+void block_pairs_k_contiguous(Load load, int64_t rows, int64_t k, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
+  const int64_t rows_left = rows - r0, k_left = k - k0;
+  for (int r = 0; r < 16; ++r)
+    out[r] = r < rows_left ? pair_row(load(r0 + r, k0, k_left), load(r0 + r, k0 + 16, k_left - 16)) : _mm512_setzero_si512();
+  if (!by_row) transpose16x16(out);
 }
 
-void pack_f32_panel(const F32Operand& x, int64_t row0, uint8_t* dst, bool a_side) {
+// The same block of an FP32 operand, either orientation.
+void block_pairs(const F32Operand& x, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
+  if (x.k_contiguous) {
+    const auto load = [&x](int64_t row, int64_t k, int64_t valid) { return load16(x.p + row * x.ld + k, valid); };
+    return block_pairs_k_contiguous(load, x.rows, x.k, r0, k0, by_row, out);
+  }
+  const int64_t rows_left = x.rows - r0, k_left = x.k - k0;
+  for (int g = 0; g < 16; ++g) {
+    const int64_t k = 2 * g;
+    const __m512 a = k < k_left ? load16(x.p + (k0 + k) * x.ld + r0, rows_left) : _mm512_setzero_ps();
+    const __m512 b = k + 1 < k_left ? load16(x.p + (k0 + k + 1) * x.ld + r0, rows_left) : _mm512_setzero_ps();
+    out[g] = pair_rows(a, b);
+  }
+  if (by_row) transpose16x16(out);
+}
+
+// FP8 codes (one byte per value, rows x k row-major) decoded through the 256-entry table: E4M3 and
+// E5M2 values are all exact BF16 (at most 3 mantissa bits, exponents within BF16's normal range).
+void block_pairs(const Fp8PanelSource& x, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
+  const auto load = [&x](int64_t row, int64_t k, int64_t valid) {
+    if (valid <= 0) return _mm512_setzero_ps();
+    const __mmask16 m = valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1);
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, x.codes + row * x.k + k));
+    return _mm512_maskz_mov_ps(m, _mm512_i32gather_ps(codes, x.value_of, 4));
+  };
+  block_pairs_k_contiguous(load, x.rows, x.k, r0, k0, by_row, out);
+}
+
+template <class Source>
+void pack_panel(const Source& x, int64_t row0, uint8_t* dst, bool a_side) {
   const int64_t units = bf16_units(x.k);
   __m512i block[16];
   for (int64_t u = 0; u < units; ++u)
@@ -218,8 +233,10 @@ void pack_f32_panel(const F32Operand& x, int64_t row0, uint8_t* dst, bool a_side
 
 }  // namespace
 
-void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_panel(x, row0, dst, true); }
-void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_panel(x, row0, dst, false); }
+void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_panel(x, row0, dst, true); }
+void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_panel(x, row0, dst, false); }
+void pack_bf16_a_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, row0, dst, true); }
+void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, row0, dst, false); }
 
 MicroKernel bf16_micro_kernel_amx() { return &bf16_tiles_amx; }
 

@@ -122,6 +122,17 @@ struct F32Operand {
 };
 void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+// Per-tensor FP8 codes for the AMX-BF16 path (Summation::fp32_products): rows x k bytes, row-major;
+// value_of: the 256 decoded values of the format (the tensor scale is applied at the end).
+struct Fp8PanelSource {
+  const uint8_t* codes;
+  int64_t rows, k;
+  const float* value_of;
+};
+void pack_bf16_a_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst);
+void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst);
+void pack_bf16_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
+void pack_bf16_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 // gemm_bf16 (gemm.h) on the AMX-BF16 kernel: same contract, arguments already checked.
 void gemm_bf16_tiles(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

@@ -118,6 +118,15 @@ void pack_bf16_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { p
 void pack_bf16_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_b_panel(amx_source(q), row0, dst); }
 
 namespace {
+Fp8PanelSource fp8_source(const QuantizedTensor& q) {
+  const DecodeTables& t = tables();
+  return {q.codes.data(), q.rows, q.cols, q.format == Format::fp8_e5m2 ? t.e5m2.data() : t.e4m3.data()};
+}
+}  // namespace
+void pack_bf16_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_a_panel(fp8_source(q), row0, dst); }
+void pack_bf16_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_b_panel(fp8_source(q), row0, dst); }
+
+namespace {
 // Element r of every k of an f32 panel with `width` rows: decoded FP8 times its block scale.
 // E8M0 scales are powers of two, so the product is exact while it stays in FP32's range.
 void pack_f32_panel(const QuantizedTensor& q, int64_t row0, int width, uint8_t* dst) {
