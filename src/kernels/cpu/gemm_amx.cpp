@@ -31,19 +31,7 @@
 namespace nibble::cpu::gemm_detail {
 namespace {
 
-// The 64-byte operand of ldtilecfg (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// GCC 12's _tile_loadconfig does not tell the optimiser that it reads the 64 bytes, which then
-// drops the stores that fill them (only the palette byte survived). An asm with the whole struct as
-// a memory input keeps them.
-void load_tile_config(const TileConfig& config) { __asm__ volatile("ldtilecfg %0" : : "m"(config)); }
+#include "kernels/cpu/amx_tiles.inc"
 
 // Tiles: 0-3 block products (16x16 int32); 4,5 A blocks (16 rows x block_len s8); 6,7 B blocks in
 // the VNNI order (block_len/4 rows of 16 columns x 4 k). Four products let the tile unit run two
@@ -222,26 +210,15 @@ namespace nibble::cpu::peaks {
 
 // Four independent 16x16 accumulators, each fed 16x64 by 64x16 s8 tiles (the instruction's full K).
 int32_t amx_int8_loop(int64_t iterations) {
-  gemm_detail::TileConfig c;
-  for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
-  gemm_detail::load_tile_config(c);
   alignas(64) int8_t operand[16 * 64];
   for (int i = 0; i < 16 * 64; ++i) operand[i] = static_cast<int8_t>(i % 7 - 3);
-  _tile_loadd(4, operand, 64);
-  _tile_loadd(5, operand, 64);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int64_t it = 0; it < iterations; ++it) {
+  alignas(64) int32_t out[16 * 16];
+  gemm_detail::tile_peak_loop(operand, iterations, [] {
     _tile_dpbssd(0, 4, 5);
     _tile_dpbssd(1, 4, 5);
     _tile_dpbssd(2, 4, 5);
     _tile_dpbssd(3, 4, 5);
-  }
-  alignas(64) int32_t out[16 * 16];
-  _tile_stored(0, out, 64);
-  _tile_release();
+  }, out);
   return out[0];
 }
 

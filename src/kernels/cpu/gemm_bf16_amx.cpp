@@ -24,15 +24,7 @@
 namespace nibble::cpu::gemm_detail {
 namespace {
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-// See gemm_amx.cpp: GCC 12's _tile_loadconfig lets the optimiser drop the config's stores.
-void load_tile_config(const TileConfig& config) { __asm__ volatile("ldtilecfg %0" : : "m"(config)); }
+#include "kernels/cpu/amx_tiles.inc"
 
 // 16 E2M1 codes (8 bytes, low nibble first) times one block scale, as 16 BF16. Exact, so taking
 // the FP32 value's upper half is the conversion.
@@ -69,12 +61,7 @@ void pack_bf16_panel(const AmxPanelSource& q, int64_t row0, Place place) {
 }
 
 // Tiles: 0-3 the four 16x16 FP32 accumulators of the 32x32 micro-tile; 4,5 A (16 rows x 32 BF16);
-// 6,7 B (16 k-pairs x 16 columns x 2 BF16). All 16 rows x 64 bytes.
-TileConfig bf16_config() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
-  return c;
-}
+// 6,7 B (16 k-pairs x 16 columns x 2 BF16): full_tiles_config().
 
 // acc: 32x32 FP32, stride kBf16AccStride floats. Each unit: two A tiles x two B tiles -> four
 // tdpbf16ps.
@@ -146,32 +133,7 @@ inline __m512i pair_rows(__m512 k0, __m512 k1) {
 // 32 consecutive k of one row (16 floats each half) -> 16 dwords of consecutive k pairs.
 inline __m512i pair_row(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
 
-// In-register transpose of a 16x16 matrix of dwords.
-inline void transpose16x16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // Rows now hold 4x4 blocks; gather 128-bit lanes: first across pairs of 4-row groups, then across
-  // groups of 8.
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
-  }
-}
+#include "kernels/cpu/transpose16x16_avx512.inc"
 
 inline __m512 load16(const float* p, int64_t valid) {
   if (valid >= 16) return _mm512_loadu_ps(p);
@@ -240,7 +202,7 @@ void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pa
 
 MicroKernel bf16_micro_kernel_amx() { return &bf16_tiles_amx; }
 
-void amx_bf16_thread_begin() { load_tile_config(bf16_config()); }
+void amx_bf16_thread_begin() { load_tile_config(full_tiles_config()); }
 
 }  // namespace nibble::cpu::gemm_detail
 
@@ -248,24 +210,15 @@ namespace nibble::cpu::peaks {
 
 // Four independent 16x16 FP32 accumulators, each fed 16x32 by 32x16 BF16 tiles (the full K).
 float amx_bf16_loop(int64_t iterations) {
-  gemm_detail::load_tile_config(gemm_detail::bf16_config());
   alignas(64) uint16_t operand[16 * 32];
   for (int i = 0; i < 16 * 32; ++i) operand[i] = static_cast<uint16_t>(0x3F80 + (i % 7));  // ~1.0
-  _tile_loadd(4, operand, 64);
-  _tile_loadd(5, operand, 64);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int64_t it = 0; it < iterations; ++it) {
+  alignas(64) float out[16 * 16];
+  gemm_detail::tile_peak_loop(operand, iterations, [] {
     _tile_dpbf16ps(0, 4, 5);
     _tile_dpbf16ps(1, 4, 5);
     _tile_dpbf16ps(2, 4, 5);
     _tile_dpbf16ps(3, 4, 5);
-  }
-  alignas(64) float out[16 * 16];
-  _tile_stored(0, out, 64);
-  _tile_release();
+  }, out);
   return out[0];
 }
 
