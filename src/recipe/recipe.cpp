@@ -324,6 +324,17 @@ LinearRecipe Recipe::for_layer(int layer, double progress) const {
   return r;
 }
 
+std::string describe_kernels(const Recipe& recipe) {
+  const Quantization q = recipe.config().quantization;
+  std::string s;
+  if (q == Quantization::nvfp4 || q == Quantization::fp8)
+    s += recipe.summation() == cpu::Summation::fp32_products
+             ? "GEMMs sum element products in FP32 on the AMX-BF16 tiles (gemm_summation=fp32_products); "
+             : "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact); ";
+  s += recipe.attention_bf16() ? "attention products in BF16" : "attention products in FP32";
+  return s;
+}
+
 uint64_t sr_seed(uint64_t run_seed, int64_t step, int layer, int linear, GemmRole role, int operand) {
   uint64_t h = mix64(run_seed);
   h = mix64(h ^ static_cast<uint64_t>(step));

@@ -87,6 +87,9 @@ bool apply_recipe_option(RecipeConfig& config, std::string_view key, std::string
 // "quantization=nvfp4 nvfp4.rht=false": whitespace- or comma-separated key=value pairs.
 RecipeConfig parse_recipe(std::string_view text);
 std::string describe(const RecipeConfig& config);
+class Recipe;
+// What the recipe resolved to on this CPU: how NVFP4/FP8 GEMMs sum, attention's precision.
+std::string describe_kernels(const Recipe& recipe);
 
 // Shape of one linear layer as the recipe must see it to validate block sizes.
 struct LinearShape {

@@ -137,7 +137,9 @@ std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int lay
   if (recipe.config().precision_switch_at < 1.0)
     lines.push_back(fmt::format("after {:.0f}% of the steps every GEMM runs in BF16 (precision_switch_at)",
                                 100 * recipe.config().precision_switch_at));
-  lines.push_back("embedding, norms, attention core, LM head and loss: FP32");
+  lines.push_back(recipe.attention_bf16()
+                      ? "embedding, norms, softmax, LM head and loss: FP32; attention's QK^T and PV: BF16 operands, FP32 sums"
+                      : "embedding, norms, attention core, LM head and loss: FP32");
   return lines;
 }
 
@@ -174,6 +176,7 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
                    bytes_text(mem.weights + mem.gradients + mem.optimizer + mem.activations_recipe));
   s += fmt::format("recipe     {}\n", describe(recipe.config()));
   for (const auto& line : describe_recipe_per_layer(recipe, static_cast<int>(m.layers))) s += "           " + line + "\n";
+  s += fmt::format("kernels    {}\n", describe_kernels(recipe));
   s += fmt::format("threads    {}\n", omp_get_max_threads());
   return s;
 }
