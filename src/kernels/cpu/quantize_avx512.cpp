@@ -499,15 +499,6 @@ constexpr int64_t kPanelTokenBlocks = 16;
 
 #include "kernels/cpu/transpose16x16_avx512.inc"
 
-// Panel geometry: x^T rows (= x columns) [c0, c0 + 16), token blocks [tb0, tb1).
-struct Panel {
-  int64_t c0, tb0, tb1;
-};
-inline Panel panel_of(int64_t panel, int64_t rows, int64_t cols) {
-  const int64_t groups = cols / 16, token_blocks = rows / 16;
-  const int64_t tb0 = panel / groups * kPanelTokenBlocks;
-  return {panel % groups * 16, tb0, min_i64(token_blocks, tb0 + kPanelTokenBlocks)};
-}
 
 
 // rht16_bf16_finite applied down the columns of 16 rows: lane c of every row is one block (16
@@ -527,6 +518,28 @@ inline void rht16_bf16_finite_columns(__m512 r[16]) {
   for (int i = 0; i < 16; ++i) r[i] = round_to_bf16_not_nan(_mm512_mul_ps(r[i], _mm512_set1_ps(0.25f)));
 }
 
+// Visits the tiles of panels [panel_begin, panel_end) batch by batch (256 tokens), and within a batch
+// token block by token block across its column groups: the 16 rows of x being read then advance
+// sequentially, streams the prefetchers follow. (Panel by panel, each load jumped a row stride of
+// several KB, which no prefetcher covers; the amax pass was load-miss bound.) before_batch(g0, g1,
+// tb0, tb1) runs before each batch, tile(group, tb) for each tile.
+// A batch spans at most kBatchGroups column groups (512 columns), which bounds the SR buffer.
+constexpr int64_t kBatchGroups = 32;
+
+template <class BeforeBatch, class Tile>
+void for_tiles(int64_t rows, int64_t cols, int64_t panel_begin, int64_t panel_end, BeforeBatch before_batch, Tile tile) {
+  const int64_t groups = cols / 16, token_blocks = rows / 16;
+  for (int64_t panel = panel_begin; panel < panel_end;) {
+    const int64_t g0 = panel % groups;
+    const int64_t g1 = min_i64(min_i64(groups, g0 + kBatchGroups), g0 + (panel_end - panel));
+    const int64_t tb0 = panel / groups * kPanelTokenBlocks, tb1 = min_i64(token_blocks, tb0 + kPanelTokenBlocks);
+    before_batch(g0, g1, tb0, tb1);
+    for (int64_t tb = tb0; tb < tb1; ++tb)
+      for (int64_t g = g0; g < g1; ++g) tile(g, tb);
+    panel += g1 - g0;
+  }
+}
+
 template <bool kRht, bool kSr>
 void nvfp4_transposed_t(const Nvfp4Job& job, const float* x, int64_t ld, int64_t panel_begin, int64_t panel_end) {
   const int64_t token_blocks = job.cols / 16;  // blocks per row of x^T
@@ -536,36 +549,49 @@ void nvfp4_transposed_t(const Nvfp4Job& job, const float* x, int64_t ld, int64_t
   alignas(64) float v[256];
   alignas(64) float enc[16];
   alignas(16) uint8_t scale_bytes[16];
-  alignas(64) uint8_t random[kSr ? 16 : 1][kSr ? kPanelTokenBlocks * 16 + 32 : 1];
-  const uint8_t* r[16] = {};
-  for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-    const Panel p = panel_of(panel, job.cols, job.rows);
-    if constexpr (kSr)
-      for (int j = 0; j < 16; ++j)
-        r[j] = sr_bytes(job.seed, job.offset + static_cast<uint64_t>(((p.c0 + j) * token_blocks + p.tb0) * 16),
-                        (p.tb1 - p.tb0) * 16, random[j]);
-    for (int64_t tb = p.tb0; tb < p.tb1; ++tb) {
-      // The RHT down the columns before the transpose: the same bits as rht16_bf16_finite on each
-      // block after it, without its lane permutes.
-      __m512 t[16];
-      for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + p.c0);
-      if constexpr (kRht) rht16_bf16_finite_columns(t);
-      transpose16x16_ps(t);
-      for (int j = 0; j < 16; ++j) _mm512_store_ps(v + 16 * j, t[j]);
-      const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(block_maxima16(v), c));
-      _mm_store_si128(reinterpret_cast<__m128i*>(scale_bytes), _mm512_cvtepi32_epi8(s));
-      _mm512_store_ps(enc, _mm512_i32gather_ps(s, job.enc_of_scale, 4));
-      for (int j = 0; j < 16; ++j) {
-        const int64_t block = (p.c0 + j) * token_blocks + tb;
-        job.scales[block] = scale_bytes[j];
-        const __m512 y = _mm512_mul_ps(_mm512_load_ps(v + 16 * j), _mm512_set1_ps(enc[j]));
-        __m512i codes;
-        if constexpr (kSr) codes = e2m1_codes_sr_not_nan(y, sr_thresholds256(r[j] + (tb - p.tb0) * 16), sr_tables);
-        else codes = e2m1_codes_rn_finite(y, rn_tables);
-        pack_nibbles(codes, job.codes + block * 8);
-      }
+  // SR bytes of the current batch: per column, its (up to) 256 consecutive positions. Plain arrays
+  // (no std::vector code in an ISA file: see architecture.md).
+  constexpr int64_t kColumnBytes = kPanelTokenBlocks * 16 + 32;
+  alignas(64) static thread_local uint8_t random[kSr ? kBatchGroups * 16 * kColumnBytes : 1];
+  static thread_local const uint8_t* column_random[kBatchGroups * 16];
+  int64_t batch_g0 = 0, batch_tb0 = 0;
+  auto before_batch = [&](int64_t g0, int64_t g1, int64_t tb0, int64_t tb1) {
+    batch_g0 = g0;
+    batch_tb0 = tb0;
+    if constexpr (kSr) {
+      const int64_t columns = (g1 - g0) * 16;
+      for (int64_t col = 0; col < columns; ++col)
+        column_random[col] = sr_bytes(job.seed, job.offset + static_cast<uint64_t>(((g0 * 16 + col) * token_blocks + tb0) * 16),
+                                      (tb1 - tb0) * 16, random + col * kColumnBytes);
     }
-  }
+  };
+  auto tile = [&](int64_t g, int64_t tb) {
+    const int64_t c0 = g * 16;
+    // The RHT down the columns before the transpose: the same bits as rht16_bf16_finite on each
+    // block after it, without its lane permutes.
+    __m512 t[16];
+    for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + c0);
+    if constexpr (kRht) rht16_bf16_finite_columns(t);
+    transpose16x16_ps(t);
+    for (int j = 0; j < 16; ++j) _mm512_store_ps(v + 16 * j, t[j]);
+    const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(block_maxima16(v), c));
+    _mm_store_si128(reinterpret_cast<__m128i*>(scale_bytes), _mm512_cvtepi32_epi8(s));
+    _mm512_store_ps(enc, _mm512_i32gather_ps(s, job.enc_of_scale, 4));
+    for (int j = 0; j < 16; ++j) {
+      const int64_t block = (c0 + j) * token_blocks + tb;
+      job.scales[block] = scale_bytes[j];
+      const __m512 y = _mm512_mul_ps(_mm512_load_ps(v + 16 * j), _mm512_set1_ps(enc[j]));
+      __m512i codes;
+      if constexpr (kSr) {
+        const uint8_t* r = column_random[(g - batch_g0) * 16 + j] + (tb - batch_tb0) * 16;
+        codes = e2m1_codes_sr_not_nan(y, sr_thresholds256(r), sr_tables);
+      } else {
+        codes = e2m1_codes_rn_finite(y, rn_tables);
+      }
+      pack_nibbles(codes, job.codes + block * 8);
+    }
+  };
+  for_tiles(job.cols, job.rows, panel_begin, panel_end, before_batch, tile);
 }
 
 void nvfp4_transposed(const Nvfp4Job& job, const float* x, int64_t ld, int64_t panel_begin, int64_t panel_end) {
@@ -583,19 +609,16 @@ void rht_amax_transposed(const float* x, int64_t ld, int64_t rows, int64_t cols,
   const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
   __m512i in_max = _mm512_setzero_si512();
   __m512 t_max = _mm512_setzero_ps();
-  for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-    const Panel p = panel_of(panel, rows, cols);
-    for (int64_t tb = p.tb0; tb < p.tb1; ++tb) {
-      __m512 t[16];
-      for (int i = 0; i < 16; ++i) {
-        t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + p.c0);
-        in_max = _mm512_max_epu32(in_max, _mm512_and_si512(_mm512_castps_si512(t[i]), magnitude));
-      }
-      // Garbage when the input holds huge or non-finite values; the caller discards it then.
-      rht16_bf16_finite_columns(t);
-      for (int i = 0; i < 16; ++i) t_max = _mm512_max_ps(t_max, abs_ps(t[i]));
+  for_tiles(rows, cols, panel_begin, panel_end, [](int64_t, int64_t, int64_t, int64_t) {}, [&](int64_t g, int64_t tb) {
+    __m512 t[16];
+    for (int i = 0; i < 16; ++i) {
+      t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + g * 16);
+      in_max = _mm512_max_epu32(in_max, _mm512_and_si512(_mm512_castps_si512(t[i]), magnitude));
     }
-  }
+    // Garbage when the input holds huge or non-finite values; the caller discards it then.
+    rht16_bf16_finite_columns(t);
+    for (int i = 0; i < 16; ++i) t_max = _mm512_max_ps(t_max, abs_ps(t[i]));
+  });
   *input_max_abs_bits = static_cast<uint32_t>(_mm512_reduce_max_epu32(in_max));
   *transformed_amax = _mm512_reduce_max_ps(t_max);
 }
