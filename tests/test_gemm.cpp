@@ -79,7 +79,7 @@ double gamma(int64_t n) {
 std::vector<double> error_bounds(const QuantizedTensor& a, const QuantizedTensor& b, float alpha,
                                  cpu::Summation summation = cpu::Summation::block_exact) {
   const int64_t M = a.rows, N = b.rows, K = a.cols;
-  const bool int8_family = (a.format == Format::nvfp4 && summation == cpu::Summation::block_exact) || a.format == Format::mxfp4;
+  const bool int8_family = (a.format == Format::nvfp4 || a.format == Format::mxfp4) && summation == cpu::Summation::block_exact;
   const int64_t term_len = int8_family ? a.block_len() : 1;
   const int64_t terms = K / term_len;
   const double global = std::fabs(static_cast<double>(alpha) * a.decode_scale * b.decode_scale);
@@ -110,7 +110,8 @@ struct IsaGuard {
 };
 
 // Runs every variant on (a, b) with C poisoned by NaN and checks each element against the reference.
-// NVFP4 and FP8 operands also run Summation::fp32_products (its own kernel where AMX-BF16 is active).
+// NVFP4, MXFP4 and FP8 operands also run Summation::fp32_products (its own kernel where AMX-BF16 is
+// active).
 void expect_matches_reference(const QuantizedTensor& a, const QuantizedTensor& b, float alpha = 1.0f) {
   const int64_t M = a.rows, N = b.rows;
   const int64_t ldc = N + 3;  // the padding must stay untouched
@@ -118,7 +119,7 @@ void expect_matches_reference(const QuantizedTensor& a, const QuantizedTensor& b
   ref::gemm(a, b, ref.data(), N);
   std::vector<cpu::Summation> summations = {cpu::Summation::block_exact};
   const bool fp8 = a.format == Format::fp8_e4m3 || a.format == Format::fp8_e5m2;
-  if (a.format == Format::nvfp4 || fp8) summations.push_back(cpu::Summation::fp32_products);
+  if (a.format == Format::nvfp4 || a.format == Format::mxfp4 || fp8) summations.push_back(cpu::Summation::fp32_products);
   IsaGuard guard;
   for (cpu::Summation summation : summations)
   for (Isa isa : runnable_isas()) {
@@ -195,6 +196,16 @@ TEST(Gemm, Mxfp4MatchesReference) {
   }
 }
 
+TEST(Gemm, Mxfp4WithExtremeScalesFallsBackExactly) {
+  // E8M0 scales below 2^-125 would make BF16 subnormals (flushed by the tile unit): fp32_products
+  // then runs the block kernel, and the result still meets the reference bound.
+  std::vector<float> x = random_matrix(40, 256, 901), y = random_matrix(24, 256, 902);
+  for (float& v : x) v *= std::ldexp(1.0f, -130);
+  QuantOptions o;
+  o.format = Format::mxfp4;
+  expect_matches_reference(cpu::quantize(x, 40, 256, o), cpu::quantize(y, 24, 256, o));
+}
+
 TEST(Gemm, Mxfp8AndFp8MatchReference) {
   uint64_t seed = 200;
   for (Shape s : {Shape{1, 1, 32}, Shape{9, 33, 544}, Shape{97, 257, 128}, Shape{40, 70, 4096}, Shape{300, 300, 64}}) {
@@ -269,6 +280,8 @@ TEST(Gemm, Fp32ProductsIsNotBlockExact) {
   // Guards against the fp32_products request silently running the block kernel (the reference tests
   // above would pass either way): on a long K the two summation orders must differ somewhere.
   if (!cpu::fp32_products_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU: fp32_products runs block_exact here";
+  // (Not MXFP4: its power-of-two scales keep the sums of these operands exact in FP32 on both paths,
+  // so the two agree bit for bit -- measured on 4M outputs of a 2048^3 product.)
   for (Format f : {Format::nvfp4, Format::fp8_e4m3}) {
     QuantizedTensor a = make_operand(f, 64, 2048, 420), b = make_operand(f, 64, 2048, 421);
     std::vector<float> exact(64 * 64), fast(64 * 64);

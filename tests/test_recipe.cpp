@@ -122,7 +122,7 @@ TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
   refuses("quantization=bf16 nvfp4.rht=false", 4, 768, "set quantization=nvfp4");
   refuses("quantization=nvfp4 precision_switch_at=1.5", 4, 768, "outside [0, 1]");
   refuses("quantization=none precision_switch_at=0.5", 4, 768, "applies to quantized recipes");
-  refuses("quantization=mxfp4 gemm_summation=block_exact", 4, 768, "or drop gemm_summation");
+  refuses("quantization=mxfp8 gemm_summation=block_exact", 4, 768, "or drop gemm_summation");
   refuses("quantization=nvfp4 nvfp4.bf16_first_layers=2 nvfp4.bf16_last_layers=2", 4, 768, "leaving none in NVFP4");
   refuses("quantization=nvfp4", 4, 760, "multiple of 16");
   refuses("quantization=mxfp4", 4, 784, "multiple of 32");

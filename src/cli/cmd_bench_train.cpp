@@ -182,7 +182,7 @@ int run_speed(const BenchTrainOptions& o) {
              omp_get_max_threads(), o.warmup, o.timed_steps);
   const double fp32_peak = measured_peak_flops(Quantization::none);
   fmt::print("measured 1024^3 GEMM peak: fp32 {:.1f} GFLOP/s\n", fp32_peak / 1e9);
-  fmt::print("kernels: NVFP4/FP8 GEMMs {} (gemm_summation=auto unless --set); attention products in BF16 for every "
+  fmt::print("kernels: NVFP4/MXFP4/FP8 GEMMs {} (gemm_summation=auto unless --set); attention products in BF16 for every "
              "recipe but none (attention=auto)\n",
              cpu::fp32_products_available() ? "sum element products in FP32 on the AMX-BF16 tiles"
                                              : "sum exact 16-block products (no AMX-BF16 here)");

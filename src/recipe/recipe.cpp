@@ -270,9 +270,9 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
                      std::string(to_string(q)) + ": drop it or choose fp8/mxfp8/mxfp4/nvfp4");
   attention_bf16_ = config.attention == AttentionPrecision::bf16 ||
                     (config.attention == AttentionPrecision::automatic && q != Quantization::none);
-  if (config.gemm_summation_given && q != Quantization::nvfp4 && q != Quantization::fp8)
-    throw UsageError("gemm_summation chooses how NVFP4 and FP8 GEMMs sum, but quantization=" + std::string(to_string(q)) +
-                     ": set quantization=nvfp4 or fp8, or drop gemm_summation");
+  if (config.gemm_summation_given && q != Quantization::nvfp4 && q != Quantization::mxfp4 && q != Quantization::fp8)
+    throw UsageError("gemm_summation chooses how NVFP4, MXFP4 and FP8 GEMMs sum, but quantization=" +
+                     std::string(to_string(q)) + ": set one of those or drop gemm_summation");
   if (config.gemm_summation == GemmSummation::fp32_products ||
       (config.gemm_summation == GemmSummation::automatic && cpu::fp32_products_available()))
     summation_ = cpu::Summation::fp32_products;
@@ -327,7 +327,7 @@ LinearRecipe Recipe::for_layer(int layer, double progress) const {
 std::string describe_kernels(const Recipe& recipe) {
   const Quantization q = recipe.config().quantization;
   std::string s;
-  if (q == Quantization::nvfp4 || q == Quantization::fp8)
+  if (q == Quantization::nvfp4 || q == Quantization::mxfp4 || q == Quantization::fp8)
     s += recipe.summation() == cpu::Summation::fp32_products
              ? "GEMMs sum element products in FP32 on the AMX-BF16 tiles (gemm_summation=fp32_products); "
              : "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact); ";

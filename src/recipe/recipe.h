@@ -33,10 +33,10 @@ std::string_view to_string(GemmPrecision p);
 struct GemmRecipe {
   GemmPrecision precision = GemmPrecision::fp32;
   QuantOptions a, b;  // meaningful only when precision == quantized; seeds are filled per step
-  cpu::Summation summation = cpu::Summation::block_exact;  // how cpu::gemm sums (NVFP4 and FP8)
+  cpu::Summation summation = cpu::Summation::block_exact;  // how cpu::gemm sums (NVFP4, MXFP4, FP8)
 };
 
-// The `gemm_summation` key: how NVFP4 and FP8 GEMMs sum their products (kernels/cpu/gemm.h). automatic
+// The `gemm_summation` key: how NVFP4, MXFP4 and FP8 GEMMs sum their products (kernels/cpu/gemm.h). automatic
 // takes fp32_products where the CPU has AMX-BF16 (2-3x faster there) and block_exact elsewhere.
 enum class GemmSummation : uint8_t { automatic, block_exact, fp32_products };
 std::string_view to_string(GemmSummation s);

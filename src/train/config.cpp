@@ -164,7 +164,7 @@ const std::vector<KeyEntry>& key_table() {
     t.push_back(recipe_key("precision_switch_at", ConfigValueKind::real, "fraction of training after which GEMMs run in BF16",
                            [](const RecipeConfig& r) { return fmt::format("{}", r.precision_switch_at); }));
     t.push_back(recipe_key("gemm_summation", ConfigValueKind::text,
-                           "NVFP4/FP8 GEMM sums: auto, block_exact (each 16-block product exact) or fp32_products (AMX-BF16)",
+                           "NVFP4/MXFP4/FP8 GEMM sums: auto, block_exact (each 16-block product exact) or fp32_products (AMX-BF16)",
                            [](const RecipeConfig& r) { return std::string(to_string(r.gemm_summation)); }));
     t.push_back(recipe_key("attention", ConfigValueKind::text, "attention products: auto (bf16 unless quantization=none), fp32, bf16",
                            [](const RecipeConfig& r) {

@@ -111,6 +111,14 @@ struct Plan {
   enum class Tiles { none, int8, bf16 } tiles;
 };
 
+// An E2M1 value (magnitudes 0.5..6) times an E8M0 scale 2^(e-127) is a normal BF16 number, hence
+// exact and not flushed by the tile unit, when 2 <= e <= 252: then MXFP4 can take the BF16 tiles.
+bool mx_scales_fit_bf16(const QuantizedTensor& q) {
+  for (uint8_t e : q.scales)
+    if (e < 2 || e > 252) return false;
+  return true;
+}
+
 // A 16x16-tiled operand has one scale per 16 rows of every block, i.e. per AMX panel.
 bool tile_uniform(const QuantizedTensor& q) { return q.block == BlockShape::tile_16x16; }
 
@@ -259,7 +267,8 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
 
   // The ISA is read once per call.
   const bool bf16_tiles = summation == Summation::fp32_products && amx_bf16_active() &&
-                          (a.format == Format::nvfp4 || (is_fp8(a.format) && a.block == BlockShape::per_tensor));
+                          (a.format == Format::nvfp4 || (is_fp8(a.format) && a.block == BlockShape::per_tensor) ||
+                           (a.format == Format::mxfp4 && mx_scales_fit_bf16(a) && mx_scales_fit_bf16(b)));
   const Plan plan = make_plan(family, a, b, active_isa(), bf16_tiles);
   const float out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles);
   const int64_t units = (a.cols + plan.unit_k - 1) / plan.unit_k;  // the BF16 unit (32) may pad one 16-block

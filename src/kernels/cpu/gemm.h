@@ -12,13 +12,14 @@
 
 namespace nibble::cpu {
 
-// How the products of a quantized GEMM are summed (NVFP4 and per-tensor FP8; MXFP4 and MXFP8 always
-// sum as block_exact describes for their family).
+// How the products of a quantized GEMM are summed (NVFP4, MXFP4 and per-tensor FP8; MXFP8 always
+// sums as block_exact describes for its family).
 //  * block_exact (spec section 5): each 16-element block product is an exact integer, multiplied by
 //    sA*sB and added to the FP32 accumulator with one rounding per block, blocks in K order. The same
 //    bits on every ISA (AMX-INT8, AVX-512 VNNI, AVX2, scalar).
 //  * fp32_products (spec section 7, the route Hopper takes): both operands decoded exactly to BF16
-//    (e2m1 * e4m3 fits, as do E4M3 and E5M2 values), each element product exact, summed in FP32 by the AMX-BF16 tile unit in its
+//    (e2m1 * e4m3 fits, as do E4M3 and E5M2 values and e2m1 * e8m0 while the scale stays within
+//    2^-125..2^125; beyond that MXFP4 runs block_exact), each element product exact, summed in FP32 by the AMX-BF16 tile unit in its
 //    own order: differs from block_exact within the FP32-accumulation bound, is bitwise the same for
 //    any thread count, and is ~2x faster on Sapphire Rapids (no per-block epilogue). Needs
 //    AMX-BF16; on other CPUs it runs block_exact (see fp32_products_available()).

@@ -42,7 +42,8 @@ inline __m256i decode16_bf16(const uint8_t* packed, __m512 table, float scale) {
 template <class Place>
 void pack_bf16_panel(const AmxPanelSource& q, int64_t row0, Place place) {
   const __m512 table = _mm512_loadu_ps(kE2M1Values);
-  const int64_t blocks = q.cols / 16, units = bf16_units(q.cols);
+  // 16-value groups per row; a scale covers block_len / 16 of them (1 for NVFP4, 2 for MXFP4).
+  const int64_t groups = q.cols / 16, units = bf16_units(q.cols), per_scale = q.block_len / 16;
   for (int r = 0; r < kBf16Panel; ++r) {
     const int64_t row = row0 + r;
     if (row >= q.rows) {
@@ -51,11 +52,12 @@ void pack_bf16_panel(const AmxPanelSource& q, int64_t row0, Place place) {
       continue;
     }
     const uint8_t* codes = q.codes + row * (q.cols / 2);
-    const uint8_t* scales = q.scales + row * blocks;
+    const uint8_t* scales = q.scales + row * (q.cols / q.block_len);
     for (int64_t u = 0; u < units; ++u)
       for (int h = 0; h < 2; ++h) {
         const int64_t b = 2 * u + h;
-        place(u, r, h, b < blocks ? decode16_bf16(codes + 8 * b, table, q.scale_of[scales[b]]) : _mm256_setzero_si256());
+        place(u, r, h,
+              b < groups ? decode16_bf16(codes + 8 * b, table, q.scale_of[scales[b / per_scale]]) : _mm256_setzero_si256());
       }
   }
 }

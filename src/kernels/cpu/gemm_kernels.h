@@ -48,7 +48,7 @@ inline constexpr int64_t int8_b_block_bytes(int64_t block_len) { return block_le
 inline constexpr int kAmxTile = 16;
 inline constexpr int64_t amx_block_bytes(int64_t block_len) { return kAmxTile * block_len + 4 * kAmxTile; }
 
-// AMX-BF16 panels (gemm_bf16_amx.cpp, NVFP4 with Summation::fp32_products) are 32 rows of A or
+// AMX-BF16 panels (gemm_bf16_amx.cpp, Summation::fp32_products) are 32 rows of A or
 // 32 columns of B, per unit of 32 k (two NVFP4 blocks; an odd last block is padded with zeros):
 //   A: bf16 [2 tiles][16 rows][32 k]              the decoded values e2m1 * block scale, exact
 //   B: bf16 [2 tiles][16 k pairs][16 columns][2]  the tile unit's pair order
@@ -110,7 +110,7 @@ struct AmxPanelSource {
 };
 void pack_amx_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
 void pack_amx_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
-void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);  // NVFP4 only
+void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);  // NVFP4 and MXFP4
 void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
 // An FP32 operand of gemm_bf16 seen as `rows` x k: element (r, k) is p[r * ld + k] when
 // k_contiguous, else p[k * ld + r]. Packing rounds to BF16 (RN-even, NaN kept quiet, FP32
