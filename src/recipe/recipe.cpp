@@ -328,9 +328,11 @@ std::string describe_kernels(const Recipe& recipe) {
   const Quantization q = recipe.config().quantization;
   std::string s;
   if (q == Quantization::nvfp4 || q == Quantization::mxfp4 || q == Quantization::fp8)
-    s += recipe.summation() == cpu::Summation::fp32_products
+    s += recipe.summation() == cpu::Summation::block_exact
+             ? "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact); "
+         : cpu::fp32_products_available()
              ? "GEMMs sum element products in FP32 on the AMX-BF16 tiles (gemm_summation=fp32_products); "
-             : "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact); ";
+             : "GEMMs sum exact 16-block products in FP32 (fp32_products asked for, but this CPU has no AMX-BF16); ";
   s += recipe.attention_bf16() ? "attention products in BF16" : "attention products in FP32";
   return s;
 }
