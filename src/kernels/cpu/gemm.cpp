@@ -1,7 +1,8 @@
 // Quantized GEMM driver: validation, ISA dispatch, packing, cache blocking and threading.
 //
 // Blocking: both operands are packed once per call into panels over the whole K (gemm_kernels.h:
-// 8 rows of A x 32 columns of B for the vector kernels, 16 x 16 for AMX). C is cut into macro tiles
+// 8 rows of A x 32 columns of B for the vector kernels, 16 x 16 for AMX-INT8, 32 x 32 for AMX-BF16,
+// which also serves gemm_bf16 on FP32 operands). C is cut into macro tiles
 // of kTileRows x kTileCols; each tile is owned by one thread (OpenMP static schedule) and walks K
 // in chunks so that a B chunk (10-20 KB) stays in L1 while the tile's A chunks stream from L2. The partial sums
 // live in a per-thread FP32 scratch tile between chunks. Every output element is therefore summed

@@ -1,9 +1,11 @@
-// AMX-BF16 kernel for NVFP4 x NVFP4 with FP32 element-product summation (Summation::fp32_products,
-// gemm.h): the spec's section 7 route, the one Hopper takes. Every E2M1 value times its E4M3 block
-// scale is exact in BF16 (<= 6 significant bits, magnitudes 2^-10..2688), so packing decodes each
-// operand once to BF16 and tdpbf16ps multiplies every pair exactly and accumulates in FP32 inside
-// the tile unit. No per-block epilogue is left on the vector ports (the limit of the int8 kernels,
-// gemm_amx.cpp): a 32x32 micro-tile keeps its four FP32 accumulators in tiles over a whole K chunk.
+// AMX-BF16 kernel with FP32 element-product summation (Summation::fp32_products, gemm.h): the spec's
+// section 7 route, the one Hopper takes. Every E2M1 value times its E4M3 block scale is exact in BF16
+// (<= 6 significant bits, magnitudes 2^-10..2688), as are E4M3/E5M2 values and E2M1 times an E8M0
+// scale within BF16's normal range, so packing decodes each operand once to BF16 and tdpbf16ps
+// multiplies every pair exactly and accumulates in FP32 inside the tile unit. No per-block epilogue
+// is left on the vector ports (the limit of the int8 kernels, gemm_amx.cpp): a 32x32 micro-tile keeps
+// its four FP32 accumulators in tiles over a whole K chunk. The same micro-kernel runs gemm_bf16,
+// whose FP32 operands are rounded to BF16 while they are packed.
 //
 // The tile unit's FP32 accumulation has its own internal rounding (it matches neither sequential,
 // pairwise nor fused scalar models on Sapphire Rapids), so this path is tested against the FP64
