@@ -201,20 +201,31 @@ TEST(ModelLayers, CrossEntropyOfUniformLogitsIsLogVocab) {
   EXPECT_NEAR(total / n, std::log(65.0), 4e-7);  // a few FP32 ulps of log(65) = 4.17
 }
 
+// Attention forward and backward on the same random inputs (seeds `seed`, `seed` + 1) in double (the
+// reference loops) and in float (the GEMM path of shape s).
+struct AttentionRuns {
+  std::vector<double> qkv_d, dout_d, out_d, probs_d, dqkv_d;
+  std::vector<float> out_f, probs_f, dqkv_f;
+  AttentionRuns(const AttentionShape& s, uint32_t seed)
+      : qkv_d(random_vector(s.batch * s.seq * s.qkv_stride(), seed)),
+        dout_d(random_vector(s.batch * s.seq * s.out_width(), seed + 1)),
+        out_d(dout_d.size()), probs_d(s.probs_size()), dqkv_d(qkv_d.size()),
+        out_f(out_d.size()), probs_f(probs_d.size()), dqkv_f(qkv_d.size(), 5.0f) {
+    const std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end()), dout_f(dout_d.begin(), dout_d.end());
+    attention_forward(s, qkv_d.data(), out_d.data(), probs_d.data());
+    attention_forward(s, qkv_f.data(), out_f.data(), probs_f.data());
+    attention_backward(s, qkv_d.data(), probs_d.data(), dout_d.data(), dqkv_d.data());
+    attention_backward(s, qkv_f.data(), probs_f.data(), dout_f.data(), dqkv_f.data());
+  }
+};
+
 TEST(ModelLayers, FloatAttentionAgreesWithTheDoubleReference) {
   // The FP32 attention runs its products through GEMMs, the double one is the plain loops that the
   // finite-difference tests check: forward and backward must agree within FP32 rounding.
   for (int64_t kv_heads : {4, 2}) {
     const AttentionShape s{2, 24, 4, kv_heads, 8};
-    auto qkv_d = random_vector(s.batch * s.seq * s.qkv_stride(), 16);
-    auto dout_d = random_vector(s.batch * s.seq * s.out_width(), 17);
-    std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end()), dout_f(dout_d.begin(), dout_d.end());
-    std::vector<double> out_d(dout_d.size()), probs_d(s.probs_size()), dqkv_d(qkv_d.size());
-    std::vector<float> out_f(out_d.size()), probs_f(probs_d.size()), dqkv_f(qkv_d.size(), 5.0f);
-    attention_forward(s, qkv_d.data(), out_d.data(), probs_d.data());
-    attention_forward(s, qkv_f.data(), out_f.data(), probs_f.data());
-    attention_backward(s, qkv_d.data(), probs_d.data(), dout_d.data(), dqkv_d.data());
-    attention_backward(s, qkv_f.data(), probs_f.data(), dout_f.data(), dqkv_f.data());
+    const AttentionRuns runs(s, 16);
+    const auto& [qkv_d, dout_d, out_d, probs_d, dqkv_d, out_f, probs_f, dqkv_f] = runs;
     // Sums of up to seq * head_dim terms of O(1) values: a few hundred FP32 ulps.
     const double tol = 256 * 1.2e-7;
     for (size_t i = 0; i < probs_d.size(); ++i) ASSERT_NEAR(probs_f[i], probs_d[i], tol);
@@ -230,15 +241,8 @@ TEST(ModelLayers, Bf16AttentionAgreesWithTheDoubleReferenceWithinBf16Rounding) {
   // factor within exp(+-2e) and its output by about 2e * max|v| + 2^-8 * max|v| more for rounding P
   // and V. The backward products chain the same bounds once more; the checks use those bounds.
   const AttentionShape s{2, 24, 4, 2, 8, /*bf16_matmuls=*/true};
-  auto qkv_d = random_vector(s.batch * s.seq * s.qkv_stride(), 26);
-  auto dout_d = random_vector(s.batch * s.seq * s.out_width(), 27);
-  std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end()), dout_f(dout_d.begin(), dout_d.end());
-  std::vector<double> out_d(dout_d.size()), probs_d(s.probs_size()), dqkv_d(qkv_d.size());
-  std::vector<float> out_f(out_d.size()), probs_f(probs_d.size()), dqkv_f(qkv_d.size(), 5.0f);
-  attention_forward(s, qkv_d.data(), out_d.data(), probs_d.data());
-  attention_forward(s, qkv_f.data(), out_f.data(), probs_f.data());
-  attention_backward(s, qkv_d.data(), probs_d.data(), dout_d.data(), dqkv_d.data());
-  attention_backward(s, qkv_f.data(), probs_f.data(), dout_f.data(), dqkv_f.data());
+  const AttentionRuns runs(s, 26);
+  const auto& [qkv_d, dout_d, out_d, probs_d, dqkv_d, out_f, probs_f, dqkv_f] = runs;
   double max_qkv = 0, max_dout = 0;
   for (double v : qkv_d) max_qkv = std::max(max_qkv, std::fabs(v));
   for (double v : dout_d) max_dout = std::max(max_dout, std::fabs(v));
