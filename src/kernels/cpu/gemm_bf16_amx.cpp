@@ -29,42 +29,6 @@ namespace {
 #include "kernels/cpu/amx_tiles.inc"
 #include "kernels/cpu/transpose16x16_avx512.inc"
 
-// 16 E2M1 codes (8 bytes, low nibble first) times one block scale, as 16 BF16. Exact, so taking
-// the FP32 value's upper half is the conversion.
-inline __m256i decode16_bf16(const uint8_t* packed, __m512 table, float scale) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed));
-  const __m128i nibble = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(bytes, nibble), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-  const __m512i index = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
-  const __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(index, table), _mm512_set1_ps(scale));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
-}
-
-// Calls place(unit, r, half, bf16x16) for every 16-value half of every 32-k unit of the panel's
-// kBf16Panel rows. Rows past the matrix and the half past an odd block count are zero.
-template <class Place>
-void pack_bf16_panel(const AmxPanelSource& q, int64_t row0, Place place) {
-  const __m512 table = _mm512_loadu_ps(kE2M1Values);
-  // 16-value groups per row; a scale covers block_len / 16 of them (1 for NVFP4, 2 for MXFP4).
-  const int64_t groups = q.cols / 16, units = bf16_units(q.cols), per_scale = q.block_len / 16;
-  for (int r = 0; r < kBf16Panel; ++r) {
-    const int64_t row = row0 + r;
-    if (row >= q.rows) {
-      for (int64_t u = 0; u < units; ++u)
-        for (int h = 0; h < 2; ++h) place(u, r, h, _mm256_setzero_si256());
-      continue;
-    }
-    const uint8_t* codes = q.codes + row * (q.cols / 2);
-    const uint8_t* scales = q.scales + row * (q.cols / q.block_len);
-    for (int64_t u = 0; u < units; ++u)
-      for (int h = 0; h < 2; ++h) {
-        const int64_t b = 2 * u + h;
-        place(u, r, h,
-              b < groups ? decode16_bf16(codes + 8 * b, table, q.scale_of[scales[b / per_scale]]) : _mm256_setzero_si256());
-      }
-  }
-}
-
 // Tiles: 0-3 the four 16x16 FP32 accumulators of the 32x32 micro-tile; 4,5 A (16 rows x 32 BF16);
 // 6,7 B (16 k-pairs x 16 columns x 2 BF16): full_tiles_config().
 
@@ -100,49 +64,6 @@ void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* 
   _tile_stored(2, acc + 16 * kBf16AccStride, ld);
   _tile_stored(3, acc + 16 * kBf16AccStride + 16, ld);
 }
-
-}  // namespace
-
-void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) {
-  // Row r of the panel is row r%16 of tile r/16: 32 BF16 of k per unit, row-major.
-  pack_bf16_panel(q, row0, [dst](int64_t u, int r, int h, __m256i v) {
-    uint8_t* tile = dst + u * kBf16UnitBytes + (r / 16) * (kBf16UnitBytes / 2);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tile + (r % 16) * 64 + 32 * h), v);
-  });
-}
-
-void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) {
-  // Column r of the panel is column r%16 of tile r/16; the tile's row g holds k = 2g, 2g+1 of its 16
-  // columns side by side (the pair order tdpbf16ps reads). Per tile and unit: decode the 16 columns'
-  // 32 k as 16 rows of 16 BF16 pairs, then one in-register transpose (storing the pairs one by one
-  // cost ~3 % of an NVFP4 training step).
-  const __m512 table = _mm512_loadu_ps(kE2M1Values);
-  const int64_t groups = q.cols / 16, units = bf16_units(q.cols), per_scale = q.block_len / 16;
-  for (int tile = 0; tile < 2; ++tile)
-    for (int64_t u = 0; u < units; ++u) {
-      __m512i rows[16];
-      for (int i = 0; i < 16; ++i) {
-        const int64_t row = row0 + 16 * tile + i;
-        if (row >= q.rows) {
-          rows[i] = _mm512_setzero_si512();
-          continue;
-        }
-        const uint8_t* codes = q.codes + row * (q.cols / 2);
-        const uint8_t* scales = q.scales + row * (q.cols / q.block_len);
-        __m256i half[2];
-        for (int h = 0; h < 2; ++h) {
-          const int64_t g = 2 * u + h;
-          half[h] = g < groups ? decode16_bf16(codes + 8 * g, table, q.scale_of[scales[g / per_scale]]) : _mm256_setzero_si256();
-        }
-        rows[i] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
-      }
-      transpose16x16(rows);
-      uint8_t* out = dst + u * kBf16UnitBytes + tile * (kBf16UnitBytes / 2);
-      for (int g = 0; g < 16; ++g) _mm512_store_si512(out + 64 * g, rows[g]);
-    }
-}
-
-namespace {
 
 // Two rows of 16 floats (k and k+1 of the same 16 columns) -> 16 dwords, each the BF16 pair
 // (k low, k+1 high) of one column: the tile unit's pair order. vcvtne2ps2bf16 rounds to nearest
@@ -204,9 +125,27 @@ void block_pairs(const Fp8PanelSource& x, int64_t r0, int64_t k0, bool by_row, _
   block_pairs_k_contiguous(load, x.rows, x.k, r0, k0, by_row, out);
 }
 
+// E2M1 codes (NVFP4 or MXFP4: 4-bit, two per byte, low nibble first) times their block scales. Each
+// product is exactly a BF16 value (see the top of the file), so the RNE conversion keeps it.
+void block_pairs(const AmxPanelSource& q, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
+  const __m512 table = _mm512_loadu_ps(kE2M1Values);
+  const int64_t blocks_per_row = q.cols / q.block_len;
+  const auto load = [&](int64_t row, int64_t k, int64_t valid) {
+    if (valid <= 0) return _mm512_setzero_ps();  // k is a multiple of 16, and so is the row length
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q.codes + row * (q.cols / 2) + k / 2));
+    const __m128i nibble = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(bytes, nibble), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+    const __m512i index = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    const float scale = q.scale_of[q.scales[row * blocks_per_row + k / q.block_len]];
+    return _mm512_mul_ps(_mm512_permutexvar_ps(index, table), _mm512_set1_ps(scale));
+  };
+  block_pairs_k_contiguous(load, q.rows, q.cols, r0, k0, by_row, out);
+}
+
+// One panel (kBf16Panel rows of A, or columns of B) over all k of an operand with `k` columns.
 template <class Source>
-void pack_panel(const Source& x, int64_t row0, uint8_t* dst, bool a_side) {
-  const int64_t units = bf16_units(x.k);
+void pack_panel(const Source& x, int64_t k, int64_t row0, uint8_t* dst, bool a_side) {
+  const int64_t units = bf16_units(k);
   __m512i block[16];
   for (int64_t u = 0; u < units; ++u)
     for (int half = 0; half < 2; ++half) {
@@ -218,10 +157,12 @@ void pack_panel(const Source& x, int64_t row0, uint8_t* dst, bool a_side) {
 
 }  // namespace
 
-void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_panel(x, row0, dst, true); }
-void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_panel(x, row0, dst, false); }
-void pack_bf16_a_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, row0, dst, true); }
-void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, row0, dst, false); }
+void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) { pack_panel(q, q.cols, row0, dst, true); }
+void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) { pack_panel(q, q.cols, row0, dst, false); }
+void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, true); }
+void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, false); }
+void pack_bf16_a_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, true); }
+void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, false); }
 
 MicroKernel bf16_micro_kernel_amx() { return &bf16_tiles_amx; }
 
