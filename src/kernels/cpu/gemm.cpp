@@ -123,15 +123,17 @@ bool mx_scales_fit_bf16(const QuantizedTensor& q) {
 // A 16x16-tiled operand has one scale per 16 rows of every block, i.e. per AMX panel.
 bool tile_uniform(const QuantizedTensor& q) { return q.block == BlockShape::tile_16x16; }
 
+// The AMX-BF16 plan; pack_a/pack_b stay null for FP32 operands (gemm_bf16_tiles packs them itself).
+Plan bf16_plan(PackQuantized pack_a = nullptr, PackQuantized pack_b = nullptr) {
+  return {kBf16Panel, kBf16Panel, kBf16UnitK, kBf16UnitBytes, kBf16UnitBytes, kChunkKBf16 / kBf16UnitK,
+          pack_a, pack_b, bf16_micro_kernel_amx(), Plan::Tiles::bf16};
+}
+
 Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b, Isa isa, bool bf16_tiles) {
   const int64_t block_len = a.block_len();
-  if (bf16_tiles) {
-    const bool fp8 = family == Family::f32;
-    return {kBf16Panel, kBf16Panel, kBf16UnitK, kBf16UnitBytes, kBf16UnitBytes, kChunkKBf16 / kBf16UnitK,
-            fp8 ? &pack_bf16_fp8_a_panel : static_cast<PackQuantized>(&pack_bf16_a_panel),
-            fp8 ? &pack_bf16_fp8_b_panel : static_cast<PackQuantized>(&pack_bf16_b_panel), bf16_micro_kernel_amx(),
-            Plan::Tiles::bf16};
-  }
+  if (bf16_tiles)
+    return family == Family::f32 ? bf16_plan(&pack_bf16_fp8_a_panel, &pack_bf16_fp8_b_panel)
+                                 : bf16_plan(&pack_bf16_a_panel, &pack_bf16_b_panel);
   if (family == Family::int8_blocks && isa == Isa::amx) {
     // (Computing C^T = B . A^T when only B is 16x16-tiled, to put the uniform scale on the tile's
     // rows, measured 10-15% slower on the recipe's forward shapes: the transposed write-back cost
@@ -251,11 +253,6 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
   }
 }
 
-Plan bf16_plan(MicroKernel micro) {
-  return {kBf16Panel, kBf16Panel, kBf16UnitK, kBf16UnitBytes, kBf16UnitBytes, kChunkKBf16 / kBf16UnitK,
-          nullptr, nullptr, micro, Plan::Tiles::bf16};
-}
-
 }  // namespace
 }  // namespace gemm_detail
 
@@ -281,19 +278,13 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
 namespace gemm_detail {
 void gemm_bf16_tiles(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  NIBBLE_CHECK(amx_bf16_active());
-  if (M == 0 || N == 0) return;
-  // C = beta C first when beta is neither 0 (overwrite) nor 1 (accumulate), or when K is empty.
-  if ((beta != 0.0f && beta != 1.0f) || K == 0)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = beta == 0.0f ? 0.0f : beta * c[m * ldc + n];
-  if (K == 0) return;
+  NIBBLE_CHECK(amx_bf16_active() && M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f));
   // op(A) is [M,K]: row m is K-contiguous when A is stored untransposed. op(B) is [K,N]; the kernel
   // wants its columns, which are K-contiguous when B is stored transposed ([N,K]).
   const F32Operand ao{a, lda, M, K, ta == Trans::no};
   const F32Operand bo{b, ldb, N, K, tb == Trans::yes};
   run_plan(
-      bf16_plan(bf16_micro_kernel_amx()), M, N, bf16_units(K),
+      bf16_plan(), M, N, bf16_units(K),
       [&](int64_t row0, uint8_t* dst) { pack_bf16_a_panel(ao, row0, dst); },
       [&](int64_t row0, uint8_t* dst) { pack_bf16_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
 }

@@ -133,7 +133,8 @@ void pack_bf16_a_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst);
 void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst);
 void pack_bf16_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
 void pack_bf16_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
-// gemm_bf16 (gemm.h) on the AMX-BF16 kernel: same contract, arguments already checked.
+// gemm_bf16 (gemm.h) on the AMX-BF16 kernel, for arguments already checked, M, N, K > 0 and beta 0
+// (overwrite) or 1 (accumulate); gemm_bf16 handles the rest.
 void gemm_bf16_tiles(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void pack_bf16_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)

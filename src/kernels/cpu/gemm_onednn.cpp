@@ -106,8 +106,15 @@ void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, 
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   check_gemm_args("gemm_bf16", ta, tb, M, N, K, lda, ldb, ldc);
-  if (amx_bf16_active()) return gemm_detail::gemm_bf16_tiles(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
-  gemm_bf16_onednn(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (!amx_bf16_active()) return gemm_bf16_onednn(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, c, ldc);
+  // The tile kernel overwrites or accumulates; any other beta scales C first.
+  if (beta != 0.0f && beta != 1.0f) {
+    scale_c(M, N, beta, c, ldc);
+    beta = 1.0f;
+  }
+  gemm_detail::gemm_bf16_tiles(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm_bf16_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
