@@ -151,14 +151,23 @@ void prepare_nvfp4(float amax, bool rht_finite, const QuantOptions& o, Quantized
   job.scales = q.scales.data();
 }
 
-// Amax of the RHT-transformed blocks in [x, x + n) and max |x| bits, combined into the atomics.
-void rht_amax_into(const Kernels& k, const float* x, int64_t n, std::atomic<uint32_t>& input_bits,
-                   std::atomic<uint32_t>& transformed_amax_bits) {
+// The two maxima of an RHT amax pass (max |x| bits, amax of the transformed values), combined over
+// the threads' ranges.
+struct RhtAmax {
+  std::atomic<uint32_t> input_bits{0}, transformed_amax_bits{0};
+  void add(uint32_t bits, float t_amax) {
+    atomic_max(input_bits, bits);
+    atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));  // non-negative floats order like their bits
+  }
+  float transformed_amax() const { return std::bit_cast<float>(transformed_amax_bits.load()); }
+};
+
+// Amax of the RHT-transformed blocks in [x, x + n) and max |x| bits, into `into`.
+void rht_amax_into(const Kernels& k, const float* x, int64_t n, RhtAmax& into) {
   uint32_t bits;
   float t_amax;
   k.rht_amax(x, n, &bits, &t_amax);
-  atomic_max(input_bits, bits);
-  atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));  // non-negative floats order like their bits
+  into.add(bits, t_amax);
 }
 
 // known_max_abs_bits: max |x| (as bits, finite) when the caller already has it; skips that pass.
@@ -170,13 +179,11 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
   if (o.rht) {
     // Validate the input and take the amax of its transform in one read; the quantize pass
     // transforms each block again rather than storing and re-reading a transformed copy.
-    std::atomic<uint32_t> input_bits{0}, transformed_amax_bits{0};
-    parallel_ranges(n / 16, 256, n, [&](int64_t b, int64_t e) {
-      rht_amax_into(k, x.data() + b * 16, (e - b) * 16, input_bits, transformed_amax_bits);
-    });
-    if (input_bits.load() >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
-    amax = std::bit_cast<float>(transformed_amax_bits.load());
-    rht_finite = input_bits.load() < kRhtFiniteInputBits;
+    RhtAmax m;
+    parallel_ranges(n / 16, 256, n, [&](int64_t b, int64_t e) { rht_amax_into(k, x.data() + b * 16, (e - b) * 16, m); });
+    if (m.input_bits.load() >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+    amax = m.transformed_amax();
+    rht_finite = m.input_bits.load() < kRhtFiniteInputBits;
   } else {
     uint32_t bits = known_max_abs_bits ? *known_max_abs_bits : parallel_max_abs_bits(k, x.data(), n);
     if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
@@ -208,18 +215,17 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
     float amax = 0.0f;
     bool ok = true;
     if (o.rht) {
-      std::atomic<uint32_t> input_bits{0}, transformed_amax_bits{0};
+      RhtAmax m;
       parallel_ranges(panels, 1, n, [&](int64_t b, int64_t e) {
         uint32_t bits;
         float t_amax;
         k.rht_amax_transposed(x.data(), cols, rows, cols, b, e, &bits, &t_amax);
-        atomic_max(input_bits, bits);
-        atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));
+        m.add(bits, t_amax);
       });
       // Huge or non-finite input: the strip path below handles (or reports) it.
-      ok = input_bits.load() < kRhtFiniteInputBits;
-      amax = std::bit_cast<float>(transformed_amax_bits.load());
-      if (ok) *max_abs_bits_seen = input_bits.load();
+      ok = m.input_bits.load() < kRhtFiniteInputBits;
+      amax = m.transformed_amax();
+      if (ok) *max_abs_bits_seen = m.input_bits.load();
     } else {
       const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
       if (bits >= kFloatExponentAllOnes) return false;
@@ -246,16 +252,16 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
   float amax;
   bool rht_finite = false;
   if (o.rht) {
-    std::atomic<uint32_t> input_bits{0}, transformed_amax_bits{0};
+    RhtAmax m;
     parallel_ranges(strips, 1, n, [&](int64_t b, int64_t e) {
       for (int64_t s = b; s < e; ++s) {
         auto [buf, width] = transpose_strip(s);
-        rht_amax_into(k, buf, width * rows, input_bits, transformed_amax_bits);
+        rht_amax_into(k, buf, width * rows, m);
       }
     });
-    if (input_bits.load() >= kFloatExponentAllOnes) return false;
-    amax = std::bit_cast<float>(transformed_amax_bits.load());
-    rht_finite = input_bits.load() < kRhtFiniteInputBits;
+    if (m.input_bits.load() >= kFloatExponentAllOnes) return false;
+    amax = m.transformed_amax();
+    rht_finite = m.input_bits.load() < kRhtFiniteInputBits;
   } else {
     const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);  // the same values in any order
     if (bits >= kFloatExponentAllOnes) return false;
