@@ -39,19 +39,27 @@ void swiglu_backward(const T* gate_up, const T* da, int64_t n, int64_t hidden, T
 
 // FP32: the exponentials a row at a time through the vector exp (cpu::exp_f32), the rest in
 // plain loops that vectorise. The double versions above are the finite-difference reference.
+namespace {
+// exp(-g[c]) for c < hidden, in a per-thread buffer valid until the thread's next call.
+const float* exp_of_negated(const float* __restrict g, int64_t hidden) {
+  static thread_local std::vector<float> e;
+  e.resize(static_cast<size_t>(hidden));
+  float* __restrict ex = e.data();
+#pragma omp simd
+  for (int64_t c = 0; c < hidden; ++c) ex[c] = -g[c];
+  cpu::exp_f32(ex, ex, hidden);
+  return ex;
+}
+}  // namespace
+
 template <>
 void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, float* a) {
 #pragma omp parallel for schedule(static) if (n * hidden * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
-    static thread_local std::vector<float> e;
-    e.resize(static_cast<size_t>(hidden));
     const float* __restrict g = gate_up + i * 2 * hidden;
     const float* __restrict u = g + hidden;
     float* __restrict ar = a + i * hidden;
-    float* __restrict ex = e.data();
-#pragma omp simd
-    for (int64_t c = 0; c < hidden; ++c) ex[c] = -g[c];
-    cpu::exp_f32(ex, ex, hidden);
+    const float* __restrict ex = exp_of_negated(g, hidden);
 #pragma omp simd
     for (int64_t c = 0; c < hidden; ++c) ar[c] = g[c] / (1.0f + ex[c]) * u[c];
   }
@@ -61,17 +69,12 @@ template <>
 void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) {
 #pragma omp parallel for schedule(static) if (n * hidden * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
-    static thread_local std::vector<float> e;
-    e.resize(static_cast<size_t>(hidden));
     const float* __restrict g = gate_up + i * 2 * hidden;
     const float* __restrict u = g + hidden;
     const float* __restrict dar = da + i * hidden;
     float* __restrict dg = dgate_up + i * 2 * hidden;
     float* __restrict du = dg + hidden;
-    float* __restrict ex = e.data();
-#pragma omp simd
-    for (int64_t c = 0; c < hidden; ++c) ex[c] = -g[c];
-    cpu::exp_f32(ex, ex, hidden);
+    const float* __restrict ex = exp_of_negated(g, hidden);
 #pragma omp simd
     for (int64_t c = 0; c < hidden; ++c) {
       const float sig = 1.0f / (1.0f + ex[c]);
