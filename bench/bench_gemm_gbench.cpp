@@ -40,8 +40,8 @@ void BM_OneDnnF32(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   std::vector<float> a = random_matrix(M, K, 1), b = random_matrix(N, K, 2), c(static_cast<size_t>(M * N));
   for (auto _ : state) {
-    nibble::cpu::gemm_f32(nibble::cpu::Trans::no, nibble::cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f,
-                          c.data(), N);
+    nibble::cpu::gemm_f32_onednn(nibble::cpu::Trans::no, nibble::cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K,
+                                 0.0f, c.data(), N);
     benchmark::DoNotOptimize(c.data());
   }
   set_flops(state, M, N, K);

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nibble needs, if any is missing. Idempotent; silent when all are present.
+# Installed with --no-install-recommends, so what a package only recommends but the build needs is
+# listed by name (ocl-icd-opencl-dev: libdnnl-dev's CMake package looks for OpenCL).
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
-  libdnnl-dev libopenblas-dev
+  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libyaml-cpp-dev libsentencepiece-dev libcairo2-dev
   libopenmpi-dev openmpi-bin openssh-client
   clang libclang-rt-14-dev

@@ -16,6 +16,7 @@
 #include "format/hadamard.h"
 #include "format/philox.h"
 #include "format/quantize.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cuda/device_math.h"
 #if defined(NIBBLE_HAVE_CUDA)
 #include "kernels/cuda/context.h"
@@ -320,6 +321,31 @@ TEST(CudaDispatch, GemmOperandChecksNameTheProblem) {
   }
   EXPECT_THROW(cuda::check_gemm_operands(Format::nvfp4, 32, 64, Format::mxfp4, 16, 64, 16), UsageError);
   EXPECT_THROW(cuda::check_gemm_operands(Format::nvfp4, 32, 64, Format::nvfp4, 16, 64, 8), UsageError);
+  EXPECT_NO_THROW(cuda::check_gemm_operands(Format::nvfp4, 32, 64, Format::nvfp4, 16, 64, 16, true, true));
+  // One transformed operand: refused with the CPU gemm's message.
+  for (bool a_rht : {false, true}) {
+    QuantizedTensor a, b;
+    a.format = b.format = Format::nvfp4;
+    a.block = b.block = BlockShape::row_1x16;
+    a.rows = b.rows = 16;
+    a.cols = b.cols = 64;
+    a.rht = a_rht;
+    b.rht = !a_rht;
+    std::string cpu_message, cuda_message;
+    std::vector<float> c(16 * 16);
+    try {
+      cpu::gemm(a, b, c.data(), 16);
+    } catch (const UsageError& e) {
+      cpu_message = e.what();
+    }
+    try {
+      cuda::check_gemm_operands(Format::nvfp4, 16, 64, Format::nvfp4, 16, 64, 16, a_rht, !a_rht);
+    } catch (const UsageError& e) {
+      cuda_message = e.what();
+    }
+    EXPECT_NE(cuda_message.find("random Hadamard transform"), std::string::npos) << cuda_message;
+    EXPECT_EQ(cuda_message, cpu_message);
+  }
 }
 
 TEST(CudaDispatch, NoDeviceIsAClearMessageNotACrash) {

@@ -99,7 +99,7 @@ std::vector<double> error_bounds(const QuantizedTensor& a, const QuantizedTensor
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx})
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     if (isa <= cpu::detected_isa()) isas.push_back(isa);
   return isas;
 }
@@ -260,29 +260,42 @@ TEST(Gemm, BitwiseIdenticalForAnyThreadCount) {
 }
 
 TEST(Gemm, Fp32ProductsBitwiseIdenticalForAnyThreadCount) {
-  if (!cpu::fp32_products_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU: fp32_products runs block_exact here";
+  if (!cpu::fp32_products_available(Format::fp8_e4m3))
+    GTEST_SKIP() << "neither AMX-BF16 nor AVX512-BF16 on this CPU: fp32_products runs block_exact here";
   const int saved = omp_get_max_threads();
+  IsaGuard guard;
   // K = 1296: 40.5 units of 32 (a zero-padded half unit) over six K chunks; 1x16 x 16x16 as in fprop.
-  QuantizedTensor a = make_operand(Format::nvfp4, 203, 1296, 410), b = make_operand(Format::nvfp4, 528, 1296, 411, true);
-  std::vector<std::vector<float>> results;
-  for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-    results.emplace_back(203 * 528, std::numeric_limits<float>::quiet_NaN());
-    cpu::gemm(a, b, results.back().data(), 528, 1.0f, false, cpu::Summation::fp32_products);
+  // K = 1297 for FP8: an odd K leaves a half-filled BF16 pair.
+  for (Format f : {Format::nvfp4, Format::fp8_e4m3}) {
+    const int64_t K = f == Format::nvfp4 ? 1296 : 1297;
+    QuantizedTensor a = make_operand(f, 203, K, 410), b = make_operand(f, 528, K, 411, f == Format::nvfp4);
+    for (Isa isa : runnable_isas()) {
+      cpu::set_isa_limit(isa);
+      if (!cpu::fp32_products_available(f)) continue;
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        results.emplace_back(203 * 528, std::numeric_limits<float>::quiet_NaN());
+        cpu::gemm(a, b, results.back().data(), 528, 1.0f, false, cpu::Summation::fp32_products);
+      }
+      omp_set_num_threads(saved);
+      for (size_t i = 1; i < results.size(); ++i)
+        EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+            << to_string(f) << " " << cpu::to_string(isa) << ": fp32_products differs between 1 and " << i + 1
+            << " threads";
+    }
   }
-  omp_set_num_threads(saved);
-  for (size_t i = 1; i < results.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
-        << "fp32_products differs between 1 and " << i + 1 << " threads";
 }
 
 TEST(Gemm, Fp32ProductsIsNotBlockExact) {
   // Guards against the fp32_products request silently running the block kernel (the reference tests
   // above would pass either way): on a long K the two summation orders must differ somewhere.
-  if (!cpu::fp32_products_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU: fp32_products runs block_exact here";
+  if (!cpu::fp32_products_available(Format::fp8_e4m3))
+    GTEST_SKIP() << "neither AMX-BF16 nor AVX512-BF16 on this CPU: fp32_products runs block_exact here";
   // (Not MXFP4: its power-of-two scales keep the sums of these operands exact in FP32 on both paths,
   // so the two agree bit for bit -- measured on 4M outputs of a 2048^3 product.)
   for (Format f : {Format::nvfp4, Format::fp8_e4m3}) {
+    if (!cpu::fp32_products_available(f)) continue;  // NVFP4 needs AMX-BF16
     QuantizedTensor a = make_operand(f, 64, 2048, 420), b = make_operand(f, 64, 2048, 421);
     std::vector<float> exact(64 * 64), fast(64 * 64);
     cpu::gemm(a, b, exact.data(), 64, 1.0f, false, cpu::Summation::block_exact);
@@ -402,11 +415,16 @@ void check_dense_gemm(Dense kind, cpu::Trans ta, cpu::Trans tb, int64_t M, int64
   }
 }
 
-// gemm_bf16 is nibble's AMX-BF16 kernel where the CPU has it (else oneDNN); gemm_bf16_onednn is
-// always oneDNN. The shapes cross the 32x32 micro-tile, the 96x256 macro tile and the 256-k chunk,
-// with K odd (a half-filled BF16 pair) and beta 0, 1 and neither.
+// gemm_bf16 is nibble's kernel of every ISA level (AMX-BF16 tiles, AVX512-BF16 pairs, FMA on
+// AVX-512 / AVX2 / scalar); gemm_bf16_onednn is always oneDNN. The shapes cross the 8x32 and 32x32
+// micro-tiles, the 96x256 macro tile and the 128/256-k chunks, with K odd (a half-filled BF16 pair)
+// and beta 0, 1 and neither.
 TEST(Gemm, OneDnnF32AndBf16WithTransposesAndStrides) {
+  IsaGuard guard;
   for (Dense kind : {Dense::f32, Dense::bf16, Dense::bf16_onednn})
+  for (Isa isa : kind == Dense::bf16 ? runnable_isas() : std::vector<Isa>{cpu::detected_isa()}) {
+    SCOPED_TRACE(std::string(cpu::to_string(isa)));
+    cpu::set_isa_limit(isa);
     for (cpu::Trans ta : {cpu::Trans::no, cpu::Trans::yes})
       for (cpu::Trans tb : {cpu::Trans::no, cpu::Trans::yes}) {
         check_dense_gemm(kind, ta, tb, 37, 53, 129, 1.0f, 0.0f);
@@ -416,23 +434,67 @@ TEST(Gemm, OneDnnF32AndBf16WithTransposesAndStrides) {
           check_dense_gemm(kind, ta, tb, 1, 1, 1, 1.0f, 0.0f);
         }
       }
+  }
 }
 
 TEST(Gemm, Bf16BitwiseIdenticalForAnyThreadCount) {
   const int saved = omp_get_max_threads();
-  std::vector<float> a = random_matrix(300, 700, 710), b = random_matrix(700, 270, 711);
-  std::vector<std::vector<float>> results;
-  for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-    results.emplace_back(300 * 270, 0.5f);
-    // wgrad's form: A stored transposed (M-contiguous), B untransposed, accumulating.
-    cpu::gemm_bf16(cpu::Trans::yes, cpu::Trans::no, 300, 270, 700, 1.0f, a.data(), 300, b.data(), 270, 1.0f,
-                   results.back().data(), 270);
+  IsaGuard guard;
+  std::vector<float> a = random_matrix(300, 701, 710), b = random_matrix(701, 270, 711);
+  for (Isa isa : runnable_isas()) {
+    cpu::set_isa_limit(isa);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      results.emplace_back(300 * 270, 0.5f);
+      // wgrad's form: A stored transposed (M-contiguous), B untransposed, accumulating; K odd.
+      cpu::gemm_bf16(cpu::Trans::yes, cpu::Trans::no, 300, 270, 701, 1.0f, a.data(), 300, b.data(), 270, 1.0f,
+                     results.back().data(), 270);
+    }
+    omp_set_num_threads(saved);
+    for (size_t i = 1; i < results.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+          << cpu::to_string(isa) << ": gemm_bf16 differs between 1 and " << i + 1 << " threads";
   }
-  omp_set_num_threads(saved);
+}
+
+TEST(Gemm, Bf16FmaVariantsAgreeBitwise) {
+  // Below AVX512-BF16, gemm_bf16 forms every BF16 x BF16 product exactly in FP32 and adds it in k
+  // order, so scalar, AVX2 and AVX-512 give the same bits; a different order would not.
+  IsaGuard guard;
+  std::vector<float> a = random_matrix(77, 515, 720), b = random_matrix(515, 45, 721);
+  std::vector<std::vector<float>> results;
+  std::vector<Isa> ran;
+  for (Isa isa : runnable_isas()) {
+    if (isa > Isa::avx512) continue;
+    cpu::set_isa_limit(isa);
+    ran.push_back(isa);
+    results.emplace_back(77 * 45, 0.0f);
+    cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::no, 77, 45, 515, 1.0f, a.data(), 515, b.data(), 45, 0.0f,
+                   results.back().data(), 45);
+  }
   for (size_t i = 1; i < results.size(); ++i)
     EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
-        << "gemm_bf16 differs between 1 and " << i + 1 << " threads";
+        << cpu::to_string(ran[i]) << " differs from " << cpu::to_string(ran[0]);
+  // Not vacuous: the sum in another order (k descending) differs somewhere.
+  std::vector<float> reversed(77 * 45);
+  for (int64_t m = 0; m < 77; ++m)
+    for (int64_t n = 0; n < 45; ++n) {
+      float s = 0.0f;
+      for (int64_t k = 514; k >= 0; --k) s += round_to_bf16(a[m * 515 + k]) * round_to_bf16(b[k * 45 + n]);
+      reversed[m * 45 + n] = s;
+    }
+  EXPECT_NE(0, std::memcmp(results[0].data(), reversed.data(), reversed.size() * sizeof(float)));
+  // And the k-order sum is exactly what the kernels return.
+  std::vector<float> in_order(77 * 45);
+  for (int64_t m = 0; m < 77; ++m)
+    for (int64_t n = 0; n < 45; ++n) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < 515; ++k) s = std::fma(round_to_bf16(a[m * 515 + k]), round_to_bf16(b[k * 45 + n]), s);
+      in_order[m * 45 + n] = s;
+    }
+  EXPECT_EQ(0, std::memcmp(results[0].data(), in_order.data(), in_order.size() * sizeof(float)))
+      << "gemm_bf16 below AVX512-BF16 is not the k-order FP32 sum of the exact BF16 products";
 }
 
 TEST(Gemm, OneDnnRejectsBadLeadingDimensions) {

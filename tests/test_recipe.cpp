@@ -286,8 +286,11 @@ TEST(Recipe, GemmSummationResolvesForThisCpu) {
   const auto summation = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768).for_layer(1, 0.0).fprop.summation; };
   EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=block_exact"), cpu::Summation::block_exact);
   EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=fp32_products"), cpu::Summation::fp32_products);
-  EXPECT_EQ(summation("quantization=nvfp4"), cpu::fp32_products_available() ? cpu::Summation::fp32_products
-                                                                            : cpu::Summation::block_exact);
+  EXPECT_EQ(summation("quantization=nvfp4"), cpu::fp32_products_available(Format::nvfp4) ? cpu::Summation::fp32_products
+                                                                                         : cpu::Summation::block_exact);
+  // FP8 also takes fp32_products where only AVX512-BF16 (vdpbf16ps) is there.
+  EXPECT_EQ(summation("quantization=fp8"), cpu::fp32_products_available(Format::fp8_e4m3) ? cpu::Summation::fp32_products
+                                                                                          : cpu::Summation::block_exact);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRecipes, LinearComposition,

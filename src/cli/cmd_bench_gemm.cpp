@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -74,17 +75,64 @@ struct Column {
 };
 
 // Column indices, in table order.
-enum Col : size_t { kNvfp4, kNvfp4Fp32Sum, kMxfp4, kFp8, kOneDnnF32, kOneDnnBf16, kNibbleBf16, kOpenBlas, kNvfp4QGemm,
-                   kNvfp4Avx512 };
+enum Col : size_t { kNvfp4, kNvfp4Fp32Sum, kMxfp4, kFp8, kOneDnnF32, kNibbleF32, kOneDnnBf16, kNibbleBf16, kOpenBlas,
+                   kNvfp4QGemm, kNvfp4Avx512 };
 
 const std::vector<Column>& columns() {
   static const std::vector<Column> c = {{"nvfp4", true},        {"nvfp4 fp32sum", true}, {"mxfp4", true},
-                                        {"fp8", false},         {"onednn f32", false},   {"onednn bf16", false},
+                                        {"fp8", false},         {"onednn f32", false},   {"nibble f32", false},
+                                        {"onednn bf16", false},
                                         {"nibble bf16", false}, {"openblas", false},    {"nvfp4 q+gemm", true},  {"nvfp4 avx512", true}};
   return c;
 }
 
-// GFLOP/s of each column for one shape (0 where not available).
+// What each column runs on this CPU (after NIBBLE_ISA), or "n/a: <why>" where it cannot run here.
+const char* int8_kernel_name(cpu::Isa isa) {
+  switch (isa) {
+    case cpu::Isa::amx: return "AMX-INT8 tdpbssd";
+    case cpu::Isa::avx512bf16:
+    case cpu::Isa::avx512: return "AVX-512 VNNI vpdpbusd";
+    case cpu::Isa::avx2: return "AVX2 vpmaddubsw";
+    case cpu::Isa::scalar: return "scalar";
+  }
+  return "?";
+}
+const char* fma_kernel_name(cpu::Isa isa) {
+  return isa >= cpu::Isa::avx512 ? "AVX-512 FMA" : isa == cpu::Isa::avx2 ? "AVX2 FMA" : "scalar";
+}
+constexpr const char* kNotAvailable = "n/a";
+bool available(const std::string& kernel) { return kernel.rfind(kNotAvailable, 0) != 0; }
+
+std::vector<std::string> column_kernels() {
+  const cpu::Isa isa = cpu::active_isa();
+  const bool fp32sum = cpu::fp32_products_available(Format::nvfp4);
+  const bool dpbf16 = isa >= cpu::Isa::avx512bf16;
+  std::vector<std::string> k(columns().size());
+  k[kNvfp4] = fmt::format("block_exact on {}", int8_kernel_name(isa));
+  k[kNvfp4Fp32Sum] = fp32sum ? "fp32_products on AMX-BF16 tdpbf16ps"
+                             : "n/a: needs AMX-BF16 (fp32_products runs block_exact on this CPU)";
+  k[kMxfp4] = fmt::format("block_exact on {}", int8_kernel_name(isa));
+  k[kFp8] = fp32sum  ? "fp32_products on AMX-BF16 tdpbf16ps"
+            : dpbf16 ? "fp32_products with AVX512-BF16 vdpbf16ps"
+                     : fmt::format("E4M3 decoded exactly, {} in k order", fma_kernel_name(isa));
+  k[kOneDnnF32] = "oneDNN f32 matmul";
+  k[kNibbleF32] = fmt::format("gemm_f32: {} on FP32 panels, k in order", fma_kernel_name(isa));
+  k[kOneDnnBf16] = "oneDNN bf16 matmul (its f32 matmul on BF16-rounded copies where it has no BF16 kernel)";
+  k[kNibbleBf16] = fp32sum  ? "gemm_bf16 on AMX-BF16 tdpbf16ps"
+                  : dpbf16 ? "gemm_bf16 with AVX512-BF16 vdpbf16ps"
+                           : fmt::format("gemm_bf16: {} on BF16-rounded panels, k in order", fma_kernel_name(isa));
+#ifdef NIBBLE_HAVE_OPENBLAS
+  k[kOpenBlas] = "OpenBLAS cblas_sgemm";
+#else
+  k[kOpenBlas] = "n/a: OpenBLAS was not found at build time";
+#endif
+  k[kNvfp4QGemm] = fmt::format("quantize both operands + {}", fp32sum ? "fp32_products" : "block_exact");
+  k[kNvfp4Avx512] = isa == cpu::Isa::amx ? "block_exact on AVX-512 VNNI vpdpbusd (bitwise the nvfp4 column)"
+                                         : "n/a: only beside AMX-INT8 (without AMX the nvfp4 column is the best kernel)";
+  return k;
+}
+
+// GFLOP/s of each column for one shape (NaN where not available).
 std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
   const int64_t M = s.M, N = s.N, K = s.K;
   const double flops = 2.0 * M * N * K;
@@ -96,9 +144,9 @@ std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
     opt.tile_16x16 = tile && N % 16 == 0;
     return std::pair{cpu::quantize(a, M, K, {.format = f}), cpu::quantize(b, N, K, opt)};
   };
-  std::vector<double> gflops(columns().size(), 0.0);
+  std::vector<double> gflops(columns().size(), std::nan(""));
   auto rate = [&](const std::function<void()>& fn) { return flops / best_seconds(fn, min_seconds) * 1e-9; };
-  const bool fp32sum = cpu::fp32_products_available();
+  const bool fp32sum = cpu::fp32_products_available(Format::nvfp4);
   {
     // The training recipe's forward GEMM: activations 1x16, weights 16x16 tiles.
     auto [qa, qb] = quantized(Format::nvfp4, true);
@@ -118,18 +166,23 @@ std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
   }
   const cpu::Summation training = fp32sum ? cpu::Summation::fp32_products : cpu::Summation::block_exact;
   {
+    // What the fp8 recipe runs (gemm_summation=auto).
+    const cpu::Summation fp8_training = cpu::fp32_products_available(Format::fp8_e4m3) ? cpu::Summation::fp32_products
+                                                                                       : cpu::Summation::block_exact;
     auto [qa, qb] = quantized(Format::fp8_e4m3, false);
-    gflops[kFp8] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, false, training); });
+    gflops[kFp8] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, false, fp8_training); });
   }
   // Same TN layout for the libraries: A [M,K] and B [N,K], both K-contiguous.
   gflops[kOneDnnF32] = rate([&] {
+    cpu::gemm_f32_onednn(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  });
+  gflops[kNibbleF32] = rate([&] {
     cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
   });
   gflops[kOneDnnBf16] = rate([&] {
     cpu::gemm_bf16_onednn(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
   });
-  if (fp32sum)  // gemm_bf16 runs nibble's AMX-BF16 kernel exactly where fp32_products does
-    gflops[kNibbleBf16] = rate([&] {
+  gflops[kNibbleBf16] = rate([&] {
       cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
     });
 #ifdef NIBBLE_HAVE_OPENBLAS
@@ -154,7 +207,17 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
-    int64_t v = std::stoll(item);
+    int64_t v = 0;
+    size_t used = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size())
+      throw UsageError("bench gemm: size '" + item + "' is not a whole number (e.g. --sizes 512,1024)");
+    if (v > 16384) throw UsageError("bench gemm: size " + item + " is above 16384 (its FP32 operands alone would need " +
+                                   std::to_string(3 * v * v * 4 / (1 << 20)) + " MiB)");
     if (v <= 0 || v % 32 != 0) throw UsageError("bench gemm: size " + item + " must be a positive multiple of 32 (K must fit whole MXFP4 blocks)");
     sizes.push_back(v);
   }
@@ -177,9 +240,9 @@ int run_bench_gemm(const BenchOptions& opt) {
                tile.instruction, tile.giga_ops_per_s, tile.giga_ops_per_s / 4);
   if (tile_bf16.giga_ops_per_s > 0)
     fmt::print("AMX-BF16 tile peak per core: {} {:.0f} GFLOP/s\n", tile_bf16.instruction, tile_bf16.giga_ops_per_s);
-#ifndef NIBBLE_HAVE_OPENBLAS
-  fmt::print("(OpenBLAS not found at build time: its column reads 0)\n");
-#endif
+  const std::vector<std::string> kernels = column_kernels();
+  fmt::print("columns (what each runs on this CPU; n/a: cannot run here):\n");
+  for (size_t j = 0; j < columns().size(); ++j) fmt::print("  {:<14} {}\n", columns()[j].name, kernels[j]);
 
   std::vector<GemmShape> shapes;
   for (int64_t n : opt.sizes) shapes.push_back({fmt::format("{}^3", n), n, n, n});
@@ -201,7 +264,12 @@ int run_bench_gemm(const BenchOptions& opt) {
     std::vector<double> g = bench_shape(s, min_seconds);
     all.push_back(g);
     fmt::print("{:<14} {:>16}", s.name, fmt::format("{}x{}x{}", s.M, s.N, s.K));
-    for (double v : g) fmt::print(" {:>8.0f} ({:4.2f})", v, g[kOneDnnF32] > 0 ? v / g[kOneDnnF32] : 0.0);
+    for (double v : g) {
+      if (std::isnan(v))
+        fmt::print(" {:>15}", kNotAvailable);
+      else
+        fmt::print(" {:>8.0f} ({:4.2f})", v, v / g[kOneDnnF32]);
+    }
     fmt::print("\n");
     std::fflush(stdout);
   }
@@ -213,7 +281,10 @@ int run_bench_gemm(const BenchOptions& opt) {
     fmt::print("{:<14} {:>16}", shapes[i].name, fmt::format("{}x{}x{}", shapes[i].M, shapes[i].N, shapes[i].K));
     for (size_t j = 0; j < columns().size(); ++j) {
       double peak = (columns()[j].int8_kind ? dot.giga_ops_per_s : fma.giga_ops_per_s) * threads;
-      fmt::print(" {:>14.1f}%", peak > 0 ? 100.0 * all[i][j] / peak : 0.0);
+      if (std::isnan(all[i][j]) || !(peak > 0))
+        fmt::print(" {:>15}", kNotAvailable);
+      else
+        fmt::print(" {:>14.1f}%", 100.0 * all[i][j] / peak);
     }
     fmt::print("\n");
   }
@@ -231,14 +302,15 @@ int run_bench_gemm(const BenchOptions& opt) {
     }
   }
   fmt::print("\nnvfp4 is the forward GEMM of the recipe (A 1x16, B 16x16 tiles) with Summation::block_exact (each\n"
-             "16-block product exact, one FP32 rounding per block): on the AMX-INT8 tile unit where present, and\n"
-             "nvfp4 avx512 is the same product on the VNNI kernel (bitwise equal; 0 without AMX). nvfp4 fp32sum is\n"
-             "Summation::fp32_products (operands decoded exactly to BF16, AMX-BF16 tiles, FP32 accumulation; 0\n"
-             "without AMX-BF16); nvfp4 q+gemm quantizes both FP32 operands and runs the faster of the two.\n");
-  fmt::print("\nfp8 (per-tensor E4M3) runs the summation training uses: fp32_products on AMX-BF16 where present, else\n"
-             "E4M3 decoded to FP32 and FMA; it is judged against the FMA peak. onednn bf16 includes\n"
-             "rounding both FP32 operands to BF16 each call, and nibble bf16 (its AMX-BF16 kernel, 0 without\n"
-             "AMX-BF16) rounds them while packing; both run on the tile unit, so their % of the FMA peak can pass 100.\n");
+             "16-block product exact, one FP32 rounding per block); nvfp4 avx512 is the same product on the VNNI\n"
+             "kernel beside AMX-INT8 (bitwise equal). nvfp4 fp32sum is Summation::fp32_products (operands decoded\n"
+             "exactly to BF16, AMX-BF16 tiles, FP32 accumulation); nvfp4 q+gemm quantizes both FP32 operands and\n"
+             "runs the summation training uses.\n");
+  fmt::print("\nfp8 (per-tensor E4M3) runs the summation training uses; it is judged against the FMA peak. nibble\n"
+             "f32 is what FP32 training runs (its own kernel: bitwise the same for any thread count). onednn\n"
+             "bf16 includes rounding both FP32 operands to BF16 each call, and nibble bf16 (what training's BF16\n"
+             "GEMMs run, bitwise the same for any thread count) rounds them while packing; on AMX-BF16 tiles their\n"
+             "% of the FMA peak can pass 100.\n");
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quantize.h"
 #include "train/experiment.h"
@@ -182,10 +183,17 @@ int run_speed(const BenchTrainOptions& o) {
              omp_get_max_threads(), o.warmup, o.timed_steps);
   const double fp32_peak = measured_peak_flops(Quantization::none);
   fmt::print("measured 1024^3 GEMM peak: fp32 {:.1f} GFLOP/s\n", fp32_peak / 1e9);
-  fmt::print("kernels: NVFP4/MXFP4/FP8 GEMMs {} (gemm_summation=auto unless --set); attention products in BF16 for every "
-             "recipe but none (attention=auto)\n",
-             cpu::fp32_products_available() ? "sum element products in FP32 on the AMX-BF16 tiles"
-                                             : "sum exact 16-block products (no AMX-BF16 here)");
+  fmt::print("kernels ({}): NVFP4/MXFP4 GEMMs {}; FP8 GEMMs {} (gemm_summation=auto unless --set); BF16 GEMMs (bf16 "
+             "recipe, BF16-kept layers, attention products for every recipe but none) {}\n",
+             cpu::to_string(cpu::active_isa()),
+             cpu::fp32_products_available(Format::nvfp4) ? "sum element products in FP32 on the AMX-BF16 tiles"
+                                                         : "sum exact 16-block products (no AMX-BF16 here)",
+             cpu::amx_bf16_active() ? "on the AMX-BF16 tiles"
+             : cpu::fp32_products_available(Format::fp8_e4m3) ? "with AVX512-BF16 vdpbf16ps"
+                                                               : "decoded exactly, FMA in k order",
+             cpu::amx_bf16_active()                          ? "on the AMX-BF16 tiles"
+             : cpu::active_isa() >= cpu::Isa::avx512bf16 ? "with AVX512-BF16 vdpbf16ps"
+                                                         : "FMA on BF16-rounded operands");
   fmt::print("\n{:<8} {:>10} {:>9} {:>7} {:>7} {:>7} {:>10} {:>11} {:>9}\n", "recipe", "tokens/s", "step ms", "gemm",
              "quant", "rest", "vs none", "MFU(fp32)", "MFU(own)");
   double none_tps = 0;

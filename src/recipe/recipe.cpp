@@ -4,9 +4,15 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/cpu/cpu_features.h"
+
 namespace nibble {
 
 namespace {
+// The operand format whose GEMM kernels decide what gemm_summation=auto resolves to.
+Format gemm_format(Quantization q) {
+  return q == Quantization::fp8 ? Format::fp8_e4m3 : q == Quantization::mxfp4 ? Format::mxfp4 : Format::nvfp4;
+}
 
 constexpr std::string_view kQuantizationNames = "none, bf16, fp8, mxfp8, mxfp4, nvfp4";
 
@@ -274,7 +280,7 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
     throw UsageError("gemm_summation chooses how NVFP4, MXFP4 and FP8 GEMMs sum, but quantization=" +
                      std::string(to_string(q)) + ": set one of those or drop gemm_summation");
   if (config.gemm_summation == GemmSummation::fp32_products ||
-      (config.gemm_summation == GemmSummation::automatic && cpu::fp32_products_available()))
+      (config.gemm_summation == GemmSummation::automatic && cpu::fp32_products_available(gemm_format(q))))
     summation_ = cpu::Summation::fp32_products;
   if (q == Quantization::nvfp4) {
     const auto& k = config.nvfp4;
@@ -327,12 +333,18 @@ LinearRecipe Recipe::for_layer(int layer, double progress) const {
 std::string describe_kernels(const Recipe& recipe) {
   const Quantization q = recipe.config().quantization;
   std::string s;
-  if (q == Quantization::nvfp4 || q == Quantization::mxfp4 || q == Quantization::fp8)
+  const bool fp8 = q == Quantization::fp8;
+  if (q == Quantization::nvfp4 || q == Quantization::mxfp4 || fp8)
     s += recipe.summation() == cpu::Summation::block_exact
-             ? "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact); "
-         : cpu::fp32_products_available()
+             ? (fp8 ? "GEMMs sum exact FP8 products in k order with FMA (gemm_summation=block_exact); "
+                    : "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact); ")
+         : !cpu::fp32_products_available(gemm_format(q))
+             ? (fp8 ? "GEMMs sum exact FP8 products in k order with FMA (fp32_products asked for, but this CPU has "
+                      "neither AMX-BF16 nor AVX512-BF16); "
+                    : "GEMMs sum exact 16-block products in FP32 (fp32_products asked for, but this CPU has no AMX-BF16); ")
+         : cpu::amx_bf16_active()
              ? "GEMMs sum element products in FP32 on the AMX-BF16 tiles (gemm_summation=fp32_products); "
-             : "GEMMs sum exact 16-block products in FP32 (fp32_products asked for, but this CPU has no AMX-BF16); ";
+             : "GEMMs sum element products in FP32 with AVX512-BF16 vdpbf16ps (gemm_summation=fp32_products); ";
   s += recipe.attention_bf16() ? "attention products in BF16" : "attention products in FP32";
   return s;
 }

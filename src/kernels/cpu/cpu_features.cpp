@@ -32,34 +32,33 @@ bool amx_usable() {
   return true;
 }
 
+// AVX512-BF16: cpuid leaf 7 subleaf 1, EAX bit 5 (the OS state is AVX-512's, already checked).
+bool avx512_bf16_supported() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && ((eax >> 5) & 1);
+}
+
 Isa detect() {
   __builtin_cpu_init();
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                 __builtin_cpu_supports("avx512vnni");
-  if (avx512 && avx2) return amx_usable() ? Isa::amx : Isa::avx512;
+  if (avx512 && avx2) {
+    if (!avx512_bf16_supported()) return Isa::avx512;  // (no CPU has AMX without AVX512-BF16)
+    return amx_usable() ? Isa::amx : Isa::avx512bf16;
+  }
   return avx2 ? Isa::avx2 : Isa::scalar;
 }
 
 Isa env_limit(Isa detected) {
   const char* e = std::getenv("NIBBLE_ISA");
   if (!e) return detected;
-  std::string s(e);
-  Isa want;
-  if (s == "scalar") {
-    want = Isa::scalar;
-  } else if (s == "avx2") {
-    want = Isa::avx2;
-  } else if (s == "avx512") {
-    want = Isa::avx512;
-  } else if (s == "amx" || s.empty()) {
-    want = Isa::amx;
-  } else {
-    // Read once at start-up, before any command can report errors, so this warns rather than fails.
-    std::fprintf(stderr, "nibble: NIBBLE_ISA=%s is not one of scalar, avx2, avx512, amx; ignoring it\n", e);
-    want = Isa::amx;
-  }
+  std::optional<Isa> parsed = parse_isa(e);
+  // Read once at start-up, before any command can report errors, so this warns rather than fails.
+  if (!parsed)
+    std::fprintf(stderr, "nibble: NIBBLE_ISA=%s is not one of scalar, avx2, avx512, avx512bf16, amx; ignoring it\n", e);
+  const Isa want = parsed.value_or(Isa::amx);
   return want < detected ? want : detected;
 }
 
@@ -92,11 +91,21 @@ void set_isa_limit(Isa limit) {
   limit_slot().store(static_cast<int>(limit < d ? limit : d), std::memory_order_relaxed);
 }
 
+std::optional<Isa> parse_isa(std::string_view name) {
+  if (name == "scalar") return Isa::scalar;
+  if (name == "avx2") return Isa::avx2;
+  if (name == "avx512") return Isa::avx512;
+  if (name == "avx512bf16") return Isa::avx512bf16;
+  if (name == "amx" || name.empty()) return Isa::amx;
+  return std::nullopt;
+}
+
 std::string_view to_string(Isa isa) {
   switch (isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512-vnni";
+    case Isa::avx512bf16: return "avx512-bf16";
     case Isa::amx: return "amx-int8";
   }
   return "?";

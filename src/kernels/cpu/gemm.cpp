@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <string>
 
+#include "format/gemm_rules.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_kernels.h"
@@ -27,6 +28,8 @@ static_assert(kTileCols == kBf16AccStride);
 constexpr int64_t kChunkK = 512;        // K per chunk (int8 family: 20 KB of packed B per panel)
 constexpr int64_t kChunkKF32 = 128;     // K per chunk (f32 family: 16 KB of packed B per panel)
 constexpr int64_t kChunkKBf16 = 256;    // K per chunk (AMX-BF16: 16 KB of packed B per panel)
+constexpr int64_t kChunkKPairs = 256;   // K per chunk (BF16 pairs: 16 KB of packed B per panel)
+constexpr int64_t kParallelMinMacs = int64_t{1} << 19;  // below this a GEMM runs on the calling thread
 
 bool is_nvfp4_block(BlockShape b) { return b == BlockShape::row_1x16 || b == BlockShape::tile_16x16; }
 bool is_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
@@ -79,9 +82,7 @@ Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, con
   if ((a.format == Format::mxfp4 || a.format == Format::mxfp8) &&
       (a.block != BlockShape::row_1x32 || b.block != BlockShape::row_1x32))
     throw UsageError("gemm: MX operands need 1x32 blocks, got " + describe(a) + " x " + describe(b));
-  if (a.rht != b.rht)
-    throw UsageError("gemm: the random Hadamard transform must be applied to both operands or to neither "
-                     "(H H^T = I only cancels in pairs); got A rht=" + std::to_string(a.rht) + ", B rht=" + std::to_string(b.rht));
+  check_rht_pair(a.rht, b.rht);
   check_storage(a, "A");
   check_storage(b, "B");
   if (ldc < b.rows) throw UsageError("gemm: ldc " + std::to_string(ldc) + " is smaller than N " + std::to_string(b.rows));
@@ -106,7 +107,7 @@ struct Plan {
   int64_t a_unit_bytes;  // packed bytes per unit per panel
   int64_t b_unit_bytes;
   int64_t chunk_units;
-  PackQuantized pack_a, pack_b;  // null for FP32 operands (gemm_bf16_tiles packs them itself)
+  PackQuantized pack_a, pack_b;  // null for FP32 operands (gemm_bf16_packed packs them itself)
   MicroKernel micro;
   // AMX: each thread configures its tile state first and releases it after.
   enum class Tiles { none, int8, bf16 } tiles;
@@ -123,10 +124,33 @@ bool mx_scales_fit_bf16(const QuantizedTensor& q) {
 // A 16x16-tiled operand has one scale per 16 rows of every block, i.e. per AMX panel.
 bool tile_uniform(const QuantizedTensor& q) { return q.block == BlockShape::tile_16x16; }
 
-// The AMX-BF16 plan; pack_a/pack_b stay null for FP32 operands (gemm_bf16_tiles packs them itself).
+// The AMX-BF16 plan; pack_a/pack_b stay null for FP32 operands (gemm_bf16_packed packs them itself).
 Plan bf16_plan(PackQuantized pack_a = nullptr, PackQuantized pack_b = nullptr) {
   return {kBf16Panel, kBf16Panel, kBf16UnitK, kBf16UnitBytes, kBf16UnitBytes, kChunkKBf16 / kBf16UnitK,
           pack_a, pack_b, bf16_micro_kernel_amx(), Plan::Tiles::bf16};
+}
+
+// The f32-family plan (one FMA per element product, k in order); pack_a/pack_b stay null for FP32
+// operands of gemm_bf16 (gemm_bf16_packed packs them itself, rounded to BF16).
+Plan f32_plan(Isa isa, PackQuantized pack_a = nullptr, PackQuantized pack_b = nullptr) {
+  MicroKernel micro = isa >= Isa::avx512 ? f32_micro_kernel_avx512()
+                      : isa == Isa::avx2 ? f32_micro_kernel_avx2()
+                                         : f32_micro_kernel_scalar();
+  return {kMr, kNr, 1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, pack_a, pack_b, micro, Plan::Tiles::none};
+}
+
+// The BF16-pair plan (AVX512-BF16 vdpbf16ps); pack_a/pack_b stay null for FP32 operands.
+Plan bf16_pair_plan(PackQuantized pack_a = nullptr, PackQuantized pack_b = nullptr) {
+  return {kMr, kNr, kBf16PairUnitK, bf16_pair_a_unit_bytes(), bf16_pair_b_unit_bytes(), kChunkKPairs / kBf16PairUnitK,
+          pack_a, pack_b, bf16_pair_micro_kernel_avx512bf16(), Plan::Tiles::none};
+}
+
+// Which kernel Summation::fp32_products gets for a format on this CPU (after NIBBLE_ISA).
+enum class Fp32ProductsKernel { none, amx_tiles, bf16_pairs };
+Fp32ProductsKernel fp32_products_kernel(Format f) {
+  if (amx_bf16_active()) return Fp32ProductsKernel::amx_tiles;
+  if (active_isa() >= Isa::avx512bf16 && is_fp8(f)) return Fp32ProductsKernel::bf16_pairs;
+  return Fp32ProductsKernel::none;
 }
 
 Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b, Isa isa, bool bf16_tiles) {
@@ -149,11 +173,7 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
             &pack_int8_a_panel, &pack_int8_b_panel, micro, Plan::Tiles::none};
   }
-  MicroKernel micro = isa >= Isa::avx512 ? f32_micro_kernel_avx512()
-                      : isa == Isa::avx2 ? f32_micro_kernel_avx2()
-                                         : f32_micro_kernel_scalar();
-  return {kMr, kNr, 1, f32_a_k_bytes(), f32_b_k_bytes(), kChunkKF32, &pack_f32_a_panel, &pack_f32_b_panel, micro,
-          Plan::Tiles::none};
+  return f32_plan(isa, &pack_f32_a_panel, &pack_f32_b_panel);
 }
 
 // out = scale * in (+ out). Cloned per ISA (chosen by the loader from cpuid) because the scalar
@@ -176,7 +196,9 @@ void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumu
 }  // namespace
 }  // namespace gemm_detail
 
-bool fp32_products_available() { return amx_bf16_active(); }
+bool fp32_products_available(Format format) {
+  return gemm_detail::fp32_products_kernel(format) != gemm_detail::Fp32ProductsKernel::none;
+}
 
 namespace gemm_detail {
 namespace {
@@ -199,8 +221,12 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
   const int64_t tile_rows = (a_panels + tile_row_panels - 1) / tile_row_panels;
   const int64_t tile_cols = (b_panels + tile_col_panels - 1) / tile_col_panels;
   const int64_t micro_tile_floats = mr * nr;
+  // A team only pays off with two macro tiles or more and enough work to hide its start and
+  // barriers (measured: the waits of a 2-thread team were ~70 % of a tiny model's training step).
+  // Either way each output is summed by one thread in the same order.
+  const bool parallel = tile_rows * tile_cols > 1 && M * N * units * plan.unit_k >= kParallelMinMacs;
 
-#pragma omp parallel
+#pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < a_panels; ++p) pack_a(p * mr, packed_a + p * a_panel_bytes);
@@ -264,10 +290,15 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
   if (a.cols == 0) return write_zero_product(a.rows, b.rows, c, ldc, accumulate);
 
   // The ISA is read once per call.
-  const bool bf16_tiles = summation == Summation::fp32_products && amx_bf16_active() &&
+  const Fp32ProductsKernel fp32_kernel =
+      summation == Summation::fp32_products ? fp32_products_kernel(a.format) : Fp32ProductsKernel::none;
+  const bool bf16_tiles = fp32_kernel == Fp32ProductsKernel::amx_tiles &&
                           (a.format == Format::nvfp4 || (is_fp8(a.format) && a.block == BlockShape::per_tensor) ||
                            (a.format == Format::mxfp4 && mx_scales_fit_bf16(a) && mx_scales_fit_bf16(b)));
-  const Plan plan = make_plan(family, a, b, active_isa(), bf16_tiles);
+  // Per-tensor FP8 values are exact BF16: vdpbf16ps sums them in pairs where AMX-BF16 is absent.
+  const bool bf16_pairs = fp32_kernel == Fp32ProductsKernel::bf16_pairs && is_fp8(a.format);
+  const Plan plan = bf16_pairs ? bf16_pair_plan(&pack_bf16_pair_fp8_a_panel, &pack_bf16_pair_fp8_b_panel)
+                               : make_plan(family, a, b, active_isa(), bf16_tiles);
   const float out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles);
   const int64_t units = (a.cols + plan.unit_k - 1) / plan.unit_k;  // the BF16 unit (32) may pad one 16-block
   run_plan(
@@ -276,17 +307,41 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
 }
 
 namespace gemm_detail {
-void gemm_bf16_tiles(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
-                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  NIBBLE_CHECK(amx_bf16_active() && M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f));
+void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  NIBBLE_CHECK(M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f));
   // op(A) is [M,K]: row m is K-contiguous when A is stored untransposed. op(B) is [K,N]; the kernel
   // wants its columns, which are K-contiguous when B is stored transposed ([N,K]).
   const F32Operand ao{a, lda, M, K, ta == Trans::no};
   const F32Operand bo{b, ldb, N, K, tb == Trans::yes};
+  if (amx_bf16_active()) {
+    return run_plan(
+        bf16_plan(), M, N, bf16_units(K), [&](int64_t row0, uint8_t* dst) { pack_bf16_a_panel(ao, row0, dst); },
+        [&](int64_t row0, uint8_t* dst) { pack_bf16_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+  }
+  // AVX512-BF16: vdpbf16ps on BF16-pair panels, each output summed pair by pair in k order by the
+  // one thread that owns it.
+  if (active_isa() >= Isa::avx512bf16) {
+    return run_plan(
+        bf16_pair_plan(), M, N, (K + 1) / 2, [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_a_panel(ao, row0, dst); },
+        [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+  }
+  // Otherwise the f32 family on operands rounded to BF16 while packing. A BF16 x BF16 product is
+  // exact in FP32, so every ISA variant (FMA or mul + add) gives the same bits, summed in k order by
+  // the one thread that owns the output.
   run_plan(
-      bf16_plan(), M, N, bf16_units(K),
-      [&](int64_t row0, uint8_t* dst) { pack_bf16_a_panel(ao, row0, dst); },
-      [&](int64_t row0, uint8_t* dst) { pack_bf16_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+      f32_plan(active_isa()), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_f32_a_panel(ao, row0, dst); },
+      [&](int64_t row0, uint8_t* dst) { pack_f32_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+}
+
+void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  NIBBLE_CHECK(M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f));
+  const F32Operand ao{a, lda, M, K, ta == Trans::no};
+  const F32Operand bo{b, ldb, N, K, tb == Trans::yes};
+  run_plan(
+      f32_plan(active_isa()), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_f32_plain_a_panel(ao, row0, dst); },
+      [&](int64_t row0, uint8_t* dst) { pack_f32_plain_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
 }
 }  // namespace gemm_detail
 

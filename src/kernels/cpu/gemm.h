@@ -3,7 +3,9 @@
 // with FP32 output. For NVFP4 each 16-element partial product is exact (E2M1*2 are small
 // integers), is multiplied by sA*sB and accumulated in FP32; the global factor
 // amaxA*amaxB/2688^2 (decode_scale_A * decode_scale_B) is applied once at the end.
-// FP32 and BF16 GEMMs go through oneDNN (not hand-written).
+// FP32 and BF16 GEMMs run nibble's packed FMA / BF16 kernels, which are bitwise the same for any
+// thread count (training promises that; oneDNN's blocking follows the thread count); oneDNN's matmul
+// stays available for comparisons (gemm_f32_onednn, gemm_bf16_onednn).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -21,12 +23,14 @@ namespace nibble::cpu {
 //    (e2m1 * e4m3 fits, as do E4M3 and E5M2 values and e2m1 * e8m0 while the scale stays within
 //    2^-125..2^125; beyond that MXFP4 runs block_exact), each element product exact, summed in FP32 by the AMX-BF16 tile unit in its
 //    own order: differs from block_exact within the FP32-accumulation bound, is bitwise the same for
-//    any thread count, and is ~2x faster on Sapphire Rapids (no per-block epilogue). Needs
-//    AMX-BF16; on other CPUs it runs block_exact (see fp32_products_available()).
+//    any thread count, and is ~2x faster on Sapphire Rapids (no per-block epilogue). Runs on
+//    AMX-BF16; per-tensor FP8 also on AVX512-BF16 (vdpbf16ps, products summed in k pairs); elsewhere
+//    it runs block_exact (see fp32_products_available()).
 enum class Summation : uint8_t { block_exact, fp32_products };
-// True when Summation::fp32_products runs its own kernel on this CPU (AMX-BF16, not capped by
-// NIBBLE_ISA); false when it falls back to block_exact.
-bool fp32_products_available();
+// True when Summation::fp32_products runs its own kernel for operands of `format` on this CPU
+// (after NIBBLE_ISA): every format on AMX-BF16, FP8 (e4m3/e5m2) on AVX512-BF16 too; false when it
+// falls back to block_exact.
+bool fp32_products_available(Format format);
 
 // Quantized x quantized. a: [M, K], b: [N, K], same K and compatible formats (nvfp4 x nvfp4 with
 // any block shape on either side, mxfp4 x mxfp4, mxfp8 x mxfp8, fp8 x fp8 in any e4m3/e5m2 mix).
@@ -36,14 +40,20 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
 
 enum class Trans : uint8_t { no, yes };
 
-// BLAS-style FP32 GEMM through oneDNN: C[M,N] = alpha * op(A) op(B) + beta * C, row-major,
-// op(A) is [M,K], op(B) is [K,N]; lda/ldb/ldc are the row strides of the stored matrices.
+// BLAS-style FP32 GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, row-major, op(A) is [M,K], op(B)
+// is [K,N]; lda/ldb/ldc are the row strides of the stored matrices. nibble's f32-family kernel of
+// the active ISA (FMA, k summed in order by the one thread that owns each output).
 void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
               const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-// Same contract with operands rounded to BF16 (RN) and FP32 accumulation. Where the CPU has
-// AMX-BF16 this runs nibble's tile kernel (the operands are rounded while they are packed: no BF16
-// copy, ~2x oneDNN's BF16 matmul on the training shapes, bitwise the same for any thread count),
-// elsewhere oneDNN.
+// gemm_f32 always through oneDNN's matmul (for comparisons).
+void gemm_f32_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Same contract with operands rounded to BF16 (RN) and FP32 accumulation, on nibble's kernels (the
+// operands are rounded while they are packed: no BF16 copy), bitwise the same for any thread count:
+// where the CPU has AMX-BF16 the tile kernel (~2x oneDNN's BF16 matmul on the training shapes;
+// FP32 subnormal inputs read as zero), with AVX512-BF16 vdpbf16ps on BF16-pair panels (BF16
+// subnormals read as zero), elsewhere the f32-family FMA kernel of the active ISA on BF16-rounded
+// panels (exact products, k summed in order: the same bits on AVX-512, AVX2 and scalar).
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // gemm_bf16 always through oneDNN (the library a user would otherwise pick; for comparisons).

@@ -62,6 +62,14 @@ inline constexpr int64_t kBf16UnitK = 32;
 inline constexpr int64_t kBf16UnitBytes = 2 * 16 * 32 * 2;
 inline constexpr int64_t bf16_units(int64_t k) { return (k + kBf16UnitK - 1) / kBf16UnitK; }
 
+// BF16-pair panels (AVX512-BF16 vdpbf16ps; gemm_bf16 and FP8 with fp32_products where AMX-BF16 is
+// absent), per unit of 2 k: uint32 a[kMr] and uint32 b[kNr], each the BF16 of k (low half) and of
+// k + 1 (high half) of one row / column; an odd K's last high half and the rows/columns past the
+// edge are zero. vdpbf16ps adds both exact products of a pair to the FP32 accumulator.
+inline constexpr int64_t kBf16PairUnitK = 2;
+inline constexpr int64_t bf16_pair_a_unit_bytes() { return 4 * kMr; }
+inline constexpr int64_t bf16_pair_b_unit_bytes() { return 4 * kNr; }
+
 // Packed panels of the f32 family, per k: float a[kMr] and float b[kNr].
 inline constexpr int64_t f32_a_k_bytes() { return 4 * kMr; }
 inline constexpr int64_t f32_b_k_bytes() { return 4 * kNr; }
@@ -91,6 +99,8 @@ void amx_bf16_thread_begin();
 MicroKernel f32_micro_kernel_scalar();
 MicroKernel f32_micro_kernel_avx2();
 MicroKernel f32_micro_kernel_avx512();
+// vdpbf16ps over BF16-pair panels; `units` = k pairs. acc as for the f32 family (8 x 32, stride 32).
+MicroKernel bf16_pair_micro_kernel_avx512bf16();
 
 enum class Family { int8_blocks, f32 };
 // Throws UsageError unless C[M,N] = A . B^T is a supported product (gemm.h); returns which kernel
@@ -133,9 +143,13 @@ void pack_bf16_a_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst);
 void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst);
 void pack_bf16_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
 void pack_bf16_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
-// gemm_bf16 (gemm.h) on the AMX-BF16 kernel, for arguments already checked, M, N, K > 0 and beta 0
-// (overwrite) or 1 (accumulate); gemm_bf16 handles the rest.
-void gemm_bf16_tiles(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+// gemm_bf16 (gemm.h) on nibble's kernels, for arguments already checked, M, N, K > 0 and beta 0
+// (overwrite) or 1 (accumulate); gemm_bf16 handles the rest. AMX-BF16 tiles where active, else the
+// f32 family (FMA) on BF16-rounded panels (pack_f32_*_panel below).
+void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// gemm_f32 (gemm.h) on the f32 family with unrounded panels, same preconditions.
+void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void pack_bf16_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
 void pack_bf16_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
@@ -143,5 +157,18 @@ void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  //
 void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+// f32 panels of an FP32 operand of gemm_bf16, each element rounded to BF16 (RN-even, NaN kept
+// quiet, subnormals kept: bf16_from_float_rn).
+void pack_f32_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+// The same panels of an FP32 operand of gemm_f32, unrounded.
+void pack_f32_plain_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_f32_plain_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+// BF16-pair panels of an FP32 operand (rounded as pack_f32_*_panel) and of per-tensor FP8 codes
+// (exact in BF16; the tensor scale is applied at the end).
+void pack_bf16_pair_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 
 }  // namespace nibble::cpu::gemm_detail

@@ -1,4 +1,7 @@
-// FP32 and BF16 GEMMs through oneDNN's matmul primitive (nibble does not hand-write these).
+// The dense GEMMs' entry points: gemm_f32 / gemm_bf16 check their arguments and run nibble's packed
+// kernels (gemm.cpp), whose summation order does not depend on the thread count; gemm_f32_onednn /
+// gemm_bf16_onednn run oneDNN's matmul primitive, the library a user would otherwise pick (for
+// comparisons: its blocking, hence its rounding, follows the thread count).
 // Transposes and leading dimensions become strides of the memory descriptors, so no operand is
 // copied for FP32. Creating a primitive costs far more than a small GEMM, so primitives are cached
 // by everything that shapes them (type, dims, strides, alpha, beta).
@@ -97,6 +100,18 @@ void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, 
   check_gemm_args("gemm_f32", ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, c, ldc);
+  if (beta != 0.0f && beta != 1.0f) {  // nibble's kernels overwrite or accumulate
+    scale_c(M, N, beta, c, ldc);
+    beta = 1.0f;
+  }
+  gemm_detail::gemm_f32_packed(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_f32_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_gemm_args("gemm_f32", ta, tb, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, c, ldc);
   auto& mm = cached_matmul(memory::data_type::f32, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
   run_matmul(mm, memory::desc({M, K}, memory::data_type::f32, op_strides(ta, lda)),
              memory::desc({K, N}, memory::data_type::f32, op_strides(tb, ldb)),
@@ -106,15 +121,14 @@ void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, 
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   check_gemm_args("gemm_bf16", ta, tb, M, N, K, lda, ldb, ldc);
-  if (!amx_bf16_active()) return gemm_bf16_onednn(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, c, ldc);
-  // The tile kernel overwrites or accumulates; any other beta scales C first.
+  // nibble's kernels overwrite or accumulate; any other beta scales C first.
   if (beta != 0.0f && beta != 1.0f) {
     scale_c(M, N, beta, c, ldc);
     beta = 1.0f;
   }
-  gemm_detail::gemm_bf16_tiles(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_detail::gemm_bf16_packed(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm_bf16_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
@@ -140,7 +154,7 @@ void gemm_bf16_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
     b32.resize(b16.size());
     for (size_t i = 0; i < a16.size(); ++i) a32[i] = bf16_to_float(a16[i]);
     for (size_t i = 0; i < b16.size(); ++i) b32[i] = bf16_to_float(b16[i]);
-    return gemm_f32(ta, tb, M, N, K, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c, ldc);
+    return gemm_f32_onednn(ta, tb, M, N, K, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c, ldc);
   }
   auto& mm = *mm_ptr;
   run_matmul(mm, memory::desc({M, K}, memory::data_type::bf16, op_strides(ta, a_cols)),

@@ -1,6 +1,7 @@
 // Packing of quantized operands into the panel layouts of gemm_kernels.h. Decoding goes through
 // 256-entry tables indexed by a whole packed byte (two E2M1 codes), so a panel costs about one
 // lookup per two elements; this is O((M+N)K) work against the GEMM's O(MNK).
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -153,5 +154,91 @@ void pack_f32_panel(const QuantizedTensor& q, int64_t row0, int width, uint8_t* 
 
 void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_f32_panel(q, row0, kMr, dst); }
 void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_f32_panel(q, row0, kNr, dst); }
+
+namespace {
+// Element r of every k of an f32 panel with `width` rows: x(row0 + r, k), rounded to BF16 when
+// Bf16, 0 past the edge. Both loops read the source in its storage order (along k, or across the
+// panel's rows).
+template <int Width, bool Bf16>
+void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  const auto value = [](float v) { return Bf16 ? round_to_bf16(v) : v; };
+  float* out = reinterpret_cast<float*>(dst);
+  const int rows = static_cast<int>(std::min<int64_t>(Width, x.rows - row0));
+  if (x.k_contiguous) {
+    for (int r = 0; r < Width; ++r) {
+      if (r >= rows) {
+        for (int64_t k = 0; k < x.k; ++k) out[k * Width + r] = 0.0f;
+        continue;
+      }
+      const float* src = x.p + (row0 + r) * x.ld;
+      for (int64_t k = 0; k < x.k; ++k) out[k * Width + r] = value(src[k]);
+    }
+    return;
+  }
+  for (int64_t k = 0; k < x.k; ++k) {
+    const float* src = x.p + k * x.ld + row0;
+    float* dst_k = out + k * Width;
+    for (int r = 0; r < rows; ++r) dst_k[r] = value(src[r]);
+    for (int r = rows; r < Width; ++r) dst_k[r] = 0.0f;
+  }
+}
+}  // namespace
+
+void pack_f32_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kMr, true>(x, row0, dst); }
+void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kNr, true>(x, row0, dst); }
+void pack_f32_plain_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  pack_f32_operand_panel<kMr, false>(x, row0, dst);
+}
+void pack_f32_plain_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  pack_f32_operand_panel<kNr, false>(x, row0, dst);
+}
+
+namespace {
+uint32_t bf16_pair(float lo, float hi) {
+  return static_cast<uint32_t>(bf16_from_float_rn(lo).bits) | static_cast<uint32_t>(bf16_from_float_rn(hi).bits) << 16;
+}
+
+// Lane r of every k pair of a BF16-pair panel with `Width` rows; value(r, k) is the element for
+// r < rows and k < K (K odd: the last pair's high half is 0).
+template <int Width, class Value>
+void pack_pairs(int rows, int64_t k_total, uint8_t* dst, Value value) {
+  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
+  const int64_t pairs = (k_total + 1) / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t k = 2 * p;
+    uint32_t* dst_p = out + p * Width;
+    for (int r = 0; r < rows; ++r) dst_p[r] = bf16_pair(value(r, k), k + 1 < k_total ? value(r, k + 1) : 0.0f);
+    for (int r = rows; r < Width; ++r) dst_p[r] = 0;
+  }
+}
+
+template <int Width>
+void pack_bf16_pair_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  const int rows = static_cast<int>(std::min<int64_t>(Width, x.rows - row0));
+  const float* base = x.k_contiguous ? x.p + row0 * x.ld : x.p + row0;
+  if (x.k_contiguous)
+    pack_pairs<Width>(rows, x.k, dst, [&](int r, int64_t k) { return base[r * x.ld + k]; });
+  else
+    pack_pairs<Width>(rows, x.k, dst, [&](int r, int64_t k) { return base[k * x.ld + r]; });
+}
+
+template <int Width>
+void pack_bf16_pair_fp8_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  const DecodeTables& t = tables();
+  const float* value_of = q.format == Format::fp8_e5m2 ? t.e5m2.data() : t.e4m3.data();
+  const int rows = static_cast<int>(std::min<int64_t>(Width, q.rows - row0));
+  const uint8_t* codes = q.codes.data() + row0 * q.cols;
+  pack_pairs<Width>(rows, q.cols, dst, [&](int r, int64_t k) { return value_of[codes[r * q.cols + k]]; });
+}
+}  // namespace
+
+void pack_bf16_pair_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_bf16_pair_panel<kMr>(x, row0, dst); }
+void pack_bf16_pair_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_bf16_pair_panel<kNr>(x, row0, dst); }
+void pack_bf16_pair_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_bf16_pair_fp8_panel<kMr>(q, row0, dst);
+}
+void pack_bf16_pair_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_bf16_pair_fp8_panel<kNr>(q, row0, dst);
+}
 
 }  // namespace nibble::cpu::gemm_detail

@@ -28,7 +28,8 @@ using kernels::Kernels;
 
 const Kernels& active_kernels() {
   switch (active_isa()) {
-    case Isa::amx:  // no AMX quantizer: the tile unit only multiplies
+    case Isa::amx:         // no AMX quantizer: the tile unit only multiplies
+    case Isa::avx512bf16:  // nor a BF16 one: vdpbf16ps only multiplies
     case Isa::avx512: return kernels::avx512_kernels();
     case Isa::avx2: return kernels::avx2_kernels();
     case Isa::scalar: break;

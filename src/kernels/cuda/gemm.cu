@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "format/gemm_rules.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/gemm.h"
 
@@ -28,11 +29,12 @@ bool is_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
 }  // namespace
 
 void check_gemm_operands(Format af, int64_t a_rows, int64_t a_cols, Format bf, int64_t b_rows, int64_t b_cols,
-                         int64_t ldc) {
+                         int64_t ldc, bool a_rht, bool b_rht) {
   const bool compatible = (af == bf && !is_fp8(af)) || (is_fp8(af) && is_fp8(bf));
   if (!compatible)
     throw UsageError("cannot multiply " + std::string(to_string(af)) + " by " + std::string(to_string(bf)) +
                      ": use nvfp4 x nvfp4, mxfp4 x mxfp4, mxfp8 x mxfp8 or fp8 x fp8");
+  check_rht_pair(a_rht, b_rht);  // the CPU gemm's rule and message
   if (a_cols != b_cols)
     throw UsageError("GEMM operands disagree on K: a is [" + std::to_string(a_rows) + ", " + std::to_string(a_cols) +
                      "], b is [" + std::to_string(b_rows) + ", " + std::to_string(b_cols) +
@@ -161,7 +163,7 @@ cudaDataType fp8_type(Format f) { return f == Format::fp8_e4m3 ? CUDA_R_8F_E4M3 
 
 GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha, bool accumulate,
               Context& ctx) {
-  check_gemm_operands(a.format, a.rows, a.cols, b.format, b.rows, b.cols, ldc);
+  check_gemm_operands(a.format, a.rows, a.cols, b.format, b.rows, b.cols, ldc, a.rht, b.rht);
   const int64_t M = a.rows, N = b.rows, K = a.cols;
   const GemmShape shape{M, N, K, ldc};
   const DeviceInfo& dev = ctx.device();

@@ -25,9 +25,10 @@ struct GemmShape {
 };
 // Pure decision (no device needed): which path gemm() tries first.
 GemmPath choose_gemm_path(Format a, Format b, GemmShape s, int cc_major, int cc_minor);
-// The CPU gemm's operand rules: same K, compatible formats, ldc >= N. Throws UsageError.
+// The CPU gemm's operand rules: same K, compatible formats, ldc >= N, the RHT on both operands or
+// on neither. Throws UsageError.
 void check_gemm_operands(Format a_format, int64_t a_rows, int64_t a_cols, Format b_format, int64_t b_rows,
-                         int64_t b_cols, int64_t ldc);
+                         int64_t b_cols, int64_t ldc, bool a_rht = false, bool b_rht = false);
 
 // Returns the path that ran (a native path falls back to emulation when cuBLASLt offers no
 // algorithm for the shape). c is a device pointer. Asynchronous on ctx's stream.
