@@ -149,6 +149,21 @@ std::vector<FormatCase> format_cases() {
   auto fos = opt(Format::nvfp4);
   fos.four_over_six = true;
   cases.push_back({"--format nvfp4 --four-over-six", fos, false, DType::F8_E4M3, false, 0.15});
+  auto fos_tile = fos;
+  fos_tile.tile_16x16 = true;
+  fos_tile.four_over_six_error = nibble::FourOverSixError::mse;
+  fos_tile.four_over_six_e4m3_max = 256;
+  cases.push_back({"--format nvfp4 --block 16x16 --four-over-six --four-over-six-error mse --four-over-six-e4m3-max 256",
+                   fos_tile, false, DType::F8_E4M3, false, 0.2});
+  cases.push_back({"--format nvfp4 --block 16x16 --transposed --four-over-six --four-over-six-error mse "
+                   "--four-over-six-e4m3-max 256",
+                   fos_tile, true, DType::F8_E4M3, false, 0.2});
+  auto fos_sr = fos;
+  fos_sr.rounding = Rounding::stochastic;
+  fos_sr.seed = 5;
+  fos_sr.four_over_six_e4m3_max = 256;
+  cases.push_back({"--format nvfp4 --rounding sr --seed 5 --four-over-six --four-over-six-e4m3-max 256 --four-over-six-error mae",
+                   fos_sr, false, DType::F8_E4M3, false, 0.25});
   cases.push_back({"--format nvfp4 --transposed", opt(Format::nvfp4), true, DType::F8_E4M3, false, 0.15});
   cases.push_back({"--format mxfp4", opt(Format::mxfp4), false, DType::U8, false, 0.2});
   auto mx_sr = opt(Format::mxfp4);
@@ -206,6 +221,9 @@ TEST_F(CliQuantize, RoundTripEveryFormat) {
     EXPECT_EQ(file.metadata_value("seed"), std::to_string(c.quant.seed));
     EXPECT_EQ(file.metadata_value("rht"), c.quant.rht ? "true" : "false");
     EXPECT_EQ(file.metadata_value("four_over_six"), c.quant.four_over_six ? "true" : "false");
+    EXPECT_EQ(file.metadata_value("four_over_six_error"), std::string(nibble::to_string(nibble::four_over_six_error_of(c.quant))));
+    EXPECT_EQ(file.metadata_value("four_over_six_e4m3_max"), std::to_string(nibble::four_over_six_e4m3_max_of(c.quant)));
+    EXPECT_EQ(expected.four_over_six_e4m3_max, nibble::four_over_six_e4m3_max_of(c.quant));
     EXPECT_EQ(file.metadata_value("transposed"), c.transposed ? "true" : "false");
     EXPECT_EQ(file.metadata_value("rows"), std::to_string(expected.rows));
     EXPECT_EQ(file.metadata_value("cols"), std::to_string(expected.cols));
@@ -327,6 +345,16 @@ TEST_F(CliQuantize, RejectsBadInputsAndLeavesNoOutput) {
   expect_failure("quantize " + x + " -o " + out + " --format nvfp4 --rounding sr --seed minus", "--seed");
   expect_failure("quantize " + x + " -o " + out + " --format mxfp8 --rounding sr", "stochastic rounding applies");
   expect_failure("quantize " + x + " -o " + out + " --format fp8_e4m3 --rht", "apply to nvfp4 only");
+  expect_failure("quantize " + x + " -o " + out + " --format nvfp4 --four-over-six --four-over-six-error l2",
+                 "--four-over-six-error 'l2' is not a Four Over Six error measure: use mae");
+  expect_failure("quantize " + x + " -o " + out + " --format nvfp4 --four-over-six --four-over-six-e4m3-max 300",
+                 "--four-over-six-e4m3-max '300' is not a valid E4M3 ceiling");
+  expect_failure("quantize " + x + " -o " + out + " --format nvfp4 --four-over-six --four-over-six-e4m3-max 300",
+                 "use 448 (TE's default");
+  expect_failure("quantize " + x + " -o " + out + " --format nvfp4 --four-over-six-error mse",
+                 "--four-over-six-error only applies with --four-over-six");
+  expect_failure("quantize " + x + " -o " + out + " --format nvfp4 --four-over-six-e4m3-max 256",
+                 "--four-over-six-e4m3-max only applies with --four-over-six");
   write_matrix("rows8.npy", random_matrix(8, 32, 4), 8, 32);
   expect_failure("quantize " + quote(path("rows8.npy").string()) + " -o " + out + " --format nvfp4 --block 16x16 --transposed",
                  "multiple of 16 rows");
@@ -380,6 +408,21 @@ TEST_F(CliQuantize, DequantizeRejectsDamagedFiles) {
   f.tensors["extra"] = nibble::io::make_tensor(DType::U8, {1}, std::vector<uint8_t>{0});
   expect_damaged("k.safetensors", f, "unexpected tensor 'extra'");
 
+  // Four Over Six metadata that does not fit.
+  f = good;
+  f.metadata["four_over_six_e4m3_max"] = "256";
+  expect_damaged("l.safetensors", f, "four_over_six is false, so four_over_six_error must be mae and four_over_six_e4m3_max 448");
+  f = good;
+  f.metadata["four_over_six_error"] = "huber";
+  expect_damaged("m.safetensors", f, "metadata four_over_six_error 'huber'");
+  f = good;
+  f.metadata["four_over_six"] = "true";
+  f.metadata["four_over_six_e4m3_max"] = "300";
+  expect_damaged("n.safetensors", f, "metadata four_over_six_e4m3_max '300'");
+  f = good;
+  f.metadata.erase("four_over_six_error");
+  expect_damaged("o.safetensors", f, "only one of four_over_six_error and four_over_six_e4m3_max");
+
   // Truncated and foreign files.
   std::vector<uint8_t> bytes = nibble::io::read_file_bytes(path("q.safetensors"));
   std::ofstream(path("cut.safetensors"), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size() - 7));
@@ -393,6 +436,40 @@ TEST_F(CliQuantize, DequantizeRejectsDamagedFiles) {
   expect_failure("dequantize " + q + " -o " + out + " --reference " + quote(path("small.npy").string()),
                  "does not match the quantized tensor's [16, 64]");
   expect_failure("dequantize " + q + " -o " + out + " --bogus", "--bogus");
+}
+
+TEST_F(CliQuantize, FourOverSixFilesWithoutTheNewKeysReadAsBefore) {
+  // Files written before four_over_six_error / four_over_six_e4m3_max existed used the fixed global
+  // numerator 256 * 6: without the keys, four_over_six=true reads as e4m3_max 256 (and the old
+  // squared-error rule as mse), so such a file dequantizes to what it always did.
+  const int64_t rows = 16, cols = 64;
+  const std::vector<float> x = random_matrix(rows, cols, 21);
+  write_matrix("x.npy", x, rows, cols);
+  const std::string q = quote(path("q.safetensors").string()), y = quote(path("y.npy").string());
+  ASSERT_EQ(run("quantize " + quote(path("x.npy").string()) + " -o " + q +
+                " --format nvfp4 --four-over-six --four-over-six-error mse --four-over-six-e4m3-max 256").exit_code, 0);
+  nibble::io::SafetensorsFile file = nibble::io::read_safetensors(path("q.safetensors"));
+  EXPECT_EQ(file.metadata_value("four_over_six_e4m3_max"), "256");
+  ASSERT_EQ(run("dequantize " + q + " -o " + y).exit_code, 0);
+  const std::vector<float> with_keys = nibble::io::read_npy(path("y.npy")).data;
+  file.metadata.erase("four_over_six_error");
+  file.metadata.erase("four_over_six_e4m3_max");
+  nibble::io::write_safetensors(path("old.safetensors"), file);
+  ASSERT_EQ(run("dequantize " + quote(path("old.safetensors").string()) + " -o " + y).exit_code, 0);
+  EXPECT_EQ(nibble::io::read_npy(path("y.npy")).data, with_keys);
+  // The library's values for the same file content.
+  nibble::QuantOptions o;
+  o.four_over_six = true;
+  o.four_over_six_error = nibble::FourOverSixError::mse;
+  o.four_over_six_e4m3_max = 256;
+  std::vector<float> library(static_cast<size_t>(rows * cols));
+  nibble::cpu::dequantize(nibble::cpu::quantize(x, rows, cols, o), library);
+  EXPECT_EQ(with_keys, library);
+  // TE's default ceiling (448) is a different tensor: its stats line names the knobs.
+  RunResult d = run("quantize " + quote(path("x.npy").string()) + " -o " + q + " --format nvfp4 --four-over-six --stats");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("four-over-six mae e4m3-max 448"), std::string::npos) << d.out;
+  EXPECT_EQ(nibble::io::read_safetensors(path("q.safetensors")).metadata_value("four_over_six_e4m3_max"), "448");
 }
 
 TEST_F(CliQuantize, NumpyInterop) {

@@ -131,11 +131,52 @@ TEST(Config, PrintedYamlLoadsBackToTheSameConfig) {
   EXPECT_EQ(bf16_back.train.recipe.quantization, Quantization::bf16);
 }
 
+TEST(Config, FourOverSixKeysRoundTripAndRefuseBadValues) {
+  RunConfig c;
+  apply_config_overrides(c, {"quantization=nvfp4", "nvfp4.four_over_six=true", "nvfp4.four_over_six_error=mse",
+                             "nvfp4.four_over_six_e4m3_max=256"});
+  EXPECT_EQ(c.train.recipe.nvfp4.four_over_six_error, FourOverSixError::mse);
+  EXPECT_EQ(c.train.recipe.nvfp4.four_over_six_e4m3_max, 256);
+  const std::string yaml = config_to_yaml(c);
+  EXPECT_NE(yaml.find("four_over_six_error: \"mse\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("four_over_six_e4m3_max: 256"), std::string::npos) << yaml;
+  RunConfig back;
+  apply_config_yaml(back, yaml, "printed");
+  EXPECT_EQ(config_values(back), config_values(c));
+  // YAML order does not matter: the knobs may come before four_over_six itself.
+  RunConfig nested;
+  apply_config_yaml(nested, "quantization: nvfp4\nnvfp4:\n  four_over_six_e4m3_max: 256\n  four_over_six: true\n", "t.yaml");
+  EXPECT_EQ(nested.train.recipe.nvfp4.four_over_six_e4m3_max, 256);
+  // Without four_over_six the two knobs are not printed (the recipe would refuse other values).
+  RunConfig plain;
+  apply_config_overrides(plain, {"quantization=nvfp4"});
+  EXPECT_EQ(config_to_yaml(plain).find("four_over_six_error"), std::string::npos);
+  EXPECT_NE(config_to_yaml(plain).find("four_over_six: false"), std::string::npos);
+  // Bad values: the origin, the key, the value and the valid ones.
+  RunConfig bad;
+  const std::string e = error_of([&] { apply_config_overrides(bad, {"nvfp4.four_over_six_e4m3_max=300"}); });
+  EXPECT_NE(e.find("command line"), std::string::npos) << e;
+  EXPECT_NE(e.find("'300'"), std::string::npos) << e;
+  EXPECT_NE(e.find("448"), std::string::npos) << e;
+  EXPECT_NE(e.find("256"), std::string::npos) << e;
+  const std::string e2 = error_of([&] { apply_config_yaml(bad, "nvfp4:\n  four_over_six_error: l1\n", "b.yaml"); });
+  EXPECT_NE(e2.find("b.yaml:2"), std::string::npos) << e2;
+  EXPECT_NE(e2.find("'l1'"), std::string::npos) << e2;
+  EXPECT_NE(e2.find("mae"), std::string::npos) << e2;
+}
+
 TEST(Config, EveryKeyIsListedOnce) {
   auto keys = config_keys();
   std::set<std::string> names;
   for (const auto& k : keys) EXPECT_TRUE(names.insert(k.name).second) << k.name;
   EXPECT_TRUE(names.contains("quantization"));
   EXPECT_TRUE(names.contains("nvfp4.four_over_six"));
+  EXPECT_TRUE(names.contains("nvfp4.four_over_six_error"));
+  EXPECT_TRUE(names.contains("nvfp4.four_over_six_e4m3_max"));
+  for (const auto& k : keys) {
+    if (k.name == "nvfp4.four_over_six_error" || k.name == "nvfp4.four_over_six_e4m3_max") {
+      EXPECT_NE(k.help.find("TE's default"), std::string::npos) << k.name << ": " << k.help;
+    }
+  }
   EXPECT_TRUE(names.contains("checkpoint.keep"));
 }

@@ -144,8 +144,29 @@ TEST(CudaDeviceMath, RhtMatchesReference) {
 
 // ------------------------------------------------------------------ the kernels' block logic -------
 namespace {
+dm::FourOverSix four_over_six_of(const QuantOptions& o) {
+  if (!o.four_over_six) return dm::FourOverSix::off;
+  return o.four_over_six_error == FourOverSixError::mse ? dm::FourOverSix::mse : dm::FourOverSix::mae;
+}
+
+// The kernel's xor butterfly over a tile's 16 lanes (__shfl_xor_sync with offsets 8, 4, 2, 1),
+// replayed lane by lane: returns what lane 0 holds (the test checks every lane agrees).
+float butterfly_sum16(const float* row_errors, bool* all_lanes_equal) {
+  float lane[16];
+  for (int i = 0; i < 16; ++i) lane[i] = row_errors[i];
+  for (int offset = 8; offset > 0; offset >>= 1) {
+    float next[16];
+    for (int i = 0; i < 16; ++i) next[i] = dm::nb_add(lane[i], lane[i ^ offset]);
+    for (int i = 0; i < 16; ++i) lane[i] = next[i];
+  }
+  *all_lanes_equal = true;
+  for (int i = 1; i < 16; ++i) *all_lanes_equal = *all_lanes_equal && std::bit_cast<uint32_t>(lane[i]) == std::bit_cast<uint32_t>(lane[0]);
+  return lane[0];
+}
+
 // What nvfp4_tile_kernel computes, replayed on the host with the same device_math functions:
-// row-wise 1x16 / 16x16 (tile amax over up to 16 rows), optional RHT, RN or Philox SR, 4/6.
+// row-wise 1x16 / 16x16 (tile amax over up to 16 rows), optional RHT, RN or Philox SR, 4/6 (per
+// block, or per tile from the butterfly sum of the row errors, rows past the end counting 0).
 QuantizedTensor replay_nvfp4_kernel(const std::vector<float>& x, int64_t rows, int64_t cols, const QuantOptions& o) {
   QuantizedTensor q;
   q.rows = rows;
@@ -158,25 +179,54 @@ QuantizedTensor replay_nvfp4_kernel(const std::vector<float>& x, int64_t rows, i
   float amax = 0.0f;
   for (size_t b = 0; b < t.size(); b += 16) amax = dm::max_f(amax, dm::block_amax16(&t[b]));
   q.amax = amax;
-  const dm::GlobalScale g = dm::nvfp4_global_scale(amax, o.four_over_six);
+  const dm::GlobalScale g =
+      dm::nvfp4_global_scale(amax, dm::nvfp4_global_numerator(o.four_over_six, o.four_over_six_e4m3_max));
   q.decode_scale = g.decode;
+  const dm::FourOverSix fos = four_over_six_of(o);
   const int64_t cb = cols / 16;
+  auto store = [&](int64_t r, int64_t b, uint8_t s, const uint8_t* codes) {
+    q.scales[r * cb + b] = s;
+    for (int k = 0; k < 8; ++k)
+      q.codes[(r * cols + b * 16) / 2 + k] = static_cast<uint8_t>(codes[2 * k] | (codes[2 * k + 1] << 4));
+  };
   for (int64_t r0 = 0; r0 < rows; r0 += 16)
     for (int64_t b = 0; b < cb; ++b) {
       float tile_amax = 0.0f;
       for (int64_t r = r0; r < std::min(rows, r0 + 16); ++r)
         tile_amax = dm::max_f(tile_amax, dm::block_amax16(&t[r * cols + b * 16]));
+      if (o.tile_16x16 && fos != dm::FourOverSix::off) {
+        dm::FourOverSixRow c[16];
+        float error4[16] = {}, error6[16] = {};
+        for (int64_t r = r0; r < std::min(rows, r0 + 16); ++r) {
+          const uint64_t first = o.offset + static_cast<uint64_t>(r * cols + b * 16);
+          if (o.rounding == Rounding::stochastic)
+            dm::four_over_six_row(&t[r * cols + b * 16], tile_amax, g, fos, dm::ReferenceSr{o.seed, first}, c[r - r0]);
+          else
+            dm::four_over_six_row(&t[r * cols + b * 16], tile_amax, g, fos, dm::ReferenceRn{}, c[r - r0]);
+          error4[r - r0] = c[r - r0].error4;
+          error6[r - r0] = c[r - r0].error6;
+        }
+        bool same4 = false, same6 = false;
+        const float sum4 = butterfly_sum16(error4, &same4), sum6 = butterfly_sum16(error6, &same6);
+        EXPECT_TRUE(same4 && same6);
+        EXPECT_EQ(sum4, dm::four_over_six_tile_error(error4));
+        EXPECT_EQ(sum6, dm::four_over_six_tile_error(error6));
+        const bool map4 = dm::four_over_six_picks_map4(sum4, sum6);
+        for (int64_t r = r0; r < std::min(rows, r0 + 16); ++r) {
+          const dm::FourOverSixRow& cr = c[r - r0];
+          store(r, b, map4 ? cr.scales.map4 : cr.scales.map6, map4 ? cr.codes4 : cr.codes6);
+        }
+        continue;
+      }
       for (int64_t r = r0; r < std::min(rows, r0 + 16); ++r) {
         const float* v = &t[r * cols + b * 16];
         const float block_amax = o.tile_16x16 ? tile_amax : dm::block_amax16(v);
         uint8_t codes[16];
         const uint64_t first = o.offset + static_cast<uint64_t>(r * cols + b * 16);
         const uint8_t s = o.rounding == Rounding::stochastic
-                              ? dm::nvfp4_quantize_block16(v, block_amax, g, o.four_over_six, dm::ReferenceSr{o.seed, first}, codes)
-                              : dm::nvfp4_quantize_block16(v, block_amax, g, o.four_over_six, dm::ReferenceRn{}, codes);
-        q.scales[r * cb + b] = s;
-        for (int k = 0; k < 8; ++k)
-          q.codes[(r * cols + b * 16) / 2 + k] = static_cast<uint8_t>(codes[2 * k] | (codes[2 * k + 1] << 4));
+                              ? dm::nvfp4_quantize_block16(v, block_amax, g, fos, dm::ReferenceSr{o.seed, first}, codes)
+                              : dm::nvfp4_quantize_block16(v, block_amax, g, fos, dm::ReferenceRn{}, codes);
+        store(r, b, s, codes);
       }
     }
   return q;
@@ -210,6 +260,78 @@ TEST(CudaDeviceMath, Nvfp4KernelLogicMatchesReference) {
     EXPECT_EQ(got.decode_scale, expected.decode_scale);
     EXPECT_EQ(got.scales, expected.scales) << c.rows << "x" << c.cols;
     EXPECT_EQ(got.codes, expected.codes) << c.rows << "x" << c.cols;
+  }
+}
+
+TEST(CudaDeviceMath, FourOverSixKernelLogicMatchesReference) {
+  // Every Four Over Six option (error measure, ceiling, 1x16 / 16x16, RN / SR, RHT) on fresh
+  // random tensors, including a short last tile; and the device functions one by one.
+  std::mt19937 pick(77);
+  uint32_t seed = 100;
+  for (FourOverSixError e : {FourOverSixError::mae, FourOverSixError::mse})
+    for (int ceiling : {448, 256})
+      for (bool tile16 : {false, true})
+        for (bool sr : {false, true})
+          for (bool rht : {false, true})
+            for (auto [rows, cols] : {std::pair<int64_t, int64_t>{48, 64}, {21, 32}}) {
+              QuantOptions o;
+              o.tile_16x16 = tile16;
+              o.rounding = sr ? Rounding::stochastic : Rounding::nearest;
+              o.seed = pick();
+              o.offset = pick() % 100;
+              o.rht = rht;
+              o.four_over_six = true;
+              o.four_over_six_error = e;
+              o.four_over_six_e4m3_max = ceiling;
+              SCOPED_TRACE(std::string(to_string(e)) + " " + std::to_string(ceiling) + (tile16 ? " 16x16" : " 1x16") +
+                           (sr ? " sr" : " rn") + (rht ? " rht" : "") + " [" + std::to_string(rows) + "x" +
+                           std::to_string(cols) + "] seed " + std::to_string(seed));
+              const auto x = random_tensor(rows * cols, seed++, pick() % 2 ? 3.0f : 1e-3f);
+              const QuantizedTensor expected = ref::quantize(x, rows, cols, o);
+              const QuantizedTensor got = replay_nvfp4_kernel(x, rows, cols, o);
+              EXPECT_EQ(got.amax, expected.amax);
+              EXPECT_EQ(got.decode_scale, expected.decode_scale);
+              ASSERT_EQ(got.scales, expected.scales);
+              ASSERT_EQ(got.codes, expected.codes);
+            }
+  // The device functions against the reference's, one block at a time.
+  const auto x = random_tensor(16 * 64, 5);
+  for (int ceiling : {448, 256}) {
+    const float numerator = dm::nvfp4_global_numerator(true, ceiling);
+    EXPECT_EQ(numerator, nvfp4_global_numerator(true, ceiling));
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    const dm::GlobalScale g = dm::nvfp4_global_scale(amax, numerator);
+    const ref::Nvfp4GlobalScale rg = ref::nvfp4_global_scale(amax, numerator);
+    ASSERT_EQ(g.encode, rg.encode);
+    ASSERT_EQ(g.decode, rg.decode);
+    for (int b = 0; b < 64; ++b) {
+      const float* v = &x[b * 16];
+      const float block_amax = dm::block_amax16(v);
+      for (FourOverSixError e : {FourOverSixError::mae, FourOverSixError::mse}) {
+        const auto want = ref::four_over_six_candidates(v, block_amax, rg, e, Rounding::nearest, 0, 0);
+        dm::FourOverSixRow got;
+        dm::four_over_six_row(v, block_amax, g, e == FourOverSixError::mse ? dm::FourOverSix::mse : dm::FourOverSix::mae,
+                              dm::ReferenceRn{}, got);
+        ASSERT_EQ(got.scales.map6, want.scales.map6);
+        ASSERT_EQ(got.scales.map4, want.scales.map4);
+        ASSERT_EQ(std::bit_cast<uint32_t>(got.error6), std::bit_cast<uint32_t>(want.error6));
+        ASSERT_EQ(std::bit_cast<uint32_t>(got.error4), std::bit_cast<uint32_t>(want.error4));
+        for (int k = 0; k < 16; ++k) {
+          ASSERT_EQ(got.codes6[k], want.codes6[k]);
+          ASSERT_EQ(got.codes4[k], want.codes4[k]);
+        }
+      }
+    }
+  }
+  float r[16];
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int trial = 0; trial < 1000; ++trial) {
+    for (float& v : r) v = std::ldexp(u(rng), static_cast<int>(rng() % 40) - 20);
+    bool same = false;
+    ASSERT_EQ(std::bit_cast<uint32_t>(butterfly_sum16(r, &same)), std::bit_cast<uint32_t>(ref::four_over_six_tile_error(r)));
+    ASSERT_TRUE(same);
   }
 }
 

@@ -38,6 +38,9 @@ std::vector<float> random_tensor(int64_t n, uint32_t seed, float scale = 3.0f) {
   if (got.rows != want.rows || got.cols != want.cols)
     return ::testing::AssertionFailure() << "shape [" << got.rows << ", " << got.cols << "] vs [" << want.rows << ", "
                                          << want.cols << "]";
+  if (got.four_over_six != want.four_over_six || got.four_over_six_error != want.four_over_six_error ||
+      got.four_over_six_e4m3_max != want.four_over_six_e4m3_max)
+    return ::testing::AssertionFailure() << "Four Over Six fields differ";
   if (std::bit_cast<uint32_t>(got.amax) != std::bit_cast<uint32_t>(want.amax))
     return ::testing::AssertionFailure() << "amax " << got.amax << " vs " << want.amax;
   if (std::bit_cast<uint32_t>(got.decode_scale) != std::bit_cast<uint32_t>(want.decode_scale))
@@ -106,6 +109,40 @@ TEST_F(CudaQuantize, Nvfp4RowwiseMatchesReference) {
         << c.rows << "x" << c.cols << " tile=" << c.opt.tile_16x16 << " sr=" << (c.opt.rounding == Rounding::stochastic)
         << " rht=" << c.opt.rht << " 4/6=" << c.opt.four_over_six;
   }
+}
+
+TEST_F(CudaQuantize, FourOverSixEveryOptionMatchesReference) {
+  // TE's rule on the device: per 1x16 block, or once per 16x16 tile (the shuffle-butterfly sum of
+  // the row errors), both error measures and both E4M3 ceilings; the fused transposed copy of the
+  // tiles stays the exact transpose.
+  uint32_t seed = 40;
+  for (FourOverSixError e : {FourOverSixError::mae, FourOverSixError::mse})
+    for (int ceiling : {448, 256})
+      for (bool tile : {false, true})
+        for (Rounding r : {Rounding::nearest, Rounding::stochastic}) {
+          QuantOptions o = nvfp4_options(tile, r, false, true, 77, 5);
+          o.four_over_six_error = e;
+          o.four_over_six_e4m3_max = ceiling;
+          const int64_t rows = 80, cols = 160;
+          const auto x = random_tensor(rows * cols, seed++);
+          const auto dx = upload(x);
+          SCOPED_TRACE(std::string(to_string(e)) + " " + std::to_string(ceiling) + (tile ? " 16x16" : " 1x16") +
+                       (r == Rounding::stochastic ? " sr" : " rn"));
+          EXPECT_TRUE(same_quantization(cuda::to_host(cuda::quantize(dx.data(), rows, cols, o, ctx())),
+                                        ref::quantize(x, rows, cols, o)));
+          const auto short_rows = random_tensor(37 * cols, seed++);  // a short last tile
+          const auto ds = upload(short_rows);
+          EXPECT_TRUE(same_quantization(cuda::to_host(cuda::quantize(ds.data(), 37, cols, o, ctx())),
+                                        ref::quantize(short_rows, 37, cols, o)));
+          if (tile) {
+            cuda::QuantizedPair pair = cuda::quantize_both(dx.data(), rows, cols, o, o, ctx());
+            EXPECT_TRUE(same_quantization(cuda::to_host(pair.rowwise), ref::quantize(x, rows, cols, o)));
+            EXPECT_TRUE(same_quantization(cuda::to_host(pair.columnwise), ref::quantize_transposed(x, rows, cols, o)));
+          } else {
+            EXPECT_TRUE(same_quantization(cuda::to_host(cuda::quantize_transposed(dx.data(), rows, cols, o, ctx())),
+                                          ref::quantize_transposed(x, rows, cols, o)));
+          }
+        }
 }
 
 TEST_F(CudaQuantize, Bf16InputMatchesReference) {

@@ -119,6 +119,7 @@ struct Case {
 
 std::vector<Case> all_options() {
   std::vector<Case> cases;
+  int four_over_six_case = 0;  // cycles through the error measures and E4M3 ceilings
   for (bool tile : {false, true})
     for (bool sr : {false, true})
       for (bool rht : {false, true})
@@ -131,8 +132,16 @@ std::vector<Case> all_options() {
           o.offset = 12345;  // not a multiple of 16: every block takes SR bytes of two Philox outputs
           o.rht = rht;
           o.four_over_six = fos;
+          std::string fos_name;
+          if (fos) {
+            const int k = four_over_six_case++;
+            o.four_over_six_error = (k & 1) ? FourOverSixError::mse : FourOverSixError::mae;
+            o.four_over_six_e4m3_max = (k & 2) ? 256 : 448;
+            fos_name = std::string(" 4/6 ") + std::string(to_string(o.four_over_six_error)) + " " +
+                       std::to_string(o.four_over_six_e4m3_max);
+          }
           cases.push_back({std::string("nvfp4 ") + (tile ? "16x16" : "1x16") + (sr ? " sr" : " rn") + (rht ? " rht" : "") +
-                               (fos ? " 4/6" : ""),
+                               fos_name,
                            o});
         }
   for (bool sr : {false, true}) {
@@ -162,7 +171,8 @@ bool same_floats(std::span<const float> a, std::span<const float> b, size_t* fir
 ::testing::AssertionResult same_tensor(const QuantizedTensor& want, const QuantizedTensor& got) {
   auto fail = [&](const std::string& what) { return ::testing::AssertionFailure() << what; };
   if (want.format != got.format || want.block != got.block || want.rounding != got.rounding || want.rht != got.rht ||
-      want.four_over_six != got.four_over_six || want.rows != got.rows || want.cols != got.cols)
+      want.four_over_six != got.four_over_six || want.four_over_six_error != got.four_over_six_error ||
+      want.four_over_six_e4m3_max != got.four_over_six_e4m3_max || want.rows != got.rows || want.cols != got.cols)
     return fail("header differs");
   if (std::bit_cast<uint32_t>(want.amax) != std::bit_cast<uint32_t>(got.amax))
     return fail("amax " + std::to_string(want.amax) + " vs " + std::to_string(got.amax));
@@ -456,11 +466,18 @@ TEST(QuantizeFast, BadShapesAndOptionsGiveTheReferenceMessage) {
   mx_rht.rht = true;
   QuantOptions tile;
   tile.tile_16x16 = true;
-  const Bad bad[] = {{48, 20, {}}, {20, 48, mx}, {0, 48, {}}, {48, 21, {}}, {48, 20, fp8_sr}, {20, 48, mx_rht}, {30, 32, tile}};
+  QuantOptions ceiling;
+  ceiling.four_over_six = true;
+  ceiling.four_over_six_e4m3_max = 300;  // neither 448 nor 256
+  const Bad bad[] = {{48, 20, {}},     {20, 48, mx},     {0, 48, {}},    {48, 21, {}}, {48, 20, fp8_sr},
+                     {20, 48, mx_rht}, {30, 32, tile},   {16, 32, ceiling}};
   for (const Bad& b : bad) {
     std::vector<float> in(x.begin(), x.begin() + std::max<int64_t>(0, std::min<int64_t>(x.size(), b.rows * b.cols)));
     auto want = usage_error_of([&] { ref::quantize(in, b.rows, b.cols, b.opt); });
     auto got = usage_error_of([&] { cpu::quantize(in, b.rows, b.cols, b.opt); });
+    if (b.opt.four_over_six) {
+      EXPECT_TRUE(want.has_value());  // the bad ceiling is refused
+    }
     EXPECT_EQ(want, got);
     auto want_t = usage_error_of([&] { ref::quantize_transposed(in, b.rows, b.cols, b.opt); });
     auto got_t = usage_error_of([&] { cpu::quantize_transposed(in, b.rows, b.cols, b.opt); });
@@ -511,6 +528,60 @@ TEST(QuantizeFast, BothOrientationsAtOnceMatchTheSeparateCalls) {
         ASSERT_TRUE(same_tensor(cpu::quantize(x, rows, cols, row_opt), row));
         ASSERT_TRUE(same_tensor(cpu::quantize_transposed(x, rows, cols, t_opt), t));
       }
+  }
+}
+
+TEST(QuantizeFast, FourOverSixEveryMeasureCeilingAndRoute) {
+  // Four Over Six through every CPU route (row-wise 1x16 blocks and 16x16 tiles, the transposed
+  // copy: tile transpose, the strip path and the generic one, quantize_both_into) for both error
+  // measures and both ceilings, on fresh random tensors, against the reference byte for byte; and
+  // with tiles every tile holds one scale.
+  std::mt19937_64 rng(test_seed() + 23);
+  const std::pair<int64_t, int64_t> shapes[] = {{64, 96}, {48, 1024}, {33, 64}, {320, 48}};
+  for (auto [rows, cols] : shapes) {
+    const Dist d = kDists[rng() % std::size(kDists)];
+    auto x = make_tensor(rng, rows, cols, d, random_scale(rng));
+    for (FourOverSixError e : {FourOverSixError::mae, FourOverSixError::mse})
+      for (int ceiling : {448, 256})
+        for (bool tile : {false, true})
+          for (bool sr : {false, true})
+            for (bool rht : {false, true}) {
+              QuantOptions o;
+              o.tile_16x16 = tile;
+              o.rounding = sr ? Rounding::stochastic : Rounding::nearest;
+              o.seed = rng();
+              o.offset = rng() % 1000;
+              o.rht = rht;
+              o.four_over_six = true;
+              o.four_over_six_error = e;
+              o.four_over_six_e4m3_max = ceiling;
+              const std::string name = std::string(name_of(d)) + " [" + std::to_string(rows) + "x" + std::to_string(cols) +
+                                       "] " + (tile ? "16x16" : "1x16") + (sr ? " sr" : " rn") + (rht ? " rht " : " ") +
+                                       std::string(to_string(e)) + " " + std::to_string(ceiling);
+              check_all_variants(x, rows, cols, {name, o}, "four over six");
+              if (HasFatalFailure()) return;
+              SCOPED_TRACE(name + ", " + seed_note());
+              const QuantizedTensor want_rows = ref::quantize(x, rows, cols, o);
+              if (tile) {
+                for (int64_t r = 0; r < rows; ++r)
+                  for (int64_t b = 0; b < cols / 16; ++b)
+                    ASSERT_EQ(want_rows.scales[r * (cols / 16) + b], want_rows.scales[(r / 16 * 16) * (cols / 16) + b]);
+              }
+              std::optional<QuantizedTensor> want_t;
+              auto want_error = usage_error_of([&] { want_t = ref::quantize_transposed(x, rows, cols, o); });
+              for (const Variant& v : variants()) {
+                UseVariant use(v);
+                std::optional<QuantizedTensor> got_t;
+                auto error = usage_error_of([&] { got_t = cpu::quantize_transposed(x, rows, cols, o); });
+                ASSERT_EQ(want_error, error) << v.name();
+                if (!want_t) continue;
+                ASSERT_TRUE(same_tensor(*want_t, *got_t)) << v.name() << " transposed";
+                QuantizedTensor row, t;
+                cpu::quantize_both_into(x, rows, cols, o, row, o, t);
+                ASSERT_TRUE(same_tensor(want_rows, row)) << v.name() << " both, row-wise";
+                ASSERT_TRUE(same_tensor(*want_t, t)) << v.name() << " both, transposed";
+              }
+            }
   }
 }
 

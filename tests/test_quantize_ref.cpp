@@ -65,7 +65,7 @@ TEST(SpecExample, AllZeroTensor) {
 
 TEST(SpecExample, ScaleOrderOfOperations) {
   // amax 96, block amax 36: b * (S_enc * (1/6)) gives 0x73; (b/6)*S_enc would give 0x72.
-  auto g = ref::nvfp4_global_scale(96.0f, false);
+  auto g = ref::nvfp4_global_scale(96.0f, kNvfp4GlobalScaleNumerator);
   EXPECT_EQ(e4m3_encode_rn(36.0f * (g.encode * (1.0f / 6.0f))), 0x73);
   std::vector<float> t(32, 0.0f);
   t[0] = 36.0f;
@@ -126,7 +126,7 @@ TEST(Tiles16x16, OneScalePerTile) {
   std::vector<float> x(32 * 32);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i)) * (i == 5 * 32 + 3 ? 100.f : 1.f);
   auto q = ref::quantize(x, 32, 32, {.tile_16x16 = true});
-  auto g = ref::nvfp4_global_scale(q.amax, false);
+  auto g = ref::nvfp4_global_scale(q.amax, kNvfp4GlobalScaleNumerator);
   for (int tr = 0; tr < 2; ++tr)
     for (int tc = 0; tc < 2; ++tc) {
       float tile_amax = 0;
@@ -230,9 +230,242 @@ TEST(FourOverSix, NeverWorseThanSixPerBlock) {
   std::vector<float> x(16 * 64);
   for (auto& v : x) v = nd(rng);
   auto q6 = ref::quantize(x, 16, 64, {});
-  auto q46 = ref::quantize(x, 16, 64, {.four_over_six = true});
+  auto q46 = ref::quantize(x, 16, 64, {.four_over_six = true, .four_over_six_error = FourOverSixError::mse});
   EXPECT_LT(quant_stats(x, q46).rel_rms_error, quant_stats(x, q6).rel_rms_error);
-  EXPECT_EQ(q46.decode_scale, 1.0f / (1536.0f / q46.amax));
+  // TE's default ceiling: the numerator stays 448 * 6 = 2688.
+  EXPECT_EQ(q46.decode_scale, 1.0f / (2688.0f / q46.amax));
+  EXPECT_EQ(q46.four_over_six_e4m3_max, 448);
+  EXPECT_EQ(q46.four_over_six_error, FourOverSixError::mse);
+}
+
+// The hand-worked examples below put the tensor amax at 6 * e4m3_max (2688, or 1536 for 256), so
+// S_enc = S_dec = 1: a block (or tile) whose maximum is 6 gets map6 scale 1.0 (0x38) and map4 scale
+// 1.5 (0x3C), element multipliers 1 and 0.6666667 (slightly above 2/3), and every error term is
+// exact: val = (code * scale * amax) / (6 * e4m3_max) = code * scale.
+namespace {
+// [rows, 32]: the first 16 columns hold `rows16` (each padded with zeros to 16), the second block
+// of row 0 holds the tensor amax `amax` (its own block: both candidates are 448, a tie, so 6).
+std::vector<float> four_over_six_case(const std::vector<std::vector<float>>& rows16, int64_t rows, float amax) {
+  std::vector<float> x(static_cast<size_t>(rows * 32), 0.0f);
+  for (size_t r = 0; r < rows16.size(); ++r)
+    for (size_t k = 0; k < rows16[r].size(); ++k) x[r * 32 + k] = rows16[r][k];
+  x[16] = amax;
+  return x;
+}
+uint8_t code_at(const QuantizedTensor& q, int64_t r, int64_t c) {
+  const uint8_t b = q.codes[static_cast<size_t>((r * q.cols + c) / 2)];
+  return (c & 1) ? b >> 4 : b & 0xF;
+}
+}  // namespace
+
+TEST(FourOverSix, HandWorkedBlockErrorsMaeVsMse) {
+  // x = [6, 5, 1, 1, 1, 0...]. map6 (scale 1): 6 -> 6, 5 -> 4 (the tie goes to even), 1 -> 1:
+  //   errors 0, 1, 0, 0, 0: MAE 1, MSE 1.
+  // map4 (scale 1.5, x * 0.6666667): 6 -> 4 (= 6), 5 -> 3.33 -> 3 (= 4.5), 1 -> 0.67 -> 0.5 (= 0.75):
+  //   errors 0, 0.5, 0.25, 0.25, 0.25: MAE 1.25, MSE 0.4375.
+  // MAE keeps 6 (1 < 1.25), MSE takes 4 (0.4375 < 1).
+  const auto x = four_over_six_case({{6, 5, 1, 1, 1}}, 1, 2688.0f);
+  const auto g = ref::nvfp4_global_scale(2688.0f, 2688.0f);
+  ASSERT_EQ(g.encode, 1.0f);
+  const auto c = ref::four_over_six_candidates(x.data(), 6.0f, g, FourOverSixError::mae, Rounding::nearest, 0, 0);
+  EXPECT_EQ(c.scales.map6, 0x38);
+  EXPECT_EQ(c.scales.map4, 0x3C);
+  EXPECT_EQ(c.error6, 1.0f);
+  EXPECT_EQ(c.error4, 1.25f);
+  EXPECT_EQ(ref::four_over_six_error(x.data(), c.codes6, 0x38, g, FourOverSixError::mse), 1.0f);
+  EXPECT_EQ(ref::four_over_six_error(x.data(), c.codes4, 0x3C, g, FourOverSixError::mse), 0.4375f);
+  const uint8_t codes4[5] = {6, 5, 1, 1, 1}, codes6[5] = {7, 6, 2, 2, 2};
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(c.codes4[k], codes4[k]) << k;
+    EXPECT_EQ(c.codes6[k], codes6[k]) << k;
+  }
+  auto mae = ref::quantize(x, 1, 32, {.four_over_six = true});
+  auto mse = ref::quantize(x, 1, 32, {.four_over_six = true, .four_over_six_error = FourOverSixError::mse});
+  EXPECT_EQ(mae.scales[0], 0x38);
+  EXPECT_EQ(mse.scales[0], 0x3C);
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(code_at(mae, 0, k), codes6[k]) << k;
+    EXPECT_EQ(code_at(mse, 0, k), codes4[k]) << k;
+  }
+  EXPECT_EQ(mae.scales[1], 0x7E);  // the amax block
+}
+
+TEST(FourOverSix, TiesKeepSix) {
+  // [6, 3]: both candidates are exact (3 * 0.6666667 -> 2, times 1.5 = 3): errors 0 and 0, so 6.
+  const auto x = four_over_six_case({{6, 3}}, 1, 2688.0f);
+  for (FourOverSixError e : {FourOverSixError::mae, FourOverSixError::mse}) {
+    auto q = ref::quantize(x, 1, 32, {.four_over_six = true, .four_over_six_error = e});
+    EXPECT_EQ(q.scales[0], 0x38);
+    EXPECT_EQ(code_at(q, 0, 1), 5);  // 3
+  }
+  // [6, 4.5]: map6 errs 0.5 (4.5 -> 4), map4 is exact (4.5 -> 3 at scale 1.5): 4.
+  auto q = ref::quantize(four_over_six_case({{6, 4.5f}}, 1, 2688.0f), 1, 32, {.four_over_six = true});
+  EXPECT_EQ(q.scales[0], 0x3C);
+}
+
+TEST(FourOverSix, TileChoosesOnceFromTheSummedRowErrors) {
+  // A 16x16 tile (amax 6) whose rows, chosen one by one, would disagree:
+  //   [6, 4.5]  map6 error 0.5, map4 error 0     (alone: 4)
+  //   [6, 1]    map6 error 0,   map4 error 0.25  (alone: 6; 1 -> 0.67 -> 0.5, times 1.5 = 0.75)
+  // The other 14 rows are zero (error 0 both ways). MAE sums: map6 0.5, map4 0.25 -> the whole
+  // tile takes 4. With a second [6, 1] row: 0.5 vs 0.5, a tie -> 6. With a third: 0.5 vs 0.75 -> 6.
+  struct Case {
+    int ones_rows;
+    uint8_t want;
+  };
+  for (const Case c : {Case{1, 0x3C}, Case{2, 0x38}, Case{3, 0x38}}) {
+    SCOPED_TRACE(c.ones_rows);
+    std::vector<std::vector<float>> rows = {{6, 4.5f}};
+    for (int i = 0; i < c.ones_rows; ++i) rows.push_back({6, 1});
+    const auto x = four_over_six_case(rows, 16, 2688.0f);
+    const QuantOptions o{.tile_16x16 = true, .four_over_six = true};
+    auto q = ref::quantize(x, 16, 32, o);
+    for (int r = 0; r < 16; ++r) EXPECT_EQ(q.scales[r * 2], c.want) << "row " << r;  // one scale for the tile
+    const bool map4 = c.want == 0x3C;
+    EXPECT_EQ(code_at(q, 0, 1), map4 ? 5 : 6);  // 4.5: 3 * 1.5, or 4
+    EXPECT_EQ(code_at(q, 1, 1), map4 ? 1 : 2);  // 1: 0.5 * 1.5, or 1
+    // Row by row (1x16 blocks) the rows do disagree.
+    auto rowwise = ref::quantize(x, 16, 32, {.four_over_six = true});
+    EXPECT_EQ(rowwise.scales[0], 0x3C);
+    EXPECT_EQ(rowwise.scales[2], 0x38);
+    // The column-wise copy is the exact transpose.
+    auto t = ref::quantize_transposed(x, 16, 32, o);
+    for (int64_t r = 0; r < 16; ++r)
+      for (int64_t k = 0; k < 32; ++k) {
+        ASSERT_EQ(code_at(q, r, k), code_at(t, k, r));
+        ASSERT_EQ(q.scales[r * 2 + k / 16], t.scales[k * 1 + r / 16]);
+      }
+  }
+}
+
+TEST(FourOverSix, TileErrorTreeOrder) {
+  // TE's _sum_4over6_2d_error adds the 16 row errors as a tree, not one after the other. With
+  // r = [1, 2^-24 x 15]: sequentially every 2^-24 is lost against 1 (1 + 2^-24 ties to 1). In the
+  // tree, a_0 = r_0 + r_8 = 1, a_1..7 = 2^-23; b_0 = a_0 + a_4 = 1 + 2^-23, b_1..3 = 2^-22;
+  // c_0 = b_0 + b_2 = 1 + 3 * 2^-23, c_1 = b_1 + b_3 = 2^-21; c_0 + c_1 = 1 + 7 * 2^-23, all exact.
+  float r[16] = {};
+  r[0] = 1.0f;
+  for (int i = 1; i < 16; ++i) r[i] = std::ldexp(1.0f, -24);
+  float sequential = 0.0f;
+  for (float v : r) sequential += v;
+  EXPECT_EQ(sequential, 1.0f);
+  EXPECT_EQ(ref::four_over_six_tile_error(r), 1.0f + 7.0f * std::ldexp(1.0f, -23));
+}
+
+TEST(FourOverSix, E4m3CeilingSetsTheNumerator) {
+  // The same hand-worked block [6, 5, 1, 1, 1] in a tensor with amax 1536: with ceiling 256,
+  // S_enc = 1536 / 1536 = 1 and MSE picks map4 as above.
+  const auto x = four_over_six_case({{6, 5, 1, 1, 1}}, 1, 1536.0f);
+  auto q256 = ref::quantize(x, 1, 32,
+                            {.four_over_six = true, .four_over_six_error = FourOverSixError::mse, .four_over_six_e4m3_max = 256});
+  EXPECT_EQ(q256.decode_scale, 1.0f);
+  EXPECT_EQ(q256.four_over_six_e4m3_max, 256);
+  EXPECT_EQ(q256.scales[0], 0x3C);
+  // The amax block: (1536 / 6) * 1 = 256 -> 0x78 (map6, exact: error 0 on 1536) vs 384 -> 0x7C
+  // (1536 * (1/384) = 4, exact too): a tie, so 6.
+  EXPECT_EQ(q256.scales[1], 0x78);
+  // With TE's default ceiling 448 the same tensor has S_enc = 2688 / 1536 = 1.75: different bytes.
+  auto q448 = ref::quantize(x, 1, 32, {.four_over_six = true, .four_over_six_error = FourOverSixError::mse});
+  EXPECT_EQ(q448.decode_scale, 1.0f / 1.75f);
+  EXPECT_EQ(q448.scales[1], 0x7E);  // (1536 / 6) * 1.75 = 448
+  EXPECT_NE(q448.scales[0], q256.scales[0]);
+  // Without four_over_six the ceiling is ignored: always 2688.
+  auto plain = ref::quantize(x, 1, 32, {.four_over_six_e4m3_max = 256});
+  EXPECT_EQ(plain.decode_scale, 1.0f / 1.75f);
+  EXPECT_EQ(plain.four_over_six_e4m3_max, 448);
+  // Dequantized values use the tensor's own numerator.
+  std::vector<float> d(32);
+  ref::dequantize(q256, d);
+  EXPECT_EQ(d[0], 6.0f);
+  EXPECT_EQ(d[1], 4.5f);
+  EXPECT_EQ(d[16], 1536.0f);
+}
+
+TEST(FourOverSix, ScalesFollowTeOrderOfOperations) {
+  // amax 96, block amax 36 (spec section 3's example): the plain chain's b * (S_enc * (1/6)) gives
+  // 0x73, TE's Four Over Six base (b / 6) * S_enc = 6 * 28 = 168 exactly, a tie -> 160 (0x72);
+  // map4 = 252 -> 256 (0x78).
+  const auto g = ref::nvfp4_global_scale(96.0f, 2688.0f);
+  const auto s = ref::four_over_six_scales(36.0f, g);
+  EXPECT_EQ(s.map6, 0x72);
+  EXPECT_EQ(s.map4, 0x78);
+  // Both clamp to 448 (0x7E) for a block at the tensor amax: 448 and 672.
+  const auto top = ref::four_over_six_scales(96.0f, g);
+  EXPECT_EQ(top.map6, 0x7E);
+  EXPECT_EQ(top.map4, 0x7E);
+}
+
+TEST(FourOverSix, TilesHaveOneScaleAndTheirTransposeIsExact) {
+  // Heavy-tailed tiles (6 wins) and tiles of magnitudes in [0.5, 1] (4's grid point 0.75 of the
+  // tile max sits in the middle there, so 4 often wins), in a checkerboard.
+  std::mt19937 rng(21);
+  std::student_t_distribution<float> heavy(2.0f);
+  std::uniform_real_distribution<float> upper(0.5f, 1.0f);
+  const int64_t rows = 48, cols = 80;
+  std::vector<float> x(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      x[r * cols + c] = (r / 16 + c / 16) % 2 ? heavy(rng) : upper(rng) * (rng() & 1 ? 1.0f : -1.0f);
+  for (FourOverSixError e : {FourOverSixError::mae, FourOverSixError::mse})
+    for (int ceiling : {448, 256})
+      for (Rounding rounding : {Rounding::nearest, Rounding::stochastic}) {
+        const QuantOptions o{.tile_16x16 = true, .rounding = rounding, .seed = 5, .offset = 3, .four_over_six = true,
+                             .four_over_six_error = e, .four_over_six_e4m3_max = ceiling};
+        auto q = ref::quantize(x, rows, cols, o);
+        auto t = ref::quantize_transposed(x, rows, cols, o);
+        int map4_tiles = 0;
+        for (int64_t tr = 0; tr < rows / 16; ++tr)
+          for (int64_t tc = 0; tc < cols / 16; ++tc) {
+            const uint8_t s = q.scales[(tr * 16) * (cols / 16) + tc];
+            for (int r = 0; r < 16; ++r) ASSERT_EQ(q.scales[(tr * 16 + r) * (cols / 16) + tc], s);
+            // Is it the map4 byte of the tile's amax?
+            float b = 0.0f;
+            for (int r = 0; r < 16; ++r)
+              for (int k = 0; k < 16; ++k) b = std::max(b, std::fabs(x[(tr * 16 + r) * cols + tc * 16 + k]));
+            const auto both = ref::four_over_six_scales(b, ref::nvfp4_global_scale(q.amax, nvfp4_global_numerator(o)));
+            ASSERT_TRUE(s == both.map6 || s == both.map4);
+            map4_tiles += s == both.map4 && both.map4 != both.map6;
+          }
+        EXPECT_GT(map4_tiles, 0);  // the test sees both choices
+        EXPECT_LT(map4_tiles, (rows / 16) * (cols / 16));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            ASSERT_EQ(code_at(q, r, c), code_at(t, c, r));
+            ASSERT_EQ(q.scales[r * (cols / 16) + c / 16], t.scales[c * (rows / 16) + r / 16]);
+          }
+        std::vector<float> dq(x.size()), dt(x.size());
+        ref::dequantize(q, dq);
+        ref::dequantize(t, dt);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(dq[r * cols + c], dt[c * rows + r]);
+      }
+}
+
+TEST(FourOverSix, RefusesOtherCeilings) {
+  std::vector<float> x(32, 1.0f);
+  for (int bad : {0, 255, 300, 447, 449, 512}) {
+    try {
+      ref::quantize(x, 1, 32, {.four_over_six = true, .four_over_six_e4m3_max = bad});
+      FAIL() << bad;
+    } catch (const UsageError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(std::to_string(bad)), std::string::npos) << m;
+      EXPECT_NE(m.find("448"), std::string::npos) << m;
+      EXPECT_NE(m.find("256"), std::string::npos) << m;
+    }
+  }
+  EXPECT_THROW(parse_four_over_six_e4m3_max("300", "--x"), UsageError);
+  EXPECT_EQ(parse_four_over_six_e4m3_max("256", "--x"), 256);
+  EXPECT_EQ(parse_four_over_six_error("mse", "--x"), FourOverSixError::mse);
+  try {
+    parse_four_over_six_error("rmse", "nvfp4.four_over_six_error");
+    FAIL();
+  } catch (const UsageError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("nvfp4.four_over_six_error 'rmse'"), std::string::npos) << m;
+    EXPECT_NE(m.find("mae"), std::string::npos) << m;
+    EXPECT_NE(m.find("mse"), std::string::npos) << m;
+  }
 }
 
 TEST(Mx, Mxfp4AndMxfp8) {

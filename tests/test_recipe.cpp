@@ -74,6 +74,59 @@ TEST(Recipe, Nvfp4KnobsSwitchTheirOperands) {
   for (GemmRole role : kGemmRoles) EXPECT_TRUE(r[role].a.four_over_six && r[role].b.four_over_six);
 }
 
+TEST(Recipe, FourOverSixKnobsReachEveryOperand) {
+  // TE's defaults: MAE, E4M3 ceiling 448.
+  RecipeConfig d = parse_recipe("quantization=nvfp4 nvfp4.four_over_six=true");
+  EXPECT_EQ(d.nvfp4.four_over_six_error, FourOverSixError::mae);
+  EXPECT_EQ(d.nvfp4.four_over_six_e4m3_max, 448);
+  RecipeConfig c =
+      parse_recipe("quantization=nvfp4 nvfp4.four_over_six=true nvfp4.four_over_six_error=mse nvfp4.four_over_six_e4m3_max=256");
+  EXPECT_EQ(c.nvfp4.four_over_six_error, FourOverSixError::mse);
+  EXPECT_EQ(c.nvfp4.four_over_six_e4m3_max, 256);
+  const LinearRecipe r = Recipe::operands(Quantization::nvfp4, c.nvfp4);
+  for (GemmRole role : kGemmRoles)
+    for (const QuantOptions* o : {&r[role].a, &r[role].b}) {
+      EXPECT_TRUE(o->four_over_six);
+      EXPECT_EQ(o->four_over_six_error, FourOverSixError::mse);
+      EXPECT_EQ(o->four_over_six_e4m3_max, 256);
+    }
+  EXPECT_TRUE(r.weight_shared_by_fprop_and_dgrad());  // 16x16 tiles keep one choice per tile
+  EXPECT_NE(describe(c).find("nvfp4.four_over_six_error=mse nvfp4.four_over_six_e4m3_max=256"), std::string::npos)
+      << describe(c);
+  EXPECT_NO_THROW(Recipe(c, 4, kShapes, 768));
+  // Bad values name the key, the value and the valid ones.
+  auto message = [](const std::string& text) {
+    try {
+      parse_recipe(text);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string bad_error = message("quantization=nvfp4 nvfp4.four_over_six=true nvfp4.four_over_six_error=max");
+  EXPECT_NE(bad_error.find("nvfp4.four_over_six_error 'max'"), std::string::npos) << bad_error;
+  EXPECT_NE(bad_error.find("mae"), std::string::npos) << bad_error;
+  EXPECT_NE(bad_error.find("mse"), std::string::npos) << bad_error;
+  const std::string bad_max = message("quantization=nvfp4 nvfp4.four_over_six=true nvfp4.four_over_six_e4m3_max=512");
+  EXPECT_NE(bad_max.find("nvfp4.four_over_six_e4m3_max '512'"), std::string::npos) << bad_max;
+  EXPECT_NE(bad_max.find("448"), std::string::npos) << bad_max;
+  EXPECT_NE(bad_max.find("256"), std::string::npos) << bad_max;
+  EXPECT_NE(message("nvfp4.four_over_six_eror=mse").find("nvfp4.four_over_six_error"), std::string::npos);
+  // Without four_over_six: another value than the default is refused, the defaults are accepted.
+  for (const char* text : {"quantization=nvfp4 nvfp4.four_over_six_error=mse", "quantization=nvfp4 nvfp4.four_over_six_e4m3_max=256"}) {
+    try {
+      Recipe rejected(parse_recipe(text), 4, kShapes, 768);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("apply only with nvfp4.four_over_six=true"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(Recipe(parse_recipe("quantization=nvfp4 nvfp4.four_over_six_error=mae nvfp4.four_over_six_e4m3_max=448"), 4,
+                         kShapes, 768));
+  // And like every nvfp4 knob, refused under another quantization.
+  EXPECT_THROW(Recipe(parse_recipe("quantization=bf16 nvfp4.four_over_six_error=mae"), 4, kShapes, 768), UsageError);
+}
+
 TEST(Recipe, OtherRecipesUseTheirFormats) {
   LinearRecipe fp8 = Recipe::operands(Quantization::fp8, {});
   EXPECT_EQ(fp8.fprop.a.format, Format::fp8_e4m3);

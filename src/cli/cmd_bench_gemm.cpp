@@ -101,7 +101,6 @@ const char* fma_kernel_name(cpu::Isa isa) {
   return isa >= cpu::Isa::avx512 ? "AVX-512 FMA" : isa == cpu::Isa::avx2 ? "AVX2 FMA" : "scalar";
 }
 constexpr const char* kNotAvailable = "n/a";
-bool available(const std::string& kernel) { return kernel.rfind(kNotAvailable, 0) != 0; }
 
 std::vector<std::string> column_kernels() {
   const cpu::Isa isa = cpu::active_isa();

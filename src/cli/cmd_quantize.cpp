@@ -4,8 +4,15 @@
 //   scales  F8_E4M3  [rows, cols/16] (nvfp4) or U8 [rows, cols/32] (E8M0 exponents, mx formats)
 //   scale   F32      [1] the per-tensor decode scale (fp8_e4m3 / fp8_e5m2 only)
 //   amax    F32      [1] the global amax (of the RHT-transformed values when rht)
-//   __metadata__: format, block, rounding, seed, rht, four_over_six, transposed, rows, cols,
-//   source_dtype, nibble_version.
+//   __metadata__: format, block, rounding, seed, rht, four_over_six, four_over_six_error (mae|mse),
+//   four_over_six_e4m3_max (448|256), transposed, rows, cols, source_dtype, nibble_version.
+// The global decode scale is recomputed from amax: S_dec = 1 / ((6 * e4m3_max) / amax), with
+// e4m3_max = four_over_six_e4m3_max under Four Over Six, else 448. Files written before the two
+// four_over_six_* keys existed (they are then absent) hold the old fixed Four Over Six numerator
+// 256 * 6, so a missing four_over_six_e4m3_max reads as 256 when four_over_six is true (448
+// otherwise) and dequantizes exactly as before; a missing four_over_six_error reads as mse (the old
+// rule compared squared errors, per row, in the scaled domain - not TE's rule, so re-quantizing
+// such a file's source gives different bytes, while its dequantized values are unchanged).
 // rows/cols are the shape of the stored (quantized) tensor. With --transposed it is the
 // quantization of the input's transpose (the column-wise GEMM operand); dequantize transposes the
 // result back, so a round trip always returns the input's shape.
@@ -78,8 +85,12 @@ std::string valid_blocks_of(Format f) {
 }
 
 void print_stats(const QuantStats& s, const QuantizedTensor& q, bool transposed) {
+  const std::string four_over_six =
+      q.four_over_six ? fmt::format(", four-over-six {} e4m3-max {}", to_string(q.four_over_six_error),
+                                    q.four_over_six_e4m3_max)
+                      : std::string();
   fmt::print("format           {} (block {}, rounding {}{}{})\n", to_string(q.format), to_string(q.block),
-             to_string(q.rounding), q.rht ? ", rht" : "", q.four_over_six ? ", four-over-six" : "");
+             to_string(q.rounding), q.rht ? ", rht" : "", four_over_six);
   fmt::print("shape            [{}, {}]{}\n", q.rows, q.cols, transposed ? " (stored transposed)" : "");
   fmt::print("relative RMS     {:.6g}\n", s.rel_rms_error);
   fmt::print("SNR              {:.3f} dB\n", s.snr_db);
@@ -94,7 +105,10 @@ struct QuantizeArgs {
   std::string input, output, format, block, rounding = "rn";
   uint64_t seed = 0;
   bool rht = false, four_over_six = false, stats = false, transposed = false;
+  std::string four_over_six_error = "mae", four_over_six_e4m3_max = "448";
   CLI::Option* seed_option = nullptr;
+  CLI::Option* four_over_six_error_option = nullptr;
+  CLI::Option* four_over_six_e4m3_max_option = nullptr;
 };
 
 QuantOptions options_from(const QuantizeArgs& a) {
@@ -117,6 +131,12 @@ QuantOptions options_from(const QuantizeArgs& a) {
   o.seed = a.seed;
   o.rht = a.rht;
   o.four_over_six = a.four_over_six;
+  // Like --seed without --rounding sr: a Four Over Six knob without --four-over-six is refused.
+  for (const CLI::Option* given : {a.four_over_six_error_option, a.four_over_six_e4m3_max_option})
+    if (given->count() > 0 && !a.four_over_six)
+      throw UsageError(given->get_name() + " only applies with --four-over-six");
+  o.four_over_six_error = parse_four_over_six_error(a.four_over_six_error, "--four-over-six-error");
+  o.four_over_six_e4m3_max = parse_four_over_six_e4m3_max(a.four_over_six_e4m3_max, "--four-over-six-e4m3-max");
   return o;
 }
 
@@ -139,6 +159,8 @@ io::SafetensorsFile to_safetensors(const QuantizedTensor& q, const QuantOptions&
       {"seed", std::to_string(o.seed)},
       {"rht", flag(q.rht)},
       {"four_over_six", flag(q.four_over_six)},
+      {"four_over_six_error", std::string(to_string(q.four_over_six_error))},
+      {"four_over_six_e4m3_max", std::to_string(q.four_over_six_e4m3_max)},
       {"transposed", flag(transposed)},
       {"rows", std::to_string(q.rows)},
       {"cols", std::to_string(q.cols)},
@@ -204,6 +226,7 @@ class QuantizedFileReader {
     q.four_over_six = flag("four_over_six");
     const bool transposed = flag("transposed");
     if ((q.rht || q.four_over_six) && q.format != Format::nvfp4) fail("rht and four_over_six apply to nvfp4 only");
+    read_four_over_six(q);
     q.rows = dimension("rows");
     q.cols = dimension("cols");
     if (int64_t product; __builtin_mul_overflow(q.rows, q.cols, &product)) fail("rows * cols overflows");
@@ -218,7 +241,7 @@ class QuantizedFileReader {
       case Format::nvfp4:
         q.scales = tensor_bytes("scales", DType::F8_E4M3, {q.rows, q.cols / q.block_len()});
         // S_dec is a function of amax (spec section 3), so it is recomputed rather than stored.
-        q.decode_scale = ref::nvfp4_global_scale(q.amax, q.four_over_six).decode;
+        q.decode_scale = ref::nvfp4_global_scale(q.amax, nvfp4_global_numerator(q)).decode;
         for (size_t i = 0; i < q.scales.size(); ++i)
           if (q.scales[i] >= 0x7F)  // 0x7F is NaN; a set sign bit is a negative scale, never produced
             fail(fmt::format("scales[{}] = 0x{:02X} is not a valid unsigned E4M3 block scale", i, q.scales[i]));
@@ -254,6 +277,29 @@ class QuantizedFileReader {
     auto it = file_.metadata.find(key);
     if (it == file_.metadata.end()) fail("the metadata key '" + key + "' is missing (was it written by nibble quantize?)");
     return it->second;
+  }
+
+  // four_over_six_error / four_over_six_e4m3_max (see the file comment for files without them).
+  void read_four_over_six(QuantizedTensor& q) const {
+    const auto error = file_.metadata.find("four_over_six_error");
+    const auto ceiling = file_.metadata.find("four_over_six_e4m3_max");
+    const bool old_file = error == file_.metadata.end() && ceiling == file_.metadata.end();
+    if (!old_file && (error == file_.metadata.end() || ceiling == file_.metadata.end()))
+      fail("the metadata has only one of four_over_six_error and four_over_six_e4m3_max");
+    if (old_file) {
+      q.four_over_six_error = q.four_over_six ? FourOverSixError::mse : FourOverSixError::mae;
+      q.four_over_six_e4m3_max = q.four_over_six ? 256 : 448;
+      return;
+    }
+    try {
+      q.four_over_six_error = parse_four_over_six_error(error->second, "metadata four_over_six_error");
+      q.four_over_six_e4m3_max = parse_four_over_six_e4m3_max(ceiling->second, "metadata four_over_six_e4m3_max");
+    } catch (const UsageError& e) {
+      fail(e.what());
+    }
+    if (!q.four_over_six && (q.four_over_six_error != FourOverSixError::mae || q.four_over_six_e4m3_max != 448))
+      fail("four_over_six is false, so four_over_six_error must be mae and four_over_six_e4m3_max 448 (the global "
+           "scale is 2688 / amax), not " + error->second + " and " + ceiling->second);
   }
 
   bool flag(const std::string& key) const {
@@ -353,7 +399,14 @@ const CommandRegistration quantize_command("quantize", [](CLI::App& app, int& ex
   cmd->add_option("--rounding", args->rounding, "rn (round to nearest even, default) or sr (stochastic)");
   args->seed_option = cmd->add_option("--seed", args->seed, "Seed of the stochastic rounding stream (with --rounding sr)");
   cmd->add_flag("--rht", args->rht, "nvfp4: 16-point random Hadamard transform along rows first");
-  cmd->add_flag("--four-over-six", args->four_over_six, "nvfp4: per block, scale to 4 or 6, whichever errs less");
+  cmd->add_flag("--four-over-six", args->four_over_six,
+                "nvfp4: per block (16x16: per tile), scale to 4 or 6, whichever errs less (TE's Four Over Six)");
+  args->four_over_six_error_option = cmd->add_option(
+      "--four-over-six-error", args->four_over_six_error,
+      "With --four-over-six: mae (sum of |error|, TE's default) or mse (sum of squared errors)");
+  args->four_over_six_e4m3_max_option = cmd->add_option(
+      "--four-over-six-e4m3-max", args->four_over_six_e4m3_max,
+      "With --four-over-six: E4M3 ceiling of the global scale, 448 (TE's default: 2688 / amax) or 256 (1536 / amax)");
   cmd->add_flag("--transposed", args->transposed, "Quantize the transpose (the column-wise GEMM operand)");
   cmd->add_flag("--stats", args->stats, "Print the quantization error statistics");
   cmd->callback([args, &exit_code] { exit_code = run_quantize(*args); });

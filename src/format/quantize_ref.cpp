@@ -1,5 +1,6 @@
 // Scalar reference quantizers: docs/nvfp4-spec.md sections 3, 4 and 6, one element at a time,
 // FP32 arithmetic in the spec's order. Deliberately simple; speed lives in kernels/.
+#pragma GCC optimize("fp-contract=off")  // each FP32 operation rounds on its own, also under -march flags
 #include <algorithm>
 #include <cfloat>
 #include <cstdio>
@@ -58,6 +59,31 @@ std::string_view to_string(BlockShape b) {
 }
 std::string_view to_string(Rounding r) { return r == Rounding::nearest ? "rn" : "sr"; }
 
+std::string_view to_string(FourOverSixError e) { return e == FourOverSixError::mse ? "mse" : "mae"; }
+
+FourOverSixError parse_four_over_six_error(std::string_view s, std::string_view what) {
+  if (s == "mae") return FourOverSixError::mae;
+  if (s == "mse") return FourOverSixError::mse;
+  throw UsageError(std::string(what) + " '" + std::string(s) +
+                   "' is not a Four Over Six error measure: use mae (sum of |error|, TE's default) or mse (sum of "
+                   "squared errors)");
+}
+
+void check_four_over_six_e4m3_max(int v, std::string_view what) {
+  if (v != 448 && v != 256)
+    throw UsageError(std::string(what) + " " + std::to_string(v) +
+                     " is not a valid E4M3 ceiling for the Four Over Six global scale: use 448 (TE's default, "
+                     "S_enc = 2688 / amax) or 256 (the paper's, S_enc = 1536 / amax)");
+}
+
+int parse_four_over_six_e4m3_max(std::string_view s, std::string_view what) {
+  if (s == "448") return 448;
+  if (s == "256") return 256;
+  throw UsageError(std::string(what) + " '" + std::string(s) +
+                   "' is not a valid E4M3 ceiling for the Four Over Six global scale: use 448 (TE's default, "
+                   "S_enc = 2688 / amax) or 256 (the paper's, S_enc = 1536 / amax)");
+}
+
 Format parse_format(std::string_view s) {
   for (Format f : {Format::nvfp4, Format::mxfp4, Format::mxfp8, Format::fp8_e4m3, Format::fp8_e5m2})
     if (s == to_string(f)) return f;
@@ -75,6 +101,8 @@ QuantizedTensor make_header(int64_t rows, int64_t cols, const QuantOptions& o) {
   q.rounding = o.rounding;
   q.rht = o.rht;
   q.four_over_six = o.four_over_six;
+  q.four_over_six_error = four_over_six_error_of(o);
+  q.four_over_six_e4m3_max = four_over_six_e4m3_max_of(o);
   q.rows = rows;
   q.cols = cols;
   q.codes.assign(static_cast<size_t>(is_4bit(o.format) ? rows * cols / 2 : rows * cols), 0);
@@ -111,7 +139,7 @@ uint8_t e2m1_encode(float v, Rounding r, uint64_t seed, uint64_t index) {
 // NVFP4, 1x16 or 16x16, on values already transformed (RHT) if requested.
 void quantize_nvfp4(std::span<const float> x, QuantizedTensor& q, const QuantOptions& o) {
   q.amax = amax_of(x);
-  Nvfp4GlobalScale g = nvfp4_global_scale(q.amax, o.four_over_six);
+  Nvfp4GlobalScale g = nvfp4_global_scale(q.amax, nvfp4_global_numerator(o));
   q.decode_scale = g.decode;
   const int64_t rows = q.rows, cols = q.cols, sc = cols / 16;
   const int64_t tile_rows = o.tile_16x16 ? 16 : 1;
@@ -122,12 +150,35 @@ void quantize_nvfp4(std::span<const float> x, QuantizedTensor& q, const QuantOpt
       float block_amax = 0.0f;
       for (int64_t r = r0; r < r1; ++r)
         for (int k = 0; k < 16; ++k) block_amax = std::max(block_amax, std::fabs(x[r * cols + b * 16 + k]));
+      if (!o.four_over_six) {
+        for (int64_t r = r0; r < r1; ++r) {
+          int64_t first = r * cols + b * 16;
+          uint8_t s = nvfp4_quantize_block(&x[first], 16, block_amax, g, o.rounding, o.seed,
+                                           o.offset + static_cast<uint64_t>(first), codes);
+          q.scales[r * sc + b] = s;
+          for (int k = 0; k < 16; ++k) put_code(q, first + k, codes[k]);
+        }
+        continue;
+      }
+      // Four Over Six: both candidates of every row (a 1x16 block is a tile of one row), then one
+      // choice per block, or per 16x16 tile from the tree sum of its row errors.
+      FourOverSixCandidates c[16];
+      float error4[16] = {}, error6[16] = {};  // rows past the end of the tensor count 0
       for (int64_t r = r0; r < r1; ++r) {
-        int64_t first = r * cols + b * 16;
-        uint8_t s = nvfp4_quantize_block(&x[first], 16, block_amax, g, o.four_over_six, o.rounding, o.seed,
-                                         o.offset + static_cast<uint64_t>(first), codes);
-        q.scales[r * sc + b] = s;
-        for (int k = 0; k < 16; ++k) put_code(q, first + k, codes[k]);
+        const int64_t first = r * cols + b * 16;
+        c[r - r0] = four_over_six_candidates(&x[first], block_amax, g, o.four_over_six_error, o.rounding, o.seed,
+                                             o.offset + static_cast<uint64_t>(first));
+        error4[r - r0] = c[r - r0].error4;
+        error6[r - r0] = c[r - r0].error6;
+      }
+      const bool tile_map4 = o.tile_16x16 && four_over_six_picks_map4(four_over_six_tile_error(error4),
+                                                                      four_over_six_tile_error(error6));
+      for (int64_t r = r0; r < r1; ++r) {
+        const FourOverSixCandidates& cr = c[r - r0];
+        const bool map4 = o.tile_16x16 ? tile_map4 : four_over_six_picks_map4(cr.error4, cr.error6);
+        const int64_t first = r * cols + b * 16;
+        q.scales[r * sc + b] = map4 ? cr.scales.map4 : cr.scales.map6;
+        for (int k = 0; k < 16; ++k) put_code(q, first + k, map4 ? cr.codes4[k] : cr.codes6[k]);
       }
     }
   }
@@ -168,40 +219,69 @@ void quantize_fp8_tensor(std::span<const float> x, QuantizedTensor& q, const Qua
 
 }  // namespace
 
-Nvfp4GlobalScale nvfp4_global_scale(float amax, bool four_over_six) {
-  float numerator = four_over_six ? kNvfp4FourOverSixNumerator : kNvfp4GlobalScaleNumerator;
+Nvfp4GlobalScale nvfp4_global_scale(float amax, float numerator) {
   float enc = std::min(numerator / amax, FLT_MAX);
   if (amax == 0.0f || enc == 0.0f) enc = 1.0f;
-  return {enc, 1.0f / enc};
+  return {enc, 1.0f / enc, amax, numerator};
 }
 
-uint8_t nvfp4_quantize_block(const float* x, int n, float block_amax, Nvfp4GlobalScale g, bool four_over_six,
-                             Rounding rounding, uint64_t seed, uint64_t first_index, uint8_t* codes_out) {
-  // Encode with a block scale that maps the block maximum to `target` (6, or 4 for Four Over Six).
-  auto encode = [&](float target_rcp, uint8_t* codes) -> uint8_t {
-    float sdec = block_amax * (g.encode * target_rcp);
-    uint8_t s = e4m3_encode_rn(sdec);
-    float enc = std::min(1.0f / (e4m3_decode(s) * g.decode), FLT_MAX);
-    for (int k = 0; k < n; ++k) codes[k] = e2m1_encode(x[k] * enc, rounding, seed, first_index + k);
-    return s;
-  };
-  uint8_t s6 = encode(1.0f / 6.0f, codes_out);
-  if (!four_over_six) return s6;
-  uint8_t codes4[32];
-  uint8_t s4 = encode(1.0f / 4.0f, codes4);
-  auto sq_error = [&](uint8_t s, const uint8_t* codes) {
-    float d = e4m3_decode(s) * g.decode, err = 0.0f;
-    for (int k = 0; k < n; ++k) {
-      float e = e2m1_decode(codes[k]) * d - x[k];
-      err += e * e;
-    }
-    return err;
-  };
-  if (sq_error(s4, codes4) < sq_error(s6, codes_out)) {
-    std::copy(codes4, codes4 + n, codes_out);
-    return s4;
+namespace {
+// Steps 4-5 of the chain for a given scale byte: codes of x * min(1 / (e4m3(s) * S_dec), FLT_MAX).
+void nvfp4_encode_with_scale(const float* x, int n, uint8_t s, const Nvfp4GlobalScale& g, Rounding rounding,
+                             uint64_t seed, uint64_t first_index, uint8_t* codes) {
+  float enc = std::min(1.0f / (e4m3_decode(s) * g.decode), FLT_MAX);
+  for (int k = 0; k < n; ++k) codes[k] = e2m1_encode(x[k] * enc, rounding, seed, first_index + k);
+}
+}  // namespace
+
+uint8_t nvfp4_quantize_block(const float* x, int n, float block_amax, Nvfp4GlobalScale g, Rounding rounding,
+                             uint64_t seed, uint64_t first_index, uint8_t* codes_out) {
+  // Spec section 3, step 3: sdec = b * (S_enc * (1/6)), in this order.
+  uint8_t s = e4m3_encode_rn(block_amax * (g.encode * (1.0f / 6.0f)));
+  nvfp4_encode_with_scale(x, n, s, g, rounding, seed, first_index, codes_out);
+  return s;
+}
+
+FourOverSixScales four_over_six_scales(float block_amax, const Nvfp4GlobalScale& g) {
+  // TE: decode_scale_base = (vec_max / 6) * S_enc (the division first, unlike the plain chain),
+  // map4 = base * 1.5; each clamped to 448 and cast to E4M3 (RN; the clamp is the saturation).
+  const float base = (block_amax / 6.0f) * g.encode;
+  const float map4 = base * 1.5f;
+  return {e4m3_encode_rn(std::min(base, kE4M3Max)), e4m3_encode_rn(std::min(map4, kE4M3Max))};
+}
+
+float four_over_six_error(const float* x, const uint8_t* codes, uint8_t scale, const Nvfp4GlobalScale& g,
+                          FourOverSixError measure) {
+  const float sf = e4m3_decode(scale);
+  float err = 0.0f;
+  for (int k = 0; k < 16; ++k) {
+    float val = e2m1_decode(codes[k]) * sf;  // exact: at most 2 x 4 significant bits
+    val = val * g.amax;
+    val = val / g.numerator;
+    const float diff = val - x[k];
+    err = measure == FourOverSixError::mse ? err + diff * diff : err + std::fabs(diff);
   }
-  return s6;
+  return err;
+}
+
+FourOverSixCandidates four_over_six_candidates(const float* x, float block_amax, const Nvfp4GlobalScale& g,
+                                               FourOverSixError measure, Rounding rounding, uint64_t seed,
+                                               uint64_t first_index) {
+  FourOverSixCandidates c;
+  c.scales = four_over_six_scales(block_amax, g);
+  nvfp4_encode_with_scale(x, 16, c.scales.map6, g, rounding, seed, first_index, c.codes6);
+  nvfp4_encode_with_scale(x, 16, c.scales.map4, g, rounding, seed, first_index, c.codes4);
+  c.error6 = four_over_six_error(x, c.codes6, c.scales.map6, g, measure);
+  c.error4 = four_over_six_error(x, c.codes4, c.scales.map4, g, measure);
+  return c;
+}
+
+float four_over_six_tile_error(const float* r) {
+  float a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i) a[i] = r[i] + r[i + 8];
+  for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
+  for (int i = 0; i < 2; ++i) c[i] = b[i] + b[i + 2];
+  return c[0] + c[1];
 }
 
 void validate(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
@@ -215,6 +295,10 @@ void validate(std::span<const float> x, int64_t rows, int64_t cols, const QuantO
     throw UsageError("--rht, --four-over-six and 16x16 blocks apply to nvfp4 only, not " + fmt);
   if (o.rounding == Rounding::stochastic && !is_4bit(o.format))
     throw UsageError("stochastic rounding applies to the 4-bit formats (nvfp4, mxfp4), not " + fmt);
+  check_four_over_six_e4m3_max(o.four_over_six_e4m3_max, "four_over_six_e4m3_max");
+  if (o.four_over_six_error != FourOverSixError::mae && o.four_over_six_error != FourOverSixError::mse)
+    throw UsageError("four_over_six_error " + std::to_string(static_cast<int>(o.four_over_six_error)) +
+                     " is not an error measure: use mae or mse");
   int64_t block = o.format == Format::nvfp4 ? 16 : (o.format == Format::mxfp4 || o.format == Format::mxfp8) ? 32 : 1;
   if (cols % block != 0)
     throw UsageError("the last dimension (" + std::to_string(cols) + ") is not a multiple of the " + fmt +

@@ -13,6 +13,9 @@ namespace nibble {
 enum class Format : uint8_t { nvfp4, mxfp4, mxfp8, fp8_e4m3, fp8_e5m2 };
 enum class BlockShape : uint8_t { per_tensor, row_1x16, tile_16x16, row_1x32 };
 enum class Rounding : uint8_t { nearest, stochastic };
+// Four Over Six (TE `nvfp4_4over6_err_mode`): how a block's map-to-4 and map-to-6 candidates are
+// compared, in the original domain: the sum of |error| (MAE, TE's default) or of error^2 (MSE).
+enum class FourOverSixError : uint8_t { mae, mse };
 
 // What a user can get wrong (shapes, options, non-finite input) is reported with this type; the
 // message names the value and the fix. Internal invariants use NIBBLE_CHECK and abort.
@@ -27,7 +30,12 @@ struct QuantOptions {
   uint64_t seed = 0;            // stochastic rounding: Philox key
   uint64_t offset = 0;          // stochastic rounding: stream position of element 0
   bool rht = false;             // nvfp4 only: 16-point random Hadamard transform along rows
-  bool four_over_six = false;   // nvfp4 only: per block, scale to 4 or 6, whichever errs less
+  bool four_over_six = false;   // nvfp4 only: per block (16x16: per tile), scale to 4 or 6, whichever errs less
+  // With four_over_six (ignored without it; spec section 4): the error measure, and the E4M3
+  // ceiling of the global scale, S_enc = (6 * four_over_six_e4m3_max) / amax: 448 (TE's default,
+  // numerator 2688) or 256 (the paper's, numerator 1536). Any other value is a UsageError.
+  FourOverSixError four_over_six_error = FourOverSixError::mae;
+  int four_over_six_e4m3_max = 448;
 };
 
 struct QuantizedTensor {
@@ -36,6 +44,10 @@ struct QuantizedTensor {
   Rounding rounding = Rounding::nearest;
   bool rht = false;
   bool four_over_six = false;
+  // As QuantOptions; without four_over_six always the defaults (mae, 448), so the global scale is
+  // S_enc = nvfp4_global_numerator(*this) / amax in every case.
+  FourOverSixError four_over_six_error = FourOverSixError::mae;
+  int four_over_six_e4m3_max = 448;
   int64_t rows = 0, cols = 0;
   std::vector<uint8_t> codes;   // 4-bit formats: rows*cols/2 (packed, low nibble first); 8-bit: rows*cols
   std::vector<uint8_t> scales;  // rows * (cols/block_len): E4M3 (nvfp4) or E8M0 (mx); empty per tensor
@@ -56,11 +68,37 @@ BlockShape block_shape_of(const QuantOptions& o);
 std::string_view to_string(Format f);
 std::string_view to_string(BlockShape b);
 std::string_view to_string(Rounding r);
+std::string_view to_string(FourOverSixError e);  // "mae" / "mse"
 Format parse_format(std::string_view s);  // throws UsageError listing the valid names
+// "mae" or "mse"; anything else is a UsageError that names `what` (the key or flag), the value and
+// the valid ones.
+FourOverSixError parse_four_over_six_error(std::string_view s, std::string_view what);
+// "448" or "256" (the text of a key or flag); anything else is a UsageError as above.
+int parse_four_over_six_e4m3_max(std::string_view s, std::string_view what);
+// Throws that UsageError unless v is 448 or 256.
+void check_four_over_six_e4m3_max(int v, std::string_view what);
 
 // Global constants of the NVFP4 chain (spec section 3 / 4).
 inline constexpr float kNvfp4GlobalScaleNumerator = 448.0f * 6.0f;        // 2688
-inline constexpr float kNvfp4FourOverSixNumerator = 256.0f * 6.0f;        // 1536
+inline constexpr int kFourOverSixDefaultE4m3Max = 448;                   // TE's nvfp4_e4m3_max default
+// The numerator of S_enc: 6 * 448 = 2688, or 6 * four_over_six_e4m3_max with Four Over Six
+// (2688 or 1536), exactly as TE: (e4m3_max * 6) / amax.
+inline float nvfp4_global_numerator(bool four_over_six, int four_over_six_e4m3_max) {
+  return four_over_six ? 6.0f * static_cast<float>(four_over_six_e4m3_max) : kNvfp4GlobalScaleNumerator;
+}
+inline float nvfp4_global_numerator(const QuantOptions& o) {
+  return nvfp4_global_numerator(o.four_over_six, o.four_over_six_e4m3_max);
+}
+inline float nvfp4_global_numerator(const QuantizedTensor& q) {
+  return nvfp4_global_numerator(q.four_over_six, q.four_over_six_e4m3_max);
+}
+// The Four Over Six fields a tensor made with these options carries (the defaults without it).
+inline FourOverSixError four_over_six_error_of(const QuantOptions& o) {
+  return o.four_over_six ? o.four_over_six_error : FourOverSixError::mae;
+}
+inline int four_over_six_e4m3_max_of(const QuantOptions& o) {
+  return o.four_over_six ? o.four_over_six_e4m3_max : kFourOverSixDefaultE4m3Max;
+}
 
 }  // namespace nibble
 

@@ -115,7 +115,8 @@ GemmRecipe& LinearRecipe::operator[](GemmRole r) {
 bool LinearRecipe::weight_shared_by_fprop_and_dgrad() const {
   return fprop.precision == GemmPrecision::quantized && dgrad.precision == GemmPrecision::quantized &&
          fprop.b.format == Format::nvfp4 && fprop.b.tile_16x16 && dgrad.b.tile_16x16 &&
-         fprop.b.four_over_six == dgrad.b.four_over_six && !fprop.b.rht && !dgrad.b.rht &&
+         fprop.b.four_over_six == dgrad.b.four_over_six && fprop.b.four_over_six_error == dgrad.b.four_over_six_error &&
+         fprop.b.four_over_six_e4m3_max == dgrad.b.four_over_six_e4m3_max && !fprop.b.rht && !dgrad.b.rht &&
          fprop.b.rounding == Rounding::nearest && dgrad.b.rounding == Rounding::nearest;
 }
 
@@ -157,6 +158,10 @@ bool apply_recipe_option(RecipeConfig& c, std::string_view key, std::string_view
     c.nvfp4.weight_2d = parse_bool(key, value);
   } else if (key == "nvfp4.four_over_six") {
     c.nvfp4.four_over_six = parse_bool(key, value);
+  } else if (key == "nvfp4.four_over_six_error") {
+    c.nvfp4.four_over_six_error = parse_four_over_six_error(value, "nvfp4.four_over_six_error");
+  } else if (key == "nvfp4.four_over_six_e4m3_max") {
+    c.nvfp4.four_over_six_e4m3_max = parse_four_over_six_e4m3_max(value, "nvfp4.four_over_six_e4m3_max");
   } else if (key == "nvfp4.bf16_first_layers") {
     c.nvfp4.bf16_first_layers = parse_int(key, value);
   } else if (key == "nvfp4.bf16_last_layers") {
@@ -164,7 +169,8 @@ bool apply_recipe_option(RecipeConfig& c, std::string_view key, std::string_view
   } else if (key.starts_with("nvfp4.")) {
     throw UsageError("unknown recipe key '" + std::string(key) +
                      "': the nvfp4 knobs are nvfp4.rht, nvfp4.stochastic_rounding, nvfp4.weight_2d, "
-                     "nvfp4.four_over_six, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers");
+                     "nvfp4.four_over_six, nvfp4.four_over_six_error, nvfp4.four_over_six_e4m3_max, "
+                     "nvfp4.bf16_first_layers, nvfp4.bf16_last_layers");
   } else {
     return false;
   }
@@ -199,6 +205,9 @@ std::string describe(const RecipeConfig& c) {
     auto layers = [](int n) { return n < 0 ? std::string("auto") : std::to_string(n); };
     s += std::string(" nvfp4.rht=") + b(c.nvfp4.rht) + " nvfp4.stochastic_rounding=" + b(c.nvfp4.stochastic_rounding) +
          " nvfp4.weight_2d=" + b(c.nvfp4.weight_2d) + " nvfp4.four_over_six=" + b(c.nvfp4.four_over_six) +
+         (c.nvfp4.four_over_six ? " nvfp4.four_over_six_error=" + std::string(to_string(c.nvfp4.four_over_six_error)) +
+                                      " nvfp4.four_over_six_e4m3_max=" + std::to_string(c.nvfp4.four_over_six_e4m3_max)
+                                : std::string()) +
          " nvfp4.bf16_first_layers=" + layers(c.nvfp4.bf16_first_layers) +
          " nvfp4.bf16_last_layers=" + layers(c.nvfp4.bf16_last_layers) +
          " gemm_summation=" + std::string(to_string(c.gemm_summation));
@@ -244,6 +253,10 @@ LinearRecipe Recipe::operands(Quantization q, const Nvfp4Knobs& k) {
       // Spec section 5.
       QuantOptions x = options(Format::nvfp4);
       x.four_over_six = k.four_over_six;
+      if (k.four_over_six) {
+        x.four_over_six_error = k.four_over_six_error;
+        x.four_over_six_e4m3_max = k.four_over_six_e4m3_max;
+      }
       QuantOptions w = x;
       w.tile_16x16 = k.weight_2d;
       QuantOptions dy = x;
@@ -288,6 +301,10 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
                                            : static_cast<int>(std::lround(2.0 / 62.0 * layers));
     bf16_last_ = k.bf16_last_layers >= 0 ? k.bf16_last_layers
                                          : std::max(1, static_cast<int>(std::lround(8.0 / 62.0 * layers)));
+    if (!k.four_over_six && (k.four_over_six_error != FourOverSixError::mae || k.four_over_six_e4m3_max != 448))
+      throw UsageError("nvfp4.four_over_six_error=" + std::string(to_string(k.four_over_six_error)) +
+                       " / nvfp4.four_over_six_e4m3_max=" + std::to_string(k.four_over_six_e4m3_max) +
+                       " apply only with nvfp4.four_over_six=true: set it or drop them");
     if (k.bf16_first_layers < -1 || k.bf16_last_layers < -1)
       throw UsageError("nvfp4.bf16_first_layers/bf16_last_layers must be >= 0 (got " +
                        std::to_string(k.bf16_first_layers) + ", " + std::to_string(k.bf16_last_layers) + ")");

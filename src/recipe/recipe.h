@@ -58,6 +58,13 @@ struct Nvfp4Knobs {
   bool stochastic_rounding = true;
   bool weight_2d = true;
   bool four_over_six = false;
+  // With four_over_six (TE's nvfp4_4over6_err_mode / nvfp4_e4m3_max, and TE's defaults): the error
+  // measure of the 4-or-6 choice and the E4M3 ceiling of the global scale (448: 2688 / amax, 256:
+  // 1536 / amax). A value other than the default without four_over_six=true is refused (Recipe's
+  // constructor), as gemm_summation is under a recipe it does not apply to; the defaults, which a
+  // resolved config may write back, are accepted.
+  FourOverSixError four_over_six_error = FourOverSixError::mae;
+  int four_over_six_e4m3_max = 448;
   int bf16_first_layers = -1;  // -1: round(2/62 * layers)
   int bf16_last_layers = -1;   // -1: max(1, round(8/62 * layers))
 };
@@ -80,7 +87,8 @@ struct RecipeConfig {
 };
 
 // key=value overrides: quantization, precision_switch_at, gemm_summation, attention, nvfp4.rht, nvfp4.stochastic_rounding,
-// nvfp4.weight_2d, nvfp4.four_over_six, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers.
+// nvfp4.weight_2d, nvfp4.four_over_six, nvfp4.four_over_six_error, nvfp4.four_over_six_e4m3_max,
+// nvfp4.bf16_first_layers, nvfp4.bf16_last_layers.
 // Returns false when `key` is not a recipe key (so a config layer can try others); throws
 // UsageError for a recipe key with a bad value.
 bool apply_recipe_option(RecipeConfig& config, std::string_view key, std::string_view value);

@@ -178,8 +178,29 @@ const std::vector<KeyEntry>& key_table() {
                            [](const RecipeConfig& r) { return boolean_text(r.nvfp4.stochastic_rounding); }));
     t.push_back(recipe_key("nvfp4.weight_2d", ConfigValueKind::boolean, "16x16 weight scale tiles",
                            [](const RecipeConfig& r) { return boolean_text(r.nvfp4.weight_2d); }));
-    t.push_back(recipe_key("nvfp4.four_over_six", ConfigValueKind::boolean, "4/6 adaptive block scaling",
+    t.push_back(recipe_key("nvfp4.four_over_six", ConfigValueKind::boolean,
+                           "Four Over Six: per block (weights: per 16x16 tile) scale to 4 or 6, whichever errs less",
                            [](const RecipeConfig& r) { return boolean_text(r.nvfp4.four_over_six); }));
+    // The two Four Over Six knobs are printed only with four_over_six on (or when set to other than
+    // the defaults, which the recipe then refuses), like the nvfp4 knobs under another quantization.
+    auto four_over_six_key = [](std::string name, ConfigValueKind kind, std::string help,
+                                std::function<std::string(const RecipeConfig&)> get) {
+      KeyEntry e = recipe_key(std::move(name), kind, std::move(help), std::move(get));
+      e.printed = [](const RunConfig& c) {
+        const RecipeConfig& r = c.train.recipe;
+        return (r.quantization == Quantization::nvfp4 || r.nvfp4_knobs_given) &&
+               (r.nvfp4.four_over_six || r.nvfp4.four_over_six_error != FourOverSixError::mae ||
+                r.nvfp4.four_over_six_e4m3_max != 448);
+      };
+      return e;
+    };
+    t.push_back(four_over_six_key("nvfp4.four_over_six_error", ConfigValueKind::text,
+                                  "with four_over_six: mae (sum of |error|, TE's default) or mse (sum of squares)",
+                                  [](const RecipeConfig& r) { return std::string(to_string(r.nvfp4.four_over_six_error)); }));
+    t.push_back(four_over_six_key("nvfp4.four_over_six_e4m3_max", ConfigValueKind::integer,
+                                  "with four_over_six: E4M3 ceiling of the global scale, 448 (TE's default, 2688/amax) "
+                                  "or 256 (the paper's, 1536/amax)",
+                                  [](const RecipeConfig& r) { return std::to_string(r.nvfp4.four_over_six_e4m3_max); }));
     t.push_back(recipe_key("nvfp4.bf16_first_layers", ConfigValueKind::integer, "first blocks kept in BF16 (-1: paper's share)",
                            [](const RecipeConfig& r) { return std::to_string(r.nvfp4.bf16_first_layers); }));
     t.push_back(recipe_key("nvfp4.bf16_last_layers", ConfigValueKind::integer, "last blocks kept in BF16 (-1: paper's share)",

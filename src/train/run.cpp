@@ -55,7 +55,8 @@ std::string operand_text(const QuantOptions& q, bool weight) {
   if (q.format == Format::nvfp4 && weight) s += q.tile_16x16 ? "(16x16)" : "(1x16)";
   if (q.rounding == Rounding::stochastic) s += "/SR";
   if (q.rht) s += "/RHT";
-  if (q.four_over_six) s += "/4over6";
+  if (q.four_over_six)
+    s += "/4over6(" + std::string(to_string(q.four_over_six_error)) + "," + std::to_string(q.four_over_six_e4m3_max) + ")";
   return s;
 }
 

@@ -77,6 +77,8 @@ int64_t block_of_format(Format f) {
 bool shape_and_options_ok(size_t size, int64_t rows, int64_t cols, const QuantOptions& o) {
   if (rows <= 0 || cols <= 0 || static_cast<int64_t>(size) != rows * cols) return false;
   if (o.format != Format::nvfp4 && (o.rht || o.four_over_six || o.tile_16x16)) return false;
+  if (o.four_over_six_e4m3_max != 448 && o.four_over_six_e4m3_max != 256) return false;
+  if (o.four_over_six_error != FourOverSixError::mae && o.four_over_six_error != FourOverSixError::mse) return false;
   if (o.rounding == Rounding::stochastic && !is_4bit(o.format)) return false;
   if (cols % block_of_format(o.format) != 0) return false;
   if (is_4bit(o.format) && cols % 2 != 0) return false;
@@ -101,6 +103,8 @@ void make_header(int64_t rows, int64_t cols, const QuantOptions& o, QuantizedTen
   q.rounding = o.rounding;
   q.rht = o.rht;
   q.four_over_six = o.four_over_six;
+  q.four_over_six_error = four_over_six_error_of(o);
+  q.four_over_six_e4m3_max = four_over_six_e4m3_max_of(o);
   q.rows = rows;
   q.cols = cols;
   q.codes.resize(static_cast<size_t>(is_4bit(o.format) ? rows * cols / 2 : rows * cols));
@@ -122,17 +126,17 @@ constexpr uint32_t kRhtFiniteInputBits = 0x7C800000u;
 // What the NVFP4 encode pass needs besides the input: the global scale from the amax and the
 // per-scale-code tables (computed with the scalar codecs, so they are the reference's numbers).
 struct Nvfp4Encoding {
-  float enc_of_scale[256], dec_of_scale[256];
+  float enc_of_scale[256], value_of_scale[256];
   kernels::Nvfp4Job job;
 };
 
 void prepare_nvfp4(float amax, bool rht_finite, const QuantOptions& o, QuantizedTensor& q, Nvfp4Encoding& e) {
-  const ref::Nvfp4GlobalScale g = ref::nvfp4_global_scale(amax, o.four_over_six);
+  const ref::Nvfp4GlobalScale g = ref::nvfp4_global_scale(amax, nvfp4_global_numerator(o));
   q.amax = amax;
   q.decode_scale = g.decode;
   for (int s = 0; s < 256; ++s) {
     const float decoded = e4m3_decode(static_cast<uint8_t>(s));
-    e.dec_of_scale[s] = decoded * g.decode;
+    e.value_of_scale[s] = decoded;
     e.enc_of_scale[s] = std::min(1.0f / (decoded * g.decode), FLT_MAX);
   }
   kernels::Nvfp4Job& job = e.job;
@@ -141,13 +145,16 @@ void prepare_nvfp4(float amax, bool rht_finite, const QuantOptions& o, Quantized
   job.rht = o.rht;
   job.rht_finite = rht_finite;
   job.four_over_six = o.four_over_six;
+  job.four_over_six_mse = o.four_over_six_error == FourOverSixError::mse;
   job.stochastic = o.rounding == Rounding::stochastic;
   job.seed = o.seed;
   job.offset = o.offset;
   job.encode_times_rcp6 = g.encode * (1.0f / 6.0f);
-  job.encode_times_rcp4 = g.encode * (1.0f / 4.0f);
+  job.global_encode = g.encode;
+  job.global_amax = g.amax;
+  job.global_numerator = g.numerator;
   job.enc_of_scale = e.enc_of_scale;
-  job.dec_of_scale = e.dec_of_scale;
+  job.value_of_scale = e.value_of_scale;
   job.codes = q.codes.data();
   job.scales = q.scales.data();
 }
@@ -326,6 +333,8 @@ QuantizedTensor transpose_tiles_fast(const QuantizedTensor& q) {
   t.rounding = q.rounding;
   t.rht = q.rht;
   t.four_over_six = q.four_over_six;
+  t.four_over_six_error = q.four_over_six_error;
+  t.four_over_six_e4m3_max = q.four_over_six_e4m3_max;
   t.amax = q.amax;
   t.decode_scale = q.decode_scale;
   t.rows = q.cols;

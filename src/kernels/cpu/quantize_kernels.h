@@ -22,13 +22,19 @@ struct Nvfp4Job {
   // The input's max |x| is below 2^122, so every transformed value (and partial sum) is finite: no
   // Inf, no NaN (|WHT| <= 16 max |x|). Kernels may then skip the NaN handling of the RHT path.
   bool rht_finite = false;
-  bool four_over_six = false;  // also try scaling the block max to 4, keep the lower error
+  // Four Over Six (spec section 4, TE's rule): per 1x16 block, or per 16x16 tile, also quantize
+  // with the block scale times 1.5 (block max to 4) and keep the candidate whose error against the
+  // input is strictly lower (ref::four_over_six_candidates).
+  bool four_over_six = false;
+  bool four_over_six_mse = false;  // error measure: sum of squares (MSE), else of |error| (MAE)
   bool stochastic = false;       // 8 random bits per element: format/philox.h, philox_byte
   uint64_t seed = 0, offset = 0;
   float encode_times_rcp6 = 0;      // S_enc * (1/6), the reference's exact product
-  float encode_times_rcp4 = 0;      // S_enc * (1/4)
+  float global_encode = 0;          // S_enc (Four Over Six scales: (b / 6) * S_enc, TE's order)
+  float global_amax = 0;            // the tensor amax       } the Four Over Six error's
+  float global_numerator = 0;       // 6 * the E4M3 ceiling  } ((code * scale) * amax) / numerator
   const float* enc_of_scale = nullptr;   // [256]: min(1 / (e4m3_decode(s) * S_dec), FLT_MAX)
-  const float* dec_of_scale = nullptr;   // [256]: e4m3_decode(s) * S_dec (Four Over Six error)
+  const float* value_of_scale = nullptr; // [256]: e4m3_decode(s) (Four Over Six error)
   uint8_t* codes = nullptr;   // rows*cols/2 packed
   uint8_t* scales = nullptr;  // rows*cols/16
 };

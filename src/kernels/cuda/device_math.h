@@ -302,14 +302,19 @@ NIBBLE_HD void rht16_forward_bf16(float* v) {
 
 // ------------------------------------------------------------------ NVFP4 chain ---------------------
 struct GlobalScale {
-  float encode;  // S_enc
-  float decode;  // S_dec = 1 / S_enc
+  float encode;     // S_enc
+  float decode;     // S_dec = 1 / S_enc
+  float amax;       // the tensor amax (the Four Over Six error uses it, as TE does)
+  float numerator;  // 6 * the E4M3 ceiling: 2688, or 1536 with Four Over Six and e4m3_max 256
 };
-NIBBLE_HD GlobalScale nvfp4_global_scale(float amax, bool four_over_six) {
-  const float numerator = four_over_six ? 1536.0f : 2688.0f;
+// nibble::nvfp4_global_numerator (quantized_tensor.h): 6 * 448, or 6 * e4m3_max with Four Over Six.
+NIBBLE_HD float nvfp4_global_numerator(bool four_over_six, int four_over_six_e4m3_max) {
+  return four_over_six ? nb_mul(6.0f, static_cast<float>(four_over_six_e4m3_max)) : 2688.0f;
+}
+NIBBLE_HD GlobalScale nvfp4_global_scale(float amax, float numerator) {
   float enc = min_f(nb_div(numerator, amax), FLT_MAX);
   if (amax == 0.0f || enc == 0.0f) enc = 1.0f;
-  return {enc, nb_div(1.0f, enc)};
+  return {enc, nb_div(1.0f, enc), amax, numerator};
 }
 
 // Element encoders: map the 16 scaled values x*enc of a block to E2M1 codes (one per element).
@@ -332,41 +337,88 @@ struct ReferenceSr {
   }
 };
 
-// One block of 16 values (already transformed when RHT is on) with a block scale that maps the
-// block maximum to 1/target_rcp (6, or 4 for Four Over Six); returns the E4M3 scale byte.
+// Steps 4-5 of the chain for scale byte s: codes of x * min(1 / (e4m3(s) * S_dec), FLT_MAX).
 template <class Encoder>
-NIBBLE_HD uint8_t nvfp4_encode_block_with(const float* x, float block_amax, GlobalScale g, float target_rcp,
-                                          const Encoder& encode, uint8_t* codes) {
-  const float sdec = nb_mul(block_amax, nb_mul(g.encode, target_rcp));
-  const uint8_t s = e4m3_encode_rn(sdec);
+NIBBLE_HD void nvfp4_encode_with_scale(const float* x, uint8_t s, GlobalScale g, const Encoder& encode,
+                                       uint8_t* codes) {
   const float enc = min_f(nb_div(1.0f, nb_mul(e4m3_decode(s), g.decode)), FLT_MAX);
   float scaled[16];
   for (int k = 0; k < 16; ++k) scaled[k] = nb_mul(x[k], enc);
   encode(scaled, codes);
-  return s;
 }
-NIBBLE_HD float nvfp4_block_sq_error(const float* x, uint8_t s, const uint8_t* codes, GlobalScale g) {
-  const float d = nb_mul(e4m3_decode(s), g.decode);
+
+// Four Over Six (spec section 4; ref::four_over_six_*, TE's rule): off, or on with its error measure.
+enum class FourOverSix : uint8_t { off, mae, mse };
+
+// The reference's scale bytes of both candidates, in TE's order: base = (b / 6) * S_enc,
+// map4 = base * 1.5, each clamped to 448 and cast to E4M3.
+struct FourOverSixScales {
+  uint8_t map6, map4;
+};
+NIBBLE_HD FourOverSixScales four_over_six_scales(float block_amax, GlobalScale g) {
+  const float base = nb_mul(nb_div(block_amax, 6.0f), g.encode);
+  const float map4 = nb_mul(base, 1.5f);
+  return {e4m3_encode_rn(min_f(base, 448.0f)), e4m3_encode_rn(min_f(map4, 448.0f))};
+}
+// The error of a candidate in the original domain: sum in index order of |d_k| (MAE) or d_k^2
+// (MSE), d_k = ((e2m1(code_k) * e4m3(s)) * amax) / numerator - x_k.
+NIBBLE_HD float four_over_six_error(const float* x, uint8_t s, const uint8_t* codes, GlobalScale g, FourOverSix mode) {
+  const float sf = e4m3_decode(s);
   float err = 0.0f;
   for (int k = 0; k < 16; ++k) {
-    const float e = nb_sub(nb_mul(e2m1_value(codes[k]), d), x[k]);
-    err = nb_add(err, nb_mul(e, e));
+    float val = nb_mul(e2m1_value(codes[k]), sf);
+    val = nb_mul(val, g.amax);
+    val = nb_div(val, g.numerator);
+    const float diff = nb_sub(val, x[k]);
+    err = mode == FourOverSix::mse ? nb_add(err, nb_mul(diff, diff)) : nb_add(err, abs_f(diff));
   }
   return err;
 }
-// The reference's nvfp4_quantize_block for n = 16: codes unpacked, one per element.
+// Both candidates of one row of 16 values, codes unpacked (one per element).
+struct FourOverSixRow {
+  FourOverSixScales scales;
+  float error6, error4;
+  uint8_t codes6[16], codes4[16];
+};
 template <class Encoder>
-NIBBLE_HD uint8_t nvfp4_quantize_block16(const float* x, float block_amax, GlobalScale g, bool four_over_six,
+NIBBLE_HD void four_over_six_row(const float* x, float block_amax, GlobalScale g, FourOverSix mode,
+                                 const Encoder& encode, FourOverSixRow& out) {
+  out.scales = four_over_six_scales(block_amax, g);
+  nvfp4_encode_with_scale(x, out.scales.map6, g, encode, out.codes6);
+  nvfp4_encode_with_scale(x, out.scales.map4, g, encode, out.codes4);
+  out.error6 = four_over_six_error(x, out.scales.map6, out.codes6, g, mode);
+  out.error4 = four_over_six_error(x, out.scales.map4, out.codes4, g, mode);
+}
+// A 16x16 tile's error from its 16 row errors in TE's tree order (rows past the end count 0):
+// a_i = r_i + r_{i+8}, b_i = a_i + a_{i+4}, c_i = b_i + b_{i+2}, c_0 + c_1. The kernel gets the same
+// sum, bitwise, from an xor butterfly over the tile's 16 lanes (offsets 8, 4, 2, 1): lane i adds
+// lane i^h's partial, and FP32 addition is commutative, so every lane holds this tree's value.
+NIBBLE_HD float four_over_six_tile_error(const float* r) {
+  float a[8], b[4];
+  for (int i = 0; i < 8; ++i) a[i] = nb_add(r[i], r[i + 8]);
+  for (int i = 0; i < 4; ++i) b[i] = nb_add(a[i], a[i + 4]);
+  return nb_add(nb_add(b[0], b[2]), nb_add(b[1], b[3]));
+}
+// TE's choice: map to 4 only when it errs strictly less (ties and NaN keep 6).
+NIBBLE_HD bool four_over_six_picks_map4(float error4, float error6) { return error4 < error6; }
+
+// One 1x16 block of 16 values (already transformed when RHT is on): the reference's
+// nvfp4_quantize_block (block max to 6, spec section 3), or with Four Over Six the per-block
+// choice of ref::four_over_six_candidates. Codes unpacked, one per element; returns the scale byte.
+// (16x16 tiles with Four Over Six choose per tile: four_over_six_row + four_over_six_tile_error.)
+template <class Encoder>
+NIBBLE_HD uint8_t nvfp4_quantize_block16(const float* x, float block_amax, GlobalScale g, FourOverSix four_over_six,
                                          const Encoder& encode, uint8_t* codes) {
-  const uint8_t s6 = nvfp4_encode_block_with(x, block_amax, g, 1.0f / 6.0f, encode, codes);
-  if (!four_over_six) return s6;
-  uint8_t codes4[16];
-  const uint8_t s4 = nvfp4_encode_block_with(x, block_amax, g, 1.0f / 4.0f, encode, codes4);
-  if (nvfp4_block_sq_error(x, s4, codes4, g) < nvfp4_block_sq_error(x, s6, codes, g)) {
-    for (int k = 0; k < 16; ++k) codes[k] = codes4[k];
-    return s4;
+  if (four_over_six == FourOverSix::off) {
+    const uint8_t s = e4m3_encode_rn(nb_mul(block_amax, nb_mul(g.encode, 1.0f / 6.0f)));
+    nvfp4_encode_with_scale(x, s, g, encode, codes);
+    return s;
   }
-  return s6;
+  FourOverSixRow c;
+  four_over_six_row(x, block_amax, g, four_over_six, encode, c);
+  const bool map4 = four_over_six_picks_map4(c.error4, c.error6);
+  for (int k = 0; k < 16; ++k) codes[k] = map4 ? c.codes4[k] : c.codes6[k];
+  return map4 ? c.scales.map4 : c.scales.map6;
 }
 NIBBLE_HD float block_amax16(const float* x) {
   float m = 0.0f;

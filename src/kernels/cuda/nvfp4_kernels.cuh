@@ -33,7 +33,8 @@ struct Nvfp4Side {
   float* decode_out = nullptr;  // device scalar: S_dec, written once
   bool rht = false;
   bool stochastic = false;
-  bool four_over_six = false;
+  dm::FourOverSix four_over_six = dm::FourOverSix::off;  // with its error measure when on
+  float numerator = 2688.0f;  // of S_enc: dm::nvfp4_global_numerator(four_over_six, e4m3_max)
   uint64_t seed = 0;
   uint64_t offset = 0;
 };
@@ -97,20 +98,38 @@ struct HardwareSr {
   }
 };
 
+// Calls f(encoder) with the element encoder of this set and side (RN or SR).
+template <EncoderSet kSet, class F>
+__device__ __forceinline__ auto with_encoder(const Nvfp4Side& side, uint64_t first_index, F&& f) {
+  if (side.stochastic) {
+    if constexpr (kSet == EncoderSet::hardware_rn_and_sr)
+      return f(HardwareSr{side.seed, first_index});
+    else
+      return f(dm::ReferenceSr{side.seed, first_index});
+  }
+  if constexpr (kSet == EncoderSet::reference)
+    return f(dm::ReferenceRn{});
+  else
+    return f(HardwareRn{});
+}
+
+// One 1x16 block (Four Over Six chooses per block).
 template <EncoderSet kSet>
 __device__ __forceinline__ uint8_t quantize_block(const float* x, float block_amax, dm::GlobalScale g,
                                                   const Nvfp4Side& side, uint64_t first_index, uint8_t* codes) {
-  if (side.stochastic) {
-    if constexpr (kSet == EncoderSet::hardware_rn_and_sr)
-      return dm::nvfp4_quantize_block16(x, block_amax, g, side.four_over_six, HardwareSr{side.seed, first_index}, codes);
-    else
-      return dm::nvfp4_quantize_block16(x, block_amax, g, side.four_over_six,
-                                        dm::ReferenceSr{side.seed, first_index}, codes);
-  }
-  if constexpr (kSet == EncoderSet::reference)
-    return dm::nvfp4_quantize_block16(x, block_amax, g, side.four_over_six, dm::ReferenceRn{}, codes);
-  else
-    return dm::nvfp4_quantize_block16(x, block_amax, g, side.four_over_six, HardwareRn{}, codes);
+  return with_encoder<kSet>(side, first_index, [&](const auto& encode) {
+    return dm::nvfp4_quantize_block16(x, block_amax, g, side.four_over_six, encode, codes);
+  });
+}
+
+// Both Four Over Six candidates of one row of a 16x16 tile (the tile chooses once, see the kernel).
+template <EncoderSet kSet>
+__device__ __forceinline__ void four_over_six_row(const float* x, float block_amax, dm::GlobalScale g,
+                                                  const Nvfp4Side& side, uint64_t first_index, dm::FourOverSixRow& out) {
+  with_encoder<kSet>(side, first_index, [&](const auto& encode) {
+    dm::four_over_six_row(x, block_amax, g, side.four_over_six, encode, out);
+    return 0;
+  });
 }
 
 // ------------------------------------------------------------------ loads and stores --------------
@@ -164,11 +183,13 @@ __global__ void __launch_bounds__(16 * kTilesPerBlock) nvfp4_tile_kernel(Nvfp4Ti
   const int64_t row_tiles = (rows + 15) / 16;
   const int64_t b = static_cast<int64_t>(blockIdx.x) * kTilesPerBlock + t;
   const bool b_valid = b < col_blocks;
-  const dm::GlobalScale row_g =
-      p.row_enabled ? dm::nvfp4_global_scale(*p.row.amax, p.row.four_over_six) : dm::GlobalScale{1.0f, 1.0f};
+  const dm::GlobalScale row_g = p.row_enabled ? dm::nvfp4_global_scale(*p.row.amax, p.row.numerator)
+                                              : dm::GlobalScale{1.0f, 1.0f, 0.0f, 2688.0f};
   const dm::GlobalScale col_g = p.col_mode == ColumnMode::independent
-                                    ? dm::nvfp4_global_scale(*p.col.amax, p.col.four_over_six)
-                                    : dm::GlobalScale{1.0f, 1.0f};
+                                    ? dm::nvfp4_global_scale(*p.col.amax, p.col.numerator)
+                                    : dm::GlobalScale{1.0f, 1.0f, 0.0f, 2688.0f};
+  // 16x16 tiles with Four Over Six: one choice per tile from the sum of its 16 rows' errors.
+  const bool tile_four_over_six = p.row_tile16 && p.row.four_over_six != dm::FourOverSix::off;
 
   for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
     const int64_t r0 = tr * 16, r = r0 + i;
@@ -198,9 +219,27 @@ __global__ void __launch_bounds__(16 * kTilesPerBlock) nvfp4_tile_kernel(Nvfp4Ti
           block_amax = dm::max_f(block_amax, __shfl_xor_sync(0xFFFFFFFFu, block_amax, offset));
       }
       uint8_t codes[16];
+      const uint64_t first = p.row.offset + static_cast<uint64_t>(r * cols + b * 16);
+      if (tile_four_over_six) {
+        // Every lane of the warp takes part in the shuffles (invalid rows hold zeros and count 0).
+        // The xor butterfly sums the row errors in _sum_4over6_2d_error's tree order (see
+        // dm::four_over_six_tile_error), so all 16 lanes of a tile reach the same choice.
+        dm::FourOverSixRow c;
+        four_over_six_row<kSet>(w, block_amax, row_g, p.row, first, c);
+        float error4 = valid ? c.error4 : 0.0f, error6 = valid ? c.error6 : 0.0f;
+#pragma unroll
+        for (int offset = 8; offset > 0; offset >>= 1) {
+          error4 = dm::nb_add(error4, __shfl_xor_sync(0xFFFFFFFFu, error4, offset));
+          error6 = dm::nb_add(error6, __shfl_xor_sync(0xFFFFFFFFu, error6, offset));
+        }
+        const bool map4 = dm::four_over_six_picks_map4(error4, error6);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) codes[k] = map4 ? c.codes4[k] : c.codes6[k];
+        row_scale = map4 ? c.scales.map4 : c.scales.map6;
+      } else if (valid) {
+        row_scale = quantize_block<kSet>(w, block_amax, row_g, p.row, first, codes);
+      }
       if (valid) {
-        row_scale = quantize_block<kSet>(w, block_amax, row_g, p.row,
-                                         p.row.offset + static_cast<uint64_t>(r * cols + b * 16), codes);
         store_codes16(p.row.codes + r * (cols / 2) + b * 8, codes);
         p.row.scales[r * col_blocks + b] = row_scale;
         if (p.col_mode == ColumnMode::tile_transpose) {

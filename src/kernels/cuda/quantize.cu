@@ -287,6 +287,8 @@ DeviceQuantized make_header(int64_t rows, int64_t cols, const QuantOptions& o, C
   q.rounding = o.rounding;
   q.rht = o.rht;
   q.four_over_six = o.four_over_six;
+  q.four_over_six_error = four_over_six_error_of(o);
+  q.four_over_six_e4m3_max = four_over_six_e4m3_max_of(o);
   q.rows = rows;
   q.cols = cols;
   q.codes = DeviceBuffer<uint8_t>(static_cast<size_t>(is_4bit(o.format) ? rows * cols / 2 : rows * cols), ctx.stream());
@@ -344,7 +346,10 @@ Nvfp4Side side_for(DeviceQuantized& q, const QuantOptions& o) {
   s.decode_out = q.globals.data() + 1;
   s.rht = o.rht;
   s.stochastic = o.rounding == Rounding::stochastic;
-  s.four_over_six = o.four_over_six;
+  s.four_over_six = !o.four_over_six                            ? dm::FourOverSix::off
+                     : o.four_over_six_error == FourOverSixError::mse ? dm::FourOverSix::mse
+                                                                     : dm::FourOverSix::mae;
+  s.numerator = dm::nvfp4_global_numerator(o.four_over_six, o.four_over_six_e4m3_max);
   s.seed = o.seed;
   s.offset = o.offset;
   return s;
@@ -426,6 +431,8 @@ QuantizedPair quantize_pair(const InT* x, int64_t rows, int64_t cols, const Quan
   const bool tile_transpose = col_opt.tile_16x16;
   if (tile_transpose) {
     if (!row_opt.tile_16x16 || row_opt.rht || col_opt.rht || row_opt.four_over_six != col_opt.four_over_six ||
+        four_over_six_error_of(row_opt) != four_over_six_error_of(col_opt) ||
+        four_over_six_e4m3_max_of(row_opt) != four_over_six_e4m3_max_of(col_opt) ||
         row_opt.rounding != col_opt.rounding || row_opt.seed != col_opt.seed || row_opt.offset != col_opt.offset)
       throw UsageError("16x16 tiles give the column-wise copy as the exact transpose of the row-wise one: use the same "
                        "options on both sides, without RHT");
@@ -506,6 +513,10 @@ void validate_shape(int64_t rows, int64_t cols, const QuantOptions& o) {
     throw UsageError("--rht, --four-over-six and 16x16 blocks apply to nvfp4 only, not " + fmt);
   if (o.rounding == Rounding::stochastic && !is_4bit(o.format))
     throw UsageError("stochastic rounding applies to the 4-bit formats (nvfp4, mxfp4), not " + fmt);
+  check_four_over_six_e4m3_max(o.four_over_six_e4m3_max, "four_over_six_e4m3_max");
+  if (o.four_over_six_error != FourOverSixError::mae && o.four_over_six_error != FourOverSixError::mse)
+    throw UsageError("four_over_six_error " + std::to_string(static_cast<int>(o.four_over_six_error)) +
+                     " is not an error measure: use mae or mse");
   const int64_t block = o.format == Format::nvfp4 ? 16 : (o.format == Format::mxfp4 || o.format == Format::mxfp8) ? 32 : 1;
   if (cols % block != 0)
     throw UsageError("the last dimension (" + std::to_string(cols) + ") is not a multiple of the " + fmt +
@@ -587,6 +598,8 @@ QuantizedTensor to_host(const DeviceQuantized& q) {
   h.rounding = q.rounding;
   h.rht = q.rht;
   h.four_over_six = q.four_over_six;
+  h.four_over_six_error = q.four_over_six_error;
+  h.four_over_six_e4m3_max = q.four_over_six_e4m3_max;
   h.rows = q.rows;
   h.cols = q.cols;
   h.codes = q.codes.download();
@@ -604,6 +617,8 @@ DeviceQuantized to_device(const QuantizedTensor& h, Context& ctx) {
   q.rounding = h.rounding;
   q.rht = h.rht;
   q.four_over_six = h.four_over_six;
+  q.four_over_six_error = h.four_over_six_error;
+  q.four_over_six_e4m3_max = h.four_over_six_e4m3_max;
   q.rows = h.rows;
   q.cols = h.cols;
   q.codes = DeviceBuffer<uint8_t>::from_host(h.codes, ctx.stream());

@@ -21,6 +21,8 @@ struct DeviceQuantized {
   Rounding rounding = Rounding::nearest;
   bool rht = false;
   bool four_over_six = false;
+  FourOverSixError four_over_six_error = FourOverSixError::mae;  // as QuantizedTensor
+  int four_over_six_e4m3_max = 448;
   int64_t rows = 0, cols = 0;
   DeviceBuffer<uint8_t> codes;   // as QuantizedTensor::codes
   DeviceBuffer<uint8_t> scales;  // row-major [rows, scale_cols] (not swizzled)
@@ -61,7 +63,7 @@ struct QuantizedPair {
   DeviceQuantized columnwise;  // ref::quantize_transposed(x, col_opt): [cols, rows]
 };
 // NVFP4 only, rows % 16 == 0. For 16x16 tiles (col_opt == row_opt) the column-wise copy is the exact
-// transpose of the row-wise codes and scales; for 1x16 it is an independent quantization of x^T
+// transpose of the row-wise codes and scales (with Four Over Six, one choice per tile serves both); for 1x16 it is an independent quantization of x^T
 // with its own options (RHT along tokens, SR seed/offset), as the wgrad GEMM needs.
 QuantizedPair quantize_both(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
                             const QuantOptions& col_opt, Context& ctx = default_context(),
