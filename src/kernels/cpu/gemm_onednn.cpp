@@ -85,6 +85,22 @@ void run_matmul(dnnl::matmul& mm, const memory::desc& a_md, const memory::desc& 
   stream.wait();
 }
 
+// gemm_f32 / gemm_bf16 on nibble's packed kernels (gemm.cpp): checks, the empty cases, and a general
+// beta applied to C first (the kernels overwrite or accumulate).
+using PackedGemm = void (*)(Trans, Trans, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                            int64_t, float, float*, int64_t);
+void run_packed(const char* name, PackedGemm packed, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_gemm_args(name, ta, tb, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, c, ldc);
+  if (beta != 0.0f && beta != 1.0f) {
+    scale_c(M, N, beta, c, ldc);
+    beta = 1.0f;
+  }
+  packed(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 // Stored rows x cols matrix (leading dimension ld) rounded to BF16 (RN-even), densely packed.
 void to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<bf16>& out) {
   out.resize(static_cast<size_t>(rows * cols));
@@ -97,14 +113,7 @@ void to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector
 
 void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  check_gemm_args("gemm_f32", ta, tb, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, c, ldc);
-  if (beta != 0.0f && beta != 1.0f) {  // nibble's kernels overwrite or accumulate
-    scale_c(M, N, beta, c, ldc);
-    beta = 1.0f;
-  }
-  gemm_detail::gemm_f32_packed(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  run_packed("gemm_f32", &gemm_detail::gemm_f32_packed, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm_f32_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
@@ -120,15 +129,7 @@ void gemm_f32_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float 
 
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  check_gemm_args("gemm_bf16", ta, tb, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, c, ldc);
-  // nibble's kernels overwrite or accumulate; any other beta scales C first.
-  if (beta != 0.0f && beta != 1.0f) {
-    scale_c(M, N, beta, c, ldc);
-    beta = 1.0f;
-  }
-  gemm_detail::gemm_bf16_packed(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  run_packed("gemm_bf16", &gemm_detail::gemm_bf16_packed, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm_bf16_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
