@@ -2,7 +2,13 @@
 // BF16 pairs of each 32-bit lane exactly and adds both products to the FP32 accumulator, twice the
 // multiply-adds per instruction of an FP32 FMA. Same 8 x 32 micro-tile and register plan as
 // f32_avx512 (16 accumulators, two B vectors, one broadcast), one k pair per step.
+#ifdef NIBBLE_EMULATED_INTRINSICS
+// tests/emulated/: a software model of the few intrinsics below, so that this kernel's panel layout
+// and indexing are tested on CPUs without AVX512-BF16 too (the instruction itself only on one).
+#include NIBBLE_EMULATED_INTRINSICS
+#else
 #include <immintrin.h>
+#endif
 
 #include "kernels/cpu/gemm_kernels.h"
 
