@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
 
 #include "model/kv_cache.h"
@@ -21,6 +22,7 @@
 #include "train/data.h"
 #include "train/generate.h"
 #include "train/metrics.h"
+#include "train/run.h"
 
 namespace fs = std::filesystem;
 using namespace nibble;
@@ -67,6 +69,32 @@ std::vector<uint8_t> file_bytes(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+// Every file under `dir` with its bytes: a refused command must leave this exactly as it was.
+std::map<std::string, std::vector<uint8_t>> snapshot(const fs::path& dir) {
+  std::map<std::string, std::vector<uint8_t>> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    files[fs::relative(e.path(), dir).string()] = e.is_regular_file() ? file_bytes(e.path()) : std::vector<uint8_t>{};
+  return files;
+}
+
+void flip_bytes(const fs::path& file, size_t at, size_t count) {
+  auto bytes = file_bytes(file);
+  ASSERT_LE(at + count, bytes.size()) << file;
+  for (size_t i = at; i < at + count; ++i) bytes[i] ^= 0x5A;
+  std::ofstream(file, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                static_cast<std::streamsize>(bytes.size()));
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<fs::path> list_checkpoints_of(const fs::path& run_dir) {
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
+    if (e.path().filename().string().starts_with("step_")) found.push_back(e.path());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 class TrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -88,6 +116,28 @@ class TrainCli : public ::testing::Test {
     if (!::testing::Test::HasFailure()) fs::remove_all(work_dir());  // kept for inspection on failure
   }
   static fs::path data() { return work_dir() / "data"; }
+  // Data prepared from the same corpus with one letter replaced by a character it lacks: a
+  // tokenizer with the same vocabulary size as data()'s and different ids.
+  static fs::path other_data() {
+    static const fs::path dir = [] {
+      const fs::path d = work_dir() / "other-data";
+      std::string text = train::read_text_file((work_dir() / "corpus.txt").string());
+      EXPECT_EQ(text.find('#'), std::string::npos);
+      std::replace(text.begin(), text.end(), 'z', '#');
+      std::ofstream(work_dir() / "other-corpus.txt") << text;
+      const Result p = run("prepare " + (work_dir() / "other-corpus.txt").string() + " -o " + d.string());
+      EXPECT_EQ(p.exit_code, 0) << p.output;
+      return d;
+    }();
+    return dir;
+  }
+  // A copy of the reference run to damage.
+  static fs::path copy_of_reference(const std::string& name) {
+    const fs::path dir = work_dir() / name;
+    fs::remove_all(dir);
+    fs::copy(reference(), dir, fs::copy_options::recursive);
+    return dir;
+  }
   static fs::path config() { return work_dir() / "tiny.yaml"; }
   static std::string train(const fs::path& run_dir, const std::string& extra = "") {
     return "train " + config().string() + " run.dir=" + run_dir.string() + " " + extra;
@@ -356,3 +406,172 @@ TEST_F(TrainCli, TensorBoardEventFilesAreWritten) {
   EXPECT_EQ(records.size(), 1u + 4u * 5u + 2u);
   EXPECT_NE(std::string(records[0].begin(), records[0].end()).find("brain.Event:2"), std::string::npos);
 }
+
+// Issue 13: a run directory nothing can damage.
+
+TEST_F(TrainCli, RefusedResumeLeavesEveryByteOfTheRunDirectory) {
+  const fs::path dir = copy_of_reference("refused-resume");
+  const auto before = snapshot(dir);
+  const Result reshaped = run(train(dir, "resume=true steps=16 model.width=64"));
+  EXPECT_EQ(reshaped.exit_code, 2) << reshaped.output;
+  EXPECT_TRUE(contains(reshaped.output, "has shape")) << reshaped.output;
+  EXPECT_EQ(snapshot(dir), before);  // config.yaml and tokenizer.json were overwritten before the fix
+
+  // A different tokenizer with the same vocabulary size: refused, naming the fix.
+  const Result retokenized = run(train(dir, "resume=true steps=16 data.dir=" + other_data().string()));
+  EXPECT_EQ(retokenized.exit_code, 2) << retokenized.output;
+  EXPECT_TRUE(contains(retokenized.output, "another tokenizer")) << retokenized.output;
+  EXPECT_EQ(snapshot(dir), before);
+  // The run still evaluates and samples.
+  EXPECT_EQ(run("eval " + dir.string() + " --max-windows 2").exit_code, 0);
+  EXPECT_EQ(run("generate " + dir.string() + " --max-tokens 5").exit_code, 0);
+}
+
+TEST_F(TrainCli, EvalRefusesATokenFileOfAnotherTokenizerWithTheSameVocabularySize) {
+  const Result r = run("eval " + reference().string() + " --tokens " + (other_data() / "val.bin").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "another tokenizer")) << r.output;
+  // A run whose tokenizer.json was replaced no longer matches its checkpoints' tokenizer identity.
+  const fs::path dir = copy_of_reference("replaced-tokenizer");
+  fs::copy_file(other_data() / "tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  const Result e = run("eval " + dir.string());
+  EXPECT_EQ(e.exit_code, 2) << e.output;
+  EXPECT_TRUE(contains(e.output, "another tokenizer")) << e.output;
+}
+
+TEST_F(TrainCli, SecondTrainerIsRefusedNamingThePidAndReadersStillWork) {
+  const fs::path dir = copy_of_reference("locked");
+  const fs::path log = work_dir() / "locked.log", pid_file = work_dir() / "locked.pid";
+  // A long resume in the background holds the lock (killed below).
+  const std::string cmd = std::string(NIBBLE_BINARY_DIR) + "/nibble " + train(dir, "resume=true steps=100000000") +
+                          " > " + log.string() + " 2>&1 & echo $! > " + pid_file.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  long pid = 0;
+  for (int i = 0; i < 600 && pid == 0; ++i) {
+    std::ifstream(pid_file) >> pid;
+    if (pid == 0) ::usleep(10000);
+  }
+  ASSERT_GT(pid, 0);
+  struct KillAtEnd {
+    long pid;
+    ~KillAtEnd() {
+      if (pid <= 0) return;
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      for (int i = 0; i < 500 && ::kill(static_cast<pid_t>(pid), 0) == 0; ++i) ::usleep(10000);
+    }
+  } kill_at_end{pid};
+  auto log_text = [&] {
+    const auto bytes = file_bytes(log);  // empty until the shell has made the file
+    return std::string(bytes.begin(), bytes.end());
+  };
+  // Wait until it trains (the lock is held from its start; the first step line comes later).
+  for (int i = 0; i < 3000 && !contains(log_text(), " 13/100000000"); ++i) ::usleep(10000);
+  ASSERT_TRUE(contains(log_text(), " 13/100000000")) << log_text();
+
+  const Result second = run(train(dir, "resume=true steps=100000000"));
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  EXPECT_TRUE(contains(second.output, "PID " + std::to_string(pid))) << second.output;
+  const Result fresh = run(train(dir));  // without resume=true: refused too, for the lock or the checkpoints
+  EXPECT_EQ(fresh.exit_code, 2) << fresh.output;
+  const Result eval = run("eval " + dir.string() + " --max-windows 2");  // readers take no lock
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+
+  ::kill(static_cast<pid_t>(pid), SIGKILL);
+  for (int i = 0; i < 500 && ::kill(static_cast<pid_t>(pid), 0) == 0; ++i) ::usleep(10000);
+  kill_at_end.pid = -1;
+  // The kernel released the lock with the process: the run continues.
+  const Result after = run(train(dir, "resume=true steps=16"));
+  EXPECT_EQ(after.exit_code, 0) << after.output;
+}
+
+TEST_F(TrainCli, DamagedCheckpointFilesAreNamedAndResumeFallsBackBitwise) {
+  for (const std::string file : {"model.safetensors", "optimizer.safetensors", "config.json", "state.json"}) {
+    SCOPED_TRACE(file);
+    const fs::path dir = copy_of_reference("damaged-" + file);
+    const fs::path damaged = dir / "checkpoints" / "step_00000012" / file;
+    flip_bytes(damaged, fs::file_size(damaged) / 2, std::min<size_t>(400, fs::file_size(damaged) / 4));
+    if (file != "optimizer.safetensors") {  // eval and generate do not read the optimizer state
+      const Result eval = run("eval " + dir.string());
+      EXPECT_EQ(eval.exit_code, 2) << eval.output;
+      EXPECT_TRUE(contains(eval.output, damaged.string())) << eval.output;
+      EXPECT_EQ(run("generate " + dir.string() + " --max-tokens 5").exit_code, 2);
+    }
+    // Resume names the damaged checkpoint, falls back to step 8, and retrains steps 9-12 bitwise.
+    const Result resumed = run(train(dir, "resume=true"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_TRUE(contains(resumed.output, damaged.string())) << resumed.output;
+    EXPECT_TRUE(contains(resumed.output, "falling back to " + (dir / "checkpoints" / "step_00000008").string()))
+        << resumed.output;
+    EXPECT_EQ(loss_curve(dir), loss_curve(reference()));
+    EXPECT_EQ(file_bytes(dir / "checkpoints" / "step_00000012" / "model.safetensors"),
+              file_bytes(reference() / "checkpoints" / "step_00000012" / "model.safetensors"));
+  }
+}
+
+TEST_F(TrainCli, NonFiniteWeightsInACheckpointAreRefused) {
+  const fs::path dir = copy_of_reference("nan-weights");
+  {
+    // A checkpoint saved with a NaN weight and valid checksums: what the checksums cannot catch.
+    auto loaded = train::load_run(dir, std::nullopt);
+    loaded.model->params().values()[7] = std::nanf("");
+    train::save_checkpoint(dir, *loaded.model, nullptr, loaded.state, 5, loaded.tokenizer->identity());
+  }
+  const Result eval = run("eval " + dir.string() + " --fp32");
+  EXPECT_EQ(eval.exit_code, 2) << eval.output;  // was exit 0 with "loss nan"
+  EXPECT_TRUE(contains(eval.output, "non-finite")) << eval.output;
+  const Result generate = run("generate " + dir.string() + " --max-tokens 5");
+  EXPECT_EQ(generate.exit_code, 2) << generate.output;  // was exit 0 printing ZZZZZ
+  const Result resumed = run(train(dir, "resume=true"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "falling back to")) << resumed.output;
+  EXPECT_EQ(loss_curve(dir), loss_curve(reference()));
+}
+
+TEST_F(TrainCli, StrayTemporariesAreRemovedAtTheNextStart) {
+  const fs::path dir = copy_of_reference("stray");
+  std::ofstream(dir / "metrics.jsonl.tmp.99999") << "half a rewrite";
+  const Result r = run(train(dir, "resume=true steps=13"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "metrics.jsonl.tmp.99999"));
+}
+
+TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndSaysHowToResume) {
+  const fs::path dir = copy_of_reference("sigterm");
+  const fs::path log = work_dir() / "sigterm.log", pid_file = work_dir() / "sigterm.pid", rc_file = work_dir() / "sigterm.rc";
+  // sh -c: `wait` there gives the trainer's exit status, which the test reads from rc_file.
+  const std::string cmd = "sh -c '" + std::string(NIBBLE_BINARY_DIR) + "/nibble " + train(dir, "resume=true steps=100000000") +
+                          " > " + log.string() + " 2>&1 & echo $! > " + pid_file.string() + "; wait $!; echo $? > " +
+                          rc_file.string() + "' &";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  long pid = 0;
+  for (int i = 0; i < 600 && pid == 0; ++i) {
+    std::ifstream(pid_file) >> pid;
+    if (pid == 0) ::usleep(10000);
+  }
+  ASSERT_GT(pid, 0);
+  auto log_text = [&] {
+    const auto bytes = file_bytes(log);
+    return std::string(bytes.begin(), bytes.end());
+  };
+  for (int i = 0; i < 3000 && !contains(log_text(), " 14/100000000"); ++i) ::usleep(10000);
+  ::kill(static_cast<pid_t>(pid), SIGTERM);
+  int rc = -1;
+  for (int i = 0; i < 1000 && rc < 0; ++i) {
+    std::ifstream(rc_file) >> rc;
+    if (rc < 0) ::usleep(10000);
+  }
+  if (rc < 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
+  ASSERT_EQ(rc, 128 + SIGTERM) << log_text();
+  const std::string out = log_text();
+  EXPECT_TRUE(contains(out, "stopped by SIGTERM after step")) << out;
+  EXPECT_TRUE(contains(out, "resume=true")) << out;
+  // The checkpoint of the last step is complete: resuming continues from it.
+  const auto newest = list_checkpoints_of(dir);
+  ASSERT_FALSE(newest.empty());
+  EXPECT_TRUE(contains(out, "checkpoint " + newest.back().string() + " written")) << out;
+  const int64_t step = std::stoll(newest.back().filename().string().substr(5));
+  const Result resumed = run("train " + (dir / "config.yaml").string() + " resume=true steps=" + std::to_string(step + 1));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "resuming from " + newest.back().string())) << resumed.output;
+}
+

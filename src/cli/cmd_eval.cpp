@@ -26,6 +26,9 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
   cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0: the whole file)");
   cmd->add_flag("--fp32", o->fp32, "evaluate with FP32 GEMMs instead of the run's recipe");
   cmd->callback([o, &exit_code] {
+    if (o->max_windows < 0)
+      throw UsageError(fmt::format("--max-windows {} is negative: give a window count, or 0 for the whole file",
+                                   o->max_windows));
     auto run = train::load_run(o->run, o->checkpoint.empty() ? std::nullopt
                                                              : std::optional<std::filesystem::path>(o->checkpoint));
     const std::filesystem::path tokens_path =
@@ -35,6 +38,15 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
       throw UsageError(fmt::format("{} was written for a vocabulary of {} ids, the run's tokenizer has {}: use a token "
                                    "file prepared with the run's tokenizer",
                                    tokens_path.string(), shard.vocab_size, run.tokenizer->vocab_size()));
+    // A shard does not name its tokenizer, but `nibble prepare` writes one next to it: another
+    // tokenizer of the same vocabulary size would give a loss of other text, silently.
+    const std::filesystem::path shard_dir = tokens_path.parent_path().empty() ? "." : tokens_path.parent_path();
+    if (std::filesystem::exists(shard_dir / "tokenizer.json") &&
+        train::load_tokenizer(shard_dir)->identity() != run.tokenizer->identity())
+      throw UsageError(fmt::format("{} was prepared with another tokenizer ({}) than the run's, although the "
+                                   "vocabulary size ({}) is the same: its token ids mean other text. Use a token file "
+                                   "prepared with the run's tokenizer",
+                                   tokens_path.string(), (shard_dir / "tokenizer.json").string(), shard.vocab_size));
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = train::evaluate_token_stream(run, shard.tokens, o->max_windows, !o->fp32);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "format/quantized_tensor.h"
 #include "io/atomic_file.h"
+#include "io/checksum.h"
 #include "io/safetensors.h"
 
 namespace nibble::train {
@@ -27,9 +29,53 @@ constexpr const char* kHfConfigFile = "config.json";
 constexpr const char* kStepPrefix = "step_";
 constexpr const char* kPartialPrefix = ".partial-step_";
 
-void write_json(const fs::path& path, const nlohmann::json& j) {
+constexpr const char* kChecksumsKey = "checksums";
+constexpr const char* kSelfChecksumKey = "checksum";
+constexpr const char* kTokenizerKey = "tokenizer";
+
+// Writes `bytes` and returns their checksum, recorded in state.json.
+std::string write_bytes(const fs::path& path, std::span<const uint8_t> bytes) {
+  io::write_file_atomically(path, bytes);
+  return io::content_hash(bytes);
+}
+
+std::string write_json(const fs::path& path, const nlohmann::json& j) {
   const std::string text = j.dump(2) + "\n";
-  io::write_file_atomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  return write_bytes(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+// state.json's own checksum covers its other fields as dump(2) writes them: nlohmann's objects
+// are ordered and its numbers round-trip, so parse + dump reproduces the text that was hashed.
+std::string state_checksum(nlohmann::json s) {
+  s.erase(kSelfChecksumKey);
+  return io::content_hash(s.dump(2));
+}
+
+std::string damage_advice(const fs::path& checkpoint) {
+  return fmt::format("the checkpoint is damaged: remove {} (resume=true then continues from the newest checkpoint "
+                     "that verifies), or pick another with --checkpoint",
+                     checkpoint.string());
+}
+
+// The bytes of a checkpoint file, verified against the checksum state.json recorded for them.
+std::vector<uint8_t> read_verified(const fs::path& checkpoint, const char* name, const nlohmann::json& checksums) {
+  const fs::path path = checkpoint / name;
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = io::read_file_bytes(path);
+  } catch (const UsageError& e) {
+    throw DamagedCheckpoint(fmt::format("{}\n{}", e.what(), damage_advice(checkpoint)));
+  }
+  const auto it = checksums.find(name);
+  if (it == checksums.end() || !it->is_string())
+    throw DamagedCheckpoint(fmt::format("{}: state.json records no checksum for it\n{}", path.string(),
+                                        damage_advice(checkpoint)));
+  const std::string actual = io::content_hash(bytes);
+  if (actual != it->get<std::string>())
+    throw DamagedCheckpoint(fmt::format("{}: its contents do not match the checksum written with it ({} on disk, {} "
+                                        "recorded): the file was changed or damaged after it was saved\n{}",
+                                        path.string(), actual, it->get<std::string>(), damage_advice(checkpoint)));
+  return bytes;
 }
 
 // Step number of a "step_00000500" directory name, or -1.
@@ -89,6 +135,20 @@ void safetensors_to_arena(const io::SafetensorsFile& file, const std::string& so
         "tied_embeddings={}):{}\nthe checkpoint comes from a run with another model shape: use that run's config, "
         "or start a new run.dir",
         source, mc.layers, mc.width, mc.heads, mc.kv_head_count(), mc.hidden(), mc.vocab, mc.tied_embeddings, list));
+  }
+  // A NaN or infinity in a checkpoint (saved after the numbers went wrong, or damaged in a way the
+  // checksum cannot see) would be trained on or sampled from silently.
+  for (const auto& slot : layout) {
+    const auto& tensor = file.tensors.at(prefix + slot.hf_name);
+    const size_t count = tensor.data.size() / sizeof(float);
+    for (size_t i = 0; i < count; ++i) {
+      float v;
+      std::memcpy(&v, tensor.data.data() + i * sizeof(float), sizeof v);
+      if (!std::isfinite(v))
+        throw DamagedCheckpoint(fmt::format("{}: tensor {} holds the non-finite value {} at element {}: these weights "
+                                            "cannot be trained on or evaluated; use an earlier checkpoint",
+                                            source, prefix + slot.hf_name, v, i));
+    }
   }
   const auto& arena = model.params();
   for (const auto& slot : layout) {
@@ -180,7 +240,7 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
 }
 
 fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& model, const AdamW* optimizer,
-                         const TrainingState& state, int64_t keep) {
+                         const TrainingState& state, int64_t keep, const std::string& tokenizer_identity) {
   const fs::path dir = checkpoints_dir(run_dir), final_path = checkpoint_path(run_dir, state.step);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -196,17 +256,18 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
     io::SafetensorsFile weights = arena_to_safetensors(model, model.params().values(), "");
     weights.metadata["format"] = "pt";  // what Hugging Face's loaders look for
     weights.metadata["nibble.step"] = std::to_string(state.step);
-    io::write_safetensors(partial / kModelFile, weights);
+    nlohmann::json checksums;
+    checksums[kModelFile] = write_bytes(partial / kModelFile, io::serialize_safetensors(weights));
     if (const char* kill_at = std::getenv("NIBBLE_TEST_KILL_DURING_CHECKPOINT");
         kill_at && (*kill_at == '\0' || std::atoll(kill_at) == state.step))
       std::raise(SIGKILL);
-    write_json(partial / kHfConfigFile, hf_config(model.config()));
+    checksums[kHfConfigFile] = write_json(partial / kHfConfigFile, hf_config(model.config()));
     if (optimizer) {
       io::SafetensorsFile moments = arena_to_safetensors(model, optimizer->first_moments(), "exp_avg.");
       io::SafetensorsFile second = arena_to_safetensors(model, optimizer->second_moments(), "exp_avg_sq.");
       moments.tensors.merge(second.tensors);
       moments.metadata["adam_step"] = std::to_string(optimizer->steps());
-      io::write_safetensors(partial / kOptimizerFile, moments);
+      checksums[kOptimizerFile] = write_bytes(partial / kOptimizerFile, io::serialize_safetensors(moments));
     }
     nlohmann::json s;
     s["step"] = state.step;
@@ -217,6 +278,9 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
     s["best_val_step"] = state.best_val_step;
     s["best_val_loss"] = state.best_val_step >= 0 ? state.best_val_loss : 0.0;
     s["has_optimizer"] = optimizer != nullptr;
+    s[kTokenizerKey] = tokenizer_identity;
+    s[kChecksumsKey] = checksums;
+    s[kSelfChecksumKey] = state_checksum(s);
     write_json(partial / kStateFile, s);
     // Replacing an existing checkpoint of the same step: move it aside first, since rename() cannot
     // replace a non-empty directory; it is deleted only after the new one is in place.
@@ -239,15 +303,26 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
   return final_path;
 }
 
-TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& model, AdamW* optimizer) {
+TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& model, AdamW* optimizer,
+                              const std::optional<std::string>& tokenizer_identity) {
   if (!fs::is_directory(checkpoint))
     throw UsageError(fmt::format("checkpoint '{}' is not a directory (expected RUN/checkpoints/step_NNNNNNNN)",
                                  checkpoint.string()));
   TrainingState state;
   const fs::path state_path = checkpoint / kStateFile;
-  const auto state_bytes = io::read_file_bytes(state_path);
+  nlohmann::json s;
   try {
-    const auto s = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
+    const auto state_bytes = io::read_file_bytes(state_path);
+    s = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
+    if (!s.contains(kSelfChecksumKey))
+      throw DamagedCheckpoint(fmt::format("{}: holds no checksums (written by a nibble before checkpoints were "
+                                          "verified, or damaged): it cannot be verified\n{}",
+                                          state_path.string(), damage_advice(checkpoint)));
+    const std::string recorded = s.at(kSelfChecksumKey).get<std::string>(), actual = state_checksum(s);
+    if (recorded != actual)
+      throw DamagedCheckpoint(fmt::format("{}: its contents do not match the checksum written with it ({} on disk, {} "
+                                          "recorded): the file was changed or damaged after it was saved\n{}",
+                                          state_path.string(), actual, recorded, damage_advice(checkpoint)));
     state.step = s.at("step").get<int64_t>();
     state.tokens = s.at("tokens").get<int64_t>();
     state.micro_batches = s.at("micro_batches").get<int64_t>();
@@ -255,17 +330,34 @@ TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& mo
     state.elapsed_s = s.at("elapsed_s").get<double>();
     state.best_val_step = s.at("best_val_step").get<int64_t>();
     state.best_val_loss = s.at("best_val_loss").get<double>();
-    if (state.step < 0) throw UsageError(fmt::format("{}: negative step {}", state_path.string(), state.step));
+    if (state.step < 0) throw DamagedCheckpoint(fmt::format("{}: negative step {}", state_path.string(), state.step));
   } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("{}: damaged ({}); use an earlier checkpoint", state_path.string(), e.what()));
+    throw DamagedCheckpoint(fmt::format("{}: damaged ({})\n{}", state_path.string(), e.what(), damage_advice(checkpoint)));
+  } catch (const DamagedCheckpoint&) {
+    throw;
+  } catch (const UsageError& e) {  // unreadable
+    throw DamagedCheckpoint(fmt::format("{}\n{}", e.what(), damage_advice(checkpoint)));
   }
+  const nlohmann::json& checksums = s.at(kChecksumsKey);
+  if (tokenizer_identity) {
+    const std::string saved = s.value(kTokenizerKey, std::string());
+    if (saved != *tokenizer_identity)
+      throw UsageError(fmt::format("{} was trained with another tokenizer (identity {}) than this one ({}), although "
+                                   "the vocabulary size may be the same: token ids would mean other text. Use the "
+                                   "data.dir (or the tokenizer.json) the run was trained with, or start a new run.dir",
+                                   checkpoint.string(), saved.empty() ? "unknown" : saved, *tokenizer_identity));
+  }
+  read_verified(checkpoint, kHfConfigFile, checksums);
   const fs::path model_path = checkpoint / kModelFile;
+  const auto model_bytes = read_verified(checkpoint, kModelFile, checksums);
   // Load into a copy first so that a mismatch leaves the model as it was.
   std::vector<float> values(model.params().values().begin(), model.params().values().end());
-  safetensors_to_arena(io::read_safetensors(model_path), model_path.string(), model, values, "");
+  safetensors_to_arena(io::parse_safetensors(model_bytes, model_path.string()), model_path.string(), model, values, "");
   if (optimizer) {
     const fs::path opt_path = checkpoint / kOptimizerFile;
-    const auto file = io::read_safetensors(opt_path);
+    if (!s.value("has_optimizer", false))
+      throw UsageError(fmt::format("{}: saved without optimizer state, which resuming needs", checkpoint.string()));
+    const auto file = io::parse_safetensors(read_verified(checkpoint, kOptimizerFile, checksums), opt_path.string());
     std::vector<float> m(values.size()), v(values.size());
     safetensors_to_arena(file, opt_path.string(), model, m, "exp_avg.");
     safetensors_to_arena(file, opt_path.string(), model, v, "exp_avg_sq.");

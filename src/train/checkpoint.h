@@ -5,10 +5,14 @@
 //                            gate_up weights are split into q/k/v and gate/up)
 //     config.json            the matching Hugging Face LlamaConfig
 //     optimizer.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME) and its step count
-//     state.json             step, tokens, seed, data position, elapsed time, best validation loss
+//     state.json             step, tokens, seed, data position, elapsed time, best validation loss;
+//                            the XXH3 checksum of every other file's contents, the identity of the
+//                            run's tokenizer (Tokenizer::identity) and a checksum of itself
 // A checkpoint is written into a hidden temporary directory and renamed into place only when every
 // file is complete and flushed, so a crash (kill -9, full disk) mid-write leaves the previous
-// checkpoints untouched and no half-written step_* directory. The newest `keep` are kept.
+// checkpoints untouched and no half-written step_* directory. The newest `keep` are kept. Loading
+// verifies every checksum and refuses non-finite weights, so flipped bytes on disk are never
+// trained on or evaluated.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -16,10 +20,18 @@
 #include <string>
 #include <vector>
 
+#include "format/quantized_tensor.h"  // UsageError
 #include "model/transformer.h"
 #include "train/optimizer.h"
 
 namespace nibble::train {
+
+// A checkpoint whose bytes are wrong (checksum mismatch, truncated or unparsable file, non-finite
+// values): an earlier checkpoint may still be good, unlike after a shape or tokenizer mismatch,
+// which every checkpoint of the run shares.
+struct DamagedCheckpoint : UsageError {
+  using UsageError::UsageError;
+};
 
 struct TrainingState {
   int64_t step = 0;            // optimizer steps done
@@ -51,11 +63,17 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // Test hook: with NIBBLE_TEST_KILL_DURING_CHECKPOINT=STEP (or empty: any step), the process kills
 // itself with SIGKILL after writing that checkpoint's weights and before the rename, as a crash
 // mid-checkpoint would.
+// `tokenizer_identity` (Tokenizer::identity) is stored for load_checkpoint to compare.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, const model::Transformer& model,
-                                      const AdamW* optimizer, const TrainingState& state, int64_t keep);
+                                      const AdamW* optimizer, const TrainingState& state, int64_t keep,
+                                      const std::string& tokenizer_identity = "");
 
 // Loads weights (and the optimizer state when `optimizer` is given) into an already constructed
-// model, after checking every tensor's presence, dtype and shape; mismatches are named together.
-TrainingState load_checkpoint(const std::filesystem::path& checkpoint, model::Transformer& model, AdamW* optimizer);
+// model, after verifying every file's checksum (DamagedCheckpoint, naming the file), checking every
+// tensor's presence, dtype and shape (UsageError; mismatches are named together) and that every
+// value is finite (DamagedCheckpoint). With `tokenizer_identity`, a checkpoint trained with another
+// tokenizer is refused (UsageError). On any throw the model and optimizer are left as they were.
+TrainingState load_checkpoint(const std::filesystem::path& checkpoint, model::Transformer& model, AdamW* optimizer,
+                              const std::optional<std::string>& tokenizer_identity = std::nullopt);
 
 }  // namespace nibble::train

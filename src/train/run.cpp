@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <set>
 
 #include "format/quantized_tensor.h"
 #include "io/atomic_file.h"
+#include "io/directory_lock.h"
 #include "kernels/cpu/gemm_peaks.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/experiment.h"
 #include "train/metrics.h"
@@ -82,6 +85,63 @@ bool changes_the_math(const std::string& key) {
 void write_text(const fs::path& path, const std::string& text) {
   io::write_file_atomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
+
+// AtomicFileWriter's temporaries (NAME.tmp.PID) that a killed process left in the run directory.
+// Called under the run's lock, so no live writer owns one.
+void remove_stray_temporaries(const fs::path& run_dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const auto at = name.rfind(".tmp.");
+    if (at == std::string::npos || at + 5 == name.size() || !it->is_regular_file()) continue;
+    if (std::all_of(name.begin() + static_cast<std::ptrdiff_t>(at + 5), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
+// SIGINT / SIGTERM (Ctrl-C, a scheduler's warning before preemption): the first asks the loop to
+// finish its step, write a checkpoint and stop; a second ends the process at once.
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  stop_signal = sig;
+}
+
+// Installs on_stop_signal for the training loop and restores the previous handlers after it. A
+// signal ignored at start stays ignored: a shell starts background jobs with SIGINT ignored so that
+// Ctrl-C in the terminal does not reach them.
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_signal = 0;
+    for (int i = 0; i < 2; ++i) {
+      struct sigaction action {};
+      action.sa_handler = on_stop_signal;
+      action.sa_flags = SA_RESTART;
+      sigemptyset(&action.sa_mask);
+      ::sigaction(kSignals[i], nullptr, &previous_[i]);
+      installed_[i] = previous_[i].sa_handler != SIG_IGN && ::sigaction(kSignals[i], &action, nullptr) == 0;
+    }
+  }
+  ~StopSignals() {
+    for (int i = 0; i < 2; ++i)
+      if (installed_[i]) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[2] = {SIGINT, SIGTERM};
+  struct sigaction previous_[2] {};
+  bool installed_[2] = {false, false};
+};
 
 }  // namespace
 
@@ -204,6 +264,14 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   if (const char* hook = std::getenv("NIBBLE_TEST_RANK_EXIT"); hook && *hook)
     if (std::sscanf(hook, "%d:%ld", &exit_rank, &exit_step) != 2) exit_rank = -1;
 
+  // Nothing is written into the run directory until the whole request is validated (config, data,
+  // recipe, the checkpoint to resume and its fit to this model and tokenizer): a refused command
+  // leaves every byte of the directory as it was. An existing directory is locked first, so that
+  // what is validated cannot change underneath (a second trainer is refused, naming its PID).
+  const std::string lock_holder = "another `nibble train`";
+  std::unique_ptr<io::DirectoryLock> lock;
+  if (root && fs::is_directory(run_dir)) lock = std::make_unique<io::DirectoryLock>(run_dir, lock_holder);
+
   const auto existing = root ? latest_checkpoint(run_dir) : std::nullopt;
   if (existing && !config.resume)
     throw UsageError(fmt::format("run.dir '{}' already holds checkpoints (newest {}): pass resume=true to continue that "
@@ -213,14 +281,49 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   Dataset data = load_dataset(config.data_dir);
   config.train.model.vocab = data.tokenizer->vocab_size();
   config.validate();
+  const std::string tokenizer_identity = data.tokenizer->identity();
 
   // Built before anything is written, so that a recipe or shape the Trainer refuses leaves no
   // half-made run directory behind.
   Trainer trainer(config.train, data.corpus(), &comm);
 
-  std::error_code ec;
-  if (root) fs::create_directories(run_dir, ec);
-  if (ec) throw UsageError(fmt::format("cannot create run.dir '{}': {}", run_dir.string(), ec.message()));
+  TrainingState state;
+  state.seed = config.train.seed;
+  std::string last_good = "none (no checkpoint written yet)";
+  if (config.resume && existing) {
+    // Newest first; a damaged checkpoint (flipped bytes, NaN weights) is named and passed over for
+    // the newest one that verifies. A shape or tokenizer mismatch is not: every checkpoint shares it.
+    const auto all = list_checkpoints(run_dir);
+    std::optional<fs::path> loaded;
+    std::vector<std::string> damaged;
+    for (auto it = all.rbegin(); it != all.rend() && !loaded; ++it) {
+      try {
+        state = load_checkpoint(*it, trainer.model(), &trainer.optimizer(), tokenizer_identity);
+        loaded = *it;
+      } catch (const DamagedCheckpoint& e) {
+        damaged.push_back(e.what());
+        print(fmt::format("warning: not resuming from {}: {}\n", it->string(), e.what()));
+      }
+    }
+    if (!loaded)
+      throw UsageError(fmt::format("no checkpoint in '{}' verifies ({} damaged, named above): the run cannot be "
+                                   "continued; start a new run.dir",
+                                   run_dir.string(), damaged.size()));
+    if (state.micro_batches != state.step * config.train.grad_accum)
+      throw UsageError(fmt::format("{}: the checkpoint drew {} micro-batches in {} steps, which grad_accum={} cannot "
+                                   "continue: resume with the run's grad_accum",
+                                   loaded->string(), state.micro_batches, state.step, config.train.grad_accum));
+    if (!damaged.empty())
+      print(fmt::format("warning: falling back to {} (step {}), the newest checkpoint that verifies; the {} newer "
+                        "damaged one(s) will be replaced as training passes their steps\n",
+                        loaded->string(), state.step, damaged.size()));
+    if (state.seed != config.train.seed)
+      print(fmt::format("note: the checkpoint was trained with seed={}, this config has seed={}: data order and "
+                        "rounding continue with the new seed\n",
+                        state.seed, config.train.seed));
+    state.seed = config.train.seed;
+    last_good = loaded->string();
+  }
 
   const fs::path saved_config = run_dir / kConfigFile;
   if (config.resume && existing && fs::exists(saved_config)) {
@@ -237,38 +340,39 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
                           key, value, old_value));
     }
   }
+
+  // Validated: from here on the run directory is written.
+  if (root) {
+    std::error_code ec;
+    fs::create_directories(run_dir, ec);
+    if (ec) throw UsageError(fmt::format("cannot create run.dir '{}': {}", run_dir.string(), ec.message()));
+    if (!lock) {
+      lock = std::make_unique<io::DirectoryLock>(run_dir, lock_holder);
+      // Another trainer may have made the directory and its first checkpoint while this one validated.
+      if (latest_checkpoint(run_dir))
+        throw UsageError(fmt::format("run.dir '{}' received checkpoints from another process while this run started: "
+                                     "choose another run.dir",
+                                     run_dir.string()));
+    }
+    remove_stray_temporaries(run_dir);
+  }
   const std::string resolved = config_to_yaml(config);
   print("# resolved config (saved as " + saved_config.string() + ")\n" + resolved);
   if (root) {
     write_text(saved_config, resolved);
     data.tokenizer->save(run_dir);
   }
+  if (config.resume) {
+    if (existing)
+      print(fmt::format("resuming from {} (step {}, {} tokens)\n", last_good, state.step, state.tokens));
+    else
+      print(fmt::format("no checkpoint in '{}' yet: starting a new run\n", run_dir.string()));
+  }
 
   const int64_t seq = config.train.seq > 0 ? config.train.seq : config.train.model.context;
   const int64_t tokens_per_step = config.train.batch * seq * config.train.grad_accum;
   const int64_t total = config.train.schedule.total_steps;
 
-  TrainingState state;
-  state.seed = config.train.seed;
-  std::string last_good = "none (no checkpoint written yet)";
-  if (config.resume) {
-    if (existing) {
-      state = load_checkpoint(*existing, trainer.model(), &trainer.optimizer());
-      if (state.micro_batches != state.step * config.train.grad_accum)
-        throw UsageError(fmt::format("{}: the checkpoint drew {} micro-batches in {} steps, which grad_accum={} cannot "
-                                     "continue: resume with the run's grad_accum",
-                                     existing->string(), state.micro_batches, state.step, config.train.grad_accum));
-      if (state.seed != config.train.seed)
-        print(fmt::format("note: the checkpoint was trained with seed={}, this config has seed={}: data order and "
-                          "rounding continue with the new seed\n",
-                          state.seed, config.train.seed));
-      state.seed = config.train.seed;
-      last_good = existing->string();
-      print(fmt::format("resuming from {} (step {}, {} tokens)\n", existing->string(), state.step, state.tokens));
-    } else {
-      print(fmt::format("no checkpoint in '{}' yet: starting a new run\n", run_dir.string()));
-    }
-  }
   if (comm.size() > 1) {
     // Rank 0's weights, optimizer state and data position are the job's, whatever the rank count
     // of the run that saved them: the global batch and sample order depend only on the step.
@@ -311,6 +415,8 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   double last_loss = std::nan("");
   double last_val = std::nan("");
   if (state.step >= total) print(fmt::format("the run is already complete at step {} of {}\n", state.step, total));
+  const StopSignals stop_signals;
+  int64_t checkpointed_step = -1;
   while (trainer.steps_done() < total) {
     if (comm.rank() == exit_rank && trainer.steps_done() + 1 == exit_step) {
       std::fprintf(stderr, "nibble: test hook NIBBLE_TEST_RANK_EXIT: rank %d exits before step %ld\n", exit_rank,
@@ -403,9 +509,28 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
 
     if ((r.step % config.checkpoint_interval == 0 || last_step) && root) {
       state.elapsed_s = elapsed();
-      const auto path = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep);
+      const auto path = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep,
+                                        tokenizer_identity);
       last_good = path.string();
+      checkpointed_step = r.step;
       print(fmt::format("{}checkpoint {}\n", live ? "\r\033[K" : "", path.string()));
+    }
+
+    // Every rank stops after the same step: rank 0's signal decides (mpirun forwards it to all).
+    int64_t stop = stop_signal;
+    if (comm.size() > 1) comm.broadcast_values(std::span(&stop, 1), 0);
+    if (stop != 0 && !last_step) {
+      if (root && checkpointed_step != r.step) {
+        state.elapsed_s = elapsed();
+        last_good = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep,
+                                    tokenizer_identity)
+                        .string();
+      }
+      print(fmt::format("{}stopped by {} after step {} of {}: checkpoint {} written.\ncontinue the run with: nibble "
+                        "train {} resume=true\n",
+                        live ? "\r\033[K" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", r.step, total, last_good,
+                        saved_config.string()));
+      return 128 + static_cast<int>(stop);
     }
   }
 
@@ -442,7 +567,7 @@ LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& check
     run.checkpoint = *latest;
   }
   run.model = std::make_unique<model::Transformer>(run.config.train.model);
-  run.state = load_checkpoint(run.checkpoint, *run.model, nullptr);
+  run.state = load_checkpoint(run.checkpoint, *run.model, nullptr, run.tokenizer->identity());
   return run;
 }
 

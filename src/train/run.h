@@ -23,6 +23,8 @@ namespace nibble::train {
 
 // Exit codes of run_training besides UsageError (2).
 inline constexpr int kExitNonFiniteLoss = 3;
+// 128 + SIGINT / SIGTERM (130 / 143, as a shell reports a process those signals end): the run was
+// stopped by the signal after writing a checkpoint of its last step.
 
 // Bytes of training state for one micro-batch, estimated from the shapes (model/transformer.h's
 // saved activations; scratch buffers that live only inside one layer are not counted).
@@ -42,7 +44,8 @@ std::string startup_report(const RunConfig& config, const model::Transformer& mo
                            const Tokenizer& tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops);
 
 // Trains per `config`, printing to `out`. Returns 0, or kExitNonFiniteLoss when the loss became
-// NaN/inf (after printing the step and the last good checkpoint). Throws UsageError for bad input.
+// NaN/inf (after printing the step and the last good checkpoint), or 128 + the signal after SIGINT
+// or SIGTERM. Throws UsageError for bad input, having written nothing into run.dir.
 int run_training(const RunConfig& config, std::FILE* out);
 // The same as one rank of a data-parallel job (train/distributed.h): every rank trains its share of
 // each global batch; rank 0 alone prints, reads and writes the run directory (config, metrics,

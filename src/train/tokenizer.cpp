@@ -9,6 +9,7 @@
 
 #include "format/quantized_tensor.h"
 #include "io/atomic_file.h"
+#include "io/checksum.h"
 #include "train/data.h"
 
 namespace nibble::train {
@@ -41,6 +42,7 @@ class CharacterTokenizer final : public Tokenizer {
     j["bytes"] = bytes;
     write_text_atomically(directory / kTokenizerFile, j.dump() + "\n");
   }
+  std::string identity() const override { return io::content_hash("char\n" + alphabet_); }
 
  private:
   std::string alphabet_;
@@ -92,6 +94,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     j["vocab_size"] = vocab_size();
     write_text_atomically(directory / kTokenizerFile, j.dump() + "\n");
   }
+  std::string identity() const override { return io::content_hash("bpe\n" + serialized_); }
 
  private:
   std::string serialized_;

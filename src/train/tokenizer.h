@@ -29,6 +29,10 @@ class Tokenizer {
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // Writes tokenizer.json (and the kind's own files) into `directory`, atomically each.
   virtual void save(const std::filesystem::path& directory) const = 0;
+  // A content hash of the vocabulary itself (the char alphabet, the sentencepiece model), stored in
+  // every checkpoint: two tokenizers of one vocabulary size map text to different ids, so a run
+  // must continue, and be evaluated, with the very tokenizer it was trained with.
+  virtual std::string identity() const = 0;
 };
 
 std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus);
