@@ -575,3 +575,58 @@ TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndSaysHowToResume) {
   EXPECT_TRUE(contains(resumed.output, "resuming from " + newest.back().string())) << resumed.output;
 }
 
+TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
+  struct Case {
+    std::string args, expected;
+  };
+  const fs::path run_copy = copy_of_reference("small-refusals");
+  const auto before = snapshot(run_copy);
+  const fs::path npy = work_dir() / "x.npy";
+  {
+    // 16 x 16 float32, little-endian, C order.
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (16, 16), }";
+    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    std::ofstream f(npy, std::ios::binary);
+    f.write("\x93NUMPY\x01\x00", 8);
+    const uint16_t n = static_cast<uint16_t>(header.size());
+    f.write(reinterpret_cast<const char*>(&n), 2);
+    f << header;
+    for (int i = 0; i < 256; ++i) {
+      const float v = static_cast<float>(i % 7) - 3;
+      f.write(reinterpret_cast<const char*>(&v), 4);
+    }
+  }
+  const fs::path st = work_dir() / "x.safetensors";
+  ASSERT_EQ(run("quantize " + npy.string() + " -o " + st.string() + " --format nvfp4").exit_code, 0);
+  const auto npy_bytes = file_bytes(npy), st_bytes = file_bytes(st);
+  const std::vector<Case> cases = {
+      {"train " + run_copy.string(), "is a directory, not a config file"},
+      {"train " + (work_dir() / "missing.yaml").string(), "config file '" + (work_dir() / "missing.yaml").string() + "' does not exist"},
+      {"quantize " + npy.string() + " -o " + npy.string() + " --format nvfp4", "is the input file itself"},
+      {"quantize " + npy.string() + " -o " + (work_dir() / "." / "x.npy").string() + " --format nvfp4", "is the input file itself"},
+      {"dequantize " + st.string() + " -o " + st.string(), "is the input file"},
+      {"compare " + run_copy.string() + " -o " + (run_copy / "metrics.jsonl").string(), "is a file of the run"},
+      {train(work_dir() / "rope", "model.rope_theta=0"), "rope_theta=0"},
+      {train(work_dir() / "rope", "model.rope_theta=-5"), "rope_theta=-5"},
+      {train(work_dir() / "init", "model.init_std=0"), "init_std=0"},
+      {"generate " + run_copy.string() + " --top-k -5", "--top-k -5"},
+      {"eval " + run_copy.string() + " --max-windows -3", "--max-windows -3"},
+      {"quantize " + npy.string() + " -o " + (work_dir() / "y.st").string() + " --format nvfp4 --rounding sr --seed -1", "-1"},
+      {"generate " + run_copy.string() + " --seed -1", "-1"},
+      {"bench train --timed-steps 0", "--timed-steps"},
+      {"bench train --timed-steps -3", "--timed-steps"},
+      {"bench train --layers 0", "--layers"},
+  };
+  for (const auto& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, c.expected)) << c.args << "\n" << r.output;
+  }
+  EXPECT_EQ(snapshot(run_copy), before);
+  EXPECT_EQ(file_bytes(npy), npy_bytes);
+  EXPECT_EQ(file_bytes(st), st_bytes);
+  EXPECT_FALSE(fs::exists(work_dir() / "rope"));
+  EXPECT_FALSE(fs::exists(work_dir() / "init"));
+  EXPECT_FALSE(fs::exists(work_dir() / "y.st"));
+}

@@ -222,18 +222,19 @@ const CommandRegistration registration{"bench train", [](CLI::App& app, int& exi
   cmd->add_option("--set", o->knobs, "recipe knob key=value for the recipes it applies to (e.g. nvfp4.rht=false)");
   cmd->add_flag("--quality", o->quality, "train nanoGPT's CPU config on tinyshakespeare per recipe; print val losses");
   cmd->add_option("--corpus", o->corpus, "character-level training text")->capture_default_str();
-  cmd->add_option("--layers", o->layers, "transformer blocks (default 6 speed / 4 quality)");
-  cmd->add_option("--width", o->width, "model width (default 384 / 128)");
-  cmd->add_option("--heads", o->heads, "attention heads (default 6 / 4)");
-  cmd->add_option("--context", o->context, "sequence length (default 256 / 64)");
-  cmd->add_option("--batch", o->batch, "sequences per step (default 8 / 12)");
-  cmd->add_option("--steps", o->steps, "quality: training steps (default 2000)");
+  // Sizes are checked as given: 0 would silently mean the default, a negative count nonsense rates.
+  cmd->add_option("--layers", o->layers, "transformer blocks (default 6 speed / 4 quality)")->check(integer_at_least(1, "a positive count"));
+  cmd->add_option("--width", o->width, "model width (default 384 / 128)")->check(integer_at_least(1, "a positive count"));
+  cmd->add_option("--heads", o->heads, "attention heads (default 6 / 4)")->check(integer_at_least(1, "a positive count"));
+  cmd->add_option("--context", o->context, "sequence length (default 256 / 64)")->check(integer_at_least(1, "a positive count"));
+  cmd->add_option("--batch", o->batch, "sequences per step (default 8 / 12)")->check(integer_at_least(1, "a positive count"));
+  cmd->add_option("--steps", o->steps, "quality: training steps (default 2000)")->check(integer_at_least(1, "a positive count"));
   cmd->add_option("--lr", o->lr, "quality: peak learning rate")->capture_default_str();
-  cmd->add_option("--eval-interval", o->eval_interval, "quality: steps between evaluations")->capture_default_str();
-  cmd->add_option("--eval-batches", o->eval_batches, "quality: validation batches per evaluation")->capture_default_str();
-  cmd->add_option("--warmup", o->warmup, "speed: untimed steps")->capture_default_str();
-  cmd->add_option("--timed-steps", o->timed_steps, "speed: timed steps")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "run seed")->capture_default_str();
+  cmd->add_option("--eval-interval", o->eval_interval, "quality: steps between evaluations")->capture_default_str()->check(integer_at_least(1, "a positive count"));
+  cmd->add_option("--eval-batches", o->eval_batches, "quality: validation batches per evaluation")->capture_default_str()->check(integer_at_least(1, "a positive count"));
+  cmd->add_option("--warmup", o->warmup, "speed: untimed steps")->capture_default_str()->check(integer_at_least(0, "a count >= 0"));
+  cmd->add_option("--timed-steps", o->timed_steps, "speed: timed steps")->capture_default_str()->check(integer_at_least(1, "a positive count"));
+  cmd->add_option("--seed", o->seed, "run seed")->capture_default_str()->check(integer_at_least(0, "a seed >= 0"));
   cmd->callback([o, &exit_code] { exit_code = o->quality ? run_quality(*o) : run_speed(*o); });
 }};
 

@@ -173,6 +173,10 @@ io::SafetensorsFile to_safetensors(const QuantizedTensor& q, const QuantOptions&
 int run_quantize(const QuantizeArgs& a) {
   // Options first: a typo in --format should not wait for a large file to load.
   const QuantOptions o = options_from(a);
+  if (same_file(a.input, a.output))
+    throw UsageError(fmt::format("-o {} is the input file itself: writing it would destroy the input; give another "
+                                 "output path (e.g. {}.safetensors)",
+                                 a.output, std::filesystem::path(a.input).stem().string()));
   Matrix x = read_matrix(a.input);
   QuantizedTensor q;
   try {
@@ -357,6 +361,11 @@ int run_dequantize(const DequantizeArgs& a) {
   const bool want_stats = a.stats || !a.reference.empty();
   if (a.stats && a.reference.empty())
     throw UsageError("--stats needs the original tensor: add --reference ORIGINAL.npy");
+  for (const std::string& read : {a.input, a.reference})
+    if (!read.empty() && same_file(read, a.output))
+      throw UsageError(fmt::format("-o {} is the input file {} itself: writing it would destroy that file; give another "
+                                   "output path (e.g. {}.npy)",
+                                   a.output, read, std::filesystem::path(a.input).stem().string()));
   const io::SafetensorsFile file = io::read_safetensors(a.input);
   auto [q, transposed] = QuantizedFileReader(file, a.input).read();
 
@@ -397,7 +406,8 @@ const CommandRegistration quantize_command("quantize", [](CLI::App& app, int& ex
   cmd->add_option("--format", args->format, "nvfp4, mxfp4, mxfp8, fp8_e4m3 or fp8_e5m2")->required();
   cmd->add_option("--block", args->block, "nvfp4: 1x16 (default) or 16x16; mx formats: 1x32; fp8: tensor");
   cmd->add_option("--rounding", args->rounding, "rn (round to nearest even, default) or sr (stochastic)");
-  args->seed_option = cmd->add_option("--seed", args->seed, "Seed of the stochastic rounding stream (with --rounding sr)");
+  args->seed_option = cmd->add_option("--seed", args->seed, "Seed of the stochastic rounding stream (with --rounding sr)")
+                          ->check(integer_at_least(0, "a seed >= 0"));
   cmd->add_flag("--rht", args->rht, "nvfp4: 16-point random Hadamard transform along rows first");
   cmd->add_flag("--four-over-six", args->four_over_six,
                 "nvfp4: per block (16x16: per tile), scale to 4 or 6, whichever errs less (TE's Four Over Six)");

@@ -2,6 +2,7 @@
 // All logic lives in train/run.h; this file only parses the command line.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "cli/command.h"
@@ -42,6 +43,15 @@ CommandRegistration train_command("train", [](CLI::App& app, int& exit_code) {
     if (o->config.find('=') != std::string::npos && !o->config.ends_with(".yaml") && !o->config.ends_with(".yml"))
       throw UsageError(fmt::format("'{}' looks like an override, not a config file: nibble train CONFIG.yaml {}",
                                    o->config, o->config));
+    if (std::filesystem::is_directory(o->config))
+      throw UsageError(fmt::format("'{}' is a directory, not a config file: nibble train CONFIG.yaml [key=value ...] "
+                                   "(e.g. configs/shakespeare.yaml); to continue a run: nibble train {}/config.yaml "
+                                   "resume=true",
+                                   o->config, o->config));
+    if (!std::filesystem::exists(o->config))
+      throw UsageError(fmt::format("config file '{}' does not exist: check the path (configs/ holds examples, e.g. "
+                                   "configs/shakespeare.yaml)",
+                                   o->config));
     // Under mpirun this process is one rank of a data-parallel job (train/distributed.h).
     std::unique_ptr<train::Communicator> comm = train::connect_processes();
     try {

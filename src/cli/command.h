@@ -3,6 +3,8 @@
 // they parse options, call the library, and report UsageError as a clear message with exit code 2.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -33,6 +35,33 @@ inline CLI::App* subcommand_group(CLI::App& app, const std::string& name, const 
   CLI::App* group = app.add_subcommand(name, description);
   group->require_subcommand(1);
   return group;
+}
+
+// An integer option's check: CLI11 reports "--NAME: MESSAGE" with exit code 2. Needed because an
+// unsigned option silently wraps -1 to 18446744073709551615, and a count of 0 or less is nonsense.
+inline CLI::Validator integer_at_least(long long minimum, const std::string& meaning) {
+  return CLI::Validator(
+      [minimum, meaning](std::string& text) -> std::string {
+        long long v = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+        // Above long long (a uint64 seed): CLI11 itself then checks the option's own range.
+        if (error == std::errc::result_out_of_range && !text.empty() && text[0] != '-') return "";
+        if (error != std::errc() || end != text.data() + text.size()) return "'" + text + "' is not an integer";
+        if (v < minimum) return text + " is below " + std::to_string(minimum) + ": give " + meaning;
+        return "";
+      },
+      "INT>=" + std::to_string(minimum));
+}
+
+// Whether `a` and `b` name one file (the same path spelled differently, or a hard or symbolic link):
+// a command that wrote its output there would destroy its own input.
+inline bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec)) return true;
+  const auto ca = std::filesystem::weakly_canonical(a, ec);
+  if (ec) return false;
+  const auto cb = std::filesystem::weakly_canonical(b, ec);
+  return !ec && ca == cb;
 }
 
 }  // namespace nibble::cli

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <sstream>
 
 #include "kernels/cpu/gemm.h"
 #include "model/cross_entropy.h"
@@ -43,6 +44,14 @@ void add_into(float* y, const float* x, int64_t n) {
 
 }  // namespace
 
+namespace {
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+}  // namespace
+
 void ModelConfig::validate() const {
   auto bad = [](const std::string& what) { throw UsageError("model: " + what); };
   if (vocab <= 0) bad("vocab=" + std::to_string(vocab) + " must be positive");
@@ -56,6 +65,13 @@ void ModelConfig::validate() const {
   if (mlp_hidden < 0) bad("mlp_hidden=" + std::to_string(mlp_hidden) + " must be >= 0 (0 picks 8/3 width)");
   if (context <= 0) bad("context=" + std::to_string(context) + " must be positive");
   if (!(norm_eps > 0)) bad("norm_eps must be positive");
+  // RoPE's frequencies are theta^(-2i/d): theta <= 0 gives NaN angles (reported later as divergence),
+  // theta = 1 none at all. Typical values are 10000 (Llama 2) to 500000 (Llama 3).
+  if (!(rope_theta > 1) || !std::isfinite(rope_theta))
+    bad("rope_theta=" + number_text(rope_theta) + " must be a finite number > 1 (typically 10000)");
+  // init_std = 0 makes every weight zero: the gradients of the matrices vanish and nothing trains.
+  if (!(init_std > 0) || !std::isfinite(init_std))
+    bad("init_std=" + number_text(init_std) + " must be a finite number > 0 (typically 0.02)");
 }
 
 Transformer::Transformer(const ModelConfig& config)

@@ -16,6 +16,7 @@ void SamplingOptions::validate() const {
     throw UsageError(fmt::format("--max-tokens {} is outside [0, 1000000]", max_tokens));
   if (!(temperature >= 0) || !std::isfinite(temperature))
     throw UsageError(fmt::format("--temperature {} must be a finite number >= 0 (0: greedy)", temperature));
+  if (top_k < 0) throw UsageError(fmt::format("--top-k {} is negative: give k >= 1, or 0 to sample among all tokens", top_k));
 }
 
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng) {
