@@ -52,8 +52,8 @@ std::string state_checksum(nlohmann::json s) {
 }
 
 std::string damage_advice(const fs::path& checkpoint) {
-  return fmt::format("the checkpoint is damaged: remove {} (resume=true then continues from the newest checkpoint "
-                     "that verifies), or pick another with --checkpoint",
+  return fmt::format("the checkpoint is damaged: resume=true continues from the newest checkpoint that verifies; "
+                     "eval and generate take an earlier one with --checkpoint (or remove {})",
                      checkpoint.string());
 }
 
