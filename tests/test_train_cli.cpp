@@ -508,6 +508,28 @@ TEST_F(TrainCli, DamagedCheckpointFilesAreNamedAndResumeFallsBackBitwise) {
   }
 }
 
+TEST_F(TrainCli, CheckpointsFromBeforeChecksumsLoadUnverifiedAndPartialOnesAreDamage) {
+  // A run in progress when nibble started recording checksums: its state.json has neither key.
+  const auto strip = [](const fs::path& state, bool both) {
+    std::ifstream in(state);
+    nlohmann::json s = nlohmann::json::parse(in);
+    in.close();
+    s.erase("checksums");
+    if (both) s.erase("checksum");
+    std::ofstream(state) << s.dump(2);
+  };
+  const fs::path old = copy_of_reference("pre-checksum");
+  for (const char* step : {"step_00000008", "step_00000012"}) strip(old / "checkpoints" / step / "state.json", true);
+  const Result eval = run("eval " + old.string());
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_TRUE(contains(eval.output, "loading it unverified")) << eval.output;
+  const fs::path partial = copy_of_reference("partial-checksum");
+  strip(partial / "checkpoints" / "step_00000012" / "state.json", false);
+  const Result damaged = run("eval " + partial.string());
+  EXPECT_EQ(damaged.exit_code, 2) << damaged.output;
+  EXPECT_TRUE(contains(damaged.output, "only part of its checksums")) << damaged.output;
+}
+
 TEST_F(TrainCli, NonFiniteWeightsInACheckpointAreRefused) {
   const fs::path dir = copy_of_reference("nan-weights");
   {

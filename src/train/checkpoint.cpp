@@ -57,8 +57,9 @@ std::string damage_advice(const fs::path& checkpoint) {
                      checkpoint.string());
 }
 
-// The bytes of a checkpoint file, verified against the checksum state.json recorded for them.
-std::vector<uint8_t> read_verified(const fs::path& checkpoint, const char* name, const nlohmann::json& checksums) {
+// The bytes of a checkpoint file, verified against the checksum state.json recorded for them (not
+// verified when `checksums` is null: a checkpoint written before nibble recorded any).
+std::vector<uint8_t> read_verified(const fs::path& checkpoint, const char* name, const nlohmann::json* checksums) {
   const fs::path path = checkpoint / name;
   std::vector<uint8_t> bytes;
   try {
@@ -66,8 +67,9 @@ std::vector<uint8_t> read_verified(const fs::path& checkpoint, const char* name,
   } catch (const UsageError& e) {
     throw DamagedCheckpoint(fmt::format("{}\n{}", e.what(), damage_advice(checkpoint)));
   }
-  const auto it = checksums.find(name);
-  if (it == checksums.end() || !it->is_string())
+  if (checksums == nullptr) return bytes;
+  const auto it = checksums->find(name);
+  if (it == checksums->end() || !it->is_string())
     throw DamagedCheckpoint(fmt::format("{}: state.json records no checksum for it\n{}", path.string(),
                                         damage_advice(checkpoint)));
   const std::string actual = io::content_hash(bytes);
@@ -311,14 +313,23 @@ TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& mo
   TrainingState state;
   const fs::path state_path = checkpoint / kStateFile;
   nlohmann::json s;
+  bool legacy = false;
   try {
     const auto state_bytes = io::read_file_bytes(state_path);
     s = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
-    if (!s.contains(kSelfChecksumKey))
-      throw DamagedCheckpoint(fmt::format("{}: holds no checksums (written by a nibble before checkpoints were "
-                                          "verified, or damaged): it cannot be verified\n{}",
-                                          state_path.string(), damage_advice(checkpoint)));
-    const std::string recorded = s.at(kSelfChecksumKey).get<std::string>(), actual = state_checksum(s);
+    // A checkpoint from before checksums has neither key: it loads unverified (a run in progress
+    // must survive the upgrade), and its successors are verified. One key without the other is damage.
+    legacy = !s.contains(kSelfChecksumKey) && !s.contains(kChecksumsKey);
+    if (legacy)
+      fmt::print(stderr,
+                 "warning: {} was written by a nibble that recorded no checksums: loading it unverified (the "
+                 "checkpoints written from now on are verified)\n",
+                 checkpoint.string());
+    if (!legacy && (!s.contains(kSelfChecksumKey) || !s.contains(kChecksumsKey)))
+      throw DamagedCheckpoint(fmt::format("{}: holds only part of its checksums: damaged\n{}", state_path.string(),
+                                          damage_advice(checkpoint)));
+    const std::string recorded = legacy ? "" : s.at(kSelfChecksumKey).get<std::string>();
+    const std::string actual = legacy ? "" : state_checksum(s);
     if (recorded != actual)
       throw DamagedCheckpoint(fmt::format("{}: its contents do not match the checksum written with it ({} on disk, {} "
                                           "recorded): the file was changed or damaged after it was saved\n{}",
@@ -338,8 +349,8 @@ TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& mo
   } catch (const UsageError& e) {  // unreadable
     throw DamagedCheckpoint(fmt::format("{}\n{}", e.what(), damage_advice(checkpoint)));
   }
-  const nlohmann::json& checksums = s.at(kChecksumsKey);
-  if (tokenizer_identity) {
+  const nlohmann::json* checksums = legacy ? nullptr : &s.at(kChecksumsKey);
+  if (tokenizer_identity && !legacy) {
     const std::string saved = s.value(kTokenizerKey, std::string());
     if (saved != *tokenizer_identity)
       throw UsageError(fmt::format("{} was trained with another tokenizer (identity {}) than this one ({}), although "
