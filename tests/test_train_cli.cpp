@@ -530,6 +530,16 @@ TEST_F(TrainCli, CheckpointsFromBeforeChecksumsLoadUnverifiedAndPartialOnesAreDa
   EXPECT_TRUE(contains(damaged.output, "only part of its checksums")) << damaged.output;
 }
 
+TEST_F(TrainCli, OutOfMemoryIsAMessageAndANewRunLeavesNoDirectory) {
+  // batch=2000000 of the tiny model needs ~100 GB of activations, past a 3 GB address-space limit.
+  const fs::path dir = work_dir() / "out-of-memory";
+  const Result r = run(train(dir, "batch=2000000"), "ulimit -v 3000000;");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "out of memory")) << r.output;  // was "std::bad_alloc"
+  EXPECT_FALSE(contains(r.output, "std::bad_alloc")) << r.output;
+  EXPECT_FALSE(fs::exists(dir));  // was an empty run directory (config.yaml, metrics.jsonl)
+}
+
 TEST_F(TrainCli, NonFiniteWeightsInACheckpointAreRefused) {
   const fs::path dir = copy_of_reference("nan-weights");
   {

@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "cli/command.h"
@@ -38,6 +39,12 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const nibble::UsageError& e) {
     std::fprintf(stderr, "nibble: error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "nibble: error: out of memory: this request needs more memory than the process may use (RAM or "
+                 "ulimit -v); lower batch, model.context, the model's width or layers (train), or the sizes asked "
+                 "for\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble: error: %s\n", e.what());

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <csignal>
 #include <cmath>
 #include <set>
@@ -342,8 +343,20 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   }
 
   // Validated: from here on the run directory is written.
+  // A new run that throws before its first step is done (out of memory for the activations,
+  // typically: the first step allocates them) takes its directory with it, so nothing is left behind.
+  struct NewRunCleanup {
+    fs::path dir;
+    bool armed = false;
+    ~NewRunCleanup() {
+      if (!armed || std::uncaught_exceptions() == 0) return;  // a refusal it returned keeps its record
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } new_run_cleanup{run_dir};
   if (root) {
     std::error_code ec;
+    new_run_cleanup.armed = !fs::exists(run_dir);
     fs::create_directories(run_dir, ec);
     if (ec) throw UsageError(fmt::format("cannot create run.dir '{}': {}", run_dir.string(), ec.message()));
     if (!lock) {
@@ -443,6 +456,7 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       print("error: " + message + "\n");
       return kExitNonFiniteLoss;
     }
+    new_run_cleanup.armed = false;  // a step is done: from now on the directory is a run's
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     window_time += dt;
     ++window_steps;
