@@ -192,6 +192,40 @@ TEST_F(TrainCli, KillDuringCheckpointKeepsThePreviousAndResumeIsBitwise) {
     EXPECT_TRUE(e.path().filename().string().starts_with("step_")) << e.path();
 }
 
+// Soak: up to 20 kill -9 at random moments (start-up, steps, evaluation, checkpoint and metrics writes),
+// each followed by resume=true, then one uninterrupted resume to the end: every byte of the result
+// is the uninterrupted run's.
+TEST_F(TrainCli, TwentyRandomKillsThenResumeIsBitwiseTheUninterruptedRun) {
+  // 200 steps (50 checkpoints) so that the kills land all along the run; its own uninterrupted twin.
+  const std::string steps = "steps=200";
+  const fs::path reference = work_dir() / "soak-reference", dir = work_dir() / "soak";
+  const Result whole = run(train(reference, steps));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  std::mt19937 rng(2026);
+  std::uniform_int_distribution<int> delay_ms(10, 250);
+  int killed = 0;
+  // Up to 20 kills; a run that reaches the end (exit 0) ends the soak early.
+  for (int attempt = 0; killed < 20 && attempt < 60; ++attempt) {
+    const int ms = delay_ms(rng);
+    const Result r = run(train(dir, steps + " resume=true"), "timeout -s KILL " + std::to_string(ms / 1000.0) + "s");
+    ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 128 + SIGKILL || r.exit_code == -SIGKILL)
+        << "attempt " << attempt << ", killed after " << ms << " ms: " << r.output;
+    if (r.exit_code == 0) break;
+    ++killed;
+  }
+  std::printf("soak: %d kills before the run ended\n", killed);
+  const Result finished = run(train(dir, steps + " resume=true"));
+  ASSERT_EQ(finished.exit_code, 0) << finished.output;
+  EXPECT_GE(killed, 5) << "the delays should mostly land before the run ends";
+  EXPECT_EQ(loss_curve(dir), loss_curve(reference));
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(file_bytes(dir / "checkpoints" / "step_00000200" / file),
+              file_bytes(reference / "checkpoints" / "step_00000200" / file))
+        << file;
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_FALSE(e.path().filename().string().find(".tmp.") != std::string::npos) << "left over: " << e.path();
+}
+
 TEST_F(TrainCli, EvalAndGenerateOnATrainedRun) {
   const Result eval = run("eval " + reference().string());
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
