@@ -333,6 +333,17 @@ TEST_F(MpiTrain, ResumeAcrossRankCountsIsBitwise) {
   expect_same_run(one_then_two, one_rank());
 }
 
+TEST_F(MpiTrain, AStopOnAnyRankNamesTheSameLastGoodCheckpoint) {
+  // Rank 1 alone meets non-finite activations in step 5: the message it ends the job with names the
+  // step-4 checkpoint rank 0 wrote (it said "none" on rank 1 while rank 0 knew step 4).
+  const fs::path run = work_dir() / "rank-fails";
+  const Result r = train_on(2, run, "", "NIBBLE_TEST_RANK_STEP_FAILS=1:5");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::string want = "last good checkpoint: " + (run / "checkpoints" / "step_00000004").string();
+  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("last good checkpoint: none"), std::string::npos) << r.output;
+}
+
 TEST_F(MpiTrain, ARankThatDiesStopsTheJobWithItsName) {
   const fs::path run = work_dir() / "rank-dies";
   const Result r = train_on(2, run, "", "NIBBLE_TEST_RANK_EXIT=1:2");

@@ -264,6 +264,11 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   int64_t exit_step = -1;
   if (const char* hook = std::getenv("NIBBLE_TEST_RANK_EXIT"); hook && *hook)
     if (std::sscanf(hook, "%d:%ld", &exit_rank, &exit_step) != 2) exit_rank = -1;
+  // Test hook: rank R's step S fails as a quantizer meeting non-finite activations would.
+  int fail_rank = -1;
+  int64_t fail_step = -1;
+  if (const char* hook = std::getenv("NIBBLE_TEST_RANK_STEP_FAILS"); hook && *hook)
+    if (std::sscanf(hook, "%d:%ld", &fail_rank, &fail_step) != 2) fail_rank = -1;
 
   // Nothing is written into the run directory until the whole request is validated (config, data,
   // recipe, the checkpoint to resume and its fit to this model and tokenizer): a refused command
@@ -440,6 +445,8 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     const auto t0 = clock::now();
     StepResult r;
     try {
+      if (comm.rank() == fail_rank && trainer.steps_done() + 1 == fail_step)
+        throw UsageError("test hook NIBBLE_TEST_RANK_STEP_FAILS: non-finite activations");
       r = trainer.step();
     } catch (const UsageError& e) {
       // The config and data were checked before the first step, so a refusal inside a step is the
@@ -521,24 +528,28 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       print((live ? "\r\033[K" : "") + format_eval_line(e, total) + "\n");
     }
 
-    if ((r.step % config.checkpoint_interval == 0 || last_step) && root) {
-      state.elapsed_s = elapsed();
-      const auto path = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep,
-                                        tokenizer_identity);
-      last_good = path.string();
+    if (r.step % config.checkpoint_interval == 0 || last_step) {
+      // Rank 0 writes; every rank knows the path, so a stop on any rank names the same last good one.
+      if (root) {
+        state.elapsed_s = elapsed();
+        const auto path = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state,
+                                          config.checkpoint_keep, tokenizer_identity);
+        print(fmt::format("{}checkpoint {}\n", live ? "\r\033[K" : "", path.string()));
+      }
+      last_good = checkpoint_path(run_dir, r.step).string();
       checkpointed_step = r.step;
-      print(fmt::format("{}checkpoint {}\n", live ? "\r\033[K" : "", path.string()));
     }
 
     // Every rank stops after the same step: rank 0's signal decides (mpirun forwards it to all).
     int64_t stop = stop_signal;
     if (comm.size() > 1) comm.broadcast_values(std::span(&stop, 1), 0);
     if (stop != 0 && !last_step) {
-      if (root && checkpointed_step != r.step) {
+      if (checkpointed_step != r.step) {
         state.elapsed_s = elapsed();
-        last_good = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep,
-                                    tokenizer_identity)
-                        .string();
+        if (root)
+          save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep,
+                          tokenizer_identity);
+        last_good = checkpoint_path(run_dir, r.step).string();
       }
       print(fmt::format("{}stopped by {} after step {} of {}: checkpoint {} written.\ncontinue the run with: nibble "
                         "train {} resume=true\n",
