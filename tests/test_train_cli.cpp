@@ -45,6 +45,17 @@ Result run(const std::string& args, const std::string& env = "") {
   return r;
 }
 
+// The PID a backgrounded shell command writes to `pid_file` (`echo $! > FILE`), waiting up to 6 s
+// for it; 0 if it never appears.
+long pid_written_to(const fs::path& pid_file) {
+  long pid = 0;
+  for (int i = 0; i < 600 && pid == 0; ++i) {
+    std::ifstream(pid_file) >> pid;
+    if (pid == 0) ::usleep(10000);
+  }
+  return pid;
+}
+
 // One directory per process: ctest runs each test of this file as its own process, in parallel.
 fs::path work_dir() {
   static const fs::path dir = fs::path(NIBBLE_BINARY_DIR) / "test_train_cli_tmp" / std::to_string(::getpid());
@@ -480,11 +491,7 @@ TEST_F(TrainCli, SecondTrainerIsRefusedNamingThePidAndReadersStillWork) {
   const std::string cmd = std::string(NIBBLE_BINARY_DIR) + "/nibble " + train(dir, "resume=true steps=100000000") +
                           " > " + log.string() + " 2>&1 & echo $! > " + pid_file.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  long pid = 0;
-  for (int i = 0; i < 600 && pid == 0; ++i) {
-    std::ifstream(pid_file) >> pid;
-    if (pid == 0) ::usleep(10000);
-  }
+  const long pid = pid_written_to(pid_file);
   ASSERT_GT(pid, 0);
   struct KillAtEnd {
     long pid;
@@ -609,11 +616,7 @@ TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndSaysHowToResume) {
                           " > " + log.string() + " 2>&1 & echo $! > " + pid_file.string() + "; wait $!; echo $? > " +
                           rc_file.string() + "' &";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  long pid = 0;
-  for (int i = 0; i < 600 && pid == 0; ++i) {
-    std::ifstream(pid_file) >> pid;
-    if (pid == 0) ::usleep(10000);
-  }
+  const long pid = pid_written_to(pid_file);
   ASSERT_GT(pid, 0);
   auto log_text = [&] {
     const auto bytes = file_bytes(log);

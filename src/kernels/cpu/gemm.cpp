@@ -295,8 +295,9 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
   const bool bf16_tiles = fp32_kernel == Fp32ProductsKernel::amx_tiles &&
                           (a.format == Format::nvfp4 || (is_fp8(a.format) && a.block == BlockShape::per_tensor) ||
                            (a.format == Format::mxfp4 && mx_scales_fit_bf16(a) && mx_scales_fit_bf16(b)));
-  // Per-tensor FP8 values are exact BF16: vdpbf16ps sums them in pairs where AMX-BF16 is absent.
-  const bool bf16_pairs = fp32_kernel == Fp32ProductsKernel::bf16_pairs && is_fp8(a.format);
+  // Per-tensor FP8 values are exact BF16: vdpbf16ps sums them in pairs where AMX-BF16 is absent
+  // (fp32_products_kernel gives bf16_pairs for FP8 only).
+  const bool bf16_pairs = fp32_kernel == Fp32ProductsKernel::bf16_pairs;
   const Plan plan = bf16_pairs ? bf16_pair_plan(&pack_bf16_pair_fp8_a_panel, &pack_bf16_pair_fp8_b_panel)
                                : make_plan(family, a, b, active_isa(), bf16_tiles);
   const float out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles);
@@ -314,6 +315,7 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
   // wants its columns, which are K-contiguous when B is stored transposed ([N,K]).
   const F32Operand ao{a, lda, M, K, ta == Trans::no};
   const F32Operand bo{b, ldb, N, K, tb == Trans::yes};
+  const Isa isa = active_isa();  // read once per call
   if (amx_bf16_active()) {
     return run_plan(
         bf16_plan(), M, N, bf16_units(K), [&](int64_t row0, uint8_t* dst) { pack_bf16_a_panel(ao, row0, dst); },
@@ -321,7 +323,7 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
   }
   // AVX512-BF16: vdpbf16ps on BF16-pair panels, each output summed pair by pair in k order by the
   // one thread that owns it.
-  if (active_isa() >= Isa::avx512bf16) {
+  if (isa >= Isa::avx512bf16) {
     return run_plan(
         bf16_pair_plan(), M, N, (K + 1) / 2, [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_a_panel(ao, row0, dst); },
         [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
@@ -330,8 +332,8 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
   // exact in FP32, so every ISA variant (FMA or mul + add) gives the same bits, summed in k order by
   // the one thread that owns the output.
   run_plan(
-      f32_plan(active_isa()), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_f32_a_panel(ao, row0, dst); },
-      [&](int64_t row0, uint8_t* dst) { pack_f32_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+      f32_plan(isa), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_f32_bf16_rounded_a_panel(ao, row0, dst); },
+      [&](int64_t row0, uint8_t* dst) { pack_f32_bf16_rounded_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
 }
 
 void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
@@ -340,8 +342,8 @@ void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float 
   const F32Operand ao{a, lda, M, K, ta == Trans::no};
   const F32Operand bo{b, ldb, N, K, tb == Trans::yes};
   run_plan(
-      f32_plan(active_isa()), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_f32_plain_a_panel(ao, row0, dst); },
-      [&](int64_t row0, uint8_t* dst) { pack_f32_plain_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+      f32_plan(active_isa()), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_f32_a_panel(ao, row0, dst); },
+      [&](int64_t row0, uint8_t* dst) { pack_f32_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
 }
 }  // namespace gemm_detail
 

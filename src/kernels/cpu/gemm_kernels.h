@@ -145,7 +145,7 @@ void pack_bf16_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst)
 void pack_bf16_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 // gemm_bf16 (gemm.h) on nibble's kernels, for arguments already checked, M, N, K > 0 and beta 0
 // (overwrite) or 1 (accumulate); gemm_bf16 handles the rest. AMX-BF16 tiles where active, else the
-// f32 family (FMA) on BF16-rounded panels (pack_f32_*_panel below).
+// f32 family (FMA) on BF16-rounded panels (pack_f32_bf16_rounded_*_panel below).
 void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // gemm_f32 (gemm.h) on the f32 family with unrounded panels, same preconditions.
@@ -157,13 +157,13 @@ void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  //
 void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
-// f32 panels of an FP32 operand of gemm_bf16, each element rounded to BF16 (RN-even, NaN kept
-// quiet, subnormals kept: bf16_from_float_rn).
+// f32 panels of an FP32 operand of gemm_f32, as they are.
 void pack_f32_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
-// The same panels of an FP32 operand of gemm_f32, unrounded.
-void pack_f32_plain_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
-void pack_f32_plain_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+// The same panels for gemm_bf16, each element rounded to BF16 (RN-even, NaN kept quiet, subnormals
+// kept: bf16_from_float_rn).
+void pack_f32_bf16_rounded_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_f32_bf16_rounded_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 // BF16-pair panels of an FP32 operand (rounded as pack_f32_*_panel) and of per-tensor FP8 codes
 // (exact in BF16; the tensor scale is applied at the end).
 void pack_bf16_pair_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);

@@ -184,13 +184,13 @@ void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
 }
 }  // namespace
 
-void pack_f32_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kMr, true>(x, row0, dst); }
-void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kNr, true>(x, row0, dst); }
-void pack_f32_plain_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  pack_f32_operand_panel<kMr, false>(x, row0, dst);
+void pack_f32_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kMr, false>(x, row0, dst); }
+void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kNr, false>(x, row0, dst); }
+void pack_f32_bf16_rounded_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  pack_f32_operand_panel<kMr, true>(x, row0, dst);
 }
-void pack_f32_plain_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  pack_f32_operand_panel<kNr, false>(x, row0, dst);
+void pack_f32_bf16_rounded_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  pack_f32_operand_panel<kNr, true>(x, row0, dst);
 }
 
 namespace {
