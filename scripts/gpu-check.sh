@@ -1,87 +1,133 @@
 #!/usr/bin/env bash
-# The one prepared check of the CUDA backend, for a session that is lent a GPU. It configures and
-# builds nibble with CUDA (only the architecture of the GPU present, to keep the build short), runs
-# the CUDA tests and the CUDA benchmark, and writes every log under $OUT (default ./gpu-check-out):
-#   env.txt          date, nvidia-smi, nvcc, compute capability
-#   configure.log    build-cuda.log    build-tests.log
-#   test_cuda_*.log  test_cuda_*.xml (gtest)
-#   bench.log        nibble_bench_cuda at 8192^3 (GEMMs) and 8192x8192 (quantizers)
-#   summary.txt      one line per step with its exit status
-# Usage (device tool):  bash scripts/gpu-check.sh            (build + run; about 3-6 minutes on an H200)
-#        bash scripts/gpu-check.sh build  then  bash scripts/gpu-check.sh run   (two calls, each under
-#        the device tool's 10-minute limit; build outputs stay on a warm machine between calls)
-#        BENCH_SIZE=4096 JOBS=16 bash scripts/gpu-check.sh
+# The one prepared check of the CUDA backend on a GPU machine that may have no network and none of
+# nibble's Debian -dev packages: only a C++ compiler, CMake (ninja if present) and the CUDA toolkit.
+# It builds the CUDA backend alone (-DNIBBLE_CUDA_ONLY=ON: format -> kernels/cpu without oneDNN ->
+# kernels/cuda, the CUDA tests, nibble_bench_cuda) for the GPU present, runs every CUDA test and the
+# GPU benchmark (the program behind `nibble bench gemm --device cuda`), and writes into OUT_DIR:
+#   env.txt        date, host, nvidia-smi, nvcc, cmake, compiler, GoogleTest used, cmake flags
+#   configure.log  build.log  tests.log (the three test programs, one after another)  bench.log
+#   summary.txt    one line per step with its exit status and seconds, each test program's verdict,
+#                  and "overall: ok" or "overall: FAILED"
+# GoogleTest: the sources scripts/offline-bundle.sh unpacks into .offline/googletest (carry that
+# folder to the GPU machine), else Debian's /usr/src/googletest, else an installed GoogleTest.
+#
+# Usage:  bash scripts/gpu-check.sh [OUT_DIR]        (default ./gpu-check-out; or $OUT)
+# Environment: BUILD (build folder, default build-gpu), JOBS (default nproc), BENCH_SIZE (8192),
+#   NIBBLE_CUDA_ARCHS (e.g. 90; default from the GPU's compute capability),
+#   NIBBLE_GPU_CHECK_NO_GPU=1: a rehearsal on a machine without a GPU (scripts/rehearse-gpu-check.sh,
+#   the offline_cuda_build test): GPU tests that skip and a benchmark that finds no device are
+#   expected; on a GPU machine they are failures.
+# Exit status: 0 when every step passed, 1 otherwise (summary.txt says which).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STAGE="${1:-all}"  # all | build | run
-case "$STAGE" in all|build|run) ;; *) echo "usage: $0 [all|build|run]" >&2; exit 2 ;; esac
-OUT="${OUT:-$PWD/gpu-check-out}"
+OUT="${1:-${OUT:-$PWD/gpu-check-out}}"
 BUILD="${BUILD:-build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 BENCH_SIZE="${BENCH_SIZE:-8192}"
-mkdir -p "$OUT"
+NO_GPU="${NIBBLE_GPU_CHECK_NO_GPU:-0}"
+mkdir -p "$OUT" || { echo "gpu-check: cannot create the output folder '$OUT'" >&2; exit 2; }
 summary="$OUT/summary.txt"
-echo "stage: $STAGE" >> "$summary"
-step() {  # step NAME TIMEOUT_SECONDS LOG COMMAND...: runs, records the status, never aborts the script
+: > "$summary"
+started=$SECONDS
+note() { echo "$*" | tee -a "$summary"; }
+step() {  # step NAME TIMEOUT_SECONDS LOG COMMAND...: runs (output appended to LOG), records the status
   local name="$1" limit="$2" log="$3"
   shift 3
   local start=$SECONDS
-  timeout "$limit" "$@" > "$log" 2>&1
+  echo "### $name: $*" >> "$log"
+  timeout "$limit" "$@" >> "$log" 2>&1
   local rc=$?
-  printf '%-22s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$log" | tee -a "$summary"
+  printf '%-20s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$(basename "$log")" | tee -a "$summary"
   return $rc
 }
+finish() {
+  note "total: $((SECONDS - started)) s"
+  note "overall: $([ "$1" -eq 0 ] && echo ok || echo FAILED)"
+  exit "$1"
+}
 
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "host: $(hostname)"
-  nvidia-smi || echo "nvidia-smi failed"
-  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv || true
-  (command -v nvcc || ls /usr/local/cuda/bin/nvcc) && (nvcc --version || /usr/local/cuda/bin/nvcc --version)
-  cmake --version | head -1
-} > "$OUT/env.txt" 2>&1
+# nvcc: on PATH, else the usual toolkit folders.
+for dir in "${CUDA_HOME:-}" /usr/local/cuda /opt/cuda; do
+  [ -n "$dir" ] && [ -x "$dir/bin/nvcc" ] && ! command -v nvcc > /dev/null && export PATH="$dir/bin:$PATH"
+done
+if ! command -v nvcc > /dev/null; then
+  note "error: no nvcc on PATH nor in \$CUDA_HOME/bin, /usr/local/cuda/bin, /opt/cuda/bin: install the CUDA toolkit or set CUDA_HOME"
+  finish 1
+fi
 
-# Build only for the GPU present: 9.0 -> sm_90 (portable sources); 10.x -> also the sm_100a/103a sources.
+gtest_flags=()
+gtest_used="installed (find_package)"
+for src in "$PWD/.offline/googletest" /usr/src/googletest; do
+  if [ -f "$src/CMakeLists.txt" ]; then
+    gtest_flags=(-DNIBBLE_GTEST_SOURCE_DIR="$src")
+    gtest_used="sources at $src"
+    break
+  fi
+done
+
+# Only the GPU present: its compute capability, e.g. 9.0 -> 90; 10.x also builds the sm_100a/103a sources.
 cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
-arch_flags=(-DNIBBLE_CUDA_ARCHS=90 -DNIBBLE_CUDA_SM100=OFF)
+archs="${NIBBLE_CUDA_ARCHS:-${cc:-90}}"
+arch_flags=(-DNIBBLE_CUDA_ARCHS="$archs" -DNIBBLE_CUDA_SM100=OFF)
 case "$cc" in
   100) arch_flags=(-DNIBBLE_CUDA_ARCHS=90 -DNIBBLE_CUDA_SM100=ON -DNIBBLE_CUDA_SM100_ARCHS=100a) ;;
   103) arch_flags=(-DNIBBLE_CUDA_ARCHS=90 -DNIBBLE_CUDA_SM100=ON -DNIBBLE_CUDA_SM100_ARCHS=103a) ;;
-  "") echo "no compute capability from nvidia-smi; building for sm_90" >> "$OUT/env.txt" ;;
 esac
-echo "compute capability: ${cc:-unknown}; cmake flags: ${arch_flags[*]}" >> "$OUT/env.txt"
-export PATH="/usr/local/cuda/bin:$PATH"
+generator=()
+command -v ninja > /dev/null && generator=(-G Ninja)
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(hostname 2>/dev/null || cat /etc/hostname 2>/dev/null)  cores: $(nproc)"
+  echo "source: ${NIBBLE_SOURCE_REVISION:-$(git rev-parse HEAD 2>/dev/null || echo 'not a git checkout (set NIBBLE_SOURCE_REVISION)')}"
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv 2>&1
+  else
+    echo "nvidia-smi: not on PATH"
+  fi
+  echo "nvcc: $(command -v nvcc)"; nvcc --version | tail -2
+  cmake --version | head -1
+  echo "c++: $(c++ --version 2>&1 | head -1)"
+  echo "generator: ${generator[*]:-Unix Makefiles}"
+  echo "googletest: $gtest_used"
+  echo "compute capability: ${cc:-unknown (no nvidia-smi)}; cmake flags: ${arch_flags[*]}"
+  [ "$NO_GPU" = 1 ] && echo "rehearsal: NIBBLE_GPU_CHECK_NO_GPU=1 (no GPU expected)"
+} > "$OUT/env.txt" 2>&1
+
+: > "$OUT/configure.log"
+step configure 300 "$OUT/configure.log" cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DNIBBLE_CUDA_ONLY=ON "${gtest_flags[@]}" "${arch_flags[@]}" || { tail -30 "$OUT/configure.log"; finish 1; }
+: > "$OUT/build.log"
+step build 600 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" || { tail -40 "$OUT/build.log"; finish 1; }
 
 status=0
-if [ "$STAGE" != run ]; then
-  step configure 300 "$OUT/configure.log" \
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON -DNIBBLE_BUILD_BENCH=OFF "${arch_flags[@]}" \
-    || { echo "configure failed: see configure.log" | tee -a "$summary"; exit 1; }
-  # The backend and its benchmark first (they need nothing else), then the tests (which link the
-  # whole CPU stack): a test build problem elsewhere in the tree does not cost the benchmark.
-  step build-cuda 600 "$OUT/build-cuda.log" cmake --build "$BUILD" -j"$JOBS" --target nibble_cuda nibble_bench_cuda \
-    || { echo "CUDA backend build failed: see build-cuda.log" | tee -a "$summary"; tail -40 "$OUT/build-cuda.log"; exit 1; }
-  step build-tests 500 "$OUT/build-tests.log" \
-    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_host test_cuda_quantize test_cuda_gemm \
-    || { status=1; tail -40 "$OUT/build-tests.log"; }
-fi
-[ "$STAGE" = build ] && { echo "overall: $([ $status -eq 0 ] && echo ok || echo FAILED)" | tee -a "$summary"; exit $status; }
-
-if [ -x "$BUILD/tests/test_cuda_gemm" ]; then
-  for t in test_cuda_host test_cuda_quantize test_cuda_gemm; do
-    step "$t" 300 "$OUT/$t.log" "$BUILD/tests/$t" --gtest_output="xml:$OUT/$t.xml" || status=1
-    grep -E "^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]+ test" "$OUT/$t.log" | head -20 | tee -a "$summary"
-  done
-  # On the GPU machine a skip is a failure of the check (typically a driver older than CUDA 13).
-  if grep -q "skipping GPU test" "$OUT/test_cuda_quantize.log"; then
-    echo "GPU tests SKIPPED: $(grep -m1 'skipping GPU test' "$OUT/test_cuda_quantize.log")" | tee -a "$summary"
+: > "$OUT/tests.log"
+for t in test_cuda_host test_cuda_quantize test_cuda_gemm; do
+  if [ ! -x "$BUILD/tests/$t" ]; then
+    note "$t: not built (see build.log)"
     status=1
+    continue
   fi
-else
-  echo "tests not built: see build-tests.log" | tee -a "$summary"
+  before=$(wc -l < "$OUT/tests.log")
+  step "$t" 300 "$OUT/tests.log" "$BUILD/tests/$t" || status=1
+  verdicts="$(tail -n +"$((before + 1))" "$OUT/tests.log" | grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test|^\[  FAILED  \] [A-Za-z]')"
+  [ -n "$verdicts" ] && echo "$verdicts" | sed "s/^/  $t /" | tee -a "$summary"
+done
+skips=$(grep -c "skipping GPU test" "$OUT/tests.log")
+if [ "$NO_GPU" = 1 ]; then
+  note "GPU tests skipped: $skips (expected: no GPU in a rehearsal)"
+elif [ "$skips" -gt 0 ]; then
+  note "GPU tests SKIPPED on a GPU machine ($skips): $(grep -m1 'skipping GPU test' "$OUT/tests.log")"
   status=1
 fi
-step bench 600 "$OUT/bench.log" "$BUILD/nibble_bench_cuda" "$BENCH_SIZE" || status=1
+
+: > "$OUT/bench.log"
+step bench 600 "$OUT/bench.log" "$BUILD/nibble_bench_cuda" "$BENCH_SIZE"
+bench_rc=$?
+if [ "$NO_GPU" = 1 ] && [ $bench_rc -eq 2 ] && grep -q "no CUDA device" "$OUT/bench.log"; then
+  note "bench: no CUDA device, as expected in a rehearsal"
+elif [ $bench_rc -ne 0 ]; then
+  status=1
+fi
 cat "$OUT/bench.log"
-echo "overall: $([ $status -eq 0 ] && echo ok || echo FAILED)" | tee -a "$summary"
-exit $status
+finish $status

@@ -4,7 +4,7 @@
 # listed by name (ocl-icd-opencl-dev: libdnnl-dev's CMake package looks for OpenCL).
 set -euo pipefail
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ninja-build
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev

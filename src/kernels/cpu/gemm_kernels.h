@@ -171,4 +171,12 @@ void pack_bf16_pair_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 
+// Shared by the dense entry points (gemm_dense.cpp) and the oneDNN comparisons (gemm_onednn.cpp):
+// throws UsageError naming `name` on a negative dimension or a leading dimension shorter than its
+// stored row; C = beta * C (the whole result of an empty reduction, or beta applied before the
+// kernels, which only overwrite or accumulate).
+void check_dense_gemm_args(const char* name, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                           int64_t ldb, int64_t ldc);
+void scale_c_by_beta(int64_t M, int64_t N, float beta, float* c, int64_t ldc);
+
 }  // namespace nibble::cpu::gemm_detail

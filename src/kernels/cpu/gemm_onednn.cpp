@@ -1,7 +1,6 @@
-// The dense GEMMs' entry points: gemm_f32 / gemm_bf16 check their arguments and run nibble's packed
-// kernels (gemm.cpp), whose summation order does not depend on the thread count; gemm_f32_onednn /
-// gemm_bf16_onednn run oneDNN's matmul primitive, the library a user would otherwise pick (for
-// comparisons: its blocking, hence its rounding, follows the thread count).
+// gemm_f32_onednn / gemm_bf16_onednn: oneDNN's matmul primitive, the library a user would otherwise
+// pick, for comparisons (its blocking, hence its rounding, follows the thread count). Built only
+// where oneDNN is (NIBBLE_HAVE_ONEDNN); nibble's own gemm_f32 / gemm_bf16 are in gemm_dense.cpp.
 // Transposes and leading dimensions become strides of the memory descriptors, so no operand is
 // copied for FP32. Creating a primitive costs far more than a small GEMM, so primitives are cached
 // by everything that shapes them (type, dims, strides, alpha, beta).
@@ -22,6 +21,9 @@
 
 namespace nibble::cpu {
 namespace {
+
+using gemm_detail::check_dense_gemm_args;
+using gemm_detail::scale_c_by_beta;
 
 using dnnl::memory;
 
@@ -58,23 +60,6 @@ dnnl::matmul& cached_matmul(memory::data_type input_type, Trans ta, Trans tb, in
   return cache.emplace(key, dnnl::matmul(pd)).first->second;
 }
 
-void check_gemm_args(const char* name, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                     int64_t ldc) {
-  auto fail = [&](const std::string& what) { throw UsageError(std::string(name) + ": " + what); };
-  if (M < 0 || N < 0 || K < 0) fail("negative dimension");
-  if (lda < std::max<int64_t>(1, ta == Trans::no ? K : M))
-    fail("lda " + std::to_string(lda) + " is smaller than the stored row length " + std::to_string(ta == Trans::no ? K : M));
-  if (ldb < std::max<int64_t>(1, tb == Trans::no ? N : K))
-    fail("ldb " + std::to_string(ldb) + " is smaller than the stored row length " + std::to_string(tb == Trans::no ? N : K));
-  if (ldc < std::max<int64_t>(1, N)) fail("ldc " + std::to_string(ldc) + " is smaller than N " + std::to_string(N));
-}
-
-// C = beta * C for an empty reduction (oneDNN does not take zero-sized dims).
-void scale_c(int64_t M, int64_t N, float beta, float* c, int64_t ldc) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = beta == 0.0f ? 0.0f : beta * c[m * ldc + n];
-}
-
 void run_matmul(dnnl::matmul& mm, const memory::desc& a_md, const memory::desc& b_md, const memory::desc& c_md,
                 const void* a, const void* b, float* c) {
   dnnl::stream stream(cpu_engine());
@@ -83,22 +68,6 @@ void run_matmul(dnnl::matmul& mm, const memory::desc& a_md, const memory::desc& 
   memory c_mem(c_md, cpu_engine(), c);
   mm.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   stream.wait();
-}
-
-// gemm_f32 / gemm_bf16 on nibble's packed kernels (gemm.cpp): checks, the empty cases, and a general
-// beta applied to C first (the kernels overwrite or accumulate).
-using PackedGemm = void (*)(Trans, Trans, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                            int64_t, float, float*, int64_t);
-void run_packed(const char* name, PackedGemm packed, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
-                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  check_gemm_args(name, ta, tb, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, c, ldc);
-  if (beta != 0.0f && beta != 1.0f) {
-    scale_c(M, N, beta, c, ldc);
-    beta = 1.0f;
-  }
-  packed(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // Stored rows x cols matrix (leading dimension ld) rounded to BF16 (RN-even), densely packed.
@@ -111,32 +80,22 @@ void to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector
 
 }  // namespace
 
-void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
-              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  run_packed("gemm_f32", &gemm_detail::gemm_f32_packed, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 void gemm_f32_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  check_gemm_args("gemm_f32", ta, tb, M, N, K, lda, ldb, ldc);
+  check_dense_gemm_args("gemm_f32", ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, c, ldc);
+  if (K == 0) return scale_c_by_beta(M, N, beta, c, ldc);
   auto& mm = cached_matmul(memory::data_type::f32, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
   run_matmul(mm, memory::desc({M, K}, memory::data_type::f32, op_strides(ta, lda)),
              memory::desc({K, N}, memory::data_type::f32, op_strides(tb, ldb)),
              memory::desc({M, N}, memory::data_type::f32, memory::dims{ldc, 1}), a, b, c);
 }
 
-void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
-               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  run_packed("gemm_bf16", &gemm_detail::gemm_bf16_packed, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 void gemm_bf16_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  check_gemm_args("gemm_bf16", ta, tb, M, N, K, lda, ldb, ldc);
+  check_dense_gemm_args("gemm_bf16", ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, c, ldc);
+  if (K == 0) return scale_c_by_beta(M, N, beta, c, ldc);
   // Round the stored matrices densely; their transposition is kept in the strides.
   static thread_local std::vector<bf16> a16, b16;
   const int64_t a_rows = ta == Trans::no ? M : K, a_cols = ta == Trans::no ? K : M;
