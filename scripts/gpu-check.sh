@@ -12,6 +12,10 @@
 # folder to the GPU machine), else Debian's /usr/src/googletest, else an installed GoogleTest.
 #
 # Usage:  bash scripts/gpu-check.sh [OUT_DIR]        (default ./gpu-check-out; or $OUT)
+#   From this workplace's device tool, after `bash scripts/offline-bundle.sh` here:
+#   run(command="NIBBLE_SOURCE_REVISION=<commit> bash scripts/gpu-check.sh $OUT", carry=[".offline"],
+#       timeout_s=540): one call, six files back; the rehearsal (scripts/rehearse-gpu-check.sh)
+#   took 84 s on 2 cores up to where the GPU is needed.
 # Environment: BUILD (build folder, default build-gpu), JOBS (default nproc), BENCH_SIZE (8192),
 #   NIBBLE_CUDA_ARCHS (e.g. 90; default from the GPU's compute capability),
 #   NIBBLE_GPU_CHECK_NO_GPU=1: a rehearsal on a machine without a GPU (scripts/rehearse-gpu-check.sh,
