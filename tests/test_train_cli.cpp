@@ -699,3 +699,75 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
   EXPECT_FALSE(fs::exists(work_dir() / "init"));
   EXPECT_FALSE(fs::exists(work_dir() / "y.st"));
 }
+
+// Issue 13: resuming from a chosen checkpoint.
+
+TEST_F(TrainCli, ResumeFromAnOlderCheckpointIsBitwiseAndSetsTheNewerOnesAside) {
+  const fs::path dir = copy_of_reference("branch");
+  const auto step = [&](const char* name) { return dir / "checkpoints" / name; };
+  const Result r = run(train(dir, "resume=true --checkpoint step_00000004"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "resuming from " + step("step_00000004").string())) << r.output;
+  for (const char* name : {"step_00000008", "step_00000012"}) {
+    EXPECT_TRUE(contains(r.output, step(name).string() + " is newer than the checkpoint resumed from: moved to " +
+                                       (dir / "abandoned" / name).string()))
+        << r.output;
+    // Moved intact, and the run wrote its own in their place.
+    EXPECT_EQ(file_bytes(dir / "abandoned" / name / "model.safetensors"),
+              file_bytes(reference() / "checkpoints" / name / "model.safetensors"));
+    EXPECT_TRUE(fs::exists(step(name) / "state.json"));
+  }
+  // metrics.jsonl was cut at step 4 and continued: bitwise the uninterrupted run.
+  EXPECT_EQ(loss_curve(dir), loss_curve(reference()));
+  EXPECT_EQ(file_bytes(step("step_00000012") / "optimizer.safetensors"),
+            file_bytes(reference() / "checkpoints" / "step_00000012" / "optimizer.safetensors"));
+  const Result eval = run("eval " + dir.string() + " --max-windows 2");  // the newest is the new branch's
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_TRUE(contains(eval.output, step("step_00000012").string())) << eval.output;
+
+  // By path, resume implied; a second abandoned step_00000012 does not replace the first.
+  const Result again = run(train(dir, "--checkpoint " + step("step_00000008").string()));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "moved to " + (dir / "abandoned" / "step_00000012-2").string())) << again.output;
+  EXPECT_TRUE(fs::exists(dir / "abandoned" / "step_00000012" / "state.json"));
+  EXPECT_EQ(loss_curve(dir), loss_curve(reference()));
+  // Resuming from the newest sets nothing aside.
+  const Result newest = run(train(dir, "resume=true steps=13 --checkpoint step_00000012"));
+  ASSERT_EQ(newest.exit_code, 0) << newest.output;
+  EXPECT_FALSE(contains(newest.output, "moved to")) << newest.output;
+}
+
+TEST_F(TrainCli, ACheckpointThatIsNotTheRunsOrDoesNotVerifyIsRefusedWithoutDamage) {
+  const fs::path dir = copy_of_reference("branch-refusals");
+  const fs::path weights = dir / "checkpoints" / "step_00000008" / "model.safetensors";
+  flip_bytes(weights, fs::file_size(weights) / 2, 64);
+  const auto before = snapshot(dir);
+  const std::string listed = "step_00000004, step_00000008, step_00000012";
+  struct Case {
+    std::string extra, expected;
+  };
+  const std::vector<Case> cases = {
+      {"resume=true --checkpoint step_00000005", "'step_00000005'"},
+      {"resume=true --checkpoint " + (reference() / "checkpoints" / "step_00000004").string(),
+       "is not a checkpoint of run.dir '" + dir.string() + "'"},
+      {"resume=true --checkpoint step_00000008", "'step_00000008' does not verify"},
+      {"resume=false --checkpoint step_00000004", "resume=false"},
+  };
+  for (const auto& c : cases) {
+    const Result r = run(train(dir, c.extra));
+    EXPECT_EQ(r.exit_code, 2) << c.extra << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, c.expected)) << c.extra << "\n" << r.output;
+    if (c.extra.starts_with("resume=true")) {  // the fix: the run's own checkpoints
+      EXPECT_TRUE(contains(r.output, listed)) << c.extra << "\n" << r.output;
+    }
+    EXPECT_EQ(snapshot(dir), before) << c.extra;
+  }
+  const fs::path fresh = work_dir() / "branch-new";
+  const Result none = run(train(fresh, "--checkpoint step_00000004"));
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_TRUE(contains(none.output, "holds no checkpoint yet")) << none.output;
+  EXPECT_FALSE(fs::exists(fresh));
+  const Result help = run("train --help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_TRUE(contains(help.output, "--checkpoint")) << help.output;
+}

@@ -102,6 +102,41 @@ void remove_stray_temporaries(const fs::path& run_dir) {
   }
 }
 
+std::string checkpoint_names(const std::vector<fs::path>& checkpoints) {
+  std::string names;
+  for (const auto& c : checkpoints) names += (names.empty() ? "" : ", ") + c.filename().string();
+  return names.empty() ? "none" : names;
+}
+
+// The checkpoint among `checkpoints` (run_dir's own) that `requested` names: `nibble train
+// --checkpoint`'s value, a path or the bare name of a directory in RUN/checkpoints. Refused
+// (UsageError, naming the value and the run's checkpoints) when it is none of them.
+fs::path requested_checkpoint(const fs::path& run_dir, const std::string& requested,
+                              const std::vector<fs::path>& checkpoints) {
+  fs::path given(requested);
+  if (!given.has_filename()) given = given.parent_path();  // "step_00000100/"
+  const fs::path candidate = given.has_parent_path() ? given : checkpoints_dir(run_dir) / given;
+  for (const fs::path& c : checkpoints) {
+    std::error_code ec;
+    if (fs::equivalent(c, candidate, ec)) return c;
+  }
+  const std::string choices =
+      fmt::format("run.dir '{}' has the checkpoints {} (in {}): pass one of them, by name or path, or leave out "
+                  "--checkpoint to resume from the newest",
+                  run_dir.string(), checkpoint_names(checkpoints), checkpoints_dir(run_dir).string());
+  std::error_code ec;
+  if (!fs::exists(candidate, ec))
+    throw UsageError(fmt::format("--checkpoint '{}': {} does not exist; {}", requested, candidate.string(), choices));
+  if (fs::equivalent(candidate.parent_path(), abandoned_dir(run_dir), ec))
+    throw UsageError(fmt::format("--checkpoint '{}' was set aside in {} by an earlier --checkpoint, with the "
+                                 "continuation it belongs to. To go back to that continuation, move it into {} under "
+                                 "its step_NNNNNNNN name first (and the run's newer checkpoints out of the way); {}",
+                                 requested, abandoned_dir(run_dir).string(), checkpoints_dir(run_dir).string(), choices));
+  throw UsageError(fmt::format("--checkpoint '{}' is not a checkpoint of run.dir '{}'; {}. To continue another "
+                               "run from one of its checkpoints, pass that run's config.yaml",
+                               requested, run_dir.string(), choices));
+}
+
 // SIGINT / SIGTERM (Ctrl-C, a scheduler's warning before preemption): the first asks the loop to
 // finish its step, write a checkpoint and stop; a second ends the process at once.
 volatile std::sig_atomic_t stop_signal = 0;
@@ -250,6 +285,7 @@ int run_training(const RunConfig& config, std::FILE* out) {
 
 int run_training(const RunConfig& input_config, std::FILE* out, Communicator& comm) {
   RunConfig config = input_config;
+  if (!config.resume_checkpoint.empty()) config.resume = true;  // resuming from a chosen checkpoint
   if (config.threads > 0) omp_set_num_threads(static_cast<int>(config.threads));
   const fs::path run_dir = config.run_dir;
   // Rank 0 alone reads and writes the run directory and prints; the others only compute, so a
@@ -283,6 +319,11 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     throw UsageError(fmt::format("run.dir '{}' already holds checkpoints (newest {}): pass resume=true to continue that "
                                  "run, or choose another run.dir",
                                  run_dir.string(), existing->filename().string()));
+  if (root && !existing && !config.resume_checkpoint.empty())
+    throw UsageError(fmt::format("--checkpoint '{}': run.dir '{}' holds no checkpoint yet, so there is nothing to "
+                                 "resume: leave out --checkpoint to start the run, or give the run.dir of the run the "
+                                 "checkpoint belongs to",
+                                 config.resume_checkpoint, run_dir.string()));
 
   Dataset data = load_dataset(config.data_dir);
   config.train.model.vocab = data.tokenizer->vocab_size();
@@ -296,12 +337,24 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   TrainingState state;
   state.seed = config.train.seed;
   std::string last_good = "none (no checkpoint written yet)";
+  std::optional<fs::path> loaded;  // the checkpoint resumed from
   if (config.resume && existing) {
+    const auto all = list_checkpoints(run_dir);
+    std::vector<std::string> damaged;
+    if (!config.resume_checkpoint.empty()) {
+      // The one asked for, or nothing: falling back to another would continue a run nobody chose.
+      const fs::path chosen = requested_checkpoint(run_dir, config.resume_checkpoint, all);
+      try {
+        state = load_checkpoint(chosen, trainer.model(), &trainer.optimizer(), tokenizer_identity);
+      } catch (const DamagedCheckpoint& e) {
+        throw UsageError(fmt::format("--checkpoint '{}' does not verify: {}\nchoose another of the run's checkpoints "
+                                     "({}), or leave out --checkpoint to resume from the newest that verifies",
+                                     config.resume_checkpoint, e.what(), checkpoint_names(all)));
+      }
+      loaded = chosen;
+    }
     // Newest first; a damaged checkpoint (flipped bytes, NaN weights) is named and passed over for
     // the newest one that verifies. A shape or tokenizer mismatch is not: every checkpoint shares it.
-    const auto all = list_checkpoints(run_dir);
-    std::optional<fs::path> loaded;
-    std::vector<std::string> damaged;
     for (auto it = all.rbegin(); it != all.rend() && !loaded; ++it) {
       try {
         state = load_checkpoint(*it, trainer.model(), &trainer.optimizer(), tokenizer_identity);
@@ -385,6 +438,16 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       print(fmt::format("resuming from {} (step {}, {} tokens)\n", last_good, state.step, state.tokens));
     else
       print(fmt::format("no checkpoint in '{}' yet: starting a new run\n", run_dir.string()));
+  }
+  if (root && loaded && !config.resume_checkpoint.empty()) {
+    // The checkpoints after the chosen one belong to a continuation given up: moved out of
+    // RUN/checkpoints (they may hold days of compute), so that resume=true, eval and generate,
+    // which take the newest checkpoint, never pick them; this run writes its own in their place.
+    const auto moved = abandon_checkpoints_after(run_dir, state.step);
+    for (const MovedCheckpoint& m : moved)
+      print(fmt::format("note: {} is newer than the checkpoint resumed from: moved to {} (the continuation it "
+                        "belongs to is abandoned; nothing was deleted)\n",
+                        m.from.string(), m.to.string()));
   }
 
   const int64_t seq = config.train.seq > 0 ? config.train.seq : config.train.model.context;
