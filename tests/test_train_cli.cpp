@@ -700,7 +700,7 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
   EXPECT_FALSE(fs::exists(work_dir() / "y.st"));
 }
 
-// Issue 13: resuming from a chosen checkpoint.
+// Issue 13: resuming from a chosen checkpoint, loss spikes.
 
 TEST_F(TrainCli, ResumeFromAnOlderCheckpointIsBitwiseAndSetsTheNewerOnesAside) {
   const fs::path dir = copy_of_reference("branch");
@@ -770,4 +770,34 @@ TEST_F(TrainCli, ACheckpointThatIsNotTheRunsOrDoesNotVerifyIsRefusedWithoutDamag
   const Result help = run("train --help");
   EXPECT_EQ(help.exit_code, 0) << help.output;
   EXPECT_TRUE(contains(help.output, "--checkpoint")) << help.output;
+}
+
+TEST_F(TrainCli, ALossSpikeKeepsTheCheckpointBeforeItAsTheLastGoodOne) {
+  // Checkpoints every 2 steps, the newest 2 kept; the loss spikes from step 25 (10 added to it by
+  // the test hook) and is NaN at step 31. The last good checkpoint is step 24's, not the newest
+  // (30), and rotation kept it although 26, 28 and 30 came after it.
+  const std::string options = "steps=40 checkpoint.interval=2 checkpoint.keep=2 eval.interval=100";
+  const fs::path dir = work_dir() / "spike";
+  const fs::path before_spike = dir / "checkpoints" / "step_00000024";
+  const Result r = run(train(dir, options), "NIBBLE_TEST_LOSS_SPIKE_FROM=25 NIBBLE_TEST_LOSS_NAN_AT=31");
+  ASSERT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(contains(r.output, "warning: loss spike at step 25: ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "the last checkpoint before it is " + before_spike.string() + "\n")) << r.output;
+  EXPECT_TRUE(contains(r.output, "the training loss is nan at step 31")) << r.output;
+  EXPECT_TRUE(contains(r.output, "last good checkpoint: " + before_spike.string() + "\n")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--checkpoint step_00000024")) << r.output;
+  std::vector<std::string> kept;
+  for (const auto& c : list_checkpoints_of(dir)) kept.push_back(c.filename().string());
+  EXPECT_EQ(kept, (std::vector<std::string>{"step_00000024", "step_00000028", "step_00000030"}));
+  // The step that fails inside the model (non-finite activations) names it too.
+  const fs::path failed = work_dir() / "spike-then-fails";
+  const Result f = run(train(failed, options), "NIBBLE_TEST_LOSS_SPIKE_FROM=25 NIBBLE_TEST_RANK_STEP_FAILS=0:31");
+  ASSERT_EQ(f.exit_code, 3) << f.output;
+  EXPECT_TRUE(contains(f.output, "last good checkpoint: " + (failed / "checkpoints" / "step_00000024").string() + "\n"))
+      << f.output;
+  // What the message advises works: the run continues from step 24, the spiking branch set aside.
+  const Result resumed = run(train(dir, options + " resume=true --checkpoint step_00000024"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_FALSE(contains(resumed.output, "loss spike")) << resumed.output;
+  EXPECT_TRUE(fs::exists(dir / "abandoned" / "step_00000030" / "state.json"));
 }

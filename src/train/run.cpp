@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/experiment.h"
+#include "train/loss_spike.h"
 #include "train/metrics.h"
 #include "train/shards.h"
 #include "train/trainer.h"
@@ -305,6 +306,14 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   int64_t fail_step = -1;
   if (const char* hook = std::getenv("NIBBLE_TEST_RANK_STEP_FAILS"); hook && *hook)
     if (std::sscanf(hook, "%d:%ld", &fail_rank, &fail_step) != 2) fail_rank = -1;
+  // Test hooks of the loss-spike detector: from step S on, the reported loss is kTestSpikeAddedLoss
+  // higher (the training itself is unchanged); at step T it is NaN.
+  constexpr double kTestSpikeAddedLoss = 10.0;
+  auto hook_step = [](const char* name) -> int64_t {
+    const char* value = std::getenv(name);
+    return value && *value ? std::atoll(value) : -1;
+  };
+  const int64_t spike_from = hook_step("NIBBLE_TEST_LOSS_SPIKE_FROM"), nan_at = hook_step("NIBBLE_TEST_LOSS_NAN_AT");
 
   // Nothing is written into the run directory until the whole request is validated (config, data,
   // recipe, the checkpoint to resume and its fit to this model and tokenizer): a refused command
@@ -336,7 +345,9 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
 
   TrainingState state;
   state.seed = config.train.seed;
-  std::string last_good = "none (no checkpoint written yet)";
+  // The newest checkpoint written before any loss spike that is still going on: what a divergence
+  // message names as the one to go back to.
+  std::optional<fs::path> last_good;
   std::optional<fs::path> loaded;  // the checkpoint resumed from
   if (config.resume && existing) {
     const auto all = list_checkpoints(run_dir);
@@ -381,7 +392,7 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
                         "rounding continue with the new seed\n",
                         state.seed, config.train.seed));
     state.seed = config.train.seed;
-    last_good = loaded->string();
+    last_good = loaded;
   }
 
   const fs::path saved_config = run_dir / kConfigFile;
@@ -435,7 +446,7 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   }
   if (config.resume) {
     if (existing)
-      print(fmt::format("resuming from {} (step {}, {} tokens)\n", last_good, state.step, state.tokens));
+      print(fmt::format("resuming from {} (step {}, {} tokens)\n", loaded->string(), state.step, state.tokens));
     else
       print(fmt::format("no checkpoint in '{}' yet: starting a new run\n", run_dir.string()));
   }
@@ -498,6 +509,24 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   if (state.step >= total) print(fmt::format("the run is already complete at step {} of {}\n", state.step, total));
   const StopSignals stop_signals;
   int64_t checkpointed_step = -1;
+  // Every rank sees the same step losses bit for bit (Trainer::step sums each loss slot, written by
+  // one rank, with zeros from the others, which is exact), so every rank calls the same spikes and
+  // names the same last good checkpoint without communicating.
+  LossSpikeDetector loss_spikes;
+  int64_t spike_step = -1;  // first step of the spike in progress
+  auto last_good_text = [&] { return last_good ? last_good->string() : std::string("none (no checkpoint written yet)"); };
+  auto resume_advice = [&] {
+    const std::string fixes = "a lower schedule.lr (or a larger schedule.warmup_steps); quantization=bf16 tells "
+                              "whether the recipe is the cause";
+    if (!last_good) return "start again with " + fixes;
+    return fmt::format("resume from it with `nibble train {} resume=true --checkpoint {}` and {}", saved_config.string(),
+                       last_good->filename().string(), fixes);
+  };
+  // During a spike the checkpoint before it is kept through checkpoint rotation.
+  auto save = [&](const TrainingState& s) {
+    return save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), s, config.checkpoint_keep,
+                           tokenizer_identity, loss_spikes.in_spike() ? last_good : std::nullopt);
+  };
   while (trainer.steps_done() < total) {
     if (comm.rank() == exit_rank && trainer.steps_done() + 1 == exit_step) {
       std::fprintf(stderr, "nibble: test hook NIBBLE_TEST_RANK_EXIT: rank %d exits before step %ld\n", exit_rank,
@@ -511,15 +540,15 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       if (comm.rank() == fail_rank && trainer.steps_done() + 1 == fail_step)
         throw UsageError("test hook NIBBLE_TEST_RANK_STEP_FAILS: non-finite activations");
       r = trainer.step();
+      if (spike_from > 0 && r.step >= spike_from) r.loss += kTestSpikeAddedLoss;
+      if (nan_at > 0 && r.step == nan_at) r.loss = std::nan("");
     } catch (const UsageError& e) {
       // The config and data were checked before the first step, so a refusal inside a step is the
       // numbers going wrong: typically a quantizer meeting non-finite activations after divergence.
       if (live) print("\n");
       const std::string message =
-          fmt::format("training stopped at step {}: {}\nthe run has probably diverged. last good "
-                      "checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr (or a larger "
-                      "schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause",
-                      trainer.steps_done() + 1, e.what(), last_good);
+          fmt::format("training stopped at step {}: {}\nthe run has probably diverged. last good checkpoint: {}\n{}",
+                      trainer.steps_done() + 1, e.what(), last_good_text(), resume_advice());
       // With the data split over ranks, this rank may be the only one that met the bad numbers:
       // the others wait in the gradient sum, so the whole job has to be ended from here.
       if (comm.size() > 1) comm.abort(message, kExitNonFiniteLoss);
@@ -540,10 +569,27 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       StepRecord bad{r.step, total, state.tokens, r.loss, r.lr, r.grad_norm, dt, 0, 0, 0, elapsed()};
       if (metrics) metrics->write(bad);
       print(fmt::format("error: the training loss is {} at step {} (gradient norm {}): training stopped, nothing of it "
-                        "saved.\nlast good checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr "
-                        "(or a larger schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause\n",
-                        r.loss, r.step, r.grad_norm, last_good));
+                        "saved.\nlast good checkpoint: {}\n{}\n",
+                        r.loss, r.step, r.grad_norm, last_good_text(), resume_advice()));
       return kExitNonFiniteLoss;
+    }
+
+    // A spike freezes last_good at the newest checkpoint written before it: the ones written while
+    // the loss is off are not "good" until it comes back.
+    switch (loss_spikes.observe(r.loss)) {
+      case LossSpikeDetector::Event::spike_begins:
+        spike_step = r.step;
+        print(fmt::format("{}warning: loss spike at step {}: {:.4f} against a recent mean of {:.4f}; the last "
+                          "checkpoint before it is {}\n",
+                          live ? "\r\033[K" : "", r.step, r.loss, loss_spikes.mean(), last_good_text()));
+        break;
+      case LossSpikeDetector::Event::spike_ends:
+        print(fmt::format("{}note: the loss is back to {:.4f} at step {} (recent mean {:.4f}), after the spike from "
+                          "step {}\n",
+                          live ? "\r\033[K" : "", r.loss, r.step, loss_spikes.mean(), spike_step));
+        break;
+      case LossSpikeDetector::Event::none:
+      case LossSpikeDetector::Event::spike_continues: break;
     }
 
     const bool last_step = r.step == total;
@@ -595,11 +641,10 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       // Rank 0 writes; every rank knows the path, so a stop on any rank names the same last good one.
       if (root) {
         state.elapsed_s = elapsed();
-        const auto path = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state,
-                                          config.checkpoint_keep, tokenizer_identity);
+        const auto path = save(state);
         print(fmt::format("{}checkpoint {}\n", live ? "\r\033[K" : "", path.string()));
       }
-      last_good = checkpoint_path(run_dir, r.step).string();
+      if (!loss_spikes.in_spike()) last_good = checkpoint_path(run_dir, r.step);
       checkpointed_step = r.step;
     }
 
@@ -609,22 +654,24 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     if (stop != 0 && !last_step) {
       if (checkpointed_step != r.step) {
         state.elapsed_s = elapsed();
-        if (root)
-          save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep,
-                          tokenizer_identity);
-        last_good = checkpoint_path(run_dir, r.step).string();
+        if (root) save(state);
       }
       print(fmt::format("{}stopped by {} after step {} of {}: checkpoint {} written.\ncontinue the run with: nibble "
                         "train {} resume=true\n",
-                        live ? "\r\033[K" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", r.step, total, last_good,
-                        saved_config.string()));
+                        live ? "\r\033[K" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", r.step, total,
+                        checkpoint_path(run_dir, r.step).string(), saved_config.string()));
+      if (loss_spikes.in_spike())
+        print(fmt::format("note: the loss has been spiking since step {}; the last checkpoint before the spike is {}{}\n",
+                          spike_step, last_good_text(),
+                          last_good ? " (resume=true --checkpoint " + last_good->filename().string() + " continues from it)"
+                                    : ""));
       return 128 + static_cast<int>(stop);
     }
   }
 
   const double wall = elapsed();
   if (std::isnan(last_loss)) {  // nothing left to train
-    print(fmt::format("run directory: {}; newest checkpoint {}\n", run_dir.string(), last_good));
+    print(fmt::format("run directory: {}; newest checkpoint {}\n", run_dir.string(), last_good_text()));
     return 0;
   }
   print(fmt::format("done: {} steps, {} tokens in {}; final train loss {:.4f}, val loss {:.4f}{}\nrun directory: {}\n",
