@@ -182,6 +182,50 @@ TEST(Checkpoint, KeepsTheNewestAndIgnoresCrashLeftovers) {
   EXPECT_EQ(load_checkpoint(*latest_checkpoint(run), b, nullptr).tokens, 777);
 }
 
+TEST(Checkpoint, RotationSparesTheCheckpointToKeepAlso) {
+  // During a loss spike the run keeps the last checkpoint before it, however many follow.
+  const fs::path run = fresh_dir("keep-also");
+  model::Transformer a(tiny_model());
+  for (int64_t step : {10, 20, 30, 40, 50}) {
+    TrainingState s;
+    s.step = step;
+    save_checkpoint(run, a, nullptr, s, 2, "", checkpoint_path(run, 20));
+  }
+  const auto all = list_checkpoints(run);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].filename(), "step_00000020");
+  EXPECT_EQ(all[1].filename(), "step_00000040");
+  EXPECT_EQ(all[2].filename(), "step_00000050");
+}
+
+TEST(Checkpoint, AbandonedCheckpointsAreMovedNeverDeleted) {
+  const fs::path run = fresh_dir("abandon");
+  model::Transformer a(tiny_model());
+  for (int64_t step : {10, 20, 30}) {
+    TrainingState s;
+    s.step = step;
+    save_checkpoint(run, a, nullptr, s, 5);
+  }
+  const auto moved = abandon_checkpoints_after(run, 10);
+  ASSERT_EQ(moved.size(), 2u);
+  EXPECT_EQ(moved[0].from, checkpoint_path(run, 20));
+  EXPECT_EQ(moved[0].to, abandoned_dir(run) / "step_00000020");
+  EXPECT_EQ(moved[1].to, abandoned_dir(run) / "step_00000030");
+  ASSERT_EQ(list_checkpoints(run).size(), 1u);
+  EXPECT_EQ(*latest_checkpoint(run), checkpoint_path(run, 10));
+  model::Transformer b(tiny_model());
+  EXPECT_NO_THROW(load_checkpoint(abandoned_dir(run) / "step_00000030", b, nullptr));
+  // A second abandoned branch with the same step names: suffixed, the first one kept.
+  TrainingState s;
+  s.step = 20;
+  save_checkpoint(run, a, nullptr, s, 5);
+  const auto again = abandon_checkpoints_after(run, 10);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].to, abandoned_dir(run) / "step_00000020-2");
+  EXPECT_TRUE(fs::exists(abandoned_dir(run) / "step_00000020" / "state.json"));
+  EXPECT_TRUE(abandon_checkpoints_after(run, 10).empty());
+}
+
 TEST(Checkpoint, ResumedTrainingIsBitwiseTheUninterruptedRun) {
   for (Quantization q : {Quantization::none, Quantization::nvfp4}) {
     const TrainConfig config = tiny_training(q);

@@ -344,6 +344,22 @@ TEST_F(MpiTrain, AStopOnAnyRankNamesTheSameLastGoodCheckpoint) {
   EXPECT_EQ(r.output.find("last good checkpoint: none"), std::string::npos) << r.output;
 }
 
+TEST_F(MpiTrain, ALossSpikeFreezesTheSameLastGoodCheckpointOnEveryRank) {
+  // The loss spikes from step 25 on (test hook, on every rank); rank 1 alone fails at step 31. The
+  // message it ends the job with names step 24's checkpoint, the one before the spike, as rank 0's
+  // own warning does, not step 30's.
+  const fs::path run = work_dir() / "spike-rank-fails";
+  const Result r = train_on(2, run, "steps=40 eval.interval=100 checkpoint.keep=2",
+                            "NIBBLE_TEST_LOSS_SPIKE_FROM=25 NIBBLE_TEST_RANK_STEP_FAILS=1:31");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::string before_spike = (run / "checkpoints" / "step_00000024").string();
+  EXPECT_NE(r.output.find("the last checkpoint before it is " + before_spike), std::string::npos) << r.output;
+  const size_t rank1 = r.output.find("error on rank 1 of 2");
+  ASSERT_NE(rank1, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("last good checkpoint: " + before_spike, rank1), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(before_spike) / "state.json"));
+}
+
 TEST_F(MpiTrain, ARankThatDiesStopsTheJobWithItsName) {
   const fs::path run = work_dir() / "rank-dies";
   const Result r = train_on(2, run, "", "NIBBLE_TEST_RANK_EXIT=1:2");

@@ -1,4 +1,5 @@
-// `nibble train CONFIG.yaml [key=value ...]`: trains per a YAML config with dotted overrides.
+// `nibble train CONFIG.yaml [key=value ...] [--checkpoint STEP]`: trains per a YAML config with
+// dotted overrides.
 // All logic lives in train/run.h; this file only parses the command line.
 #include <fmt/format.h>
 
@@ -16,6 +17,7 @@ namespace {
 struct TrainOptions {
   std::string config;
   std::vector<std::string> overrides;
+  std::string checkpoint;
   bool list_keys = false;
 };
 
@@ -26,6 +28,9 @@ CommandRegistration train_command("train", [](CLI::App& app, int& exit_code) {
   cmd->add_option("config", o->config, "YAML config, e.g. configs/shakespeare.yaml");
   cmd->add_option("overrides", o->overrides, "dotted key=value overrides, e.g. model.layers=6 resume=true");
   cmd->add_flag("--keys", o->list_keys, "list every config key with its type and meaning, then exit");
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "resume from this checkpoint of run.dir instead of the newest (its name, e.g. step_00000100, or "
+                  "its path; implies resume=true); the run's newer checkpoints are moved to RUN/abandoned");
   cmd->callback([o, &exit_code] {
     if (o->list_keys) {
       for (const auto& k : train::config_keys()) {
@@ -56,6 +61,21 @@ CommandRegistration train_command("train", [](CLI::App& app, int& exit_code) {
     std::unique_ptr<train::Communicator> comm = train::connect_processes();
     try {
       train::RunConfig config = train::load_run_config(o->config, o->overrides);
+      if (!o->checkpoint.empty()) {
+        // A resume=false in the config file is what a saved RUN/config.yaml says; on the command
+        // line it contradicts --checkpoint.
+        for (const std::string& word : o->overrides) {
+          if (!word.starts_with("resume=")) continue;
+          train::RunConfig said;
+          train::set_config_value(said, "resume", std::string_view(word).substr(7), "command line");
+          if (!said.resume)
+            throw UsageError(fmt::format("--checkpoint {} resumes the run from that checkpoint, but the command line "
+                                         "also says {}: drop {} (or drop --checkpoint to start a new run)",
+                                         o->checkpoint, word, word));
+        }
+        config.resume_checkpoint = o->checkpoint;
+        config.resume = true;
+      }
       exit_code = train::run_training(config, stdout, *comm);
     } catch (const std::exception& e) {
       // One rank alone may fail (a missing data directory on one host): end every rank rather than

@@ -241,8 +241,31 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   return all.back();
 }
 
+fs::path abandoned_dir(const fs::path& run_dir) { return run_dir / "abandoned"; }
+
+std::vector<MovedCheckpoint> abandon_checkpoints_after(const fs::path& run_dir, int64_t step) {
+  std::vector<MovedCheckpoint> moves;
+  for (const fs::path& checkpoint : list_checkpoints(run_dir)) {
+    if (step_of(checkpoint.filename().string()) <= step) continue;
+    const fs::path dir = abandoned_dir(run_dir);
+    fs::path target = dir / checkpoint.filename();
+    for (int n = 2; fs::exists(target); ++n) target = dir / fmt::format("{}-{}", checkpoint.filename().string(), n);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    // Within one run directory, so one filesystem: rename moves the whole directory atomically.
+    if (!ec) fs::rename(checkpoint, target, ec);
+    if (ec)
+      throw UsageError(fmt::format("could not move {} to {}: {}: make {} writable and run again (nothing was "
+                                   "deleted; {} checkpoint(s) were moved before it)",
+                                   checkpoint.string(), target.string(), ec.message(), run_dir.string(), moves.size()));
+    moves.push_back({checkpoint, target});
+  }
+  return moves;
+}
+
 fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& model, const AdamW* optimizer,
-                         const TrainingState& state, int64_t keep, const std::string& tokenizer_identity) {
+                         const TrainingState& state, int64_t keep, const std::string& tokenizer_identity,
+                         const std::optional<fs::path>& also_keep) {
   const fs::path dir = checkpoints_dir(run_dir), final_path = checkpoint_path(run_dir, state.step);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -301,7 +324,11 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
                                  final_path.string(), e.what()));
   }
   auto all = list_checkpoints(run_dir);
-  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) remove_quietly(all[i]);
+  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) {
+    std::error_code ec;
+    if (also_keep && fs::equivalent(all[i], *also_keep, ec)) continue;
+    remove_quietly(all[i]);
+  }
   return final_path;
 }
 

@@ -58,15 +58,29 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, int6
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& run_dir);
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
 
-// Writes the checkpoint of `state.step` and removes all but the newest `keep`. Throws UsageError
-// (disk full, permissions) with nothing of the previous checkpoints lost.
+// RUN/abandoned/: checkpoints of a continuation that a resume from an older checkpoint gave up
+// (`nibble train ... --checkpoint`). Kept, not deleted, but out of RUN/checkpoints, so that nothing
+// that takes the newest checkpoint (resume=true, eval, generate) picks them.
+std::filesystem::path abandoned_dir(const std::filesystem::path& run_dir);
+struct MovedCheckpoint {
+  std::filesystem::path from, to;
+};
+// Moves every checkpoint of `run_dir` newer than `step` into abandoned_dir(run_dir), under its own
+// name, or NAME-2, NAME-3, ... where that is taken already. Returns the moves, oldest first. Throws
+// UsageError naming the checkpoint that could not be moved (nothing is ever deleted).
+std::vector<MovedCheckpoint> abandon_checkpoints_after(const std::filesystem::path& run_dir, int64_t step);
+
+// Writes the checkpoint of `state.step` and removes all but the newest `keep`, and never
+// `also_keep` (the last checkpoint before a loss spike, which a divergence message would name).
+// Throws UsageError (disk full, permissions) with nothing of the previous checkpoints lost.
 // Test hook: with NIBBLE_TEST_KILL_DURING_CHECKPOINT=STEP (or empty: any step), the process kills
 // itself with SIGKILL after writing that checkpoint's weights and before the rename, as a crash
 // mid-checkpoint would.
 // `tokenizer_identity` (Tokenizer::identity) is stored for load_checkpoint to compare.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, const model::Transformer& model,
                                       const AdamW* optimizer, const TrainingState& state, int64_t keep,
-                                      const std::string& tokenizer_identity = "");
+                                      const std::string& tokenizer_identity = "",
+                                      const std::optional<std::filesystem::path>& also_keep = std::nullopt);
 
 // Loads weights (and the optimizer state when `optimizer` is given) into an already constructed
 // model, after verifying every file's checksum (DamagedCheckpoint, naming the file), checking every

@@ -23,6 +23,10 @@ struct RunConfig {
   bool tensorboard = false;        // also write TensorBoard event files to RUN/tensorboard
   int64_t threads = 0;             // OpenMP threads; 0: the OpenMP default
   bool resume = false;             // continue from the newest checkpoint in run_dir
+  // `nibble train --checkpoint`: continue from this checkpoint of run_dir (a path, or its name
+  // step_NNNNNNNN) instead of the newest; implies resume. A command-line option, not a config key:
+  // it is neither read from nor saved to config.yaml.
+  std::string resume_checkpoint;
 
   // UsageError naming the key and the fix for values no run can use (also runs TrainConfig's).
   void validate() const;

@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/experiment.h"
+#include "train/loss_spike.h"
 #include "train/metrics.h"
 #include "train/shards.h"
 #include "train/trainer.h"
@@ -100,6 +101,41 @@ void remove_stray_temporaries(const fs::path& run_dir) {
       fs::remove(it->path(), ignored);
     }
   }
+}
+
+std::string checkpoint_names(const std::vector<fs::path>& checkpoints) {
+  std::string names;
+  for (const auto& c : checkpoints) names += (names.empty() ? "" : ", ") + c.filename().string();
+  return names.empty() ? "none" : names;
+}
+
+// The checkpoint among `checkpoints` (run_dir's own) that `requested` names: `nibble train
+// --checkpoint`'s value, a path or the bare name of a directory in RUN/checkpoints. Refused
+// (UsageError, naming the value and the run's checkpoints) when it is none of them.
+fs::path requested_checkpoint(const fs::path& run_dir, const std::string& requested,
+                              const std::vector<fs::path>& checkpoints) {
+  fs::path given(requested);
+  if (!given.has_filename()) given = given.parent_path();  // "step_00000100/"
+  const fs::path candidate = given.has_parent_path() ? given : checkpoints_dir(run_dir) / given;
+  for (const fs::path& c : checkpoints) {
+    std::error_code ec;
+    if (fs::equivalent(c, candidate, ec)) return c;
+  }
+  const std::string choices =
+      fmt::format("run.dir '{}' has the checkpoints {} (in {}): pass one of them, by name or path, or leave out "
+                  "--checkpoint to resume from the newest",
+                  run_dir.string(), checkpoint_names(checkpoints), checkpoints_dir(run_dir).string());
+  std::error_code ec;
+  if (!fs::exists(candidate, ec))
+    throw UsageError(fmt::format("--checkpoint '{}': {} does not exist; {}", requested, candidate.string(), choices));
+  if (fs::equivalent(candidate.parent_path(), abandoned_dir(run_dir), ec))
+    throw UsageError(fmt::format("--checkpoint '{}' was set aside in {} by an earlier --checkpoint, with the "
+                                 "continuation it belongs to. To go back to that continuation, move it into {} under "
+                                 "its step_NNNNNNNN name first (and the run's newer checkpoints out of the way); {}",
+                                 requested, abandoned_dir(run_dir).string(), checkpoints_dir(run_dir).string(), choices));
+  throw UsageError(fmt::format("--checkpoint '{}' is not a checkpoint of run.dir '{}'; {}. To continue another "
+                               "run from one of its checkpoints, pass that run's config.yaml",
+                               requested, run_dir.string(), choices));
 }
 
 // SIGINT / SIGTERM (Ctrl-C, a scheduler's warning before preemption): the first asks the loop to
@@ -250,6 +286,7 @@ int run_training(const RunConfig& config, std::FILE* out) {
 
 int run_training(const RunConfig& input_config, std::FILE* out, Communicator& comm) {
   RunConfig config = input_config;
+  if (!config.resume_checkpoint.empty()) config.resume = true;  // resuming from a chosen checkpoint
   if (config.threads > 0) omp_set_num_threads(static_cast<int>(config.threads));
   const fs::path run_dir = config.run_dir;
   // Rank 0 alone reads and writes the run directory and prints; the others only compute, so a
@@ -269,6 +306,14 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   int64_t fail_step = -1;
   if (const char* hook = std::getenv("NIBBLE_TEST_RANK_STEP_FAILS"); hook && *hook)
     if (std::sscanf(hook, "%d:%ld", &fail_rank, &fail_step) != 2) fail_rank = -1;
+  // Test hooks of the loss-spike detector: from step S on, the reported loss is kTestSpikeAddedLoss
+  // higher (the training itself is unchanged); at step T it is NaN.
+  constexpr double kTestSpikeAddedLoss = 10.0;
+  auto hook_step = [](const char* name) -> int64_t {
+    const char* value = std::getenv(name);
+    return value && *value ? std::atoll(value) : -1;
+  };
+  const int64_t spike_from = hook_step("NIBBLE_TEST_LOSS_SPIKE_FROM"), nan_at = hook_step("NIBBLE_TEST_LOSS_NAN_AT");
 
   // Nothing is written into the run directory until the whole request is validated (config, data,
   // recipe, the checkpoint to resume and its fit to this model and tokenizer): a refused command
@@ -283,6 +328,11 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     throw UsageError(fmt::format("run.dir '{}' already holds checkpoints (newest {}): pass resume=true to continue that "
                                  "run, or choose another run.dir",
                                  run_dir.string(), existing->filename().string()));
+  if (root && !existing && !config.resume_checkpoint.empty())
+    throw UsageError(fmt::format("--checkpoint '{}': run.dir '{}' holds no checkpoint yet, so there is nothing to "
+                                 "resume: leave out --checkpoint to start the run, or give the run.dir of the run the "
+                                 "checkpoint belongs to",
+                                 config.resume_checkpoint, run_dir.string()));
 
   Dataset data = load_dataset(config.data_dir);
   config.train.model.vocab = data.tokenizer->vocab_size();
@@ -295,13 +345,27 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
 
   TrainingState state;
   state.seed = config.train.seed;
-  std::string last_good = "none (no checkpoint written yet)";
+  // The newest checkpoint written before any loss spike that is still going on: what a divergence
+  // message names as the one to go back to.
+  std::optional<fs::path> last_good;
+  std::optional<fs::path> loaded;  // the checkpoint resumed from
   if (config.resume && existing) {
+    const auto all = list_checkpoints(run_dir);
+    std::vector<std::string> damaged;
+    if (!config.resume_checkpoint.empty()) {
+      // The one asked for, or nothing: falling back to another would continue a run nobody chose.
+      const fs::path chosen = requested_checkpoint(run_dir, config.resume_checkpoint, all);
+      try {
+        state = load_checkpoint(chosen, trainer.model(), &trainer.optimizer(), tokenizer_identity);
+      } catch (const DamagedCheckpoint& e) {
+        throw UsageError(fmt::format("--checkpoint '{}' does not verify: {}\nchoose another of the run's checkpoints "
+                                     "({}), or leave out --checkpoint to resume from the newest that verifies",
+                                     config.resume_checkpoint, e.what(), checkpoint_names(all)));
+      }
+      loaded = chosen;
+    }
     // Newest first; a damaged checkpoint (flipped bytes, NaN weights) is named and passed over for
     // the newest one that verifies. A shape or tokenizer mismatch is not: every checkpoint shares it.
-    const auto all = list_checkpoints(run_dir);
-    std::optional<fs::path> loaded;
-    std::vector<std::string> damaged;
     for (auto it = all.rbegin(); it != all.rend() && !loaded; ++it) {
       try {
         state = load_checkpoint(*it, trainer.model(), &trainer.optimizer(), tokenizer_identity);
@@ -328,7 +392,7 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
                         "rounding continue with the new seed\n",
                         state.seed, config.train.seed));
     state.seed = config.train.seed;
-    last_good = loaded->string();
+    last_good = loaded;
   }
 
   const fs::path saved_config = run_dir / kConfigFile;
@@ -382,9 +446,19 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   }
   if (config.resume) {
     if (existing)
-      print(fmt::format("resuming from {} (step {}, {} tokens)\n", last_good, state.step, state.tokens));
+      print(fmt::format("resuming from {} (step {}, {} tokens)\n", loaded->string(), state.step, state.tokens));
     else
       print(fmt::format("no checkpoint in '{}' yet: starting a new run\n", run_dir.string()));
+  }
+  if (root && loaded && !config.resume_checkpoint.empty()) {
+    // The checkpoints after the chosen one belong to a continuation given up: moved out of
+    // RUN/checkpoints (they may hold days of compute), so that resume=true, eval and generate,
+    // which take the newest checkpoint, never pick them; this run writes its own in their place.
+    const auto moved = abandon_checkpoints_after(run_dir, state.step);
+    for (const MovedCheckpoint& m : moved)
+      print(fmt::format("note: {} is newer than the checkpoint resumed from: moved to {} (the continuation it "
+                        "belongs to is abandoned; nothing was deleted)\n",
+                        m.from.string(), m.to.string()));
   }
 
   const int64_t seq = config.train.seq > 0 ? config.train.seq : config.train.model.context;
@@ -435,6 +509,24 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   if (state.step >= total) print(fmt::format("the run is already complete at step {} of {}\n", state.step, total));
   const StopSignals stop_signals;
   int64_t checkpointed_step = -1;
+  // Every rank sees the same step losses bit for bit (Trainer::step sums each loss slot, written by
+  // one rank, with zeros from the others, which is exact), so every rank calls the same spikes and
+  // names the same last good checkpoint without communicating.
+  LossSpikeDetector loss_spikes;
+  int64_t spike_step = -1;  // first step of the spike in progress
+  auto last_good_text = [&] { return last_good ? last_good->string() : std::string("none (no checkpoint written yet)"); };
+  auto resume_advice = [&] {
+    const std::string fixes = "a lower schedule.lr (or a larger schedule.warmup_steps); quantization=bf16 tells "
+                              "whether the recipe is the cause";
+    if (!last_good) return "start again with " + fixes;
+    return fmt::format("resume from it with `nibble train {} resume=true --checkpoint {}` and {}", saved_config.string(),
+                       last_good->filename().string(), fixes);
+  };
+  // During a spike the checkpoint before it is kept through checkpoint rotation.
+  auto save = [&](const TrainingState& s) {
+    return save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), s, config.checkpoint_keep,
+                           tokenizer_identity, loss_spikes.in_spike() ? last_good : std::nullopt);
+  };
   while (trainer.steps_done() < total) {
     if (comm.rank() == exit_rank && trainer.steps_done() + 1 == exit_step) {
       std::fprintf(stderr, "nibble: test hook NIBBLE_TEST_RANK_EXIT: rank %d exits before step %ld\n", exit_rank,
@@ -448,15 +540,15 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       if (comm.rank() == fail_rank && trainer.steps_done() + 1 == fail_step)
         throw UsageError("test hook NIBBLE_TEST_RANK_STEP_FAILS: non-finite activations");
       r = trainer.step();
+      if (spike_from > 0 && r.step >= spike_from) r.loss += kTestSpikeAddedLoss;
+      if (nan_at > 0 && r.step == nan_at) r.loss = std::nan("");
     } catch (const UsageError& e) {
       // The config and data were checked before the first step, so a refusal inside a step is the
       // numbers going wrong: typically a quantizer meeting non-finite activations after divergence.
       if (live) print("\n");
       const std::string message =
-          fmt::format("training stopped at step {}: {}\nthe run has probably diverged. last good "
-                      "checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr (or a larger "
-                      "schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause",
-                      trainer.steps_done() + 1, e.what(), last_good);
+          fmt::format("training stopped at step {}: {}\nthe run has probably diverged. last good checkpoint: {}\n{}",
+                      trainer.steps_done() + 1, e.what(), last_good_text(), resume_advice());
       // With the data split over ranks, this rank may be the only one that met the bad numbers:
       // the others wait in the gradient sum, so the whole job has to be ended from here.
       if (comm.size() > 1) comm.abort(message, kExitNonFiniteLoss);
@@ -477,10 +569,27 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       StepRecord bad{r.step, total, state.tokens, r.loss, r.lr, r.grad_norm, dt, 0, 0, 0, elapsed()};
       if (metrics) metrics->write(bad);
       print(fmt::format("error: the training loss is {} at step {} (gradient norm {}): training stopped, nothing of it "
-                        "saved.\nlast good checkpoint: {}\nresume from it with `resume=true` and a lower schedule.lr "
-                        "(or a larger schedule.warmup_steps); quantization=bf16 tells whether the recipe is the cause\n",
-                        r.loss, r.step, r.grad_norm, last_good));
+                        "saved.\nlast good checkpoint: {}\n{}\n",
+                        r.loss, r.step, r.grad_norm, last_good_text(), resume_advice()));
       return kExitNonFiniteLoss;
+    }
+
+    // A spike freezes last_good at the newest checkpoint written before it: the ones written while
+    // the loss is off are not "good" until it comes back.
+    switch (loss_spikes.observe(r.loss)) {
+      case LossSpikeDetector::Event::spike_begins:
+        spike_step = r.step;
+        print(fmt::format("{}warning: loss spike at step {}: {:.4f} against a recent mean of {:.4f}; the last "
+                          "checkpoint before it is {}\n",
+                          live ? "\r\033[K" : "", r.step, r.loss, loss_spikes.mean(), last_good_text()));
+        break;
+      case LossSpikeDetector::Event::spike_ends:
+        print(fmt::format("{}note: the loss is back to {:.4f} at step {} (recent mean {:.4f}), after the spike from "
+                          "step {}\n",
+                          live ? "\r\033[K" : "", r.loss, r.step, loss_spikes.mean(), spike_step));
+        break;
+      case LossSpikeDetector::Event::none:
+      case LossSpikeDetector::Event::spike_continues: break;
     }
 
     const bool last_step = r.step == total;
@@ -532,11 +641,10 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       // Rank 0 writes; every rank knows the path, so a stop on any rank names the same last good one.
       if (root) {
         state.elapsed_s = elapsed();
-        const auto path = save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state,
-                                          config.checkpoint_keep, tokenizer_identity);
+        const auto path = save(state);
         print(fmt::format("{}checkpoint {}\n", live ? "\r\033[K" : "", path.string()));
       }
-      last_good = checkpoint_path(run_dir, r.step).string();
+      if (!loss_spikes.in_spike()) last_good = checkpoint_path(run_dir, r.step);
       checkpointed_step = r.step;
     }
 
@@ -546,22 +654,24 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     if (stop != 0 && !last_step) {
       if (checkpointed_step != r.step) {
         state.elapsed_s = elapsed();
-        if (root)
-          save_checkpoint(run_dir, trainer.model(), &trainer.optimizer(), state, config.checkpoint_keep,
-                          tokenizer_identity);
-        last_good = checkpoint_path(run_dir, r.step).string();
+        if (root) save(state);
       }
       print(fmt::format("{}stopped by {} after step {} of {}: checkpoint {} written.\ncontinue the run with: nibble "
                         "train {} resume=true\n",
-                        live ? "\r\033[K" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", r.step, total, last_good,
-                        saved_config.string()));
+                        live ? "\r\033[K" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", r.step, total,
+                        checkpoint_path(run_dir, r.step).string(), saved_config.string()));
+      if (loss_spikes.in_spike())
+        print(fmt::format("note: the loss has been spiking since step {}; the last checkpoint before the spike is {}{}\n",
+                          spike_step, last_good_text(),
+                          last_good ? " (resume=true --checkpoint " + last_good->filename().string() + " continues from it)"
+                                    : ""));
       return 128 + static_cast<int>(stop);
     }
   }
 
   const double wall = elapsed();
   if (std::isnan(last_loss)) {  // nothing left to train
-    print(fmt::format("run directory: {}; newest checkpoint {}\n", run_dir.string(), last_good));
+    print(fmt::format("run directory: {}; newest checkpoint {}\n", run_dir.string(), last_good_text()));
     return 0;
   }
   print(fmt::format("done: {} steps, {} tokens in {}; final train loss {:.4f}, val loss {:.4f}{}\nrun directory: {}\n",

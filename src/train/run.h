@@ -53,6 +53,13 @@ int run_training(const RunConfig& config, std::FILE* out);
 // works with any rank count. Ranks check at every logged step that their weights are identical.
 // Test hook: NIBBLE_TEST_RANK_EXIT=RANK:STEP makes that rank exit (status 17) before that step, as
 // a crashed rank would.
+// The newest checkpoint written before a loss spike (train/loss_spike.h) that has not ended stays
+// "last good" (divergence messages name it) and is kept through checkpoint rotation. Test hooks:
+// NIBBLE_TEST_LOSS_SPIKE_FROM=STEP adds 10 to every reported step loss from STEP on (the training
+// itself is unchanged); NIBBLE_TEST_LOSS_NAN_AT=STEP reports a NaN loss at STEP.
+// With config.resume_checkpoint (`nibble train --checkpoint`), the run continues from that
+// checkpoint of run.dir, refusing one that is not the run's or does not verify; checkpoints newer
+// than it are moved to RUN/abandoned (train/checkpoint.h) and metrics.jsonl is cut at its step.
 int run_training(const RunConfig& config, std::FILE* out, Communicator& comm);
 
 // A trained run opened for evaluation or sampling: its resolved config, tokenizer and the weights
