@@ -904,3 +904,27 @@ TEST_F(TrainCli, ASecondSigintEndsTheTrainerAtOnceLeavingOnlyCompleteCheckpoints
   EXPECT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_TRUE(contains(eval.output, (dir / "checkpoints" / "step_00000002").string())) << eval.output;
 }
+
+TEST_F(TrainCli, CheckpointOptionEdgesAreRefusedOrResolvedLikeTrains) {
+  const fs::path dir = copy_of_reference("checkpoint-edges");
+  const auto before = snapshot(dir);
+  // An empty value (an unset shell variable) is not "the newest".
+  const Result empty = run(train(dir, "") + " --checkpoint ''");
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  EXPECT_TRUE(contains(empty.output, "--checkpoint: is empty")) << empty.output;
+  const Result empty_eval = run("eval " + dir.string() + " --checkpoint ''");
+  EXPECT_EQ(empty_eval.exit_code, 2) << empty_eval.output;
+  // Going back to step 4 with steps=4 would train nothing and still set steps 8 and 12 aside.
+  const Result nothing = run(train(dir, "steps=4") + " --checkpoint step_00000004");
+  EXPECT_EQ(nothing.exit_code, 2) << nothing.output;
+  EXPECT_TRUE(contains(nothing.output, "nothing would be trained")) << nothing.output;
+  EXPECT_EQ(snapshot(dir), before);
+  // eval and generate take a bare name as train does, and name the run's checkpoints when it is wrong.
+  const Result by_name = run("eval " + dir.string() + " --checkpoint step_00000004 --max-windows 2");
+  EXPECT_EQ(by_name.exit_code, 0) << by_name.output;
+  EXPECT_TRUE(contains(by_name.output, "step_00000004 (step 4)")) << by_name.output;
+  const Result missing = run("generate " + dir.string() + " --checkpoint step_00000099 --max-tokens 3");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_TRUE(contains(missing.output, "step_00000004, step_00000008, step_00000012")) << missing.output;
+  EXPECT_EQ(snapshot(dir), before);
+}

@@ -22,7 +22,8 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a trained run on a token file");
   cmd->add_option("run", o->run, "run directory (written by nibble train)")->required();
   cmd->add_option("--tokens", o->tokens, "token shard to evaluate on (default: the run's data.dir/val.bin)");
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory (default: the newest of the run)");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint of the run, by name (step_00000100) or path (default: the newest)")
+      ->check(checkpoint_name());
   cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0: the whole file)");
   cmd->add_flag("--fp32", o->fp32, "evaluate with FP32 GEMMs instead of the run's recipe");
   cmd->callback([o, &exit_code] {

@@ -24,7 +24,8 @@ CommandRegistration generate_command("generate", [](CLI::App& app, int& exit_cod
   cmd->add_option("--temperature", o->sampling.temperature, "softmax temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
   cmd->add_option("--seed", o->sampling.seed, "random seed of the sampler")->capture_default_str()->check(integer_at_least(0, "a seed >= 0"));
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory (default: the newest of the run)");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint of the run, by name (step_00000100) or path (default: the newest)")
+      ->check(checkpoint_name());
   cmd->callback([o, &exit_code] {
     o->sampling.validate();
     auto run = train::load_run(o->run, o->checkpoint.empty() ? std::nullopt

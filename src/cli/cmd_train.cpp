@@ -30,7 +30,8 @@ CommandRegistration train_command("train", [](CLI::App& app, int& exit_code) {
   cmd->add_flag("--keys", o->list_keys, "list every config key with its type and meaning, then exit");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "resume from this checkpoint of run.dir instead of the newest (its name, e.g. step_00000100, or "
-                  "its path; implies resume=true); the run's newer checkpoints are moved to RUN/abandoned");
+                  "its path; implies resume=true); the run's newer checkpoints are moved to RUN/abandoned")
+      ->check(checkpoint_name());
   cmd->callback([o, &exit_code] {
     if (o->list_keys) {
       for (const auto& k : train::config_keys()) {

@@ -37,6 +37,16 @@ inline CLI::App* subcommand_group(CLI::App& app, const std::string& name, const 
   return group;
 }
 
+// The check of a --checkpoint option: an empty value (`--checkpoint ""`, typically an unset shell
+// variable) would otherwise read as "not given" and pick the newest checkpoint silently.
+inline CLI::Validator checkpoint_name() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        return value.empty() ? "is empty: give a checkpoint of the run, by name (step_00000100) or by path" : "";
+      },
+      "CHECKPOINT");
+}
+
 // An integer option's check: CLI11 reports "--NAME: MESSAGE" with exit code 2. Needed because an
 // unsigned option silently wraps -1 to 18446744073709551615, and a count of 0 or less is nonsense.
 inline CLI::Validator integer_at_least(long long minimum, const std::string& meaning) {

@@ -362,6 +362,14 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
                                      "({}), or leave out --checkpoint to resume from the newest that verifies",
                                      config.resume_checkpoint, e.what(), checkpoint_names(all)));
       }
+      // Going back to a checkpoint at or past the last step trains nothing, yet would set the newer
+      // checkpoints aside: refused before anything moves.
+      const auto newer = std::count_if(all.begin(), all.end(), [&](const fs::path& c) { return c > chosen; });
+      if (state.step >= config.train.schedule.total_steps && newer > 0)
+        throw UsageError(fmt::format("--checkpoint '{}' is at step {}, and steps={} ends the run there: nothing would be "
+                                     "trained, yet its {} newer checkpoint(s) would be set aside. Pass a larger steps= "
+                                     "to continue from it",
+                                     config.resume_checkpoint, state.step, config.train.schedule.total_steps, newer));
       loaded = chosen;
     }
     // Newest first; a damaged checkpoint (flipped bytes, NaN weights) is named and passed over for
@@ -694,7 +702,18 @@ LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& check
   run.config.train.model.vocab = run.tokenizer->vocab_size();
   run.config.train.model.validate();
   if (checkpoint) {
+    // A bare name (step_00000100) is one of the run's checkpoints, as `nibble train --checkpoint` takes it.
     run.checkpoint = *checkpoint;
+    std::error_code ec;
+    if (!checkpoint->has_parent_path() && !fs::exists(*checkpoint, ec)) run.checkpoint = checkpoints_dir(run_dir) / *checkpoint;
+    if (!fs::is_directory(run.checkpoint, ec)) {
+      std::string names;
+      for (const auto& c : list_checkpoints(run_dir)) names += (names.empty() ? "" : ", ") + c.filename().string();
+      throw UsageError(fmt::format("--checkpoint '{}': {} is not a checkpoint directory; run '{}' has {} (in {})",
+                                   checkpoint->string(), run.checkpoint.string(), run_dir.string(),
+                                   names.empty() ? "no checkpoint yet" : "the checkpoints " + names,
+                                   checkpoints_dir(run_dir).string()));
+    }
   } else {
     auto latest = latest_checkpoint(run_dir);
     if (!latest)
