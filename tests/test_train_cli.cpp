@@ -919,6 +919,14 @@ TEST_F(TrainCli, CheckpointOptionEdgesAreRefusedOrResolvedLikeTrains) {
   EXPECT_EQ(nothing.exit_code, 2) << nothing.output;
   EXPECT_TRUE(contains(nothing.output, "nothing would be trained")) << nothing.output;
   EXPECT_EQ(snapshot(dir), before);
+  // RUN/abandoned taken by a file: refused before config.yaml is rewritten (was: after it).
+  std::ofstream(dir / "abandoned") << "not a folder";
+  const auto with_file = snapshot(dir);
+  const Result blocked = run(train(dir) + " --checkpoint step_00000004");
+  EXPECT_EQ(blocked.exit_code, 2) << blocked.output;
+  EXPECT_TRUE(contains(blocked.output, "which is not a directory")) << blocked.output;
+  EXPECT_EQ(snapshot(dir), with_file);
+  fs::remove(dir / "abandoned");
   // eval and generate take a bare name as train does, and name the run's checkpoints when it is wrong.
   const Result by_name = run("eval " + dir.string() + " --checkpoint step_00000004 --max-windows 2");
   EXPECT_EQ(by_name.exit_code, 0) << by_name.output;

@@ -370,6 +370,12 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
                                      "trained, yet its {} newer checkpoint(s) would be set aside. Pass a larger steps= "
                                      "to continue from it",
                                      config.resume_checkpoint, state.step, config.train.schedule.total_steps, newer));
+      const fs::path aside = abandoned_dir(run_dir);
+      std::error_code ec;
+      if (newer > 0 && fs::exists(aside, ec) && !fs::is_directory(aside, ec))
+        throw UsageError(fmt::format("--checkpoint '{}': the {} newer checkpoint(s) are set aside in {}, which is not a "
+                                     "directory: move that file out of the way and run again",
+                                     config.resume_checkpoint, newer, aside.string()));
       loaded = chosen;
     }
     // Newest first; a damaged checkpoint (flipped bytes, NaN weights) is named and passed over for
