@@ -158,7 +158,7 @@ const std::vector<KeyEntry>& key_table() {
     t.push_back(int_key("seq", "tokens per sequence (0: model.context)", [](C& c) -> int64_t& { return c.train.seq; }));
     t.push_back(int_key("grad_accum", "micro-batches per optimizer step", [](C& c) -> int64_t& { return c.train.grad_accum; }));
     t.push_back(int_key("threads", "OpenMP threads (0: all)", [](C& c) -> int64_t& { return c.threads; }));
-    t.push_back(bool_key("resume", "continue from the newest checkpoint in run.dir", [](C& c) -> bool& { return c.resume; }));
+    t.push_back(bool_key("resume", "continue from the newest checkpoint in run.dir that verifies (`nibble train --checkpoint STEP` picks another)", [](C& c) -> bool& { return c.resume; }));
     t.push_back(recipe_key("quantization", ConfigValueKind::text, "none, bf16, fp8, mxfp8, mxfp4 or nvfp4",
                            [](const RecipeConfig& r) { return std::string(to_string(r.quantization)); }));
     t.push_back(recipe_key("precision_switch_at", ConfigValueKind::real, "fraction of training after which GEMMs run in BF16",
