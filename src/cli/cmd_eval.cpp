@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "train/export.h"
@@ -17,6 +18,7 @@ struct EvalOptions {
   int64_t max_windows = 0;
   bool fp32 = false;
   bool weights_only_quantized = false;
+  bool json = false;
 };
 
 CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
@@ -30,6 +32,7 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
   cmd->add_flag("--weights-only-quantized", o->weights_only_quantized,
                 "FP32 GEMMs and activations with the NVFP4 layers' weights replaced by their dequantized forward "
                 "quantization (the model `nibble export` serves, in FP32)");
+  cmd->add_flag("--json", o->json, "print one JSON object with the loss at full precision (for scripts)");
   cmd->callback([o, &exit_code] {
     if (o->max_windows < 0)
       throw UsageError(fmt::format("--max-windows {} is negative: give a window count, or 0 for the whole file",
@@ -60,6 +63,15 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = train::evaluate_token_stream(run, shard.tokens, o->max_windows, !o->fp32 && !o->weights_only_quantized);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o->json) {
+      nlohmann::json j = {{"checkpoint", run.checkpoint.string()}, {"step", run.state.step},
+                          {"tokens_file", tokens_path.string()}, {"loss", r.loss}, {"tokens", r.tokens},
+                          {"windows", r.windows},
+                          {"mode", o->weights_only_quantized ? "weights-only-quantized" : o->fp32 ? "fp32" : "recipe"}};
+      fmt::print("{}\n", j.dump());
+      exit_code = 0;
+      return;
+    }
     fmt::print("{} (step {}) on {}: loss {:.4f}, perplexity {:.3f} over {} tokens in {} windows ({}; {:.1f}s)\n",
                run.checkpoint.string(), run.state.step, tokens_path.string(), r.loss, r.perplexity(), r.tokens,
                r.windows,
