@@ -7,8 +7,8 @@
 set -euo pipefail
 src=$1 build=$2 nibble=$3 python=${4:-python3}
 venv=$build/export_venv
-packages=(safetensors compressed-tensors numpy transformers torch)
-if ! "$venv/bin/python" -c "import safetensors, compressed_tensors, numpy, transformers, torch" 2>/dev/null; then
+packages=(safetensors compressed-tensors numpy transformers torch sentencepiece protobuf)
+if ! "$venv/bin/python" -c "import safetensors, compressed_tensors, numpy, transformers, torch, sentencepiece, google.protobuf" 2>/dev/null; then
   if ! "$python" - <<'PY'
 import sys, urllib.request
 try:
@@ -22,12 +22,15 @@ PY
          "run this test where PyPI is reachable (or make that venv by hand)"
     exit 77
   fi
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  # The CPU wheel index of PyTorch is tried first (a few hundred MB instead of the CUDA wheels'
-  # gigabytes); where only PyPI is reachable, PyPI's torch works on a CPU as well.
-  "$venv/bin/pip" install --quiet --progress-bar off --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null ||
-    echo "(PyTorch's CPU wheel index is unreachable: torch comes from PyPI)"
+  # A venv from an earlier run keeps what it has (pip skips installed packages).
+  [ -x "$venv/bin/python" ] || { rm -rf "$venv"; "$python" -m venv "$venv"; }
+  if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    # The CPU wheel index of PyTorch is tried first (a few hundred MB instead of the CUDA wheels'
+    # gigabytes); where only PyPI is reachable, PyPI's torch works on a CPU as well.
+    "$venv/bin/pip" install --quiet --progress-bar off --retries 0 --timeout 15 \
+        --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null ||
+      echo "(PyTorch's CPU wheel index is unreachable: torch comes from PyPI)"
+  fi
   "$venv/bin/pip" install --quiet --progress-bar off "${packages[@]}"
 fi
 exec "$venv/bin/python" "$src/tests/export/test_export_roundtrip.py" "$src" "$build" "$nibble"

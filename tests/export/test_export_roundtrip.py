@@ -204,6 +204,21 @@ check(explained, "compressed-tensors' dequantize is code * (scale / weight_globa
 check(ct_ulp[2] == 0, f"compressed-tensors dequantize vs nibble's code * (scale * (1/global)): {ct_ulp[0]} equal, "
       f"{ct_ulp.sum() - ct_ulp[0] - ct_ulp[2]} 1-2 ulp apart (two roundings differ), {ct_ulp[2]} further")
 
+# compressed-tensors' own ModelOpt -> compressed-tensors converter, on our ModelOpt export, must
+# give our compressed-tensors export: same packed codes and E4M3 scales, global scales inverted
+# (its 1/x of weight_scale_2 and ours of the encode scale may round 1 ulp apart).
+from compressed_tensors.entrypoints.convert.converters.modelopt_nvfp4 import ModelOptNvfp4Converter
+
+converter = ModelOptNvfp4Converter(ignore=sorted(excluded), targets=["re:.*_proj$"])
+converted = converter.validate(dict(mo))
+same = all(torch.equal(converted[m + ".weight_packed"], ct[m + ".weight_packed"])
+           and torch.equal(converted[m + ".weight_scale"].view(torch.uint8), ct[m + ".weight_scale"].view(torch.uint8))
+           and abs(converted[m + ".weight_global_scale"].item() / ct[m + ".weight_global_scale"].item() - 1) <= 2 ** -23
+           and abs(converted[m + ".input_global_scale"].item() / ct[m + ".input_global_scale"].item() - 1) <= 2 ** -23
+           for m in reference)
+check(same, f"compressed-tensors' ModelOptNvfp4Converter turns the ModelOpt export into the compressed-tensors one "
+      f"({len(reference)} linears)")
+
 # ---------------------------------------------------------------- excluded tensors
 for name, exp in [("mo", "fp32"), ("ct", "fp32"), ("mo_bf16", "bf16")]:
     t = ct if name == "ct" else mo if name == "mo" else load_pt(os.path.join(exports[name], "model.safetensors"))
@@ -257,6 +272,30 @@ sample = corpus[1000:1400]
 ids = tok(sample)["input_ids"]
 check(ids == [table.index(ord(c)) for c in sample] and tok.decode(ids) == sample,
       f"AutoTokenizer ({type(tok).__name__}) encodes and decodes as nibble's character table")
+
+
+
+
+def read_shard(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    _, _, width, _, _ = struct.unpack("<8sIIQQ", raw[:32])
+    return np.frombuffer(raw[32:], dtype=np.uint16 if width == 2 else np.uint32).astype(np.int64)
+
+
+# A sentencepiece BPE run: transformers' LlamaTokenizer on the exported tokenizer.model must give
+# the ids `nibble prepare` wrote for the whole corpus (train.bin then val.bin).
+bpe_data, bpe_run = os.path.join(WORK, "bpe-data"), os.path.join(WORK, "bpe-run")
+nibble("prepare", os.path.join(WORK, "corpus.txt"), "-o", bpe_data, "--tokenizer", "bpe", "--vocab-size", "400")
+nibble("train", os.path.join(WORK, "tiny.yaml"), f"run.dir={bpe_run}", f"data.dir={bpe_data}", "steps=4")
+nibble("export", bpe_run, "--format", "hf", "-o", os.path.join(WORK, "bpe-hf"))
+bpe_tok = AutoTokenizer.from_pretrained(os.path.join(WORK, "bpe-hf"))
+bpe_ids = np.array(bpe_tok(corpus)["input_ids"])
+want = np.concatenate([read_shard(os.path.join(bpe_data, "train.bin")), read_shard(os.path.join(bpe_data, "val.bin"))])
+check(bpe_ids.shape == want.shape and np.array_equal(bpe_ids, want) and bpe_tok.decode(bpe_ids[:500].tolist()) ==
+      bpe_tok.decode(want[:500].tolist()),
+      f"AutoTokenizer ({type(bpe_tok).__name__}) on the BPE export: {len(bpe_ids)} ids, nibble prepare wrote "
+      f"{len(want)}, first difference at {next((i for i, (a, b) in enumerate(zip(bpe_ids, want)) if a != b), None)}")
 
 
 def nibble_eval(*flags):
