@@ -319,6 +319,8 @@ TEST_F(ExportCli, ShapeTheFormatCannotHoldIsRefused) {
   EXPECT_TRUE(contains(r.output, "K = 40") && contains(r.output, "multiple of 16") && contains(r.output, "--format hf"))
       << r.output;
   expect_no_output(out);
+  // The dense format needs no NVFP4 block, nor the recipe.
+  EXPECT_EQ(run("export " + dir.string() + " --format hf -o " + out.string()).exit_code, 0);
 }
 
 TEST_F(ExportCli, EvalWeightsOnlyQuantized) {

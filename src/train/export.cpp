@@ -252,14 +252,15 @@ std::string export_run(const ExportOptions& opt) {
       if (block_linear_of(slot, layer) >= 0) check_nvfp4_exportable(slot.hf_name, slot.rows, slot.cols, opt.format);
     }
   }
-  const Recipe recipe = recipe_of(run);
-  const double progress = progress_of(run);
+  // Which blocks multiply NVFP4 weights (the recipe is not needed, nor built, for dense hf).
   std::vector<std::optional<QuantOptions>> layer_options(static_cast<size_t>(layers));
   std::vector<int> nvfp4_layers, bf16_layers;
-  for (int l = 0; l < layers; ++l) {
-    layer_options[static_cast<size_t>(l)] = quantized_format ? forward_weight_options(recipe, l, progress) : std::nullopt;
-    (layer_options[static_cast<size_t>(l)] ? nvfp4_layers : bf16_layers).push_back(l);
+  if (quantized_format) {
+    const Recipe recipe = recipe_of(run);
+    const double progress = progress_of(run);
+    for (int l = 0; l < layers; ++l) layer_options[static_cast<size_t>(l)] = forward_weight_options(recipe, l, progress);
   }
+  for (int l = 0; l < layers; ++l) (layer_options[static_cast<size_t>(l)] ? nvfp4_layers : bf16_layers).push_back(l);
   if (quantized_format && nvfp4_layers.empty())
     throw UsageError(fmt::format(
         "--format {}: at step {} no layer of this run multiplies NVFP4 weights (precision_switch_at={} switched every "
