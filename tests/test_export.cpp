@@ -138,6 +138,34 @@ TEST_F(ExportCli, WeightQuantizationIsTheOneTheLinearMultiplies) {
   EXPECT_EQ(nvfp4, 8);
 }
 
+// Other forward weight quantizers of the recipe: 1x16 blocks, Four Over Six with the 256 ceiling
+// (global scale amax / 1536, which weight_scale_2 must carry as is), and an untied LM head.
+TEST_F(ExportCli, FourOverSixOneBySixteenUntiedHeadAreExactToo) {
+  const fs::path dir = work_dir() / "four-over-six";
+  const Result t = run(train(dir, "steps=2 nvfp4.weight_2d=false nvfp4.four_over_six=true "
+                                  "nvfp4.four_over_six_e4m3_max=256 model.tied_embeddings=false"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  auto loaded = train::load_run(dir, std::nullopt);
+  train::evaluate_token_stream(loaded, train::read_token_shard(data() / train::kValShardFile).tokens, 2, true);
+  const auto q = train::forward_weight_quantization(loaded, 1, model::BlockLinear::down);
+  const QuantizedTensor* w = loaded.model->linear(1, model::BlockLinear::down).fprop_weight();
+  ASSERT_TRUE(q.has_value());
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(q->block, BlockShape::row_1x16);
+  EXPECT_TRUE(q->four_over_six);
+  EXPECT_EQ(q->codes, w->codes);
+  EXPECT_EQ(q->scales, w->scales);
+  EXPECT_EQ(q->decode_scale, w->decode_scale);
+  const fs::path out = work_dir() / "four-over-six-export";
+  const Result r = run("export " + dir.string() + " --format modelopt-nvfp4 --calibrate 1 -o " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto st = io::read_safetensors(out / "model.safetensors");
+  EXPECT_EQ(f32_of(st.tensor("model.layers.1.mlp.down_proj.weight_scale_2")), q->decode_scale);
+  EXPECT_FLOAT_EQ(q->decode_scale, q->amax / 1536.0f);
+  EXPECT_EQ(st.tensor("lm_head.weight").dtype, io::DType::BF16);
+  EXPECT_TRUE(contains(train::read_text_file((out / "README.md").string()), "amax / 1536"));
+}
+
 TEST_F(ExportCli, ModelOptLayoutScalesAndConfig) {
   const fs::path out = work_dir() / "modelopt";
   const Result r = run(exporting("modelopt-nvfp4", out, "--calibrate 2"));
