@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "train/export.h"
 #include "train/run.h"
 #include "train/shards.h"
 
@@ -15,6 +17,8 @@ struct EvalOptions {
   std::string run, tokens, checkpoint;
   int64_t max_windows = 0;
   bool fp32 = false;
+  bool weights_only_quantized = false;
+  bool json = false;
 };
 
 CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
@@ -26,12 +30,21 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
       ->check(checkpoint_name());
   cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0: the whole file)");
   cmd->add_flag("--fp32", o->fp32, "evaluate with FP32 GEMMs instead of the run's recipe");
+  cmd->add_flag("--weights-only-quantized", o->weights_only_quantized,
+                "FP32 GEMMs and activations with the NVFP4 layers' weights replaced by their dequantized forward "
+                "quantization (the model `nibble export` serves, in FP32)");
+  cmd->add_flag("--json", o->json, "print one JSON object with the loss at full precision (for scripts)");
   cmd->callback([o, &exit_code] {
     if (o->max_windows < 0)
       throw UsageError(fmt::format("--max-windows {} is negative: give a window count, or 0 for the whole file",
                                    o->max_windows));
+    if (o->fp32 && o->weights_only_quantized)
+      throw UsageError("--fp32 and --weights-only-quantized exclude each other: --weights-only-quantized already "
+                       "runs FP32 GEMMs (on the dequantized 4-bit weights)");
     auto run = train::load_run(o->run, o->checkpoint.empty() ? std::nullopt
                                                              : std::optional<std::filesystem::path>(o->checkpoint));
+    int replaced = 0;
+    if (o->weights_only_quantized) replaced = train::apply_weight_only_quantization(run);
     const std::filesystem::path tokens_path =
         o->tokens.empty() ? std::filesystem::path(run.config.data_dir) / train::kValShardFile : std::filesystem::path(o->tokens);
     const auto shard = train::read_token_shard(tokens_path);
@@ -49,11 +62,24 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
                                    "prepared with the run's tokenizer",
                                    tokens_path.string(), (shard_dir / "tokenizer.json").string(), shard.vocab_size));
     const auto t0 = std::chrono::steady_clock::now();
-    const auto r = train::evaluate_token_stream(run, shard.tokens, o->max_windows, !o->fp32);
+    const auto r = train::evaluate_token_stream(run, shard.tokens, o->max_windows, !o->fp32 && !o->weights_only_quantized);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o->json) {
+      nlohmann::json j = {{"checkpoint", run.checkpoint.string()}, {"step", run.state.step},
+                          {"tokens_file", tokens_path.string()}, {"loss", r.loss}, {"tokens", r.tokens},
+                          {"windows", r.windows},
+                          {"mode", o->weights_only_quantized ? "weights-only-quantized" : o->fp32 ? "fp32" : "recipe"}};
+      fmt::print("{}\n", j.dump());
+      exit_code = 0;
+      return;
+    }
     fmt::print("{} (step {}) on {}: loss {:.4f}, perplexity {:.3f} over {} tokens in {} windows ({}; {:.1f}s)\n",
                run.checkpoint.string(), run.state.step, tokens_path.string(), r.loss, r.perplexity(), r.tokens,
-               r.windows, o->fp32 ? "FP32 GEMMs" : "the run's recipe", s);
+               r.windows,
+               o->weights_only_quantized
+                   ? fmt::format("FP32 GEMMs on the dequantized NVFP4 weights of {} linears", replaced)
+                   : std::string(o->fp32 ? "FP32 GEMMs" : "the run's recipe"),
+               s);
     exit_code = 0;
   });
 });

@@ -71,6 +71,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   const GemmRecipe& f = step.recipe.fprop;
   const GemmRecipe& g = step.recipe.wgrad;
   saved_xt_valid_ = false;
+  fprop_input_amax_ = -1.0f;
   switch (f.precision) {
     case GemmPrecision::fp32:
       {
@@ -96,6 +97,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
           cpu::quantize_into(xs, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);
         }
       }
+      fprop_input_amax_ = xq.amax;
       QuantOptions wo = seeded(f.b, step, GemmRole::fprop, 1);
       if (!w_q_ || w_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, w_q_options_)) {
         {

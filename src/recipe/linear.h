@@ -64,6 +64,9 @@ class Linear {
   // The quantized weights of the last step (for tests: dgrad must see fprop's codes).
   const QuantizedTensor* fprop_weight() const { return w_q_ ? &*w_q_ : nullptr; }
   const QuantizedTensor* dgrad_weight() const { return wt_q_ ? &*wt_q_ : nullptr; }
+  // The global amax of the last forward's input X when fprop quantized it (the activation
+  // statistic `nibble export --calibrate` records); -1 when the last forward did not quantize X.
+  float fprop_input_amax() const { return fprop_input_amax_; }
 
  private:
   void record(std::string operand, std::span<const float> x, const QuantizedTensor& q);
@@ -89,6 +92,7 @@ class Linear {
   QuantOptions w_q_options_{}, wt_q_options_{};
   std::vector<OperandStats> stats_;
   LinearTimes times_;
+  float fprop_input_amax_ = -1.0f;
 };
 
 }  // namespace nibble

@@ -734,7 +734,7 @@ LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& check
 double EvalResult::perplexity() const { return std::exp(loss); }
 
 EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tokens, int64_t max_windows,
-                                 bool use_recipe) {
+                                 bool use_recipe, const std::function<void(const model::Transformer&)>& after_batch) {
   const auto& c = run.config.train;
   const int64_t seq = c.seq > 0 ? c.seq : c.model.context;
   const int64_t vocab = run.model->config().vocab;
@@ -773,6 +773,7 @@ EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tok
       }
     step.micro_step = -1 - first;
     total += run.model->forward(inputs, targets, rows, seq, step) * static_cast<double>(rows * seq);
+    if (after_batch) after_batch(*run.model);
     result.tokens += rows * seq;
   }
   result.windows = windows;

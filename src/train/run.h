@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,7 +81,10 @@ struct EvalResult {
 };
 // Mean next-token loss over consecutive non-overlapping windows of the run's sequence length (at
 // most max_windows; <= 0: all), through the run's recipe forward, or in FP32 when use_recipe is false.
+// `after_batch`, when given, runs after each batch's forward (export's calibration reads the
+// linears' input statistics there).
 EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tokens, int64_t max_windows,
-                                 bool use_recipe);
+                                 bool use_recipe,
+                                 const std::function<void(const model::Transformer&)>& after_batch = {});
 
 }  // namespace nibble::train

@@ -1,0 +1,571 @@
+#include "train/export.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "format/codecs.h"
+#include "format/quantize.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "kernels/cpu/quantize.h"
+#include "train/data.h"
+#include "train/metrics.h"
+#include "train/shards.h"
+
+namespace nibble::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const char* const kBlockLinearArena[model::kLinearsPerBlock] = {"qkv", "attn_out", "gate_up", "down"};
+
+double progress_of(const LoadedRun& run) {
+  const auto& c = run.config.train;
+  return std::min(1.0, static_cast<double>(run.state.step) / static_cast<double>(c.schedule.total_steps));
+}
+
+int64_t seq_of(const LoadedRun& run) {
+  const auto& c = run.config.train;
+  return c.seq > 0 ? c.seq : c.model.context;
+}
+
+Recipe recipe_of(const LoadedRun& run) {
+  const auto& c = run.config.train;
+  return Recipe(c.recipe, static_cast<int>(c.model.layers), run.model->block_linear_shapes(),
+                std::max<int64_t>(1, c.batch) * seq_of(run));
+}
+
+// The options Linear::forward passes to cpu::quantize for the weight (recipe/linear.cpp: `wo` is
+// fprop.b, seeded only for stochastic rounding, which a forward weight never has), or nullopt when
+// that GEMM does not take an NVFP4 weight.
+std::optional<QuantOptions> forward_weight_options(const Recipe& recipe, int layer, double progress) {
+  const LinearRecipe r = recipe.for_layer(layer, progress);
+  if (r.fprop.precision != GemmPrecision::quantized || r.fprop.b.format != Format::nvfp4) return std::nullopt;
+  NIBBLE_CHECK(r.fprop.b.rounding == Rounding::nearest && !r.fprop.b.rht);
+  return r.fprop.b;
+}
+
+QuantizedTensor quantize_weight(const LoadedRun& run, int layer, model::BlockLinear which, const QuantOptions& o) {
+  const auto& arena = run.model->params();
+  const auto& info = arena.find(fmt::format("block{}.{}", layer, kBlockLinearArena[static_cast<int>(which)]));
+  const std::span<const float> w(arena.value(info.offset), static_cast<size_t>(info.size()));
+  return cpu::quantize(w, info.rows, info.cols, o);
+}
+
+std::span<const uint8_t> bytes_of(const void* p, size_t n) { return {static_cast<const uint8_t*>(p), n}; }
+
+io::Tensor dense_tensor(std::vector<int64_t> shape, std::span<const float> values, bool bf16) {
+  if (!bf16) return io::make_f32_tensor(std::move(shape), values);
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = bf16_from_float_rn(values[i]).bits;
+  return io::make_tensor(io::DType::BF16, std::move(shape), bytes_of(bits.data(), bits.size() * 2));
+}
+
+io::Tensor scalar_f32(float v, bool as_vector) {
+  // ModelOpt stores per-tensor scales as 0-d tensors, compressed-tensors as [1] (see where used).
+  return io::make_tensor(io::DType::F32, as_vector ? std::vector<int64_t>{1} : std::vector<int64_t>{},
+                         bytes_of(&v, sizeof v));
+}
+
+std::string module_of(const std::string& hf_weight_name) {
+  return hf_weight_name.substr(0, hf_weight_name.size() - std::string(".weight").size());
+}
+
+// Which block linear an hf_tensor_layout slot belongs to, or -1 (embeddings, norms, head).
+int block_linear_of(const HfTensorSlot& slot, int& layer) {
+  if (!slot.arena_name.starts_with("block")) return -1;
+  const size_t dot = slot.arena_name.find('.');
+  const std::string what = slot.arena_name.substr(dot + 1);
+  for (int i = 0; i < model::kLinearsPerBlock; ++i)
+    if (what == kBlockLinearArena[i]) {
+      layer = std::stoi(slot.arena_name.substr(5, dot - 5));
+      return i;
+    }
+  return -1;
+}
+
+json read_json(const fs::path& p) {
+  try {
+    return json::parse(read_text_file(p.string()));
+  } catch (const json::exception& e) {
+    throw UsageError(fmt::format("{} is not valid JSON ({}): the checkpoint is damaged", p.string(), e.what()));
+  }
+}
+
+void write_text(const fs::path& p, const std::string& text) { io::write_file_atomically(p, bytes_of(text.data(), text.size())); }
+void write_json(const fs::path& p, const json& j) { write_text(p, j.dump(2) + "\n"); }
+
+// Removes a directory tree unless released: the export's temporary directory on any failure.
+struct RemoveOnFailure {
+  fs::path dir;
+  bool armed = true;
+  ~RemoveOnFailure() {
+    if (!armed) return;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  std::error_code ec;
+  const fs::path a = fs::weakly_canonical(inner, ec), b = fs::weakly_canonical(outer, ec);
+  if (ec) return false;
+  auto ai = a.begin();
+  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai)
+    if (ai == a.end() || *ai != *bi) return (bi != b.end() && bi->empty());  // "dir/" ends in an empty part
+  return true;
+}
+
+std::string fmt_loss(double v) { return fmt::format("{:.4f}", v); }
+
+// A character-level run: nibble's table (one id per corpus byte, train/tokenizer.cpp) is kept as
+// nibble_char_tokenizer.json, and when every byte is ASCII (one byte = one character) it is also
+// written as a Hugging Face `tokenizers` file transformers opens with AutoTokenizer: a WordLevel
+// vocabulary of the characters, a pre-tokenizer that isolates every character and the Fuse decoder
+// (no spaces between tokens). Returns the model card's sentence about it.
+std::string write_char_tokenizer(const fs::path& run_dir, const fs::path& out, int64_t context) {
+  const json table = read_json(run_dir / "tokenizer.json");
+  write_json(out / "nibble_char_tokenizer.json", table);
+  std::vector<int> bytes = table.value("bytes", std::vector<int>{});
+  const bool ascii = std::all_of(bytes.begin(), bytes.end(), [](int b) { return b >= 0 && b < 0x80; });
+  if (!ascii)
+    return fmt::format("Character-level (one id per byte, {} ids) with bytes outside ASCII, which a Hugging Face "
+                       "tokenizer (it splits characters, not bytes) cannot reproduce: nibble_char_tokenizer.json "
+                       "lists the byte of every id (id i = bytes[i]); pass token ids to the engine "
+                       "(e.g. vLLM prompt_token_ids with skip_tokenizer_init).",
+                       bytes.size());
+  json vocab = json::object();
+  for (size_t i = 0; i < bytes.size(); ++i) vocab[std::string(1, static_cast<char>(bytes[i]))] = i;
+  const json tok = {{"version", "1.0"},
+                    {"truncation", nullptr},
+                    {"padding", nullptr},
+                    {"added_tokens", json::array()},
+                    {"normalizer", nullptr},
+                    {"pre_tokenizer",
+                     {{"type", "Split"}, {"pattern", {{"Regex", "[\\s\\S]"}}}, {"behavior", "Isolated"}, {"invert", false}}},
+                    {"post_processor", nullptr},
+                    {"decoder", {{"type", "Fuse"}}},
+                    {"model", {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", "<unk>"}}}};
+  write_json(out / "tokenizer.json", tok);
+  write_json(out / "tokenizer_config.json", {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                             {"clean_up_tokenization_spaces", false},
+                                             {"model_max_length", context}});
+  return fmt::format("Character-level ({} ids, one per ASCII character of the corpus): tokenizer.json is a Hugging "
+                     "Face `tokenizers` WordLevel vocabulary that splits text into single characters, so "
+                     "AutoTokenizer gives nibble's ids; there are no BOS/EOS/unknown tokens (a character outside the "
+                     "corpus cannot be encoded, as in nibble). nibble_char_tokenizer.json is nibble's own table.",
+                     bytes.size());
+}
+
+}  // namespace
+
+ExportFormat parse_export_format(std::string_view name) {
+  if (name == "hf") return ExportFormat::hf;
+  if (name == "modelopt-nvfp4") return ExportFormat::modelopt_nvfp4;
+  if (name == "compressed-tensors-nvfp4") return ExportFormat::compressed_tensors_nvfp4;
+  throw UsageError(fmt::format("--format {} is unknown: use hf, modelopt-nvfp4 or compressed-tensors-nvfp4", name));
+}
+
+std::string_view to_string(ExportFormat f) {
+  switch (f) {
+    case ExportFormat::hf: return "hf";
+    case ExportFormat::modelopt_nvfp4: return "modelopt-nvfp4";
+    case ExportFormat::compressed_tensors_nvfp4: return "compressed-tensors-nvfp4";
+  }
+  return "?";
+}
+
+std::optional<QuantizedTensor> forward_weight_quantization(const LoadedRun& run, int layer, model::BlockLinear which) {
+  const Recipe recipe = recipe_of(run);
+  const auto o = forward_weight_options(recipe, layer, progress_of(run));
+  if (!o) return std::nullopt;
+  return quantize_weight(run, layer, which, *o);
+}
+
+int apply_weight_only_quantization(LoadedRun& run) {
+  const Recipe recipe = recipe_of(run);
+  const double progress = progress_of(run);
+  auto& arena = run.model->params();
+  int replaced = 0;
+  for (int l = 0; l < static_cast<int>(run.config.train.model.layers); ++l) {
+    const auto o = forward_weight_options(recipe, l, progress);
+    if (!o) continue;
+    for (int i = 0; i < model::kLinearsPerBlock; ++i) {
+      const auto which = static_cast<model::BlockLinear>(i);
+      const QuantizedTensor q = quantize_weight(run, l, which, *o);
+      const auto& info = arena.find(fmt::format("block{}.{}", l, kBlockLinearArena[i]));
+      cpu::dequantize(q, std::span<float>(arena.value(info.offset), static_cast<size_t>(info.size())));
+      ++replaced;
+    }
+  }
+  return replaced;
+}
+
+void check_nvfp4_exportable(const std::string& tensor, int64_t rows, int64_t cols, ExportFormat format) {
+  (void)rows;
+  // Both loaders store one E4M3 scale per 16 elements along K (the input features) and two codes
+  // per byte: vLLM's ModelOptNvFp4LinearMethod.create_weights refuses "in features size is not
+  // multiple of 16" (vllm/model_executor/layers/quantization/modelopt.py); compressed-tensors'
+  // group_size 16 likewise.
+  if (cols % 16 != 0)
+    throw UsageError(fmt::format("--format {} stores NVFP4 weights in blocks of 16 along the input features, but {} "
+                                 "has K = {} input features, not a multiple of 16: export it with --format hf, or "
+                                 "train a model whose width and mlp_hidden are multiples of 16",
+                                 to_string(format), tensor, cols));
+}
+
+std::string export_run(const ExportOptions& opt) {
+  const bool quantized_format = opt.format != ExportFormat::hf;
+  if (opt.output.empty()) throw UsageError("-o DIR is required: the directory to write the export into");
+  if (opt.calibrate_batches < 0)
+    throw UsageError(fmt::format("--calibrate {} is negative: give a batch count, or 0 for weight-only scales",
+                                 opt.calibrate_batches));
+  // Refuse before loading anything: an output that is (or holds) the run would be destroyed by --force.
+  if (is_within(opt.run_dir, opt.output))
+    throw UsageError(fmt::format("-o {} is the run directory {} or holds it: choose an output outside the run",
+                                 opt.output.string(), opt.run_dir.string()));
+  if (fs::exists(opt.output) && !opt.force)
+    throw UsageError(fmt::format("{} already exists: pass --force to replace it, or choose another -o",
+                                 opt.output.string()));
+
+  LoadedRun run = load_run(opt.run_dir, opt.checkpoint);
+  const auto& mc = run.config.train.model;
+  const int layers = static_cast<int>(mc.layers);
+  const auto layout = hf_tensor_layout(*run.model);
+  const Quantization q = run.config.train.recipe.quantization;
+
+  // Shapes first (the Recipe itself refuses them with a training-time message).
+  if (quantized_format) {
+    if (q != Quantization::nvfp4)
+      throw UsageError(fmt::format("--format {} writes the NVFP4 weights training used, but this run was trained with "
+                                   "quantization={}, which has no NVFP4 weights: export it with --format hf",
+                                   to_string(opt.format), to_string(q)));
+    for (const auto& slot : layout) {
+      int layer = 0;
+      if (block_linear_of(slot, layer) >= 0) check_nvfp4_exportable(slot.hf_name, slot.rows, slot.cols, opt.format);
+    }
+  }
+  // Which blocks multiply NVFP4 weights (the recipe is not needed, nor built, for dense hf).
+  std::vector<std::optional<QuantOptions>> layer_options(static_cast<size_t>(layers));
+  std::vector<int> nvfp4_layers, bf16_layers;
+  if (quantized_format) {
+    const Recipe recipe = recipe_of(run);
+    const double progress = progress_of(run);
+    for (int l = 0; l < layers; ++l) layer_options[static_cast<size_t>(l)] = forward_weight_options(recipe, l, progress);
+  }
+  for (int l = 0; l < layers; ++l) (layer_options[static_cast<size_t>(l)] ? nvfp4_layers : bf16_layers).push_back(l);
+  if (quantized_format && nvfp4_layers.empty())
+    throw UsageError(fmt::format(
+        "--format {}: at step {} no layer of this run multiplies NVFP4 weights (precision_switch_at={} switched every "
+        "GEMM to BF16, or every layer is kept in BF16): export it with --format hf",
+        to_string(opt.format), run.state.step, run.config.train.recipe.precision_switch_at));
+
+  // Static activation amax per (layer, linear) from calibration batches through the run's recipe.
+  std::vector<float> input_amax(static_cast<size_t>(layers * model::kLinearsPerBlock), 0.0f);
+  int64_t calibrated_windows = 0;
+  fs::path calibration_file;
+  if (quantized_format && opt.calibrate_batches > 0) {
+    calibration_file = fs::path(run.config.data_dir) / kValShardFile;
+    if (!fs::exists(calibration_file))
+      throw UsageError(fmt::format("--calibrate reads the run's validation tokens, but {} is missing (the data "
+                                   "directory moved?): restore it, or pass --calibrate 0 for weight-only scales",
+                                   calibration_file.string()));
+    const auto shard = read_token_shard(calibration_file);
+    const int64_t batch = std::max<int64_t>(1, run.config.train.batch);
+    const auto r = evaluate_token_stream(run, shard.tokens, opt.calibrate_batches * batch, true,
+                                         [&](const model::Transformer& m) {
+                                           for (int l : nvfp4_layers)
+                                             for (int i = 0; i < model::kLinearsPerBlock; ++i) {
+                                               const float a = m.linear(l, static_cast<model::BlockLinear>(i)).fprop_input_amax();
+                                               float& slot = input_amax[static_cast<size_t>(l * model::kLinearsPerBlock + i)];
+                                               slot = std::max(slot, a);
+                                             }
+                                         });
+    calibrated_windows = r.windows;
+  }
+  const bool static_inputs = quantized_format && opt.calibrate_batches > 0;
+
+  // The tensors.
+  io::SafetensorsFile weights;
+  weights.metadata["format"] = "pt";  // transformers refuses a safetensors file without it
+  std::vector<std::string> excluded_modules;
+  std::map<std::pair<int, int>, QuantizedTensor> quantized;  // (layer, linear) -> fused weight
+  std::vector<std::string> quantized_modules;
+  const auto& arena = run.model->params();
+  for (const auto& slot : layout) {
+    const auto& info = arena.find(slot.arena_name);
+    const std::span<const float> values(arena.value(info.offset) + slot.row_begin * slot.cols,
+                                        static_cast<size_t>(slot.rows * slot.cols));
+    int layer = -1;
+    const int which = block_linear_of(slot, layer);
+    if (which < 0 || !layer_options[static_cast<size_t>(layer)]) {
+      weights.tensors[slot.hf_name] = dense_tensor(slot.shape, values, opt.bf16);
+      if (quantized_format && which >= 0) excluded_modules.push_back(module_of(slot.hf_name));
+      continue;
+    }
+    auto key = std::make_pair(layer, which);
+    auto it = quantized.find(key);
+    if (it == quantized.end())
+      it = quantized.emplace(key, quantize_weight(run, layer, static_cast<model::BlockLinear>(which),
+                                                  *layer_options[static_cast<size_t>(layer)])).first;
+    const QuantizedTensor& w = it->second;
+    // Rows [row_begin, row_begin + rows) of the fused weight: codes K/2 bytes a row, element 2i in
+    // the low nibble (nibble's packing, format/quantized_tensor.h) -- the order compressed-tensors'
+    // unpack_fp4_from_uint8 (compressors/nvfp4/helpers.py: low nibble first) and ModelOpt/vLLM
+    // read; scales K/16 E4M3 bytes a row, plain row-major (16x16 tile scales are already stored
+    // repeated per row), the [N, K/16] layout of vLLM's ModelOptNvFp4LinearMethod.create_weights
+    // (swizzling happens in the loader's process_weights_after_loading).
+    const int64_t K = slot.cols, N = slot.rows;
+    const auto codes = std::span<const uint8_t>(w.codes).subspan(static_cast<size_t>(slot.row_begin * K / 2),
+                                                                 static_cast<size_t>(N * K / 2));
+    const auto scales = std::span<const uint8_t>(w.scales).subspan(static_cast<size_t>(slot.row_begin * K / 16),
+                                                                   static_cast<size_t>(N * K / 16));
+    const std::string m = module_of(slot.hf_name);
+    quantized_modules.push_back(m);
+    const auto g = ref::nvfp4_global_scale(w.amax, nvfp4_global_numerator(w));
+    // Activations: engines quantize them at run time with their own 448-ceiling kernels, so the
+    // static global scale uses TE's numerator 2688 whatever the weights' Four Over Six setting.
+    const float x_amax = input_amax[static_cast<size_t>(layer * model::kLinearsPerBlock + which)];
+    const auto gx = ref::nvfp4_global_scale(x_amax, kNvfp4GlobalScaleNumerator);
+    if (opt.format == ExportFormat::modelopt_nvfp4) {
+      // vllm/model_executor/layers/quantization/modelopt.py, ModelOptNvFp4LinearMethod: weight U8
+      // [N, K/2], weight_scale F8_E4M3 [N, K/16], weight_scale_2 and input_scale F32 scalars in the
+      // decode direction (amax / 2688: alpha = input_scale * weight_scale_2 multiplies the GEMM).
+      weights.tensors[m + ".weight"] = io::make_tensor(io::DType::U8, {N, K / 2}, codes);
+      weights.tensors[m + ".weight_scale"] = io::make_tensor(io::DType::F8_E4M3, {N, K / 16}, scales);
+      weights.tensors[m + ".weight_scale_2"] = scalar_f32(w.decode_scale, false);
+      if (static_inputs) weights.tensors[m + ".input_scale"] = scalar_f32(gx.decode, false);
+    } else {
+      // compressed_tensors/compressors/nvfp4/base.py (NVFP4PackedCompressor): weight_packed U8
+      // [N, K/2], weight_scale F8_E4M3 [N, K/16], weight_global_scale F32 [1] in the encode
+      // direction (2688 / amax: dequantize divides by it; compressed_tensors/entrypoints/convert/
+      // converters/modelopt_nvfp4.py maps ModelOpt's weight_scale_2 x to 1/x), input_global_scale likewise.
+      weights.tensors[m + ".weight_packed"] = io::make_tensor(io::DType::U8, {N, K / 2}, codes);
+      weights.tensors[m + ".weight_scale"] = io::make_tensor(io::DType::F8_E4M3, {N, K / 16}, scales);
+      weights.tensors[m + ".weight_global_scale"] = scalar_f32(g.encode, true);
+      if (static_inputs) weights.tensors[m + ".input_global_scale"] = scalar_f32(gx.encode, true);
+    }
+  }
+  if (quantized_format) excluded_modules.push_back("lm_head");  // ModelOpt's exporter always lists it
+
+  // Output: a temporary directory beside the target, renamed into place when complete.
+  const fs::path out = opt.output;
+  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  const fs::path tmp = parent / fmt::format("{}.tmp.{}", out.filename().string(), ::getpid());
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec))
+    throw UsageError(fmt::format("cannot create {} ({}): check the permissions of {}", tmp.string(),
+                                 ec ? ec.message() : "exists", parent.string()));
+  RemoveOnFailure guard{tmp};
+
+  io::write_safetensors(tmp / "model.safetensors", weights);
+
+  // config.json: the checkpoint's LlamaConfig, plus dtype, token ids and the quantization block.
+  json config = read_json(run.checkpoint / "config.json");
+  config["torch_dtype"] = opt.bf16 ? "bfloat16" : "float32";
+  const bool bpe = run.tokenizer->kind() == TokenizerKind::bpe;
+  if (bpe) {
+    // sentencepiece's defaults, which `nibble prepare` keeps: <unk> 0, <s> 1, </s> 2.
+    config["bos_token_id"] = 1;
+    config["eos_token_id"] = 2;
+  }
+  const std::string producer_version = "nibble";
+  json hf_quant;
+  if (opt.format == ExportFormat::modelopt_nvfp4) {
+    // The legacy hf_quant_config.json vLLM's ModelOptNvFp4Config requires group_size,
+    // kv_cache_quant_algo and exclude_modules in (modelopt.py, _from_config), and the same in
+    // config.json's quantization_config as ModelOpt's own exporter converts it
+    // (modelopt/torch/export/unified_export_hf.py + convert_hf_config.py).
+    const std::string algo = static_inputs ? "NVFP4" : "W4A16_NVFP4";
+    hf_quant = {{"producer", {{"name", "nibble"}, {"version", producer_version}}},
+                {"quantization",
+                 {{"quant_algo", algo}, {"group_size", 16}, {"kv_cache_quant_algo", nullptr},
+                  {"exclude_modules", excluded_modules}}}};
+    json groups = {{"weights", {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}}}};
+    if (static_inputs)
+      groups["input_activations"] = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
+    config["quantization_config"] = {{"config_groups", {{"group_0", groups}}},
+                                     {"ignore", excluded_modules},
+                                     {"quant_algo", algo},
+                                     {"producer", hf_quant["producer"]},
+                                     {"quant_method", "modelopt"},
+                                     {"quant_library", "modelopt"}};
+    write_json(tmp / "hf_quant_config.json", hf_quant);
+  } else if (opt.format == ExportFormat::compressed_tensors_nvfp4) {
+    // compressed_tensors/quantization/quant_scheme.py's NVFP4 preset (weights: 4-bit float,
+    // tensor_group, group 16, static global scale; inputs the same with dynamic "local": per-block
+    // scales at run time under the stored input_global_scale), NVFP4A16 without inputs; the
+    // QuantizationConfig fields of quant_config.py.
+    const json args = {{"num_bits", 4},        {"type", "float"},     {"symmetric", true},  {"group_size", 16},
+                       {"strategy", "tensor_group"}, {"block_structure", nullptr}, {"dynamic", false},
+                       {"actorder", nullptr},  {"observer", "minmax"}, {"observer_kwargs", json::object()}};
+    json inputs = nullptr;
+    if (static_inputs) {
+      inputs = args;
+      inputs["dynamic"] = "local";
+      inputs["observer"] = "static_minmax";
+    }
+    config["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "nvfp4-pack-quantized"},
+        {"quantization_status", "compressed"},
+        {"global_compression_ratio", nullptr},
+        {"kv_cache_scheme", nullptr},
+        {"ignore", excluded_modules},
+        {"config_groups",
+         {{"group_0",
+           {{"targets", {"Linear"}},
+            {"weights", args},
+            {"input_activations", inputs},
+            {"output_activations", nullptr},
+            {"format", "nvfp4-pack-quantized"}}}}}};
+  }
+  write_json(tmp / "config.json", config);
+  json generation = {{"max_length", mc.context}};
+  if (bpe) {
+    generation["bos_token_id"] = 1;
+    generation["eos_token_id"] = 2;
+  }
+  write_json(tmp / "generation_config.json", generation);
+
+  // The tokenizer.
+  std::string tokenizer_note;
+  if (bpe) {
+    // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
+    // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).
+    const auto model_bytes = io::read_file_bytes(opt.run_dir / "tokenizer.model");
+    io::write_file_atomically(tmp / "tokenizer.model", model_bytes);
+    write_json(tmp / "tokenizer_config.json",
+               {{"tokenizer_class", "LlamaTokenizer"},
+                {"add_bos_token", false},
+                {"add_eos_token", false},
+                {"add_prefix_space", false},
+                {"legacy", true},
+                {"bos_token", "<s>"},
+                {"eos_token", "</s>"},
+                {"unk_token", "<unk>"},
+                {"clean_up_tokenization_spaces", false},
+                {"model_max_length", mc.context}});
+    tokenizer_note = "tokenizer.model (sentencepiece BPE, byte fallback) + tokenizer_config.json (LlamaTokenizer, "
+                     "no BOS added, as nibble trained)";
+  } else {
+    tokenizer_note = write_char_tokenizer(opt.run_dir, tmp, mc.context);
+  }
+
+  // The model card.
+  const auto history = read_metrics(opt.run_dir / "metrics.jsonl");
+  std::string losses;
+  if (!history.steps.empty())
+    losses += fmt::format("- final train loss {} (step {})\n", fmt_loss(history.steps.back().loss), history.steps.back().step);
+  if (!history.evals.empty())
+    losses += fmt::format("- final validation loss {} (step {})\n", fmt_loss(history.evals.back().val_loss),
+                          history.evals.back().step);
+  if (run.state.best_val_step >= 0)
+    losses += fmt::format("- best validation loss {} (step {})\n", fmt_loss(run.state.best_val_loss), run.state.best_val_step);
+  if (losses.empty()) losses = "- no metrics recorded (metrics.jsonl is missing or empty)\n";
+
+  std::string quant_text;
+  if (!quantized_format) {
+    quant_text = fmt::format("Dense {} weights (the FP32 master weights{}); no quantization_config: an engine serves "
+                             "them unquantized. The run's recipe was `{}`.\n",
+                             opt.bf16 ? "BF16" : "FP32", opt.bf16 ? " rounded to nearest BF16" : ", exactly",
+                             describe(run.config.train.recipe));
+  } else {
+    const QuantOptions& o = *layer_options[static_cast<size_t>(nvfp4_layers.front())];
+    auto list = [](const std::vector<int>& v) {
+      std::string s;
+      for (int l : v) s += (s.empty() ? "" : ", ") + std::to_string(l);
+      return s.empty() ? std::string("none") : s;
+    };
+    quant_text = fmt::format(
+        "NVFP4 linears in blocks {} ({} weight scales{}); blocks {} were kept in BF16 by the recipe and are "
+        "written dense ({}), as are the embeddings, norms and LM head. Excluded modules: {}.\n\n"
+        "**Exactness.** The weight codes and E4M3 block scales are the ones the run's forward pass multiplied at "
+        "step {}: the recipe's forward weight quantization is deterministic (round to nearest, no stochastic "
+        "rounding, no Hadamard transform for weights), so quantizing the checkpoint's FP32 master weights with "
+        "exactly that quantizer reproduces the training codes bit for bit.{} nibble trains q/k/v as one fused "
+        "linear and gate/up as one, so each group already has one global amax: q_proj, k_proj and v_proj (and "
+        "gate_proj, up_proj) carry the same global scale, as vLLM's fused layers need, and their codes are exact, "
+        "not re-quantized.\n\n"
+        "**Activations.** {}\n",
+        list(nvfp4_layers), o.tile_16x16 ? "16x16 tile" : "1x16 block",
+        o.tile_16x16 ? ", stored repeated per row as a valid 1x16 layout" : "", list(bf16_layers),
+        opt.bf16 ? "BF16" : "FP32", fmt::join(excluded_modules, ", "), run.state.step,
+        o.four_over_six ? fmt::format(" The recipe uses Four Over Six (E4M3 ceiling {}), so the weights' global "
+                                      "scale is amax / {:g}, not amax / 2688.",
+                                      o.four_over_six_e4m3_max, nvfp4_global_numerator(o))
+                        : std::string(),
+        static_inputs
+            ? fmt::format("Static input global scales from `--calibrate {}`: the input amax of every NVFP4 linear "
+                          "over {} validation windows of {} run through the run's recipe forward (scale = amax / "
+                          "2688). Training quantized activations with the current amax of each micro-batch; a "
+                          "static scale is what these loaders take (a running amax recorded during training would "
+                          "need trainer changes and is not recorded).",
+                          opt.calibrate_batches, calibrated_windows, calibration_file.string())
+            : std::string("No activation scales (`--calibrate 0`): the export is weight-only (ModelOpt "
+                          "W4A16_NVFP4 / compressed-tensors NVFP4A16); engines keep activations in BF16/FP16."));
+  }
+  const std::string config_yaml = read_text_file((opt.run_dir / "config.yaml").string());
+  const std::string card = fmt::format(
+      "# {} (exported by nibble)\n\n"
+      "A {}-layer Llama-style model (width {}, {} heads, {} KV heads, MLP {}, context {}, vocabulary {}) trained with "
+      "nibble, exported as `{}` from {} (step {}, {} tokens).\n\n"
+      "## Final losses (metrics.jsonl)\n\n{}\n"
+      "## Weights\n\n{}\n"
+      "## Tokenizer\n\n{}\n\n"
+      "## Serving\n\n{}\n"
+      "## Training configuration (config.yaml)\n\n```yaml\n{}```\n",
+      opt.run_dir.filename().string(), mc.layers, mc.width, mc.heads, mc.kv_head_count(), mc.hidden(), mc.context,
+      mc.vocab, to_string(opt.format), run.checkpoint.string(), run.state.step, run.state.tokens, losses, quant_text,
+      tokenizer_note,
+      opt.format == ExportFormat::modelopt_nvfp4
+          ? "`vllm serve DIR --quantization modelopt_fp4` (vLLM reads hf_quant_config.json); TensorRT-LLM and "
+            "SGLang read the same unified checkpoint. NVFP4 GEMMs need a Blackwell GPU (vLLM falls back to Marlin "
+            "weight-only kernels on older ones).\n"
+          : opt.format == ExportFormat::compressed_tensors_nvfp4
+                ? "`vllm serve DIR` (quantization_config: compressed-tensors, nvfp4-pack-quantized), or transformers "
+                  "`AutoModelForCausalLM.from_pretrained(DIR)` with the compressed-tensors package (on CPU: "
+                  "`quantization_config=CompressedTensorsConfig(run_compressed=False)` decompresses to dense).\n"
+                : "`vllm serve DIR` or `AutoModelForCausalLM.from_pretrained(DIR)`.\n",
+      config_yaml);
+  write_text(tmp / "README.md", card);
+
+  // Into place: the old export (with --force) is removed only once the new one is complete.
+  if (fs::exists(out)) {
+    const fs::path old = parent / fmt::format("{}.old.{}", out.filename().string(), ::getpid());
+    fs::rename(out, old);
+    fs::rename(tmp, out);
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, out);
+  }
+  guard.armed = false;
+
+  std::string note = fmt::format("exported {} (step {}) as {} to {}\n", run.checkpoint.string(), run.state.step,
+                                 to_string(opt.format), out.string());
+  if (quantized_format) {
+    note += fmt::format("  NVFP4 linears: blocks {} ({} modules) with the training codes and scales, bit for bit; "
+                        "q/k/v and gate/up share one global scale per group (nibble trains them fused)\n",
+                        fmt::join(nvfp4_layers, ", "), quantized_modules.size());
+    note += fmt::format("  excluded (dense {}): {}\n", opt.bf16 ? "BF16" : "FP32", fmt::join(excluded_modules, ", "));
+    note += static_inputs ? fmt::format("  activation scales: static, calibrated on {} validation windows of {} "
+                                        "(training used each micro-batch's current amax)\n",
+                                        calibrated_windows, calibration_file.string())
+                          : std::string("  activation scales: none (--calibrate 0): weight-only W4A16\n");
+  } else {
+    note += fmt::format("  dense {} weights\n", opt.bf16 ? "BF16" : "FP32");
+  }
+  note += "  tokenizer: " + tokenizer_note + "\n";
+  return note;
+}
+
+}  // namespace nibble::train
