@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nibble needs, if any is missing. Idempotent; silent when all are present.
 # Installed with --no-install-recommends, so what a package only recommends but the build needs is
-# listed by name (ocl-icd-opencl-dev: libdnnl-dev's CMake package looks for OpenCL).
+# listed by name (ocl-icd-opencl-dev: libdnnl-dev's CMake package looks for OpenCL). python3-venv: the
+# export_roundtrip test makes a virtual environment for the PyPI readers it checks exports with.
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config ninja-build
@@ -11,7 +12,7 @@ packages=(
   libyaml-cpp-dev libsentencepiece-dev libcairo2-dev libxxhash-dev
   libopenmpi-dev openmpi-bin openssh-client
   clang libclang-rt-14-dev
-  python3-numpy python3-torch
+  python3-numpy python3-torch python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do
