@@ -2,10 +2,11 @@
 # Installs the Debian packages nibble needs, if any is missing. Idempotent; silent when all are present.
 # Installed with --no-install-recommends, so what a package only recommends but the build needs is
 # listed by name (ocl-icd-opencl-dev: libdnnl-dev's CMake package looks for OpenCL). python3-venv: the
-# export_roundtrip test makes a virtual environment for the PyPI readers it checks exports with.
+# export_roundtrip test makes a virtual environment for the PyPI readers it checks exports with, and
+# ca-certificates lets Python reach PyPI over HTTPS (minbase Debian has no CA bundle).
 set -euo pipefail
 packages=(
-  build-essential cmake pkg-config ninja-build
+  build-essential cmake pkg-config ninja-build ca-certificates
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
