@@ -68,7 +68,7 @@ fi
 
 # The root must lack every package nibble's full build installs, except the compiler's and CMake's.
 mapfile -t nibble_packages < <(sed -n '/^packages=(/,/^)/p' scripts/install-deps.sh | tr ' ' '\n' |
-  grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vE '^(build-essential|cmake|pkg-config|ninja-build)$')
+  grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vE '^(build-essential|cmake|pkg-config|ninja-build|ca-certificates)$')
 present=()
 for p in "${nibble_packages[@]}" googletest; do
   chroot "$ROOT" dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q "install ok installed" && present+=("$p")
