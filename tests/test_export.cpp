@@ -14,6 +14,7 @@
 #include "format/codecs.h"
 #include "format/quantize.h"
 #include "io/safetensors.h"
+#include "cli_test_support.h"
 #include "train/data.h"
 #include "train/export.h"
 #include "train/run.h"
@@ -25,23 +26,9 @@ using nlohmann::json;
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(NIBBLE_BINARY_DIR) + "/nibble " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof buffer, p)) > 0;) r.output.append(buffer, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1000;
-  return r;
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using cli_test::contains;
+using cli_test::Result;
+using cli_test::run;
 
 fs::path work_dir() {
   static const fs::path dir = fs::path(NIBBLE_BINARY_DIR) / "test_export_tmp" / std::to_string(::getpid());
@@ -70,9 +57,7 @@ class ExportCli : public ::testing::Test {
   static void SetUpTestSuite() {
     fs::remove_all(work_dir());
     fs::create_directories(work_dir());
-    const std::string text = train::read_text_file(std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt");
-    std::ofstream(work_dir() / "corpus.txt") << text.substr(0, 60000);
-    const Result p = run("prepare " + (work_dir() / "corpus.txt").string() + " -o " + data().string());
+    const Result p = cli_test::prepare_tiny_corpus(work_dir(), data());
     ASSERT_EQ(p.exit_code, 0) << p.output;
     // 3 blocks: the recipe's default keeps the last in BF16 (nvfp4.bf16_last_layers auto), so the
     // export has NVFP4 blocks 0-1 and a dense block 2.

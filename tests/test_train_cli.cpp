@@ -22,6 +22,7 @@
 
 #include "model/kv_cache.h"
 #include "model/transformer.h"
+#include "cli_test_support.h"
 #include "train/data.h"
 #include "train/generate.h"
 #include "train/metrics.h"
@@ -32,21 +33,9 @@ using namespace nibble;
 
 namespace {
 
-struct Result {
-  int exit_code = -1;  // -signal when killed
-  std::string output;
-};
-
-Result run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + std::string(NIBBLE_BINARY_DIR) + "/nibble " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof buffer, p)) > 0;) r.output.append(buffer, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1000;
-  return r;
-}
+using cli_test::contains;
+using cli_test::Result;
+using cli_test::run;
 
 // The PID a backgrounded shell command writes to `pid_file` (`echo $! > FILE`), waiting up to 6 s
 // for it; 0 if it never appears.
@@ -128,8 +117,6 @@ void flip_bytes(const fs::path& file, size_t at, size_t count) {
                                                                 static_cast<std::streamsize>(bytes.size()));
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 std::vector<fs::path> list_checkpoints_of(const fs::path& run_dir) {
   std::vector<fs::path> found;
   for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
@@ -143,9 +130,7 @@ class TrainCli : public ::testing::Test {
   static void SetUpTestSuite() {
     fs::remove_all(work_dir());
     fs::create_directories(work_dir());
-    const std::string text = train::read_text_file(std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt");
-    std::ofstream(work_dir() / "corpus.txt") << text.substr(0, 60000);
-    const Result p = run("prepare " + (work_dir() / "corpus.txt").string() + " -o " + data().string());
+    const Result p = cli_test::prepare_tiny_corpus(work_dir(), data());
     ASSERT_EQ(p.exit_code, 0) << p.output;
     std::ofstream(config()) << "data:\n  dir: " << data().string() << "\n"
                             << "steps: 12\nbatch: 2\nquantization: nvfp4\n"
