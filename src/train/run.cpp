@@ -712,14 +712,11 @@ LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& check
     run.checkpoint = *checkpoint;
     std::error_code ec;
     if (!checkpoint->has_parent_path() && !fs::exists(*checkpoint, ec)) run.checkpoint = checkpoints_dir(run_dir) / *checkpoint;
-    if (!fs::is_directory(run.checkpoint, ec)) {
-      std::string names;
-      for (const auto& c : list_checkpoints(run_dir)) names += (names.empty() ? "" : ", ") + c.filename().string();
-      throw UsageError(fmt::format("--checkpoint '{}': {} is not a checkpoint directory; run '{}' has {} (in {})",
+    if (!fs::is_directory(run.checkpoint, ec))
+      throw UsageError(fmt::format("--checkpoint '{}': {} is not a checkpoint directory; run '{}' has the checkpoints "
+                                   "{} (in {})",
                                    checkpoint->string(), run.checkpoint.string(), run_dir.string(),
-                                   names.empty() ? "no checkpoint yet" : "the checkpoints " + names,
-                                   checkpoints_dir(run_dir).string()));
-    }
+                                   checkpoint_names(list_checkpoints(run_dir)), checkpoints_dir(run_dir).string()));
   } else {
     auto latest = latest_checkpoint(run_dir);
     if (!latest)
