@@ -45,6 +45,12 @@ step() {  # step NAME TIMEOUT_SECONDS LOG COMMAND...: runs (output appended to L
   return $rc
 }
 finish() {
+  # What the device tool brings back: at most 8 plain files, named in letters, digits, . _ - only.
+  local count bad
+  count=$(find "$OUT" -type f | wc -l)
+  bad="$(find "$OUT" -type f -printf '%f\n' | grep -vE '^[A-Za-z0-9._-]+$' || true)"
+  [ "$count" -le 8 ] || { note "error: $OUT holds $count files; the device tool brings back at most 8"; set -- 1; }
+  [ -z "$bad" ] || { note "error: file names the device tool does not bring back: $bad"; set -- 1; }
   note "total: $((SECONDS - started)) s"
   note "overall: $([ "$1" -eq 0 ] && echo ok || echo FAILED)"
   exit "$1"

@@ -12,8 +12,8 @@
 #   3. `unshare -n chroot`: the network is gone (checked), then gpu-check.sh runs with
 #      NIBBLE_GPU_CHECK_NO_GPU=1 up to the point where a GPU is needed: configure, build, the CUDA
 #      tests (host parts pass, GPU parts skip) and the benchmark's "no CUDA device".
-# Its output folder (default ./rehearsal-out) gets gpu-check.sh's files; the rehearsal also checks
-# they are at most 8 plain files with names the device tool brings back.
+# Its output folder (default ./rehearsal-out) gets gpu-check.sh's files (which checks they are what the
+# device tool brings back: at most 8 plain files with plain names).
 # Needs root, debootstrap, unshare (util-linux) and the CUDA toolkit (CUDA_HOME, default the folder
 # /usr/local/cuda points to). Exit status 0 when the rehearsal passed.
 # Usage: sudo bash scripts/rehearse-gpu-check.sh [--fresh] [OUT_DIR]
@@ -114,12 +114,7 @@ mkdir -p "$OUT"
 cp -r "$ROOT/work/out/." "$OUT/"
 [ $rc -eq 3 ] && fail "the network was reachable inside the rehearsal"
 
-# What comes back from the device tool: at most 8 plain files, names of letters, digits, . _ -.
-count=$(find "$OUT" -type f | wc -l)
-[ "$count" -le 8 ] || fail "gpu-check.sh wrote $count files; the device tool brings back at most 8"
-bad="$(find "$OUT" -type f -printf '%f\n' | grep -vE '^[A-Za-z0-9._-]+$' || true)"
-[ -z "$bad" ] || fail "file names the device tool does not bring back: $bad"
 [ $rc -eq 0 ] || { cat "$OUT/summary.txt" 2> /dev/null; fail "gpu-check.sh exited $rc (its files are in $OUT)"; }
 grep -q "^overall: ok" "$OUT/summary.txt" || fail "summary.txt does not say overall: ok"
 cat "$OUT/summary.txt"
-say "passed in $((SECONDS - started)) s: $count files in $OUT"
+say "passed in $((SECONDS - started)) s: $(find "$OUT" -type f | wc -l) files in $OUT"
