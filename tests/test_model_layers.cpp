@@ -133,14 +133,14 @@ TEST_P(AttentionGradient, BackwardMatchesFiniteDifferences) {
   const AttentionShape s{2, 5, 4, GetParam(), 6};
   auto qkv = random_vector(s.batch * s.seq * s.qkv_stride(), 10);
   auto r = random_vector(s.batch * s.seq * s.out_width(), 11);
-  std::vector<double> out(s.batch * s.seq * s.out_width()), probs(s.probs_size());
+  std::vector<double> out(s.batch * s.seq * s.out_width()), stats(s.softmax_stats_size());
   auto loss = [&] {
-    attention_forward(s, qkv.data(), out.data(), probs.data());
+    attention_forward(s, qkv.data(), out.data(), stats.data());
     return dot(out, r);
   };
   loss();
   std::vector<double> dqkv(qkv.size(), -7.0);  // garbage: backward must overwrite
-  attention_backward(s, qkv.data(), probs.data(), r.data(), dqkv.data());
+  attention_backward(s, qkv.data(), stats.data(), r.data(), dqkv.data());
   expect_gradient(qkv, loss, dqkv, "dqkv");
 }
 
@@ -149,22 +149,24 @@ INSTANTIATE_TEST_SUITE_P(HeadsAndGroupedQueryHeads, AttentionGradient, ::testing
 TEST(ModelLayers, AttentionIsCausal) {
   const AttentionShape s{1, 6, 2, 2, 4};
   auto qkv = random_vector(s.seq * s.qkv_stride(), 12);
-  std::vector<double> out(s.seq * s.out_width()), out2(out.size()), probs(s.probs_size());
-  attention_forward(s, qkv.data(), out.data(), probs.data());
-  // Changing the last token's q, k, v must leave every earlier output unchanged.
+  std::vector<double> out(s.seq * s.out_width()), out2(out.size()), stats(s.softmax_stats_size());
+  std::vector<float> qkv_f(qkv.begin(), qkv.end()), out_f(out.size()), out2_f(out.size()), stats_f(stats.size());
+  attention_forward(s, qkv.data(), out.data(), stats.data());
+  attention_forward(s, qkv_f.data(), out_f.data(), stats_f.data());
+  // Changing the last token's q, k, v must leave every earlier output unchanged, in the reference and
+  // in the fused kernel (whose diagonal block multiplies the later keys' values by exact zeros).
   for (int64_t c = 0; c < s.qkv_stride(); ++c) qkv[(s.seq - 1) * s.qkv_stride() + c] += 1.0;
-  attention_forward(s, qkv.data(), out2.data(), probs.data());
+  for (int64_t c = 0; c < s.qkv_stride(); ++c) qkv_f[(s.seq - 1) * s.qkv_stride() + c] += 1.0f;
+  attention_forward(s, qkv.data(), out2.data(), stats.data());
+  attention_forward(s, qkv_f.data(), out2_f.data(), stats_f.data());
   for (int64_t i = 0; i < (s.seq - 1) * s.out_width(); ++i) EXPECT_EQ(out[i], out2[i]);
-  for (int64_t t = 0; t < s.seq; ++t) {
-    double sum = 0;
-    for (int64_t j = 0; j < s.seq; ++j) {
-      sum += probs[t * s.seq + j];
-      if (j > t) {
-        EXPECT_EQ(probs[t * s.seq + j], 0.0);
-      }
-    }
-    EXPECT_NEAR(sum, 1.0, 1e-15);
-  }
+  for (int64_t i = 0; i < (s.seq - 1) * s.out_width(); ++i) EXPECT_EQ(out_f[i], out2_f[i]);
+  // The first row attends only to itself: its output is its own value vector, max its own score.
+  for (int64_t h = 0; h < s.heads; ++h)
+    for (int64_t i = 0; i < s.head_dim; ++i)
+      EXPECT_NEAR(out[h * s.head_dim + i], qkv[(s.heads + h / (s.heads / s.kv_heads)) * s.head_dim + s.kv_heads * s.head_dim + i],
+                  1e-15);
+  for (int64_t t = 0; t < s.seq; ++t) EXPECT_GE(stats[t * 2 + 1], 1.0 / static_cast<double>(t + 1) - 1e-15);
 }
 
 TEST(ModelLayers, SwigluBackwardMatchesFiniteDifferences) {
@@ -204,49 +206,52 @@ TEST(ModelLayers, CrossEntropyOfUniformLogitsIsLogVocab) {
 // Attention forward and backward on the same random inputs (seeds `seed`, `seed` + 1) in double (the
 // reference loops) and in float (the GEMM path of shape s).
 struct AttentionRuns {
-  std::vector<double> qkv_d, dout_d, out_d, probs_d, dqkv_d;
-  std::vector<float> out_f, probs_f, dqkv_f;
+  std::vector<double> qkv_d, dout_d, out_d, stats_d, dqkv_d;
+  std::vector<float> out_f, stats_f, dqkv_f;
   AttentionRuns(const AttentionShape& s, uint32_t seed)
       : qkv_d(random_vector(s.batch * s.seq * s.qkv_stride(), seed)),
         dout_d(random_vector(s.batch * s.seq * s.out_width(), seed + 1)),
-        out_d(dout_d.size()), probs_d(s.probs_size()), dqkv_d(qkv_d.size()),
-        out_f(out_d.size()), probs_f(probs_d.size()), dqkv_f(qkv_d.size(), 5.0f) {
+        out_d(dout_d.size()), stats_d(s.softmax_stats_size()), dqkv_d(qkv_d.size()),
+        out_f(out_d.size()), stats_f(stats_d.size()), dqkv_f(qkv_d.size(), 5.0f) {
     const std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end()), dout_f(dout_d.begin(), dout_d.end());
-    attention_forward(s, qkv_d.data(), out_d.data(), probs_d.data());
-    attention_forward(s, qkv_f.data(), out_f.data(), probs_f.data());
-    attention_backward(s, qkv_d.data(), probs_d.data(), dout_d.data(), dqkv_d.data());
-    attention_backward(s, qkv_f.data(), probs_f.data(), dout_f.data(), dqkv_f.data());
+    attention_forward(s, qkv_d.data(), out_d.data(), stats_d.data());
+    attention_forward(s, qkv_f.data(), out_f.data(), stats_f.data());
+    attention_backward(s, qkv_d.data(), stats_d.data(), dout_d.data(), dqkv_d.data());
+    attention_backward(s, qkv_f.data(), stats_f.data(), dout_f.data(), dqkv_f.data());
   }
 };
 
 TEST(ModelLayers, FloatAttentionAgreesWithTheDoubleReference) {
-  // The FP32 attention runs its products through GEMMs, the double one is the plain loops that the
-  // finite-difference tests check: forward and backward must agree within FP32 rounding.
+  // The FP32 attention is the fused kernel (blocks of 16 query rows, so 24 rows make a full and a
+  // partial block), the double one the plain loops that the finite-difference tests check: forward
+  // and backward must agree within FP32 rounding.
   for (int64_t kv_heads : {4, 2}) {
     const AttentionShape s{2, 24, 4, kv_heads, 8};
     const AttentionRuns runs(s, 16);
-    const auto& [qkv_d, dout_d, out_d, probs_d, dqkv_d, out_f, probs_f, dqkv_f] = runs;
+    const auto& [qkv_d, dout_d, out_d, stats_d, dqkv_d, out_f, stats_f, dqkv_f] = runs;
     // Sums of up to seq * head_dim terms of O(1) values: a few hundred FP32 ulps.
     const double tol = 256 * 1.2e-7;
-    for (size_t i = 0; i < probs_d.size(); ++i) ASSERT_NEAR(probs_f[i], probs_d[i], tol);
+    for (size_t i = 0; i < stats_d.size(); i += 2) {
+      ASSERT_NEAR(stats_f[i], stats_d[i], tol * (1 + std::fabs(stats_d[i])));  // the row's max score
+      ASSERT_NEAR(stats_f[i + 1], stats_d[i + 1], 2 * tol * stats_d[i + 1]);    // 1 / sum of exp
+    }
     for (size_t i = 0; i < out_d.size(); ++i) ASSERT_NEAR(out_f[i], out_d[i], tol * (1 + std::fabs(out_d[i])));
     for (size_t i = 0; i < dqkv_d.size(); ++i) ASSERT_NEAR(dqkv_f[i], dqkv_d[i], 4 * tol * (1 + std::fabs(dqkv_d[i])));
   }
 }
 
 TEST(ModelLayers, Bf16AttentionAgreesWithTheDoubleReferenceWithinBf16Rounding) {
-  // bf16_matmuls rounds each product's operands to BF16 (unit roundoff u = 2^-9 for RN, so a product
-  // of two rounded values errs by < 2^-8 relative) and accumulates in FP32. Scores then err by at most
-  // 2^-8 * scale * sum_i |q_i k_i| <= 2^-8 * scale * hd * max|q| * max|k| =: e, so a softmax row by a
-  // factor within exp(+-2e) and its output by about 2e * max|v| + 2^-8 * max|v| more for rounding P
-  // and V. The backward products chain the same bounds once more; the checks use those bounds.
+  // bf16_matmuls rounds each product's operands to BF16 (8 significant bits: unit roundoff u = 2^-8
+  // for RN, so a product of two rounded values errs by < 2u + u^2 =: u2 relative) and accumulates in
+  // FP32. Scores then err by at most u2 * scale * sum_i |q_i k_i| =: e, so a softmax row by a factor
+  // within exp(+-2e) and its output by about 2e * max|v| + u2 * max|v| more for rounding P and V. The backward products chain the same bounds once more; the checks use those bounds.
   const AttentionShape s{2, 24, 4, 2, 8, /*bf16_matmuls=*/true};
   const AttentionRuns runs(s, 26);
-  const auto& [qkv_d, dout_d, out_d, probs_d, dqkv_d, out_f, probs_f, dqkv_f] = runs;
+  const auto& [qkv_d, dout_d, out_d, stats_d, dqkv_d, out_f, stats_f, dqkv_f] = runs;
   double max_qkv = 0, max_dout = 0;
   for (double v : qkv_d) max_qkv = std::max(max_qkv, std::fabs(v));
   for (double v : dout_d) max_dout = std::max(max_dout, std::fabs(v));
-  const double u2 = std::ldexp(1.0, -8), scale = 1.0 / std::sqrt(8.0);
+  const double u2 = std::ldexp(1.0, -7) + std::ldexp(1.0, -16), scale = 1.0 / std::sqrt(8.0);
   const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), group = s.heads / s.kv_heads;
   bool any_differs_from_fp32 = false;
   double e_max = 0;
@@ -265,10 +270,11 @@ TEST(ModelLayers, Bf16AttentionAgreesWithTheDoubleReferenceWithinBf16Rounding) {
         }
         e_max = std::max(e_max, e_t);
         const double rel = std::expm1(2 * e_t);
-        for (int64_t j = 0; j <= t; ++j) {
-          const size_t pi = static_cast<size_t>(((b * s.heads + h) * S + t) * S + j);
-          ASSERT_NEAR(probs_f[pi], probs_d[pi], rel * probs_d[pi] + 1e-7);
-        }
+        // The row's max score errs by at most e_t; each exp(score - max) by a factor within
+        // exp(+-2 e_t), and so 1 / their sum.
+        const size_t si = static_cast<size_t>(((b * s.heads + h) * S + t) * 2);
+        ASSERT_NEAR(stats_f[si], stats_d[si], e_t + 1e-6);
+        ASSERT_NEAR(stats_f[si + 1], stats_d[si + 1], rel * stats_d[si + 1] + 1e-7);
         for (int64_t i = 0; i < hd; ++i) {
           const size_t oi = static_cast<size_t>((b * S + t) * s.out_width() + h * hd + i);
           ASSERT_NEAR(out_f[oi], out_d[oi], (2 * rel + 2 * u2) * max_v + 1e-6);
@@ -276,7 +282,7 @@ TEST(ModelLayers, Bf16AttentionAgreesWithTheDoubleReferenceWithinBf16Rounding) {
         }
       }
   // Backward: dP = dO V^T, dS = P (dP - rowsum(P dP)) scale, dQ = dS K, dK = dS^T Q, dV = P^T dO. Each
-  // factor carries the forward's relative error (probs) or a BF16 operand rounding; summed over at
+  // factor carries the forward's relative error (probabilities) or a BF16 operand rounding; summed over at
   // most seq terms of magnitude <= max|dout| * max|qkv|^2 * scale (dQ/dK) or max|dout| (dV).
   const double rel = std::expm1(2 * e_max) + 4 * u2;
   const double grad_tol = 2 * rel * S * max_dout * std::max(1.0, max_qkv * max_qkv * max_qkv * scale);

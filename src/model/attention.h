@@ -7,34 +7,28 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/attention.h"
+
 namespace nibble::model {
 
-struct AttentionShape {
-  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  // FP32 versions: run the per-head products (QK^T, PV and the four of backward) with BF16 operands
-  // and FP32 accumulation (cpu::gemm_bf16), as Transformer Engine's recipes keep attention in BF16.
-  // Softmax and its backward stay in FP32. Ignored by the double versions.
-  bool bf16_matmuls = false;
-  int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
-  int64_t out_width() const { return heads * head_dim; }
-  int64_t probs_size() const { return batch * heads * seq * seq; }
-};
+// bf16_matmuls applies to the FP32 version only (the fused CPU kernel); the double one is exact.
+using AttentionShape = cpu::AttentionShape;
 
-// out: [batch*seq, heads*head_dim]; probs: [batch, heads, seq, seq] softmax rows (saved for
-// backward; entries above the diagonal are 0).
+// out: [batch*seq, heads*head_dim]; softmax_stats: [batch, heads, seq, 2], per query row the
+// score maximum and 1 / sum of exp(score - maximum), saved for backward.
 template <typename T>
-void attention_forward(const AttentionShape& s, const T* qkv, T* out, T* probs);
+void attention_forward(const AttentionShape& s, const T* qkv, T* out, T* softmax_stats);
 // dqkv: [batch*seq, qkv_stride] overwritten with the gradients of the (post-RoPE) q, k, v.
 //   dP = dO V^T;  dS = P * (dP - rowsum(P * dP));  dQ = scale dS K;  dK = scale dS^T Q;  dV = P^T dO
 template <typename T>
-void attention_backward(const AttentionShape& s, const T* qkv, const T* probs, const T* dout, T* dqkv);
+void attention_backward(const AttentionShape& s, const T* qkv, const T* softmax_stats, const T* dout, T* dqkv);
 
-// The FP32 versions run the per-head products as GEMMs; the double versions are plain loops (the
-// finite-difference reference). Tests check that the two agree.
+// The FP32 versions are cpu::attention_forward/backward (fused, flash-style); the double versions
+// are plain loops (the finite-difference reference). Tests check that the two agree.
 template <>
-void attention_forward<float>(const AttentionShape& s, const float* qkv, float* out, float* probs);
+void attention_forward<float>(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats);
 template <>
-void attention_backward<float>(const AttentionShape& s, const float* qkv, const float* probs, const float* dout,
-                               float* dqkv);
+void attention_backward<float>(const AttentionShape& s, const float* qkv, const float* softmax_stats,
+                               const float* dout, float* dqkv);
 
 }  // namespace nibble::model

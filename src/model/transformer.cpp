@@ -159,7 +159,7 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
     a.rstd1.resize(N);
     a.rstd2.resize(N);
     a.qkv.resize(static_cast<size_t>(N * shape.qkv_stride()));
-    a.probs.resize(static_cast<size_t>(shape.probs_size()));
+    a.softmax_stats.resize(static_cast<size_t>(shape.softmax_stats_size()));
     a.gate_up.resize(static_cast<size_t>(N * 2 * f));
     auto linear_step = [&](BlockLinear which) {
       LinearStep s;
@@ -180,7 +180,7 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
     linear_(l, BlockLinear::qkv).forward(linear_step(BlockLinear::qkv), normed_.data(), N, params_.value(p.qkv), a.qkv.data());
     rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), 0, shape.heads, rope_);
     rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), shape.heads * shape.head_dim, shape.kv_heads, rope_);
-    attention_forward(shape, a.qkv.data(), attn_.data(), a.probs.data());
+    attention_forward(shape, a.qkv.data(), attn_.data(), a.softmax_stats.data());
     linear_(l, BlockLinear::attn_out)
         .forward(linear_step(BlockLinear::attn_out), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
     add_into(a.x_mid.data(), x, N * d);
@@ -250,7 +250,7 @@ void Transformer::backward(float scale) {
 
     linear_(l, BlockLinear::attn_out)
         .backward(d_res_.data(), params_.value(p.attn_out), d_attn_.data(), params_.grad(p.attn_out));
-    attention_backward(shape, a.qkv.data(), a.probs.data(), d_attn_.data(), d_qkv_.data());
+    attention_backward(shape, a.qkv.data(), a.softmax_stats.data(), d_attn_.data(), d_qkv_.data());
     rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), 0, shape.heads, rope_);
     rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), shape.heads * shape.head_dim, shape.kv_heads, rope_);
     linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));
@@ -286,7 +286,7 @@ int64_t Transformer::saved_activation_bytes() const {
   int64_t b = 0;
   for (const auto& l : linears_) b += l->saved_activation_bytes();
   for (const auto& a : acts_)
-    b += static_cast<int64_t>((a.x_mid.size() + a.rstd1.size() + a.rstd2.size() + a.qkv.size() + a.probs.size() +
+    b += static_cast<int64_t>((a.x_mid.size() + a.rstd1.size() + a.rstd2.size() + a.qkv.size() + a.softmax_stats.size() +
                                a.gate_up.size()) * sizeof(float));
   for (const auto& r : residual_) b += static_cast<int64_t>(r.size() * sizeof(float));
   return b;

@@ -105,7 +105,7 @@ class Transformer {
     std::vector<float> x_mid;   // [N, d] residual after attention (input of norm2)
     std::vector<float> rstd1, rstd2;  // [N]
     std::vector<float> qkv;     // [N, (H + 2 Hkv) hd] after RoPE
-    std::vector<float> probs;   // [B, H, S, S]
+    std::vector<float> softmax_stats;  // [B, H, S, 2]: per query row, score max and 1 / sum of exp
     std::vector<float> gate_up; // [N, 2 f]
   };
   Linear& linear_(int layer, BlockLinear which) { return *linears_[layer * kLinearsPerBlock + static_cast<int>(which)]; }

@@ -1,0 +1,203 @@
+#include "kernels/cpu/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <vector>
+
+#include "format/quantized_tensor.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace nibble::cpu {
+
+namespace attention_kernels {
+Matmul active_matmul() {
+  const Isa isa = active_isa();
+  if (isa >= Isa::avx512) return &matmul_avx512;
+  if (isa == Isa::avx2) return &matmul_avx2;
+  return &matmul_scalar;
+}
+}  // namespace attention_kernels
+
+namespace {
+
+// Query rows per block: the block's scores (kQueryBlock x seq floats) stay in L1/L2 between the
+// softmax and the products, and the masked part of the diagonal block stays small.
+constexpr int64_t kQueryBlock = 16;
+// Below this many multiply-adds a call runs on one thread (OpenMP start-up would dominate).
+constexpr int64_t kMinParallelWork = int64_t{1} << 16;
+
+// round_to_bf16 (format/codecs.h: round to nearest even, NaN kept quiet) without a branch, so the
+// loops below vectorise; the same bits for every input.
+inline float bf16_rounded(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t nearest = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  const uint32_t quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
+  return std::bit_cast<float>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : nearest);
+}
+
+float operand(float x, bool bf16) { return bf16 ? bf16_rounded(x) : x; }
+
+// rows [S][hd] of one head (stride apart) -> contiguous [S][hd], rounded when bf16.
+void gather_rows(const float* src, int64_t stride, int64_t S, int64_t hd, bool bf16, float* dst) {
+  for (int64_t t = 0; t < S; ++t) {
+    const float* in = src + t * stride;
+    float* out = dst + t * hd;
+    if (bf16)
+      for (int64_t i = 0; i < hd; ++i) out[i] = bf16_rounded(in[i]);
+    else
+      std::copy(in, in + hd, out);
+  }
+}
+// rows [S][hd] of one head -> transposed [hd][S], rounded when bf16.
+void gather_columns(const float* src, int64_t stride, int64_t S, int64_t hd, bool bf16, float* dst) {
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t i = 0; i < hd; ++i) dst[i * S + t] = operand(src[t * stride + i], bf16);
+}
+
+// Scores of query rows [i0, i0 + rows) against keys [0, i0 + rows): scale * q . k, rows of `S`.
+// Then, per row t, the probabilities p_j = exp(s_j - max) * (1 / sum) for j <= t and 0 after, with
+// the row's (max, 1/sum) computed into new_stats (forward) or read from saved_stats (backward). One
+// code path for both, so backward's probabilities are the forward's bits.
+void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows, const float* k_columns, int64_t S,
+                          int64_t hd, int64_t i0, int64_t rows, float scale, const float* saved_stats,
+                          float* new_stats, float* p) {
+  const int64_t keys = i0 + rows;
+  matmul(rows, keys, hd, q_rows + i0 * hd, hd, 1, k_columns, S, p, S, false);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = i0 + r + 1;
+    float* row = p + r * S;
+    for (int64_t j = 0; j < n; ++j) row[j] *= scale;
+    float maxv, inv_sum;
+    if (new_stats) {
+      maxv = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) maxv = std::max(maxv, row[j]);
+    } else {
+      maxv = saved_stats[(i0 + r) * 2];
+    }
+    for (int64_t j = 0; j < n; ++j) row[j] -= maxv;
+    exp_f32(row, row, n);
+    if (new_stats) {
+      float sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += row[j];
+      inv_sum = 1.0f / sum;
+      new_stats[(i0 + r) * 2] = maxv, new_stats[(i0 + r) * 2 + 1] = inv_sum;
+    } else {
+      inv_sum = saved_stats[(i0 + r) * 2 + 1];
+    }
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
+    std::fill(row + n, row + keys, 0.0f);
+  }
+}
+
+struct Scratch {
+  std::vector<float> q, k_columns, k_rows, v_rows, v_columns, dout, p, p_operand, dp;
+  void size(int64_t S, int64_t hd, bool backward) {
+    const auto n = static_cast<size_t>(S * hd), blk = static_cast<size_t>(kQueryBlock * S);
+    q.resize(n), k_columns.resize(n), v_rows.resize(n), p.resize(blk), p_operand.resize(blk);
+    if (backward) k_rows.resize(n), v_columns.resize(n), dout.resize(n), dp.resize(blk);
+  }
+};
+
+Scratch& thread_scratch() {
+  static thread_local Scratch s;  // grown once per thread, reused by every call
+  return s;
+}
+
+}  // namespace
+
+void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) {
+  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0);
+  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.out_width();
+  const int64_t group = s.heads / s.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool bf16 = s.bf16_matmuls;
+  const auto matmul = attention_kernels::active_matmul();
+  const int64_t work = s.batch * s.heads * S * S * hd;
+#pragma omp parallel for collapse(2) schedule(static) if (work >= kMinParallelWork)
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h) {
+      Scratch& w = thread_scratch();
+      w.size(S, hd, false);
+      const float* base = qkv + b * S * stride;
+      gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
+      gather_columns(base + (s.heads + h / group) * hd, stride, S, hd, bf16, w.k_columns.data());
+      gather_rows(base + (s.heads + s.kv_heads + h / group) * hd, stride, S, hd, bf16, w.v_rows.data());
+      float* stats = softmax_stats + (b * s.heads + h) * S * 2;
+      for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
+        causal_probabilities(matmul, w.q.data(), w.k_columns.data(), S, hd, i0, rows, scale, nullptr, stats,
+                             w.p.data());
+        const float* p = w.p.data();
+        if (bf16) {
+          for (int64_t i = 0; i < rows * S; ++i) w.p_operand[i] = bf16_rounded(w.p[i]);
+          p = w.p_operand.data();
+        }
+        // O[i0 : i0 + rows] = P V: every row runs over the block's keys (zeros past its diagonal).
+        matmul(rows, hd, keys, p, S, 1, w.v_rows.data(), hd, out + (b * S + i0) * ow + h * hd, ow, false);
+      }
+    }
+}
+
+void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
+                        float* dqkv) {
+  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0);
+  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.out_width();
+  const int64_t group = s.heads / s.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool bf16 = s.bf16_matmuls;
+  const auto matmul = attention_kernels::active_matmul();
+  const int64_t work = s.batch * s.heads * S * S * hd;
+#pragma omp parallel for collapse(2) schedule(static) if (work >= kMinParallelWork)
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t g = 0; g < s.kv_heads; ++g) {
+      Scratch& w = thread_scratch();
+      w.size(S, hd, true);
+      const float* base = qkv + b * S * stride;
+      float* dbase = dqkv + b * S * stride;
+      const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
+      gather_columns(base + kcol, stride, S, hd, bf16, w.k_columns.data());
+      gather_rows(base + kcol, stride, S, hd, bf16, w.k_rows.data());
+      gather_columns(base + vcol, stride, S, hd, bf16, w.v_columns.data());
+      for (int64_t t = 0; t < S; ++t) {
+        std::fill(dbase + t * stride + kcol, dbase + t * stride + kcol + hd, 0.0f);
+        std::fill(dbase + t * stride + vcol, dbase + t * stride + vcol + hd, 0.0f);
+      }
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
+        gather_rows(dout + b * S * ow + h * hd, ow, S, hd, bf16, w.dout.data());
+        const float* stats = softmax_stats + (b * s.heads + h) * S * 2;
+        for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+          const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
+          causal_probabilities(matmul, w.q.data(), w.k_columns.data(), S, hd, i0, rows, scale, stats, nullptr,
+                               w.p.data());
+          // dP = dO V^T for the block, then dS = P (dP - rowsum(P dP)) scale in place of dP.
+          matmul(rows, keys, hd, w.dout.data() + i0 * hd, hd, 1, w.v_columns.data(), S, w.dp.data(), S, false);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t n = i0 + r + 1;
+            const float* prow = w.p.data() + r * S;
+            float* row = w.dp.data() + r * S;
+            float pdp = 0;
+            for (int64_t j = 0; j < n; ++j) pdp += prow[j] * row[j];
+            for (int64_t j = 0; j < n; ++j) row[j] = operand(prow[j] * (row[j] - pdp) * scale, bf16);
+            std::fill(row + n, row + keys, 0.0f);
+          }
+          const float* p = w.p.data();
+          if (bf16) {
+            for (int64_t i = 0; i < rows * S; ++i) w.p_operand[i] = bf16_rounded(w.p[i]);
+            p = w.p_operand.data();
+          }
+          const float* ds = w.dp.data();
+          // dQ[i0 : i0 + rows] = dS K;  dK[0 : keys] += dS^T Q[i0 : i0 + rows];  dV[0 : keys] += P^T dO.
+          matmul(rows, hd, keys, ds, S, 1, w.k_rows.data(), hd, dbase + i0 * stride + h * hd, stride, false);
+          matmul(keys, hd, rows, ds, 1, S, w.q.data() + i0 * hd, hd, dbase + kcol, stride, true);
+          matmul(keys, hd, rows, p, 1, S, w.dout.data() + i0 * hd, hd, dbase + vcol, stride, true);
+        }
+      }
+    }
+}
+
+}  // namespace nibble::cpu

@@ -1,0 +1,53 @@
+// Fused causal attention on the CPU (flash-style): per sequence and head, blocks of query rows
+// against the keys up to their diagonal, the scores of one block in a small buffer, softmax in FP32,
+// and the backward recomputing the probabilities from two numbers saved per row. No [S, S]
+// probabilities tensor and no GEMM packing pass; the causal upper half is never computed.
+//
+// qkv: [batch*seq, qkv_stride] holding, per token, `heads` query heads, then `kv_heads` key heads,
+// then `kv_heads` value heads, each head_dim wide. Query head h attends with key/value head
+// h / (heads / kv_heads) (GQA/MQA).
+#pragma once
+#include <cstdint>
+
+namespace nibble::cpu {
+
+struct AttentionShape {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  // Round the products' operands (Q, K, V, P; dO, dS in backward) to BF16, accumulate in FP32, as
+  // Transformer Engine's recipes keep attention in BF16. Softmax and its backward stay in FP32.
+  bool bf16_matmuls = false;
+  int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
+  int64_t out_width() const { return heads * head_dim; }
+  // Saved for backward, per (sequence, head, query row): the row's score maximum and 1 / sum of
+  // exp(score - maximum), so backward recomputes the forward's probabilities bit for bit.
+  int64_t softmax_stats_size() const { return batch * heads * seq * 2; }
+};
+
+// out: [batch*seq, heads*head_dim]; softmax_stats: [batch, heads, seq, 2].
+//   S = scale Q K^T (causal);  P = softmax(S);  O = P V
+// Work is split by (sequence, head) and each output is computed by one thread in a fixed order, so
+// any thread count gives the same bits; so do the scalar, AVX2 and AVX-512 kernels (fused multiply-
+// adds in the same order). exp is cpu::exp_f32 (its ISA's libmvec: one machine, one result).
+void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats);
+
+// dqkv: [batch*seq, qkv_stride] overwritten with the gradients of q, k, v.
+//   dP = dO V^T;  dS = P * (dP - rowsum(P * dP)) scale;  dQ = dS K;  dK = dS^T Q;  dV = P^T dO
+// Split by (sequence, key/value head): the group's query heads add into dK and dV in a fixed order.
+void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
+                        float* dqkv);
+
+namespace attention_kernels {
+// C[m][n] (+)= sum_k A[m * a_row + k * a_k] * B[k * ldb + n]: one FMA chain per output in k order,
+// from 0 (accumulate = false) or from C. Exposed for the tests that compare the variants.
+using Matmul = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k, const float* B,
+                        int64_t ldb, float* C, int64_t ldc, bool accumulate);
+void matmul_scalar(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
+                   bool);
+void matmul_avx2(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
+                 bool);
+void matmul_avx512(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
+                   bool);
+Matmul active_matmul();  // from active_isa()
+}  // namespace attention_kernels
+
+}  // namespace nibble::cpu

@@ -1,0 +1,120 @@
+// The fused CPU attention (src/kernels/cpu/attention.*): its product kernel is the same bits on every
+// ISA this CPU runs, and the whole forward and backward are the same bits for any thread count.
+// (Agreement with the double-precision reference loops is in test_model_layers.)
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace nibble::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One FMA chain per output in k order, written out: what every variant must produce bit for bit.
+void matmul_model(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k, const float* B,
+                  int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float c = accumulate ? C[m * ldc + n] : 0.0f;
+      for (int64_t k = 0; k < K; ++k) c = std::fma(A[m * a_row + k * a_k], B[k * ldb + n], c);
+      C[m * ldc + n] = c;
+    }
+}
+
+TEST(FusedAttention, ProductKernelIsTheFmaChainOnEveryIsa) {
+  std::vector<std::pair<const char*, attention_kernels::Matmul>> variants = {{"scalar", &attention_kernels::matmul_scalar}};
+  if (detected_isa() >= Isa::avx2) variants.emplace_back("avx2", &attention_kernels::matmul_avx2);
+  if (detected_isa() >= Isa::avx512) variants.emplace_back("avx512", &attention_kernels::matmul_avx512);
+  uint32_t seed = 1;
+  // Row counts around the 4-row tile, columns around every vector strip (8, 16, 64) with tails, A
+  // read row-major (a_row = K) and transposed (a_k = M), into a fresh or an accumulated C.
+  for (int64_t M : {1, 3, 4, 9, 16})
+    for (int64_t N : {1, 7, 8, 16, 23, 64, 70})
+      for (int64_t K : {1, 5, 64})
+        for (bool transposed_a : {false, true})
+          for (bool accumulate : {false, true}) {
+            const auto A = random_floats(static_cast<size_t>(M * K), seed++);
+            const auto B = random_floats(static_cast<size_t>(K * (N + 2)), seed++);
+            const auto C0 = random_floats(static_cast<size_t>(M * (N + 1)), seed++);
+            const int64_t a_row = transposed_a ? 1 : K, a_k = transposed_a ? M : 1;
+            std::vector<float> want = C0;
+            matmul_model(M, N, K, A.data(), a_row, a_k, B.data(), N + 2, want.data(), N + 1, accumulate);
+            for (const auto& [name, matmul] : variants) {
+              std::vector<float> got = C0;
+              matmul(M, N, K, A.data(), a_row, a_k, B.data(), N + 2, got.data(), N + 1, accumulate);
+              ASSERT_TRUE(same_bits(got, want)) << name << " M=" << M << " N=" << N << " K=" << K
+                                                << " transposed_a=" << transposed_a << " accumulate=" << accumulate;
+            }
+          }
+}
+
+struct AttentionRun {
+  std::vector<float> out, stats, dqkv;
+};
+
+AttentionRun run_attention(const AttentionShape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+  AttentionRun r{std::vector<float>(static_cast<size_t>(s.batch * s.seq * s.out_width())),
+                 std::vector<float>(static_cast<size_t>(s.softmax_stats_size())),
+                 std::vector<float>(qkv.size(), 3.0f)};  // garbage: backward overwrites every gradient
+  attention_forward(s, qkv.data(), r.out.data(), r.stats.data());
+  attention_backward(s, qkv.data(), r.stats.data(), dout.data(), r.dqkv.data());
+  return r;
+}
+
+TEST(FusedAttention, SameBitsForAnyThreadCount) {
+  const int saved = omp_get_max_threads();
+  // Several query blocks with a partial last one (seq 37), GQA and MQA, a head width with a vector tail.
+  for (const AttentionShape base : {AttentionShape{3, 37, 4, 2, 16}, AttentionShape{2, 40, 3, 1, 12},
+                                    AttentionShape{2, 33, 2, 2, 64}})
+    for (bool bf16 : {false, true}) {
+      AttentionShape s = base;
+      s.bf16_matmuls = bf16;
+      const auto qkv = random_floats(static_cast<size_t>(s.batch * s.seq * s.qkv_stride()), 5);
+      const auto dout = random_floats(static_cast<size_t>(s.batch * s.seq * s.out_width()), 6);
+      omp_set_num_threads(1);
+      const AttentionRun one = run_attention(s, qkv, dout);
+      for (int threads : {2, 3, 5}) {
+        omp_set_num_threads(threads);
+        const AttentionRun many = run_attention(s, qkv, dout);
+        EXPECT_TRUE(same_bits(one.out, many.out)) << threads << " threads, bf16=" << bf16;
+        EXPECT_TRUE(same_bits(one.stats, many.stats)) << threads << " threads, bf16=" << bf16;
+        EXPECT_TRUE(same_bits(one.dqkv, many.dqkv)) << threads << " threads, bf16=" << bf16;
+      }
+    }
+  omp_set_num_threads(saved);
+}
+
+TEST(FusedAttention, Bf16RoundsTheOperandsOnly) {
+  // With operands that are BF16 already (and probabilities 1: one key), bf16_matmuls changes nothing.
+  AttentionShape s{1, 1, 2, 1, 8};
+  std::vector<float> qkv(static_cast<size_t>(s.qkv_stride()));
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(static_cast<int>(i) - 7) * 0.25f;
+  const std::vector<float> dout(static_cast<size_t>(s.out_width()), 0.5f);
+  const AttentionRun fp32 = run_attention(s, qkv, dout);
+  s.bf16_matmuls = true;
+  const AttentionRun bf16 = run_attention(s, qkv, dout);
+  EXPECT_TRUE(same_bits(fp32.out, bf16.out));
+  EXPECT_TRUE(same_bits(fp32.dqkv, bf16.dqkv));
+  // A single key: the output is its value vector, exactly.
+  for (int64_t h = 0; h < s.heads; ++h)
+    for (int64_t i = 0; i < s.head_dim; ++i) EXPECT_EQ(fp32.out[h * s.head_dim + i], qkv[(s.heads + 1) * s.head_dim + i]);
+}
+
+}  // namespace
+}  // namespace nibble::cpu
