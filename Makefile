@@ -22,13 +22,15 @@ test: build
 bench: build
 	@$(BUILD)/bench/bench_quantize
 
-# PyTorch's CPU training tokens/s (fp32 and bf16 autocast, 2 threads) on the model that
-# `nibble bench train` times, to set next to it. Debian's python3-torch by default;
-# TORCH_PYTHON=/path/to/venv/bin/python measures another PyTorch release.
+# nibble's recipes, then PyTorch (fp32, bf16 autocast, bf16 torch.compile) on the same model, batch
+# and thread count, and the ratios (`nibble bench train --vs-torch`). Debian's python3-torch by
+# default; TORCH_PYTHON=/path/to/venv/bin/python measures another PyTorch release;
+# BENCH_TORCH_ARGS adds options (e.g. --torch-modes fp32,bf16 --layers 12 --width 768 ...).
 TORCH_PYTHON ?= /usr/bin/python3
+BENCH_TORCH_ARGS ?=
 .PHONY: bench-torch
-bench-torch: deps
-	@$(TORCH_PYTHON) bench/torch_train.py
+bench-torch: build
+	@$(BUILD)/nibble bench train --vs-torch --torch-python $(TORCH_PYTHON) $(BENCH_TORCH_ARGS)
 
 # libFuzzer + ASan/UBSan on every reader of user files (.npy, safetensors, run config, token
 # shards, checkpoints; needs clang-14): the library is built by clang with the sanitizers in

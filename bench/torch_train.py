@@ -2,8 +2,13 @@
 """PyTorch CPU training speed on the model `nibble bench train` times, for the issue's target
 (nvfp4 tokens/s above PyTorch's fp32 and bf16-autocast training on the same machine).
 
-    python3 bench/torch_train.py [--threads 2] [--modes fp32,bf16] [--layers 6 --width 384 ...]
+    python3 bench/torch_train.py [--threads 2] [--modes fp32,bf16,bf16-compile] [--layers 6 --width 384 ...]
     make bench-torch                      # Debian's python3-torch; TORCH_PYTHON=venv/bin/python for another
+    nibble bench train --vs-torch         # nibble's recipes, then this script on the same model: the ratios
+
+Modes: fp32 (eager), bf16 (eager under autocast), fp32-compile and bf16-compile (torch.compile, the
+Inductor CPU backend: needs a C++ compiler, compiles for a minute first). --json FILE also writes the
+results as JSON for `nibble bench train --vs-torch`.
 
 Same model as nibble's (tests/twin/torch_llama.py, the twin the model test checks nibble against):
 6 blocks x 384, 6 heads, context 256, SwiGLU hidden 1024, tied head, vocabulary 65 (char-level
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import time
@@ -34,13 +40,17 @@ def make_optimizer(model: Llama) -> torch.optim.Optimizer:
                              lr=1e-3, betas=(0.9, 0.99), eps=1e-8)
 
 
+MODES = ("fp32", "bf16", "fp32-compile", "bf16-compile")
+
+
 def measure(mode: str, args: argparse.Namespace, config: LlamaConfig) -> tuple[float, float, float]:
     """Returns (tokens/s, ms per step, last loss) over args.steps timed steps after args.warmup."""
     torch.manual_seed(args.seed)
     fused = hasattr(torch.nn.functional, "scaled_dot_product_attention") and not args.explicit_attention
     model = Llama(config, fused_attention=fused)
-    if args.compile:
+    if args.compile or mode.endswith("-compile"):
         model = torch.compile(model)
+    mode = mode.removesuffix("-compile")
     optimizer = make_optimizer(model)
     data = torch.Generator().manual_seed(args.seed)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if mode == "bf16" else contextlib.nullcontext
@@ -67,7 +77,7 @@ def measure(mode: str, args: argparse.Namespace, config: LlamaConfig) -> tuple[f
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--modes", default="fp32,bf16", help="comma-separated: fp32, bf16 (autocast)")
+    p.add_argument("--modes", default="fp32,bf16", help="comma-separated: " + ", ".join(MODES))
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (intra-op threads)")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--width", type=int, default=384)
@@ -80,7 +90,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--explicit-attention", action="store_true", help="softmax(QK^T)V even where SDPA exists")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch >= 2.0)")
+    p.add_argument("--compile", action="store_true", help="torch.compile every mode (PyTorch >= 2.0)")
+    p.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -93,12 +104,22 @@ def main() -> int:
           f"{config.layers} layers x width {config.width} x {config.heads} heads, context {config.context}, "
           f"batch {args.batch} ({args.batch * config.context} tokens/step); {args.warmup} warm-up + {args.steps} "
           f"timed steps; load average {load[0]:.2f}")
-    print(f"{'mode':<6} {'tokens/s':>10} {'step ms':>9} {'loss':>8}")
-    for mode in args.modes.split(","):
-        if mode not in ("fp32", "bf16"):
-            p.error(f"mode '{mode}' is unknown: use fp32 or bf16")
+    modes = [m for m in args.modes.split(",") if m]
+    for mode in modes:
+        if mode not in MODES:
+            p.error(f"mode '{mode}' is unknown: use one of {', '.join(MODES)}")
+    print(f"{'mode':<13} {'tokens/s':>10} {'step ms':>9} {'loss':>8}")
+    results = []
+    for mode in modes:
         tps, ms, loss = measure(mode, args, config)
-        print(f"{mode:<6} {tps:>10.0f} {ms:>9.1f} {loss:>8.4f}", flush=True)
+        print(f"{mode:<13} {tps:>10.0f} {ms:>9.1f} {loss:>8.4f}", flush=True)
+        results.append({"mode": mode, "tokens_per_s": tps, "step_ms": ms, "loss": loss})
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(),
+                       "attention": "SDPA" if fused else "explicit", "results": results}, f)
+        os.replace(tmp, args.json)
     return 0
 
 

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "model/transformer.h"
 #include "train/data.h"
+#include "train/experiment.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
@@ -264,3 +266,44 @@ TEST(Trainer, RefusesBadConfig) {
   c.seq = 64;
   EXPECT_THROW(Trainer(c, corpus), UsageError);
 }
+
+namespace nibble::train {
+namespace {
+
+// The ideal-step numerators of `nibble bench train` (issue 14), by hand for a small model: every
+// linear's three GEMMs in the precision its layer's recipe gives them, the LM head in FP32, causal
+// attention's six products, and each quantized operand's bytes.
+TEST(StepWork, CountsEachGemmInItsLayersPrecisionAndTheCausalAttentionProducts) {
+  model::ModelConfig m;
+  m.vocab = 64, m.layers = 4, m.heads = 2, m.width = 64, m.context = 32, m.mlp_hidden = 128;
+  const int64_t batch = 2, seq = 32;
+  const double T = batch * seq, d = 64, f = 128, per_layer = d * 3 * d + d * d + d * 2 * f + f * d;  // in x out
+  RecipeConfig rc;
+  rc.quantization = Quantization::nvfp4;
+  rc.nvfp4.bf16_first_layers = 1, rc.nvfp4.bf16_last_layers = 1;
+  model::Transformer model(m);
+  const Recipe recipe(rc, 4, model.block_linear_shapes(), T);
+  const StepWork w = step_work(m, recipe, batch, seq, 1);
+  EXPECT_DOUBLE_EQ(w.gemm_flops[static_cast<int>(GemmPrecision::quantized)], 2 * 3 * 2.0 * T * per_layer);
+  EXPECT_DOUBLE_EQ(w.gemm_flops[static_cast<int>(GemmPrecision::bf16)], 2 * 3 * 2.0 * T * per_layer);
+  EXPECT_DOUBLE_EQ(w.gemm_flops[static_cast<int>(GemmPrecision::fp32)], 3 * 2.0 * T * d * 64);  // the head
+  // 4 layers x 6 products x 2 FLOPs x batch x heads x seq^2 / 2 x head_dim.
+  EXPECT_DOUBLE_EQ(w.attention_flops, 4 * 6 * 2.0 * batch * 2 * (seq * seq / 2.0) * 32);
+  EXPECT_TRUE(w.attention_bf16);
+  // NVFP4 layers: fprop X and W, dgrad dY (W shared with fprop: 16x16 tiles), wgrad dY^T and X^T,
+  // each read in FP32 (4 B) and written as codes + E4M3 scales (0.5625 B).
+  const double in_plus_out = (d + 3 * d) + (d + d) + (d + 2 * f) + (f + d);
+  EXPECT_DOUBLE_EQ(w.quantize_bytes, 2 * 4.5625 * (2 * T * in_plus_out + per_layer));
+  EXPECT_GT(w.other_bytes, 0);
+
+  RecipeConfig none;
+  const Recipe fp32(none, 4, model.block_linear_shapes(), T);
+  const StepWork w32 = step_work(m, fp32, batch, seq, 1);
+  EXPECT_DOUBLE_EQ(w32.gemm_flops[0], 4 * 3 * 2.0 * T * per_layer + 3 * 2.0 * T * d * 64);
+  EXPECT_EQ(w32.quantize_bytes, 0);
+  EXPECT_FALSE(w32.attention_bf16);
+  EXPECT_EQ(w32.other_bytes, w.other_bytes);  // the same ops around the GEMMs
+}
+
+}  // namespace
+}  // namespace nibble::train

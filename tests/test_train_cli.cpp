@@ -703,6 +703,10 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
       {"bench train --timed-steps 0", "--timed-steps"},
       {"bench train --timed-steps -3", "--timed-steps"},
       {"bench train --layers 0", "--layers"},
+      {"bench train --vs-torch --quality", "--vs-torch measures speed: drop --quality"},
+      {"bench train --vs-torch --torch-script " + (work_dir() / "missing.py").string(),
+       "the PyTorch benchmark " + (work_dir() / "missing.py").string() + " is not there"},
+      {"bench train --vs-torch --torch-python /bin/false", "/bin/false cannot import torch: install PyTorch"},
   };
   for (const auto& c : cases) {
     const Result r = run(c.args);
@@ -715,6 +719,27 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
   EXPECT_FALSE(fs::exists(work_dir() / "rope"));
   EXPECT_FALSE(fs::exists(work_dir() / "init"));
   EXPECT_FALSE(fs::exists(work_dir() / "y.st"));
+}
+
+// Issue 14: `nibble bench train --vs-torch` runs PyTorch on the same model after nibble's recipes and
+// prints the ratios, next to the ideal-step column. A tiny model, one timed step each, Debian's
+// python3-torch (installed by scripts/install-deps.sh for the twin test).
+TEST_F(TrainCli, BenchTrainVsTorchPrintsTheIdealStepAndTheRatiosToPytorch) {
+  const std::string corpus = std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt";
+  const Result r = run("bench train --recipes none,nvfp4 --layers 1 --width 64 --heads 2 --context 16 --batch 2 "
+                       "--warmup 0 --timed-steps 1 --corpus " + corpus +
+                       " --vs-torch --torch-python /usr/bin/python3 --torch-modes fp32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"ideal ms", "reached", "Ideal by kind (ms)", "quant bytes", "vs torch best (fp32)",
+                           "torch ", "1 layers x width 64 x 2 heads, context 16, batch 2"})
+    EXPECT_TRUE(contains(r.output, part)) << part << "\n" << r.output;
+  // One ratio line per recipe: "<recipe> <tokens/s> - <ratio>x" (no bf16 mode ran: that column is "-").
+  for (const char* recipe : {"none", "nvfp4"}) {
+    const size_t line = r.output.rfind(std::string("\n") + recipe + " ");
+    ASSERT_NE(line, std::string::npos) << recipe << "\n" << r.output;
+    const std::string text = r.output.substr(line + 1, r.output.find('\n', line + 1) - line - 1);
+    EXPECT_TRUE(text.ends_with("x")) << text;
+  }
 }
 
 // Issue 13: resuming from a chosen checkpoint, loss spikes, a second signal.

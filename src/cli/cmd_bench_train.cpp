@@ -4,10 +4,16 @@
 // each recipe and prints the validation losses.
 #include <fmt/format.h>
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
@@ -30,6 +36,11 @@ struct BenchTrainOptions {
   double lr = 1e-3;
   int64_t eval_interval = 250, eval_batches = 100, warmup = 2, timed_steps = 5;
   uint64_t seed = 1337;
+  // --vs-torch: PyTorch on the same model right after nibble's recipes (bench/torch_train.py).
+  bool vs_torch = false;
+  std::string torch_python = "python3";
+  std::string torch_script = NIBBLE_TORCH_BENCH_SCRIPT;
+  std::string torch_modes = "fp32,bf16,bf16-compile";
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -161,8 +172,108 @@ int run_quality(const BenchTrainOptions& o) {
   return 0;
 }
 
+// Best-of-5 bytes/s of a parallel memcpy of 64 MiB (read + write counted), the bandwidth the
+// ideal step charges the non-GEMM ops with.
+double measured_copy_bandwidth() {
+  const size_t n = size_t{64} << 20;
+  std::vector<char> src(n, 1), dst(n, 0);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel
+    {
+      const size_t threads = static_cast<size_t>(omp_get_num_threads()), t = static_cast<size_t>(omp_get_thread_num());
+      const size_t begin = n * t / threads, end = n * (t + 1) / threads;
+      std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
+    }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * static_cast<double>(n) / best;
+}
+
+// Runs argv (no shell) and returns its exit status (-1: killed or not started); output goes where ours does.
+int run_process(std::vector<std::string> args, bool quiet) {
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (quiet) {
+      std::FILE* null = std::fopen("/dev/null", "w");
+      if (null) ::dup2(::fileno(null), 1), ::dup2(::fileno(null), 2);
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// --vs-torch: refuses a missing script or a Python without PyTorch before minutes go into nibble's runs.
+void check_torch(const BenchTrainOptions& o) {
+  if (!std::filesystem::is_regular_file(o.torch_script))
+    throw UsageError("--vs-torch: the PyTorch benchmark " + o.torch_script +
+                     " is not there (it ships in nibble's source tree, bench/torch_train.py): pass --torch-script PATH");
+  if (run_process({o.torch_python, "-c", "import torch"}, true) != 0)
+    throw UsageError("--vs-torch: " + o.torch_python + " cannot import torch: install PyTorch (pip install torch, or "
+                     "apt-get install python3-torch) or name another interpreter with --torch-python /path/to/bin/python");
+}
+
+struct TorchResult {
+  std::string mode;
+  double tokens_per_s = 0;
+};
+
+// Runs bench/torch_train.py with the model, batch and thread count of this run; its table goes to
+// the terminal, its results come back through a JSON file. UsageError naming the fix when Python or
+// PyTorch is missing or the script fails.
+std::vector<TorchResult> run_torch(const BenchTrainOptions& o, const train::TrainConfig& c, std::string& version) {
+  const std::string json = (std::filesystem::temp_directory_path() /
+                            ("nibble-torch-bench-" + std::to_string(::getpid()) + ".json")).string();
+  std::vector<std::string> args = {o.torch_python, o.torch_script,
+                                   "--threads", std::to_string(omp_get_max_threads()),
+                                   "--layers", std::to_string(c.model.layers),
+                                   "--width", std::to_string(c.model.width),
+                                   "--heads", std::to_string(c.model.heads),
+                                   "--kv-heads", std::to_string(c.model.kv_head_count()),
+                                   "--context", std::to_string(c.model.context),
+                                   "--vocab", std::to_string(c.model.vocab),
+                                   "--batch", std::to_string(c.batch),
+                                   "--warmup", std::to_string(std::max<int64_t>(o.warmup, 2)),
+                                   "--steps", std::to_string(o.timed_steps),
+                                   "--seed", std::to_string(o.seed),
+                                   "--modes", o.torch_modes,
+                                   "--json", json};
+  const int status = run_process(args, false);
+  std::ifstream in(json);
+  if (status != 0 || !in) {
+    std::filesystem::remove(json);
+    throw UsageError("--vs-torch: " + o.torch_python + " " + o.torch_script + " failed (" +
+                     (status >= 0 ? "exit " + std::to_string(status) : std::string("killed")) +
+                     "; its output is above): --torch-modes takes fp32, bf16, fp32-compile, bf16-compile");
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    std::filesystem::remove(json);
+    throw UsageError(std::string("--vs-torch: the PyTorch benchmark's results are not JSON: ") + e.what());
+  }
+  std::filesystem::remove(json);
+  version = j.value("torch", "?");
+  std::vector<TorchResult> out;
+  for (const auto& r : j.at("results")) out.push_back({r.at("mode").get<std::string>(), r.at("tokens_per_s").get<double>()});
+  return out;
+}
+
 int run_speed(const BenchTrainOptions& o) {
   const auto recipes = resolve_recipes(o);
+  if (o.vs_torch) check_torch(o);
   int64_t vocab = 0;
   auto corpus = load_corpus(o.corpus, vocab);
   train::TrainConfig base;
@@ -182,7 +293,10 @@ int run_speed(const BenchTrainOptions& o) {
              base.model.layers, base.model.width, base.model.heads, base.model.context, base.batch, tokens,
              omp_get_max_threads(), o.warmup, o.timed_steps);
   const double fp32_peak = measured_peak_flops(Quantization::none);
-  fmt::print("measured 1024^3 GEMM peak: fp32 {:.1f} GFLOP/s\n", fp32_peak / 1e9);
+  const double bf16_peak = measured_peak_flops(Quantization::bf16);
+  const double copy_bandwidth = measured_copy_bandwidth();
+  fmt::print("measured: 1024^3 GEMM peak fp32 {:.1f}, bf16 {:.1f} GFLOP/s; memcpy {:.1f} GB/s (read + write)\n",
+             fp32_peak / 1e9, bf16_peak / 1e9, copy_bandwidth / 1e9);
   fmt::print("kernels ({}): NVFP4/MXFP4 GEMMs {}; FP8 GEMMs {} (gemm_summation=auto unless --set); BF16 GEMMs (bf16 "
              "recipe, BF16-kept layers, attention products for every recipe but none) {}\n",
              cpu::to_string(cpu::active_isa()),
@@ -194,23 +308,72 @@ int run_speed(const BenchTrainOptions& o) {
              cpu::amx_bf16_active()                          ? "on the AMX-BF16 tiles"
              : cpu::active_isa() >= cpu::Isa::avx512bf16 ? "with AVX512-BF16 vdpbf16ps"
                                                          : "FMA on BF16-rounded operands");
-  fmt::print("\n{:<8} {:>10} {:>9} {:>7} {:>7} {:>7} {:>10} {:>11} {:>9}\n", "recipe", "tokens/s", "step ms", "gemm",
-             "quant", "rest", "vs none", "MFU(fp32)", "MFU(own)");
+  fmt::print("\n{:<8} {:>10} {:>9} {:>7} {:>7} {:>7} {:>10} {:>11} {:>9} {:>9} {:>8}\n", "recipe", "tokens/s", "step ms",
+             "gemm", "quant", "rest", "vs none", "MFU(fp32)", "MFU(own)", "ideal ms", "reached");
   double none_tps = 0;
+  struct Row {
+    std::string name;
+    double tokens_per_s, ideal[4];  // ideal seconds: GEMMs, attention, quantization bytes, other bytes
+  };
+  std::vector<Row> rows;
   for (const auto& [name, recipe] : recipes) {
     train::TrainConfig c = base;
     c.recipe = recipe;
     const double own_peak = measured_peak_flops(c.recipe.quantization);
     auto r = train::measure_training_speed(c, corpus, o.warmup, o.timed_steps);
     if (c.recipe.quantization == Quantization::none) none_tps = r.tokens_per_s;
-    fmt::print("{:<8} {:>10.0f} {:>9.1f} {:>6.0f}% {:>6.0f}% {:>6.0f}% {:>10} {:>10.1f}% {:>8.1f}%\n", name,
+    // The ideal step: each kind of work over the measured peak of the kernel that runs it.
+    const train::StepWork& w = r.work;
+    const double quantized_peak = recipe.quantization == Quantization::none || recipe.quantization == Quantization::bf16
+                                      ? fp32_peak
+                                      : own_peak;
+    Row row{name, r.tokens_per_s,
+            {w.gemm_flops[0] / fp32_peak + w.gemm_flops[1] / bf16_peak + w.gemm_flops[2] / quantized_peak,
+             w.attention_flops / (w.attention_bf16 ? bf16_peak : fp32_peak), w.quantize_bytes / copy_bandwidth,
+             w.other_bytes / copy_bandwidth}};
+    const double ideal = row.ideal[0] + row.ideal[1] + row.ideal[2] + row.ideal[3];
+    rows.push_back(row);
+    fmt::print("{:<8} {:>10.0f} {:>9.1f} {:>6.0f}% {:>6.0f}% {:>6.0f}% {:>10} {:>10.1f}% {:>8.1f}% {:>9.1f} {:>7.0f}%\n", name,
                r.tokens_per_s, 1e3 * r.step_s, 100 * r.gemm_s / r.step_s, 100 * r.quantize_s / r.step_s,
                100 * r.rest_s / r.step_s, none_tps > 0 ? fmt::format("{:.2f}x", r.tokens_per_s / none_tps) : "-",
-               100 * r.achieved_flops / fp32_peak, 100 * r.achieved_flops / own_peak);
+               100 * r.achieved_flops / fp32_peak, 100 * r.achieved_flops / own_peak, 1e3 * ideal,
+               100 * ideal / r.step_s);
     std::fflush(stdout);
   }
   fmt::print("\nMFU(fp32): training FLOPs (6N + 12 L d T per token) per second over the FP32 GEMM peak;\n"
-             "MFU(own): over the peak of the GEMM precision the recipe's forward uses.\n");
+             "MFU(own): over the peak of the GEMM precision the recipe's forward uses.\n"
+             "ideal: the step if every GEMM ran at the measured 1024^3 peak of its precision (the recipe's own kernel for\n"
+             "its quantized GEMMs, BF16 for kept layers, FP32 for the LM head), causal attention's six products at the\n"
+             "BF16 peak (FP32 for none), and every other op moved each FP32 tensor it reads and writes once at the memcpy\n"
+             "bandwidth; reached = ideal / measured step. Ideal by kind (ms):\n");
+  fmt::print("{:<8} {:>9} {:>10} {:>12} {:>12}\n", "recipe", "gemms", "attention", "quant bytes", "other bytes");
+  for (const auto& row : rows)
+    fmt::print("{:<8} {:>9.1f} {:>10.1f} {:>12.1f} {:>12.1f}\n", row.name, 1e3 * row.ideal[0], 1e3 * row.ideal[1],
+               1e3 * row.ideal[2], 1e3 * row.ideal[3]);
+  if (o.vs_torch) {
+    fmt::print("\nPyTorch on the same model, batch and threads, right after ({} {}):\n", o.torch_python, o.torch_script);
+    std::string version;
+    const auto torch = run_torch(o, base, version);
+    const TorchResult* best_bf16 = nullptr;
+    const TorchResult* best_any = nullptr;
+    for (const auto& t : torch) {
+      if (t.mode.starts_with("bf16") && (!best_bf16 || t.tokens_per_s > best_bf16->tokens_per_s)) best_bf16 = &t;
+      if (!best_any || t.tokens_per_s > best_any->tokens_per_s) best_any = &t;
+    }
+    fmt::print("\n{:<8} {:>10} {:>22} {:>22}\n", "recipe", "tokens/s",
+               best_bf16 ? fmt::format("vs torch {}", best_bf16->mode) : std::string("vs torch bf16"),
+               best_any ? fmt::format("vs torch best ({})", best_any->mode) : std::string("vs torch best"));
+    for (const auto& row : rows)
+      fmt::print("{:<8} {:>10.0f} {:>22} {:>22}\n", row.name, row.tokens_per_s,
+                 best_bf16 ? fmt::format("{:.2f}x", row.tokens_per_s / best_bf16->tokens_per_s) : std::string("-"),
+                 best_any ? fmt::format("{:.2f}x", row.tokens_per_s / best_any->tokens_per_s) : std::string("-"));
+    fmt::print("(PyTorch {}: {}; best BF16 = the faster of its bf16 modes; best = the fastest of all its modes)\n",
+               version, [&] {
+                 std::string s;
+                 for (const auto& t : torch) s += (s.empty() ? "" : ", ") + fmt::format("{} {:.0f} tok/s", t.mode, t.tokens_per_s);
+                 return s;
+               }());
+  }
   return 0;
 }
 
@@ -235,7 +398,15 @@ const CommandRegistration registration{"bench train", [](CLI::App& app, int& exi
   cmd->add_option("--warmup", o->warmup, "speed: untimed steps")->capture_default_str()->check(integer_at_least(0, "a count >= 0"));
   cmd->add_option("--timed-steps", o->timed_steps, "speed: timed steps")->capture_default_str()->check(integer_at_least(1, "a positive count"));
   cmd->add_option("--seed", o->seed, "run seed")->capture_default_str()->check(integer_at_least(0, "a seed >= 0"));
-  cmd->callback([o, &exit_code] { exit_code = o->quality ? run_quality(*o) : run_speed(*o); });
+  cmd->add_flag("--vs-torch", o->vs_torch, "speed: then run PyTorch on the same model (bench/torch_train.py) and print the ratios");
+  cmd->add_option("--torch-python", o->torch_python, "--vs-torch: the Python that has PyTorch")->capture_default_str();
+  cmd->add_option("--torch-script", o->torch_script, "--vs-torch: the PyTorch benchmark script")->capture_default_str();
+  cmd->add_option("--torch-modes", o->torch_modes, "--vs-torch: fp32, bf16 (autocast), fp32-compile, bf16-compile")
+      ->capture_default_str();
+  cmd->callback([o, &exit_code] {
+    if (o->vs_torch && o->quality) throw UsageError("--vs-torch measures speed: drop --quality");
+    exit_code = o->quality ? run_quality(*o) : run_speed(*o);
+  });
 }};
 
 }  // namespace

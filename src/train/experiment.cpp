@@ -20,6 +20,64 @@ double training_flops_per_token(const model::ModelConfig& m, int64_t seq) {
   return 6.0 * matmul_params + 12.0 * static_cast<double>(m.layers) * d * static_cast<double>(seq);
 }
 
+namespace {
+// Bytes per element of a quantized operand: codes plus block scales.
+double quantized_bytes_per_element(Format f) {
+  switch (f) {
+    case Format::nvfp4: return 0.5 + 1.0 / 16;
+    case Format::mxfp4: return 0.5 + 1.0 / 32;
+    case Format::mxfp8: return 1.0 + 1.0 / 32;
+    case Format::fp8_e4m3:
+    case Format::fp8_e5m2: return 1.0;
+  }
+  return 1.0;
+}
+}  // namespace
+
+StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq, int64_t grad_accum) {
+  StepWork w;
+  const double T = static_cast<double>(batch * seq * grad_accum), d = static_cast<double>(m.width);
+  const double hd = static_cast<double>(m.head_dim()), f = static_cast<double>(m.hidden());
+  const double H = static_cast<double>(m.heads), qkv = (H + 2.0 * static_cast<double>(m.kv_head_count())) * hd;
+  const double V = static_cast<double>(m.vocab);
+  const double shapes[4][2] = {{d, qkv}, {H * hd, d}, {d, 2 * f}, {f, d}};  // in, out of qkv, attn_out, gate_up, down
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const LinearRecipe lr = recipe.for_layer(static_cast<int>(l), 0.0);
+    for (const auto& [in, out] : shapes) {
+      // fprop Y = X W^T, dgrad dX = dY W, wgrad dW = dY^T X: 2 T in out FLOPs each.
+      const GemmRecipe* gemms[3] = {&lr.fprop, &lr.dgrad, &lr.wgrad};
+      // Operands quantized per GEMM (elements): fprop X, W; dgrad dY, W (cached when shared); wgrad dY^T, X^T.
+      const double operands[3][2] = {{T * in, in * out}, {T * out, lr.weight_shared_by_fprop_and_dgrad() ? 0 : in * out},
+                                     {T * out, T * in}};
+      for (int g = 0; g < 3; ++g) {
+        w.gemm_flops[static_cast<int>(gemms[g]->precision)] += 2.0 * T * in * out;
+        if (gemms[g]->precision == GemmPrecision::quantized)
+          w.quantize_bytes += operands[g][0] * (4 + quantized_bytes_per_element(gemms[g]->a.format)) +
+                              operands[g][1] * (4 + quantized_bytes_per_element(gemms[g]->b.format));
+      }
+    }
+  }
+  w.gemm_flops[static_cast<int>(GemmPrecision::fp32)] += 3 * 2.0 * T * d * V;  // LM head (FP32)
+  // Causal attention: each product is B H S^2/2 hd multiply-adds; 2 forward, 4 backward.
+  w.attention_flops = static_cast<double>(m.layers) * 6 * 2.0 * (T / static_cast<double>(seq)) * H *
+                      static_cast<double>(seq * seq) / 2 * hd;
+  w.attention_bf16 = recipe.attention_bf16();
+  // FP32 traffic per token and layer, forward + backward: RMSNorm x2 (read x, write y; backward
+  // reads x, dy and adds into dx), RoPE on q and k (read, write; same backward), attention's qkv and
+  // output (and dqkv, dout), two residual adds (read 2, write 1), SwiGLU (read 2f, write f; backward
+  // reads 3f, writes 2f), the activations each linear's backward reads again.
+  const double qk = (H + static_cast<double>(m.kv_head_count())) * hd;
+  const double per_token_layer = 2 * (2 * d + 4 * d) + (2 * qk + 2 * qk) + (qkv + H * hd + 2 * qkv + H * hd) +
+                                 2 * (3 * d + 3 * d) + (3 * f + 5 * f);
+  const double params = static_cast<double>(m.layers) * (d * qkv + H * hd * d + 3 * d * f + 2 * d) + V * d + d +
+                        (m.tied_embeddings ? 0 : V * d);
+  w.other_bytes = 4 * (T * static_cast<double>(m.layers) * per_token_layer  // layers
+                       + T * (2 * d + 2 * d)                              // embedding, final norm
+                       + T * V * 3                                        // logits: softmax + backward
+                       + params * (1 + 7 + 1));  // clipping reads g; AdamW reads p, g, m, v, writes p, m, v; grads zeroed
+  return w;
+}
+
 SpeedResult measure_training_speed(const TrainConfig& config, const std::vector<int32_t>& corpus, int64_t warmup,
                                    int64_t steps) {
   Trainer trainer(config, corpus);
@@ -38,6 +96,7 @@ SpeedResult measure_training_speed(const TrainConfig& config, const std::vector<
   r.quantize_s = lt.quantize_s / n;
   r.rest_s = r.step_s - r.gemm_s - r.quantize_s;
   r.achieved_flops = training_flops_per_token(config.model, seq) * r.tokens_per_s;
+  r.work = step_work(config.model, trainer.recipe(), config.batch, seq, config.grad_accum);
   return r;
 }
 

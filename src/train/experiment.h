@@ -15,11 +15,26 @@ namespace nibble::train {
 // QK^T and PV (forward and backward, counted without causal halving).
 double training_flops_per_token(const model::ModelConfig& m, int64_t seq);
 
+// What one optimizer step must compute and move, by kind: the numerators of the ideal step time that
+// `nibble bench train` prints (each kind over the measured peak of the kernel that runs it). Bytes
+// count every FP32 tensor an op reads or writes once: no reuse between ops through the caches, and
+// none lost to them.
+struct StepWork {
+  double gemm_flops[3] = {};   // by GemmPrecision (fp32, bf16, quantized): every linear's three GEMMs + the LM head
+  double attention_flops = 0;  // causal: QK^T and PV forward, the four products of backward
+  bool attention_bf16 = false;
+  double quantize_bytes = 0;   // each quantized GEMM operand read in FP32, its codes and scales written
+  double other_bytes = 0;      // norms, RoPE, SwiGLU, residual adds, attention's inputs and outputs,
+                               // embedding, loss, gradient clipping, AdamW
+};
+StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq, int64_t grad_accum);
+
 struct SpeedResult {
   double step_s = 0;          // mean wall time of one optimizer step
   double tokens_per_s = 0;
   double gemm_s = 0, quantize_s = 0, rest_s = 0;  // per step
   double achieved_flops = 0;  // training_flops_per_token * tokens_per_s
+  StepWork work;              // of the measured configuration
 };
 
 // Runs `warmup` steps untimed, then `steps` timed ones, from a fresh model.
