@@ -117,7 +117,7 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
   const bool bf16 = s.bf16_matmuls;
   const auto matmul = attention_kernels::active_matmul();
   const int64_t work = s.batch * s.heads * S * S * hd;
-#pragma omp parallel for collapse(2) schedule(static) if (work >= kMinParallelWork)
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work >= kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h) {
       Scratch& w = thread_scratch();
@@ -151,7 +151,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
   const bool bf16 = s.bf16_matmuls;
   const auto matmul = attention_kernels::active_matmul();
   const int64_t work = s.batch * s.heads * S * S * hd;
-#pragma omp parallel for collapse(2) schedule(static) if (work >= kMinParallelWork)
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work >= kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t g = 0; g < s.kv_heads; ++g) {
       Scratch& w = thread_scratch();

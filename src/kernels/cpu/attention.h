@@ -25,8 +25,8 @@ struct AttentionShape {
 
 // out: [batch*seq, heads*head_dim]; softmax_stats: [batch, heads, seq, 2].
 //   S = scale Q K^T (causal);  P = softmax(S);  O = P V
-// Work is split by (sequence, head) and each output is computed by one thread in a fixed order, so
-// any thread count gives the same bits; so do the scalar, AVX2 and AVX-512 kernels (fused multiply-
+// Work is split by (sequence, head), handed out dynamically, and each output is computed by the one
+// thread that takes its task, in a fixed order, so any thread count and split gives the same bits; so do the scalar, AVX2 and AVX-512 kernels (fused multiply-
 // adds in the same order). exp is cpu::exp_f32 (its ISA's libmvec: one machine, one result).
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats);
 

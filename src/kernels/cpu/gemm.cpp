@@ -238,7 +238,9 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
     float* scratch = reinterpret_cast<float*>(scratch_workspace.get(sizeof(float) * kTileRows * kTileCols));
     if (plan.tiles == Plan::Tiles::int8) amx_thread_begin(plan.unit_k);
     if (plan.tiles == Plan::Tiles::bf16) amx_bf16_thread_begin();
-#pragma omp for schedule(static)
+    // Dynamic: a tile is summed by whichever thread takes it, in the same order, so the bits do not
+    // depend on the split, and a thread slowed by the machine (a shared VM) does not hold the rest.
+#pragma omp for schedule(dynamic, 1)
     for (int64_t tile = 0; tile < tile_rows * tile_cols; ++tile) {
       const int64_t ia0 = tile / tile_cols * tile_row_panels, ib0 = tile % tile_cols * tile_col_panels;
       const int64_t ia_count = std::min(tile_row_panels, a_panels - ia0);
