@@ -94,11 +94,11 @@ void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows,
 }
 
 struct Scratch {
-  std::vector<float> q, k_columns, k_rows, v_rows, v_columns, dout, p, p_operand, dp;
+  std::vector<float> q, k_columns, k_rows, v_rows, v_columns, dout, p, p_operand, dp, dk, dv;
   void size(int64_t S, int64_t hd, bool backward) {
     const auto n = static_cast<size_t>(S * hd), blk = static_cast<size_t>(kQueryBlock * S);
     q.resize(n), k_columns.resize(n), v_rows.resize(n), p.resize(blk), p_operand.resize(blk);
-    if (backward) k_rows.resize(n), v_columns.resize(n), dout.resize(n), dp.resize(blk);
+    if (backward) k_rows.resize(n), v_columns.resize(n), dout.resize(n), dp.resize(blk), dk.resize(n), dv.resize(n);
   }
 };
 
@@ -162,10 +162,9 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
       gather_columns(base + kcol, stride, S, hd, bf16, w.k_columns.data());
       gather_rows(base + kcol, stride, S, hd, bf16, w.k_rows.data());
       gather_columns(base + vcol, stride, S, hd, bf16, w.v_columns.data());
-      for (int64_t t = 0; t < S; ++t) {
-        std::fill(dbase + t * stride + kcol, dbase + t * stride + kcol + hd, 0.0f);
-        std::fill(dbase + t * stride + vcol, dbase + t * stride + vcol + hd, 0.0f);
-      }
+      // dK and dV gather in contiguous [S][hd] buffers (L2) and go to dqkv's strided rows at the end.
+      std::fill(w.dk.begin(), w.dk.begin() + S * hd, 0.0f);
+      std::fill(w.dv.begin(), w.dv.begin() + S * hd, 0.0f);
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
         gather_rows(dout + b * S * ow + h * hd, ow, S, hd, bf16, w.dout.data());
@@ -193,9 +192,13 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
           const float* ds = w.dp.data();
           // dQ[i0 : i0 + rows] = dS K;  dK[0 : keys] += dS^T Q[i0 : i0 + rows];  dV[0 : keys] += P^T dO.
           matmul(rows, hd, keys, ds, S, 1, w.k_rows.data(), hd, dbase + i0 * stride + h * hd, stride, false);
-          matmul(keys, hd, rows, ds, 1, S, w.q.data() + i0 * hd, hd, dbase + kcol, stride, true);
-          matmul(keys, hd, rows, p, 1, S, w.dout.data() + i0 * hd, hd, dbase + vcol, stride, true);
+          matmul(keys, hd, rows, ds, 1, S, w.q.data() + i0 * hd, hd, w.dk.data(), hd, true);
+          matmul(keys, hd, rows, p, 1, S, w.dout.data() + i0 * hd, hd, w.dv.data(), hd, true);
         }
+      }
+      for (int64_t t = 0; t < S; ++t) {
+        std::copy(w.dk.data() + t * hd, w.dk.data() + (t + 1) * hd, dbase + t * stride + kcol);
+        std::copy(w.dv.data() + t * hd, w.dv.data() + (t + 1) * hd, dbase + t * stride + vcol);
       }
     }
 }
