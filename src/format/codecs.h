@@ -151,11 +151,13 @@ struct bf16 {
   uint16_t bits;
 };
 
+// Round to nearest even; NaN keeps its sign and becomes quiet. Written without a branch so that
+// loops over it (GEMM packing, attention operands) vectorise.
 inline bf16 bf16_from_float_rn(float x) {
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  if (std::isnan(x)) return {static_cast<uint16_t>((u >> 16) | 0x40)};  // keep sign, quiet NaN
-  uint32_t rounding = 0x7FFF + ((u >> 16) & 1);
-  return {static_cast<uint16_t>((u + rounding) >> 16)};
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t nearest = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return {static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : nearest)};
 }
 inline float bf16_to_float(bf16 b) { return std::bit_cast<float>(static_cast<uint32_t>(b.bits) << 16); }
 inline float round_to_bf16(float x) { return bf16_to_float(bf16_from_float_rn(x)); }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "format/codecs.h"
 #include "format/quantized_tensor.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/vector_math.h"
@@ -30,16 +31,7 @@ constexpr int64_t kQueryBlock = 16;
 // Below this many multiply-adds a call runs on one thread (OpenMP start-up would dominate).
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
-// round_to_bf16 (format/codecs.h: round to nearest even, NaN kept quiet) without a branch, so the
-// loops below vectorise; the same bits for every input.
-inline float bf16_rounded(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint32_t nearest = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  const uint32_t quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
-  return std::bit_cast<float>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : nearest);
-}
-
-float operand(float x, bool bf16) { return bf16 ? bf16_rounded(x) : x; }
+float operand(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 
 // rows [S][hd] of one head (stride apart) -> contiguous [S][hd], rounded when bf16.
 void gather_rows(const float* src, int64_t stride, int64_t S, int64_t hd, bool bf16, float* dst) {
@@ -47,7 +39,7 @@ void gather_rows(const float* src, int64_t stride, int64_t S, int64_t hd, bool b
     const float* in = src + t * stride;
     float* out = dst + t * hd;
     if (bf16)
-      for (int64_t i = 0; i < hd; ++i) out[i] = bf16_rounded(in[i]);
+      for (int64_t i = 0; i < hd; ++i) out[i] = round_to_bf16(in[i]);
     else
       std::copy(in, in + hd, out);
   }
@@ -133,7 +125,7 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
                              w.p.data());
         const float* p = w.p.data();
         if (bf16) {
-          for (int64_t i = 0; i < rows * S; ++i) w.p_operand[i] = bf16_rounded(w.p[i]);
+          for (int64_t i = 0; i < rows * S; ++i) w.p_operand[i] = round_to_bf16(w.p[i]);
           p = w.p_operand.data();
         }
         // O[i0 : i0 + rows] = P V: every row runs over the block's keys (zeros past its diagonal).
@@ -186,7 +178,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
           }
           const float* p = w.p.data();
           if (bf16) {
-            for (int64_t i = 0; i < rows * S; ++i) w.p_operand[i] = bf16_rounded(w.p[i]);
+            for (int64_t i = 0; i < rows * S; ++i) w.p_operand[i] = round_to_bf16(w.p[i]);
             p = w.p_operand.data();
           }
           const float* ds = w.dp.data();
