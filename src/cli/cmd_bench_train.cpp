@@ -352,6 +352,9 @@ int run_speed(const BenchTrainOptions& o) {
                1e3 * row.ideal[2], 1e3 * row.ideal[3]);
   if (o.vs_torch) {
     fmt::print("\nPyTorch on the same model, batch and threads, right after ({} {}):\n", o.torch_python, o.torch_script);
+    if (o.torch_modes.find("bf16") != std::string::npos && cpu::active_isa() < cpu::Isa::avx512bf16)
+      fmt::print("(this CPU has no BF16 instructions: PyTorch emulates bf16 autocast here, which can be many times\n"
+                 " slower than its fp32 (20x at the default shape on a Zen 3); --torch-modes fp32,fp32-compile skips it)\n");
     std::string version;
     const auto torch = run_torch(o, base, version);
     const TorchResult* best_bf16 = nullptr;
