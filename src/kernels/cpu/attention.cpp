@@ -125,7 +125,8 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
                              w.p.data());
         const float* p = w.p.data();
         if (bf16) {
-          for (int64_t i = 0; i < rows * S; ++i) w.p_operand[i] = round_to_bf16(w.p[i]);
+          for (int64_t r = 0; r < rows; ++r)  // the products read each row up to the block's keys
+            for (int64_t j = 0; j < keys; ++j) w.p_operand[r * S + j] = round_to_bf16(w.p[r * S + j]);
           p = w.p_operand.data();
         }
         // O[i0 : i0 + rows] = P V: every row runs over the block's keys (zeros past its diagonal).
@@ -178,7 +179,8 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
           }
           const float* p = w.p.data();
           if (bf16) {
-            for (int64_t i = 0; i < rows * S; ++i) w.p_operand[i] = round_to_bf16(w.p[i]);
+            for (int64_t r = 0; r < rows; ++r)  // the products read each row up to the block's keys
+              for (int64_t j = 0; j < keys; ++j) w.p_operand[r * S + j] = round_to_bf16(w.p[r * S + j]);
             p = w.p_operand.data();
           }
           const float* ds = w.dp.data();
