@@ -249,10 +249,16 @@ std::vector<TorchResult> run_torch(const BenchTrainOptions& o, const train::Trai
                                    "--seed", std::to_string(o.seed),
                                    "--modes", o.torch_modes,
                                    "--json", json};
+  struct RemoveOnExit {
+    const std::string& path;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  } remove_json{json};
   const int status = run_process(args, false);
   std::ifstream in(json);
   if (status != 0 || !in) {
-    std::filesystem::remove(json);
     throw UsageError("--vs-torch: " + o.torch_python + " " + o.torch_script + " failed (" +
                      (status >= 0 ? "exit " + std::to_string(status) : std::string("killed")) +
                      "; its output is above): --torch-modes takes fp32, bf16, fp32-compile, bf16-compile");
@@ -261,10 +267,8 @@ std::vector<TorchResult> run_torch(const BenchTrainOptions& o, const train::Trai
   try {
     j = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
-    std::filesystem::remove(json);
     throw UsageError(std::string("--vs-torch: the PyTorch benchmark's results are not JSON: ") + e.what());
   }
-  std::filesystem::remove(json);
   version = j.value("torch", "?");
   std::vector<TorchResult> out;
   for (const auto& r : j.at("results")) out.push_back({r.at("mode").get<std::string>(), r.at("tokens_per_s").get<double>()});
@@ -324,11 +328,9 @@ int run_speed(const BenchTrainOptions& o) {
     if (c.recipe.quantization == Quantization::none) none_tps = r.tokens_per_s;
     // The ideal step: each kind of work over the measured peak of the kernel that runs it.
     const train::StepWork& w = r.work;
-    const double quantized_peak = recipe.quantization == Quantization::none || recipe.quantization == Quantization::bf16
-                                      ? fp32_peak
-                                      : own_peak;
+    // (own_peak is the quantized kernel's for a quantized recipe; none and bf16 have no quantized FLOPs.)
     Row row{name, r.tokens_per_s,
-            {w.gemm_flops[0] / fp32_peak + w.gemm_flops[1] / bf16_peak + w.gemm_flops[2] / quantized_peak,
+            {w.gemm_flops[0] / fp32_peak + w.gemm_flops[1] / bf16_peak + w.gemm_flops[2] / own_peak,
              w.attention_flops / (w.attention_bf16 ? bf16_peak : fp32_peak), w.quantize_bytes / copy_bandwidth,
              w.other_bytes / copy_bandwidth}};
     const double ideal = row.ideal[0] + row.ideal[1] + row.ideal[2] + row.ideal[3];

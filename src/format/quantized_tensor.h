@@ -62,6 +62,18 @@ struct QuantizedTensor {
 
 // Formats whose elements are E2M1 codes packed two per byte.
 inline bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
+// Storage per element of a tensor in format f: its code plus its share of the block scale
+// (NVFP4: one E4M3 per 16, MX: one E8M0 per 32, FP8: one FP32 per tensor, counted as none).
+inline double stored_bytes_per_element(Format f) {
+  switch (f) {
+    case Format::nvfp4: return 0.5 + 1.0 / 16;
+    case Format::mxfp4: return 0.5 + 1.0 / 32;
+    case Format::mxfp8: return 1.0 + 1.0 / 32;
+    case Format::fp8_e4m3:
+    case Format::fp8_e5m2: return 1.0;
+  }
+  return 1.0;
+}
 // The block shape a quantization with these options produces (shared by every implementation).
 BlockShape block_shape_of(const QuantOptions& o);
 

@@ -20,20 +20,6 @@ double training_flops_per_token(const model::ModelConfig& m, int64_t seq) {
   return 6.0 * matmul_params + 12.0 * static_cast<double>(m.layers) * d * static_cast<double>(seq);
 }
 
-namespace {
-// Bytes per element of a quantized operand: codes plus block scales.
-double quantized_bytes_per_element(Format f) {
-  switch (f) {
-    case Format::nvfp4: return 0.5 + 1.0 / 16;
-    case Format::mxfp4: return 0.5 + 1.0 / 32;
-    case Format::mxfp8: return 1.0 + 1.0 / 32;
-    case Format::fp8_e4m3:
-    case Format::fp8_e5m2: return 1.0;
-  }
-  return 1.0;
-}
-}  // namespace
-
 StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq, int64_t grad_accum) {
   StepWork w;
   const double T = static_cast<double>(batch * seq * grad_accum), d = static_cast<double>(m.width);
@@ -52,8 +38,8 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
       for (int g = 0; g < 3; ++g) {
         w.gemm_flops[static_cast<int>(gemms[g]->precision)] += 2.0 * T * in * out;
         if (gemms[g]->precision == GemmPrecision::quantized)
-          w.quantize_bytes += operands[g][0] * (4 + quantized_bytes_per_element(gemms[g]->a.format)) +
-                              operands[g][1] * (4 + quantized_bytes_per_element(gemms[g]->b.format));
+          w.quantize_bytes += operands[g][0] * (4 + stored_bytes_per_element(gemms[g]->a.format)) +
+                              operands[g][1] * (4 + stored_bytes_per_element(gemms[g]->b.format));
       }
     }
   }

@@ -43,14 +43,7 @@ double bytes_per_element(const GemmRecipe& g) {
   switch (g.precision) {
     case GemmPrecision::fp32: return 4;
     case GemmPrecision::bf16: return 2;
-    case GemmPrecision::quantized:
-      switch (g.b.format) {
-        case Format::nvfp4: return 0.5 + 1.0 / 16;
-        case Format::mxfp4: return 0.5 + 1.0 / 32;
-        case Format::mxfp8: return 1.0 + 1.0 / 32;
-        case Format::fp8_e4m3:
-        case Format::fp8_e5m2: return 1.0;
-      }
+    case GemmPrecision::quantized: return stored_bytes_per_element(g.b.format);
   }
   return 4;
 }

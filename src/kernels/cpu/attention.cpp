@@ -50,6 +50,12 @@ void gather_columns(const float* src, int64_t stride, int64_t S, int64_t hd, boo
     for (int64_t i = 0; i < hd; ++i) dst[i * S + t] = operand(src[t * stride + i], bf16);
 }
 
+// Contiguous [S][hd] -> [hd][S].
+void transpose_rows(const float* rows, int64_t S, int64_t hd, float* columns) {
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t i = 0; i < hd; ++i) columns[i * S + t] = rows[t * hd + i];
+}
+
 // Scores of query rows [i0, i0 + rows) against keys [0, i0 + rows): scale * q . k, rows of `S`.
 // Then, per row t, the probabilities p_j = exp(s_j - max) * (1 / sum) for j <= t and 0 after, with
 // the row's (max, 1/sum) computed into new_stats (forward) or read from saved_stats (backward). One
@@ -94,6 +100,28 @@ struct Scratch {
   }
 };
 
+// What forward and backward derive from the shape.
+struct Dims {
+  int64_t S, hd, stride, ow, group;
+  float scale;  // 1 / sqrt(head_dim)
+  bool bf16;
+  attention_kernels::Matmul matmul;
+  bool parallel;  // enough work to share between threads
+};
+
+Dims dims_of(const AttentionShape& s) {
+  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0);
+  return {s.seq,
+          s.head_dim,
+          s.qkv_stride(),
+          s.out_width(),
+          s.heads / s.kv_heads,
+          1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+          s.bf16_matmuls,
+          attention_kernels::active_matmul(),
+          s.batch * s.heads * s.seq * s.seq * s.head_dim >= kMinParallelWork};
+}
+
 Scratch& thread_scratch() {
   static thread_local Scratch s;  // grown once per thread, reused by every call
   return s;
@@ -102,14 +130,8 @@ Scratch& thread_scratch() {
 }  // namespace
 
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) {
-  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0);
-  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.out_width();
-  const int64_t group = s.heads / s.kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool bf16 = s.bf16_matmuls;
-  const auto matmul = attention_kernels::active_matmul();
-  const int64_t work = s.batch * s.heads * S * S * hd;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work >= kMinParallelWork)
+  const auto [S, hd, stride, ow, group, scale, bf16, matmul, parallel] = dims_of(s);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h) {
       Scratch& w = thread_scratch();
@@ -137,14 +159,8 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
 
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                         float* dqkv) {
-  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0);
-  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.out_width();
-  const int64_t group = s.heads / s.kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool bf16 = s.bf16_matmuls;
-  const auto matmul = attention_kernels::active_matmul();
-  const int64_t work = s.batch * s.heads * S * S * hd;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work >= kMinParallelWork)
+  const auto [S, hd, stride, ow, group, scale, bf16, matmul, parallel] = dims_of(s);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t g = 0; g < s.kv_heads; ++g) {
       Scratch& w = thread_scratch();
@@ -152,8 +168,8 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
       const float* base = qkv + b * S * stride;
       float* dbase = dqkv + b * S * stride;
       const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
-      gather_columns(base + kcol, stride, S, hd, bf16, w.k_columns.data());
       gather_rows(base + kcol, stride, S, hd, bf16, w.k_rows.data());
+      transpose_rows(w.k_rows.data(), S, hd, w.k_columns.data());  // from the copy: qkv is read once
       gather_columns(base + vcol, stride, S, hd, bf16, w.v_columns.data());
       // dK and dV gather in contiguous [S][hd] buffers (L2) and go to dqkv's strided rows at the end.
       std::fill(w.dk.begin(), w.dk.begin() + S * hd, 0.0f);
