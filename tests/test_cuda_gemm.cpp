@@ -67,7 +67,7 @@ class CudaGemm : public ::testing::Test {
     std::vector<float> c0(static_cast<size_t>(M * ldc));
     for (size_t i = 0; i < c0.size(); ++i) c0[i] = static_cast<float>(i % 7) - 3.0f;
     auto dc = cuda::DeviceBuffer<float>::from_host(c0, ctx().stream());
-    const cuda::GemmPath path = cuda::gemm(qa, qb, dc.data(), ldc, alpha, accumulate, ctx());
+    const cuda::GemmPath path = cuda::gemm(qa, qb, dc.data(), ldc, alpha, accumulate ? Output::accumulate : Output::overwrite, ctx());
     const std::vector<float> c = dc.download();
     const QuantizedTensor ha = cuda::to_host(qa), hb = cuda::to_host(qb);
     const double scale = global_factor(ha) * global_factor(hb) * alpha;
@@ -134,7 +134,7 @@ TEST_F(CudaGemm, MismatchedOperandsAreUsageErrors) {
   const cuda::DeviceQuantized a = cuda::quantize(dx.data(), 32, 64, fmt(Format::nvfp4), ctx());
   const cuda::DeviceQuantized b = cuda::quantize(dx.data(), 64, 32, fmt(Format::mxfp4), ctx());
   cuda::DeviceBuffer<float> c(32 * 64, ctx().stream());
-  EXPECT_THROW(cuda::gemm(a, b, c.data(), 64, 1.0f, false, ctx()), UsageError);
+  EXPECT_THROW(cuda::gemm(a, b, c.data(), 64, 1.0f, Output::overwrite, ctx()), UsageError);
 }
 
 TEST_F(CudaGemm, Bf16AllTransposes) {

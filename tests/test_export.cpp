@@ -104,14 +104,14 @@ TEST_F(ExportCli, WeightQuantizationIsTheOneTheLinearMultiplies) {
     for (int i = 0; i < model::kLinearsPerBlock; ++i) {
       const auto which = static_cast<model::BlockLinear>(i);
       const auto q = train::forward_weight_quantization(loaded, l, which);
-      const QuantizedTensor* w = loaded.model->linear(l, which).fprop_weight();
+      const std::optional<QuantizedTensor> w = loaded.model->linear(l, which).fprop_weight();
       if (l == 2) {  // kept in BF16
         EXPECT_FALSE(q.has_value());
-        EXPECT_EQ(w, nullptr);
+        EXPECT_FALSE(w.has_value());
         continue;
       }
       ASSERT_TRUE(q.has_value());
-      ASSERT_NE(w, nullptr);
+      ASSERT_TRUE(w.has_value());
       ++nvfp4;
       EXPECT_EQ(q->block, BlockShape::tile_16x16);
       EXPECT_EQ(q->codes, w->codes) << "layer " << l << " linear " << i;
@@ -133,9 +133,9 @@ TEST_F(ExportCli, FourOverSixOneBySixteenUntiedHeadAreExactToo) {
   auto loaded = train::load_run(dir, std::nullopt);
   train::evaluate_token_stream(loaded, train::read_token_shard(data() / train::kValShardFile).tokens, 2, true);
   const auto q = train::forward_weight_quantization(loaded, 1, model::BlockLinear::down);
-  const QuantizedTensor* w = loaded.model->linear(1, model::BlockLinear::down).fprop_weight();
+  const std::optional<QuantizedTensor> w = loaded.model->linear(1, model::BlockLinear::down).fprop_weight();
   ASSERT_TRUE(q.has_value());
-  ASSERT_NE(w, nullptr);
+  ASSERT_TRUE(w.has_value());
   EXPECT_EQ(q->block, BlockShape::row_1x16);
   EXPECT_TRUE(q->four_over_six);
   EXPECT_EQ(q->codes, w->codes);

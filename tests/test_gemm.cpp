@@ -126,7 +126,7 @@ void expect_matches_reference(const QuantizedTensor& a, const QuantizedTensor& b
     const std::vector<double> bound = error_bounds(a, b, alpha, summation);
     cpu::set_isa_limit(isa);
     std::vector<float> c(static_cast<size_t>(M * ldc), std::numeric_limits<float>::quiet_NaN());
-    cpu::gemm(a, b, c.data(), ldc, alpha, false, summation);
+    cpu::gemm(a, b, c.data(), ldc, alpha, Output::overwrite, summation);
     int64_t failures = 0;
     for (int64_t m = 0; m < M && failures < 5; ++m) {
       for (int64_t n = 0; n < N && failures < 5; ++n) {
@@ -230,7 +230,7 @@ TEST(Gemm, AlphaScalesAndAccumulateAdds) {
     cpu::set_isa_limit(isa);
     std::vector<float> c(37 * 45);
     for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
-    cpu::gemm(a, b, c.data(), 45, 2.0f, /*accumulate=*/true);
+    cpu::gemm(a, b, c.data(), 45, 2.0f, Output::accumulate);
     for (size_t i = 0; i < c.size(); ++i) {
       double want = 2.0 * ref[i] + (static_cast<double>(i % 7) - 3.0);
       ASSERT_LE(std::fabs(c[i] - want), bound[i] + std::ldexp(std::fabs(want), -23)) << cpu::to_string(isa) << " at " << i;
@@ -276,7 +276,7 @@ TEST(Gemm, Fp32ProductsBitwiseIdenticalForAnyThreadCount) {
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
         results.emplace_back(203 * 528, std::numeric_limits<float>::quiet_NaN());
-        cpu::gemm(a, b, results.back().data(), 528, 1.0f, false, cpu::Summation::fp32_products);
+        cpu::gemm(a, b, results.back().data(), 528, 1.0f, Output::overwrite, cpu::Summation::fp32_products);
       }
       omp_set_num_threads(saved);
       for (size_t i = 1; i < results.size(); ++i)
@@ -298,8 +298,8 @@ TEST(Gemm, Fp32ProductsIsNotBlockExact) {
   for (Format f : {Format::nvfp4, Format::fp8_e4m3}) {
     QuantizedTensor a = make_operand(f, 64, 2048, 420), b = make_operand(f, 64, 2048, 421);
     std::vector<float> exact(64 * 64), fast(64 * 64);
-    cpu::gemm(a, b, exact.data(), 64, 1.0f, false, cpu::Summation::block_exact);
-    cpu::gemm(a, b, fast.data(), 64, 1.0f, false, cpu::Summation::fp32_products);
+    cpu::gemm(a, b, exact.data(), 64, 1.0f, Output::overwrite, cpu::Summation::block_exact);
+    cpu::gemm(a, b, fast.data(), 64, 1.0f, Output::overwrite, cpu::Summation::fp32_products);
     EXPECT_NE(0, std::memcmp(exact.data(), fast.data(), exact.size() * sizeof(float))) << to_string(f);
   }
 }

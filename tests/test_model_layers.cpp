@@ -10,14 +10,17 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/vector_math.h"
-#include "model/attention.h"
-#include "model/cross_entropy.h"
-#include "model/embedding.h"
-#include "model/rmsnorm.h"
-#include "model/rope.h"
-#include "model/swiglu.h"
+#include "kernels/cpu/attention_ref.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
 
-using namespace nibble::model;
+using namespace nibble::cpu;
+// The plain loops (double: the finite-difference reference) next to the fused FP32 kernels.
+using nibble::ref::attention_backward;
+using nibble::ref::attention_forward;
 
 namespace {
 

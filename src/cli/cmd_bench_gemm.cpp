@@ -151,7 +151,7 @@ std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
     auto [qa, qb] = quantized(Format::nvfp4, true);
     gflops[kNvfp4] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
     if (fp32sum)
-      gflops[kNvfp4Fp32Sum] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, false, cpu::Summation::fp32_products); });
+      gflops[kNvfp4Fp32Sum] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, cpu::Summation::fp32_products); });
     if (cpu::active_isa() == cpu::Isa::amx) {
       // The same product on the AVX-512 VNNI kernel, to show what the tile unit adds (bitwise equal).
       cpu::set_isa_limit(cpu::Isa::avx512);
@@ -169,7 +169,7 @@ std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
     const cpu::Summation fp8_training = cpu::fp32_products_available(Format::fp8_e4m3) ? cpu::Summation::fp32_products
                                                                                        : cpu::Summation::block_exact;
     auto [qa, qb] = quantized(Format::fp8_e4m3, false);
-    gflops[kFp8] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, false, fp8_training); });
+    gflops[kFp8] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, fp8_training); });
   }
   // Same TN layout for the libraries: A [M,K] and B [N,K], both K-contiguous.
   gflops[kOneDnnF32] = rate([&] {
@@ -195,7 +195,7 @@ std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
     QuantOptions weights{.format = Format::nvfp4, .tile_16x16 = N % 16 == 0};
     QuantizedTensor qa = cpu::quantize(a, M, K, {.format = Format::nvfp4});
     QuantizedTensor qb = cpu::quantize(b, N, K, weights);
-    cpu::gemm(qa, qb, c.data(), N, 1.0f, false, training);
+    cpu::gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, training);
   });
   return gflops;
 }

@@ -14,12 +14,21 @@
 
 namespace nibble {
 
-void check_failed(const char* cond, const char* file, int line) {
-  std::fprintf(stderr, "nibble: internal error: %s failed at %s:%d\n", cond, file, line);
-  std::abort();
+QuantizedLayout layout_of(const QuantOptions& o, int64_t rows, int64_t cols) {
+  QuantizedLayout l;
+  l.format = o.format;
+  l.block = block_shape_of(o);
+  l.rounding = o.rounding;
+  l.rht = o.rht;
+  l.four_over_six = o.four_over_six;
+  l.four_over_six_error = four_over_six_error_of(o);
+  l.four_over_six_e4m3_max = four_over_six_e4m3_max_of(o);
+  l.rows = rows;
+  l.cols = cols;
+  return l;
 }
 
-int64_t QuantizedTensor::block_len() const {
+int64_t QuantizedLayout::block_len() const {
   switch (block) {
     case BlockShape::row_1x16:
     case BlockShape::tile_16x16: return 16;
@@ -96,17 +105,9 @@ namespace {
 
 QuantizedTensor make_header(int64_t rows, int64_t cols, const QuantOptions& o) {
   QuantizedTensor q;
-  q.format = o.format;
-  q.block = block_shape_of(o);
-  q.rounding = o.rounding;
-  q.rht = o.rht;
-  q.four_over_six = o.four_over_six;
-  q.four_over_six_error = four_over_six_error_of(o);
-  q.four_over_six_e4m3_max = four_over_six_e4m3_max_of(o);
-  q.rows = rows;
-  q.cols = cols;
-  q.codes.assign(static_cast<size_t>(is_4bit(o.format) ? rows * cols / 2 : rows * cols), 0);
-  if (q.block != BlockShape::per_tensor) q.scales.assign(static_cast<size_t>(rows * (cols / q.block_len())), 0);
+  q.layout() = layout_of(o, rows, cols);
+  q.codes.assign(static_cast<size_t>(q.code_bytes()), 0);
+  q.scales.assign(static_cast<size_t>(q.scale_bytes()), 0);
   return q;
 }
 

@@ -3,10 +3,11 @@
 // dimension K of a GEMM and is always contiguous (blocks run along it).
 #pragma once
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/error.h"
 
 namespace nibble {
 
@@ -16,12 +17,6 @@ enum class Rounding : uint8_t { nearest, stochastic };
 // Four Over Six (TE `nvfp4_4over6_err_mode`): how a block's map-to-4 and map-to-6 candidates are
 // compared, in the original domain: the sum of |error| (MAE, TE's default) or of error^2 (MSE).
 enum class FourOverSixError : uint8_t { mae, mse };
-
-// What a user can get wrong (shapes, options, non-finite input) is reported with this type; the
-// message names the value and the fix. Internal invariants use NIBBLE_CHECK and abort.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct QuantOptions {
   Format format = Format::nvfp4;
@@ -38,7 +33,10 @@ struct QuantOptions {
   int four_over_six_e4m3_max = 448;
 };
 
-struct QuantizedTensor {
+// What a quantized tensor is, wherever its bytes live: the one description shared by the host
+// tensor below, the CUDA backend's device tensor (kernels/cuda/quantize.h) and the backend seam
+// (ops/backend.h). Copying a tensor between host and device copies this struct, then the storage.
+struct QuantizedLayout {
   Format format = Format::nvfp4;
   BlockShape block = BlockShape::row_1x16;
   Rounding rounding = Rounding::nearest;
@@ -49,15 +47,24 @@ struct QuantizedTensor {
   FourOverSixError four_over_six_error = FourOverSixError::mae;
   int four_over_six_e4m3_max = 448;
   int64_t rows = 0, cols = 0;
+
+  int64_t block_len() const;            // elements per scale along a row (16, 32, or cols)
+  int64_t scale_cols() const { return block == BlockShape::per_tensor ? 0 : cols / block_len(); }
+  bool is_4bit() const { return format == Format::nvfp4 || format == Format::mxfp4; }
+  int64_t row_bytes() const { return is_4bit() ? cols / 2 : cols; }
+  int64_t code_bytes() const { return rows * row_bytes(); }
+  int64_t scale_bytes() const { return rows * scale_cols(); }
+};
+
+// A quantized tensor in host memory.
+struct QuantizedTensor : QuantizedLayout {
   std::vector<uint8_t> codes;   // 4-bit formats: rows*cols/2 (packed, low nibble first); 8-bit: rows*cols
   std::vector<uint8_t> scales;  // rows * (cols/block_len): E4M3 (nvfp4) or E8M0 (mx); empty per tensor
   float amax = 0.0f;            // global amax (of the transformed values when rht)
   float decode_scale = 1.0f;    // nvfp4: S_dec = 1/S_enc; fp8: 1/scale; mx: 1
 
-  int64_t block_len() const;            // elements per scale along a row (16, 32, or cols)
-  int64_t scale_cols() const { return scales.empty() ? 0 : cols / block_len(); }
-  bool is_4bit() const { return format == Format::nvfp4 || format == Format::mxfp4; }
-  int64_t row_bytes() const { return is_4bit() ? cols / 2 : cols; }
+  QuantizedLayout& layout() { return *this; }
+  const QuantizedLayout& layout() const { return *this; }
 };
 
 // Formats whose elements are E2M1 codes packed two per byte.
@@ -76,6 +83,9 @@ inline double stored_bytes_per_element(Format f) {
 }
 // The block shape a quantization with these options produces (shared by every implementation).
 BlockShape block_shape_of(const QuantOptions& o);
+// The layout of the [rows, cols] tensor a quantization with these options produces (every backend's
+// quantizers start from it).
+QuantizedLayout layout_of(const QuantOptions& o, int64_t rows, int64_t cols);
 
 std::string_view to_string(Format f);
 std::string_view to_string(BlockShape b);
@@ -101,7 +111,7 @@ inline float nvfp4_global_numerator(bool four_over_six, int four_over_six_e4m3_m
 inline float nvfp4_global_numerator(const QuantOptions& o) {
   return nvfp4_global_numerator(o.four_over_six, o.four_over_six_e4m3_max);
 }
-inline float nvfp4_global_numerator(const QuantizedTensor& q) {
+inline float nvfp4_global_numerator(const QuantizedLayout& q) {
   return nvfp4_global_numerator(q.four_over_six, q.four_over_six_e4m3_max);
 }
 // The Four Over Six fields a tensor made with these options carries (the defaults without it).
@@ -114,10 +124,3 @@ inline int four_over_six_e4m3_max_of(const QuantOptions& o) {
 
 }  // namespace nibble
 
-#define NIBBLE_CHECK(cond)                                                                       \
-  do {                                                                                           \
-    if (!(cond)) ::nibble::check_failed(#cond, __FILE__, __LINE__);                              \
-  } while (0)
-namespace nibble {
-[[noreturn]] void check_failed(const char* cond, const char* file, int line);
-}

@@ -23,7 +23,7 @@ void matvec(const float* w, const float* x, int64_t rows, int64_t cols, float* y
 }
 
 // The rotation of model/rope.cpp (pairs i and i + head_dim/2) at an explicit position.
-void rotate_heads(float* x, int64_t heads, int64_t head_dim, const RopeTable<float>& table, int64_t position) {
+void rotate_heads(float* x, int64_t heads, int64_t head_dim, const cpu::RopeTable<float>& table, int64_t position) {
   const int64_t half = head_dim / 2;
   const float* c = table.cos.data() + position * half;
   const float* s = table.sin.data() + position * half;

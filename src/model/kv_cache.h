@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/rope.h"
 #include "model/transformer.h"
 
 namespace nibble::model {
@@ -30,7 +31,7 @@ class KvCacheDecoder {
   };
   const Transformer& model_;
   ModelConfig config_;
-  RopeTable<float> rope_;
+  cpu::RopeTable<float> rope_;
   const float *embedding_, *final_norm_, *head_;
   std::vector<BlockWeights> blocks_;
   std::vector<std::vector<float>> keys_, values_;  // per block: [context, kv_heads * head_dim]

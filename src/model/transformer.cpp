@@ -1,15 +1,8 @@
 #include "model/transformer.h"
-#include "model/parallel.h"
 
 #include <chrono>
 #include <cmath>
 #include <sstream>
-
-#include "kernels/cpu/gemm.h"
-#include "model/cross_entropy.h"
-#include "model/embedding.h"
-#include "model/rmsnorm.h"
-#include "model/swiglu.h"
 
 namespace nibble::model {
 
@@ -37,10 +30,7 @@ void fill_normal(float* out, int64_t n, float std_dev, uint64_t seed) {
   }
 }
 
-void add_into(float* y, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
-}
+using ops::Trans;
 
 }  // namespace
 
@@ -74,8 +64,13 @@ void ModelConfig::validate() const {
     bad("init_std=" + number_text(init_std) + " must be a finite number > 0 (typically 0.02)");
 }
 
-Transformer::Transformer(const ModelConfig& config)
-    : config_((config.validate(), config)), rope_(config.context, config.head_dim(), config.rope_theta) {
+Transformer::Transformer(const ModelConfig& config, ops::Backend& backend)
+    : config_((config.validate(), config)), ops_(backend) {
+  for (ops::Array<float>* a : {&final_rstd_, &final_normed_, &logits_, &token_loss_, &normed_, &attn_, &mlp_act_,
+                               &d_res_, &d_normed_, &d_qkv_, &d_attn_, &d_mlp_act_, &d_gate_up_})
+    a->bind(ops_);
+  tokens_.bind(ops_);
+  targets_.bind(ops_);
   const int64_t d = config_.width, hd = config_.head_dim(), f = config_.hidden();
   const int64_t qkv_out = (config_.heads + 2 * config_.kv_head_count()) * hd;
   embedding_ = params_.add("embedding", config_.vocab, d, /*weight_decay=*/false);
@@ -89,10 +84,10 @@ Transformer::Transformer(const ModelConfig& config)
     b.gate_up = params_.add(p + "gate_up", 2 * f, d, true);
     b.down = params_.add(p + "down", d, f, true);
     blocks_.push_back(b);
-    linears_.push_back(std::make_unique<Linear>(p + "qkv", d, qkv_out));
-    linears_.push_back(std::make_unique<Linear>(p + "attn_out", config_.heads * hd, d));
-    linears_.push_back(std::make_unique<Linear>(p + "gate_up", d, 2 * f));
-    linears_.push_back(std::make_unique<Linear>(p + "down", f, d));
+    linears_.push_back(std::make_unique<Linear>(p + "qkv", d, qkv_out, ops_));
+    linears_.push_back(std::make_unique<Linear>(p + "attn_out", config_.heads * hd, d, ops_));
+    linears_.push_back(std::make_unique<Linear>(p + "gate_up", d, 2 * f, ops_));
+    linears_.push_back(std::make_unique<Linear>(p + "down", f, d, ops_));
   }
   final_norm_ = params_.add("final_norm", 1, d, false);
   head_ = config_.tied_embeddings ? embedding_ : params_.add("lm_head", config_.vocab, d, true);
@@ -113,6 +108,10 @@ void Transformer::init_weights(uint64_t seed) {
       fill_normal(v, p.size(), residual ? residual_std : config_.init_std, tensor_seed);
     }
   }
+}
+
+ops::AttentionShape Transformer::attention_shape(int64_t batch, int64_t seq) const {
+  return {batch, seq, config_.heads, config_.kv_head_count(), config_.head_dim(), attention_bf16_};
 }
 
 std::vector<LinearShape> Transformer::block_linear_shapes() const {
@@ -138,20 +137,20 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
   batch_ = batch;
   backward_ready_ = step.training;
   seq_ = seq;
-  tokens_.assign(tokens.begin(), tokens.end());
-  targets_.assign(targets.begin(), targets.end());
+  tokens_.assign_from_host(tokens.data(), tokens.size());
+  targets_.assign_from_host(targets.data(), targets.size());
   attention_bf16_ = step.recipe != nullptr && step.recipe->attention_bf16();
-  const AttentionShape shape{batch, seq, config_.heads, config_.kv_head_count(), config_.head_dim(), attention_bf16_};
+  const ops::AttentionShape shape = attention_shape(batch, seq);
   const size_t nd = static_cast<size_t>(N * d);
 
-  residual_.resize(static_cast<size_t>(config_.layers + 1));
-  acts_.resize(static_cast<size_t>(config_.layers));
+  while (residual_.size() < static_cast<size_t>(config_.layers + 1)) residual_.emplace_back(ops_);
+  while (acts_.size() < static_cast<size_t>(config_.layers)) acts_.emplace_back(ops_);
   for (auto& r : residual_) r.resize(nd);
   normed_.resize(nd);
   attn_.resize(static_cast<size_t>(N * shape.out_width()));
   mlp_act_.resize(static_cast<size_t>(N * f));
 
-  embedding_forward(tokens_.data(), N, params_.value(embedding_), d, residual_[0].data());
+  ops_.embedding_forward(tokens_.data(), N, params_.value(embedding_), d, residual_[0].data());
   for (int64_t l = 0; l < config_.layers; ++l) {
     const BlockParams& p = blocks_[l];
     BlockActivations& a = acts_[l];
@@ -176,37 +175,38 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
     };
     const float* x = residual_[l].data();
 
-    rmsnorm_forward(x, params_.value(p.norm1), N, d, config_.norm_eps, normed_.data(), a.rstd1.data());
+    const int64_t hd = shape.head_dim;
+    ops_.rmsnorm_forward(x, params_.value(p.norm1), N, d, config_.norm_eps, normed_.data(), a.rstd1.data());
     linear_(l, BlockLinear::qkv).forward(linear_step(BlockLinear::qkv), normed_.data(), N, params_.value(p.qkv), a.qkv.data());
-    rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), 0, shape.heads, rope_);
-    rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), shape.heads * shape.head_dim, shape.kv_heads, rope_);
-    attention_forward(shape, a.qkv.data(), attn_.data(), a.softmax_stats.data());
+    ops_.rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), 0, shape.heads, hd, config_.rope_theta);
+    ops_.rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), shape.heads * hd, shape.kv_heads, hd, config_.rope_theta);
+    ops_.attention_forward(shape, a.qkv.data(), attn_.data(), a.softmax_stats.data());
     linear_(l, BlockLinear::attn_out)
         .forward(linear_step(BlockLinear::attn_out), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
-    add_into(a.x_mid.data(), x, N * d);
+    ops_.add(a.x_mid.data(), x, N * d);
 
-    rmsnorm_forward(a.x_mid.data(), params_.value(p.norm2), N, d, config_.norm_eps, normed_.data(), a.rstd2.data());
+    ops_.rmsnorm_forward(a.x_mid.data(), params_.value(p.norm2), N, d, config_.norm_eps, normed_.data(), a.rstd2.data());
     linear_(l, BlockLinear::gate_up)
         .forward(linear_step(BlockLinear::gate_up), normed_.data(), N, params_.value(p.gate_up), a.gate_up.data());
-    swiglu_forward(a.gate_up.data(), N, f, mlp_act_.data());
+    ops_.swiglu_forward(a.gate_up.data(), N, f, mlp_act_.data());
     float* out = residual_[l + 1].data();
     linear_(l, BlockLinear::down).forward(linear_step(BlockLinear::down), mlp_act_.data(), N, params_.value(p.down), out);
-    add_into(out, a.x_mid.data(), N * d);
+    ops_.add(out, a.x_mid.data(), N * d);
   }
 
   final_rstd_.resize(N);
   final_normed_.resize(nd);
   logits_.resize(static_cast<size_t>(N * V));
   token_loss_.resize(N);
-  rmsnorm_forward(residual_[config_.layers].data(), params_.value(final_norm_), N, d, config_.norm_eps,
-                  final_normed_.data(), final_rstd_.data());
+  ops_.rmsnorm_forward(residual_[config_.layers].data(), params_.value(final_norm_), N, d, config_.norm_eps,
+                       final_normed_.data(), final_rstd_.data());
   {
     auto t0 = std::chrono::steady_clock::now();
-    cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, N, V, d, 1.0f, final_normed_.data(), d, params_.value(head_), d, 0.0f,
+    ops_.gemm_f32(Trans::no, Trans::yes, N, V, d, 1.0f, final_normed_.data(), d, params_.value(head_), d, 0.0f,
                   logits_.data(), V);
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  double total = cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
+  double total = ops_.cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
   return total / static_cast<double>(N);
 }
 
@@ -214,9 +214,10 @@ void Transformer::backward(float scale) {
   NIBBLE_CHECK(batch_ > 0 && backward_ready_);  // backward follows a training forward
   backward_ready_ = false;
   const int64_t N = batch_ * seq_, d = config_.width, V = config_.vocab, f = config_.hidden();
-  const AttentionShape shape{batch_, seq_, config_.heads, config_.kv_head_count(), config_.head_dim(), attention_bf16_};
+  const ops::AttentionShape shape = attention_shape(batch_, seq_);
+  const int64_t hd = shape.head_dim;
   const size_t nd = static_cast<size_t>(N * d);
-  d_res_.assign(nd, 0.0f);
+  d_res_.resize_zeroed(nd);
   d_normed_.resize(nd);
   d_attn_.resize(static_cast<size_t>(N * shape.out_width()));
   d_qkv_.resize(static_cast<size_t>(N * shape.qkv_stride()));
@@ -225,16 +226,15 @@ void Transformer::backward(float scale) {
 
   // Loss and head. logits_ becomes dlogits in place (each row is read before it is written).
   float* dlogits = logits_.data();
-  cross_entropy_backward(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N), dlogits);
+  ops_.cross_entropy_backward(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N), dlogits);
   {
     auto t0 = std::chrono::steady_clock::now();
-    cpu::gemm_f32(cpu::Trans::no, cpu::Trans::no, N, d, V, 1.0f, dlogits, V, params_.value(head_), d, 0.0f,
-                  d_normed_.data(), d);
-    cpu::gemm_f32(cpu::Trans::yes, cpu::Trans::no, V, d, N, 1.0f, dlogits, V, final_normed_.data(), d, 1.0f,
-                  params_.grad(head_), d);
+    ops_.gemm_f32(Trans::no, Trans::no, N, d, V, 1.0f, dlogits, V, params_.value(head_), d, 0.0f, d_normed_.data(), d);
+    ops_.gemm_f32(Trans::yes, Trans::no, V, d, N, 1.0f, dlogits, V, final_normed_.data(), d, 1.0f, params_.grad(head_),
+                  d);
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  rmsnorm_backward(residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(), d_normed_.data(),
+  ops_.rmsnorm_backward(residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(), d_normed_.data(),
                    N, d, d_res_.data(), params_.grad(final_norm_));
 
   // d_res_ holds dL/d(output of block l) on entry to each iteration, dL/d(input of block l) on exit.
@@ -242,22 +242,23 @@ void Transformer::backward(float scale) {
     const BlockParams& p = blocks_[l];
     BlockActivations& a = acts_[l];
     linear_(l, BlockLinear::down).backward(d_res_.data(), params_.value(p.down), d_mlp_act_.data(), params_.grad(p.down));
-    swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
+    ops_.swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
     linear_(l, BlockLinear::gate_up)
         .backward(d_gate_up_.data(), params_.value(p.gate_up), d_normed_.data(), params_.grad(p.gate_up));
-    rmsnorm_backward(a.x_mid.data(), params_.value(p.norm2), a.rstd2.data(), d_normed_.data(), N, d, d_res_.data(),
+    ops_.rmsnorm_backward(a.x_mid.data(), params_.value(p.norm2), a.rstd2.data(), d_normed_.data(), N, d, d_res_.data(),
                      params_.grad(p.norm2));
 
     linear_(l, BlockLinear::attn_out)
         .backward(d_res_.data(), params_.value(p.attn_out), d_attn_.data(), params_.grad(p.attn_out));
-    attention_backward(shape, a.qkv.data(), a.softmax_stats.data(), d_attn_.data(), d_qkv_.data());
-    rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), 0, shape.heads, rope_);
-    rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), shape.heads * shape.head_dim, shape.kv_heads, rope_);
+    ops_.attention_backward(shape, a.qkv.data(), a.softmax_stats.data(), d_attn_.data(), d_qkv_.data());
+    ops_.rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), 0, shape.heads, hd, config_.rope_theta);
+    ops_.rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), shape.heads * hd, shape.kv_heads, hd,
+                       config_.rope_theta);
     linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));
-    rmsnorm_backward(residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(), N, d, d_res_.data(),
+    ops_.rmsnorm_backward(residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(), N, d, d_res_.data(),
                      params_.grad(p.norm1));
   }
-  embedding_backward(tokens_.data(), N, d_res_.data(), d, params_.grad(embedding_));
+  ops_.embedding_backward(tokens_.data(), N, d_res_.data(), d, params_.grad(embedding_));
 }
 
 std::vector<LinearTelemetry> Transformer::telemetry() const {

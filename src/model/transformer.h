@@ -9,7 +9,9 @@
 //   logits = rmsnorm(x; gf) E^T (tied) or W_head^T          [N, vocab]
 //   loss = mean cross-entropy(logits, targets)
 // The four linears of every block follow the precision recipe; embeddings, norms, attention core,
-// LM head and loss stay in FP32 (spec section 5). Parameters live in one FP32 arena.
+// LM head and loss stay in FP32 (spec section 5). Parameters live in one FP32 arena. Every layer runs
+// on the backend the model was made with (ops/backend.h), and its activations live in that
+// backend's memory.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -17,9 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "model/attention.h"
 #include "model/params.h"
-#include "model/rope.h"
+#include "ops/backend.h"
 #include "recipe/linear.h"
 #include "recipe/recipe.h"
 
@@ -67,7 +68,7 @@ struct LinearTelemetry {
 
 class Transformer {
  public:
-  explicit Transformer(const ModelConfig& config);
+  explicit Transformer(const ModelConfig& config, ops::Backend& backend = ops::cpu());
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
@@ -102,31 +103,34 @@ class Transformer {
     int64_t norm1, qkv, attn_out, norm2, gate_up, down;
   };
   struct BlockActivations {
-    std::vector<float> x_mid;   // [N, d] residual after attention (input of norm2)
-    std::vector<float> rstd1, rstd2;  // [N]
-    std::vector<float> qkv;     // [N, (H + 2 Hkv) hd] after RoPE
-    std::vector<float> softmax_stats;  // [B, H, S, 2]: per query row, score max and 1 / sum of exp
-    std::vector<float> gate_up; // [N, 2 f]
+    explicit BlockActivations(ops::TensorOps& ops)
+        : x_mid(ops), rstd1(ops), rstd2(ops), qkv(ops), softmax_stats(ops), gate_up(ops) {}
+    ops::Array<float> x_mid;   // [N, d] residual after attention (input of norm2)
+    ops::Array<float> rstd1, rstd2;  // [N]
+    ops::Array<float> qkv;     // [N, (H + 2 Hkv) hd] after RoPE
+    ops::Array<float> softmax_stats;  // [B, H, S, 2]: per query row, score max and 1 / sum of exp
+    ops::Array<float> gate_up; // [N, 2 f]
   };
+  ops::AttentionShape attention_shape(int64_t batch, int64_t seq) const;
   Linear& linear_(int layer, BlockLinear which) { return *linears_[layer * kLinearsPerBlock + static_cast<int>(which)]; }
 
   ModelConfig config_;
+  ops::Backend& ops_;
   ParamArena params_;
   int64_t embedding_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;
   std::vector<std::unique_ptr<Linear>> linears_;
-  RopeTable<float> rope_;
 
   // Forward state.
   bool attention_bf16_ = false;  // the last forward ran attention with BF16 operands (the recipe's `attention`)
   int64_t batch_ = 0, seq_ = 0;
   bool backward_ready_ = false;
-  std::vector<int32_t> tokens_, targets_;
-  std::vector<std::vector<float>> residual_;  // residual_[l]: input of block l; [layers]: final
+  ops::Array<int32_t> tokens_, targets_;
+  std::vector<ops::Array<float>> residual_;  // residual_[l]: input of block l; [layers]: final
   std::vector<BlockActivations> acts_;
-  std::vector<float> final_rstd_, final_normed_, logits_, token_loss_;
+  ops::Array<float> final_rstd_, final_normed_, logits_, token_loss_;
   // Scratch reused across layers.
-  std::vector<float> normed_, attn_, mlp_act_, d_res_, d_normed_, d_qkv_, d_attn_, d_mlp_act_, d_gate_up_, d_tmp_;
+  ops::Array<float> normed_, attn_, mlp_act_, d_res_, d_normed_, d_qkv_, d_attn_, d_mlp_act_, d_gate_up_;
   double head_gemm_s_ = 0;
 };
 

@@ -5,7 +5,8 @@
 // T is the number of tokens of the micro-batch. The Linear does not own its weight (the model's
 // arena does); it owns what backward needs, in the cheapest form the recipe allows: for a
 // quantized wgrad that is the quantized X^T made in the forward pass (4 bits per value for NVFP4),
-// not an FP32 copy of X.
+// not an FP32 copy of X. Every pointer handed to it, and everything it keeps, is in the memory of
+// the backend it runs on (ops/backend.h).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "format/codecs.h"
 #include "format/quant_stats.h"
 #include "format/quantized_tensor.h"
+#include "ops/backend.h"
 #include "recipe/recipe.h"
 
 namespace nibble {
@@ -43,7 +45,7 @@ struct OperandStats {
 
 class Linear {
  public:
-  Linear(std::string name, int64_t in_features, int64_t out_features);
+  Linear(std::string name, int64_t in_features, int64_t out_features, ops::TensorOps& ops = ops::cpu());
 
   const std::string& name() const { return name_; }
   int64_t in_features() const { return in_; }
@@ -61,33 +63,38 @@ class Linear {
   void reset_times() { times_ = {}; }
   // Bytes held between forward and backward for the wgrad operand X (activation memory).
   int64_t saved_activation_bytes() const;
-  // The quantized weights of the last step (for tests: dgrad must see fprop's codes).
-  const QuantizedTensor* fprop_weight() const { return w_q_ ? &*w_q_ : nullptr; }
-  const QuantizedTensor* dgrad_weight() const { return wt_q_ ? &*wt_q_ : nullptr; }
+  // Host copies of the quantized weights of the last step (for tests and export: dgrad must see
+  // fprop's codes); nullopt before the first quantized GEMM.
+  std::optional<QuantizedTensor> fprop_weight() const;
+  std::optional<QuantizedTensor> dgrad_weight() const;
   // The global amax of the last forward's input X when fprop quantized it (the activation
   // statistic `nibble export --calibrate` records); -1 when the last forward did not quantize X.
   float fprop_input_amax() const { return fprop_input_amax_; }
 
  private:
-  void record(std::string operand, std::span<const float> x, const QuantizedTensor& q);
+  void record(std::string operand, const float* x, int64_t rows, int64_t cols, bool transposed, const ops::Quantized& q);
+  // The quantized tensor in `slot`, made on first use.
+  ops::Quantized& slot(std::unique_ptr<ops::Quantized>& q);
 
   std::string name_;
   int64_t in_, out_;
+  ops::TensorOps& ops_;
   // State of the current micro-step between forward and backward.
   LinearStep step_;
   int64_t tokens_ = 0;
-  std::vector<float> saved_x_f32_;             // fp32 wgrad
-  std::vector<bf16> saved_x_bf16_;             // bf16 wgrad
-  QuantizedTensor saved_xt_q_;                 // quantized wgrad: X^T quantized along the tokens
-  bool saved_xt_valid_ = false;                // saved_xt_q_ holds this micro-step's X^T
+  ops::Array<float> saved_x_f32_;             // fp32 wgrad
+  ops::Array<bf16> saved_x_bf16_;             // bf16 wgrad
+  std::unique_ptr<ops::Quantized> saved_xt_q_;  // quantized wgrad: X^T quantized along the tokens
+  bool saved_xt_valid_ = false;               // saved_xt_q_ holds this micro-step's X^T
   // The quantized activation/gradient operand of the GEMM being run (X, dY or dY^T), and the FP32
   // copy of a BF16-saved X. Members so that their capacity is reused: a fresh tensor per GEMM cost
   // an allocation, a zero fill and page faults every step.
-  QuantizedTensor x_q_, grad_q_, grad_t_q_;  // fprop's X, dgrad's dY, wgrad's dY^T
-  bool grad_t_valid_ = false;                 // grad_t_q_ was made with dgrad's dY (quantize_both_into)
-  std::vector<float> bf16_x_f32_;
+  std::unique_ptr<ops::Quantized> x_q_, grad_q_, grad_t_q_;  // fprop's X, dgrad's dY, wgrad's dY^T
+  bool grad_t_valid_ = false;                 // grad_t_q_ was made with dgrad's dY (quantize_both)
+  ops::Array<float> bf16_x_f32_;
   // Quantized weights, reused across the micro-steps of one optimizer step.
-  std::optional<QuantizedTensor> w_q_, wt_q_;
+  std::unique_ptr<ops::Quantized> w_q_, wt_q_;
+  bool w_q_valid_ = false, wt_q_valid_ = false;
   int64_t w_q_version_ = -1, wt_q_version_ = -1;
   QuantOptions w_q_options_{}, wt_q_options_{};
   std::vector<OperandStats> stats_;

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/cpu/cpu_features.h"
 
 namespace nibble {
 
@@ -273,8 +272,8 @@ LinearRecipe Recipe::operands(Quantization q, const Nvfp4Knobs& k) {
 }
 
 Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearShape>& linears,
-               int64_t tokens_per_micro_batch)
-    : config_(config), layers_(layers) {
+               int64_t tokens_per_micro_batch, const ops::TensorOps& ops)
+    : config_(config), ops_(&ops), layers_(layers) {
   if (layers <= 0) throw UsageError("the model has " + std::to_string(layers) + " layers: it needs at least 1");
   const auto q = config.quantization;
   if (config.nvfp4_knobs_given && q != Quantization::nvfp4)
@@ -293,8 +292,8 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
     throw UsageError("gemm_summation chooses how NVFP4, MXFP4 and FP8 GEMMs sum, but quantization=" +
                      std::string(to_string(q)) + ": set one of those or drop gemm_summation");
   if (config.gemm_summation == GemmSummation::fp32_products ||
-      (config.gemm_summation == GemmSummation::automatic && cpu::fp32_products_available(gemm_format(q))))
-    summation_ = cpu::Summation::fp32_products;
+      (config.gemm_summation == GemmSummation::automatic && ops.fp32_products_available(gemm_format(q))))
+    summation_ = ops::Summation::fp32_products;
   if (q == Quantization::nvfp4) {
     const auto& k = config.nvfp4;
     bf16_first_ = k.bf16_first_layers >= 0 ? k.bf16_first_layers
@@ -350,18 +349,8 @@ LinearRecipe Recipe::for_layer(int layer, double progress) const {
 std::string describe_kernels(const Recipe& recipe) {
   const Quantization q = recipe.config().quantization;
   std::string s;
-  const bool fp8 = q == Quantization::fp8;
-  if (q == Quantization::nvfp4 || q == Quantization::mxfp4 || fp8)
-    s += recipe.summation() == cpu::Summation::block_exact
-             ? (fp8 ? "GEMMs sum exact FP8 products in k order with FMA (gemm_summation=block_exact); "
-                    : "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact); ")
-         : !cpu::fp32_products_available(gemm_format(q))
-             ? (fp8 ? "GEMMs sum exact FP8 products in k order with FMA (fp32_products asked for, but this CPU has "
-                      "neither AMX-BF16 nor AVX512-BF16); "
-                    : "GEMMs sum exact 16-block products in FP32 (fp32_products asked for, but this CPU has no AMX-BF16); ")
-         : cpu::amx_bf16_active()
-             ? "GEMMs sum element products in FP32 on the AMX-BF16 tiles (gemm_summation=fp32_products); "
-             : "GEMMs sum element products in FP32 with AVX512-BF16 vdpbf16ps (gemm_summation=fp32_products); ";
+  if (q == Quantization::nvfp4 || q == Quantization::mxfp4 || q == Quantization::fp8)
+    s += recipe.ops().describe_summation(gemm_format(q), recipe.summation()) + "; ";
   s += recipe.attention_bf16() ? "attention products in BF16" : "attention products in FP32";
   return s;
 }

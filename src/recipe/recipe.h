@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "format/quantized_tensor.h"
-#include "kernels/cpu/gemm.h"
+#include "ops/backend.h"
 
 namespace nibble {
 
@@ -21,8 +21,8 @@ enum class GemmRole : uint8_t { fprop, dgrad, wgrad };
 inline constexpr GemmRole kGemmRoles[] = {GemmRole::fprop, GemmRole::dgrad, GemmRole::wgrad};
 std::string_view to_string(GemmRole r);
 
-// How one GEMM multiplies. fp32 and bf16 run through oneDNN on FP32 data; quantized runs
-// nibble::cpu::gemm on two QuantizedTensors made with `a` and `b`.
+// How one GEMM multiplies. fp32 and bf16 run the backend's gemm_f32 / gemm_bf16 on FP32 data;
+// quantized runs its quantized gemm on two tensors quantized with `a` and `b`.
 enum class GemmPrecision : uint8_t { fp32, bf16, quantized };
 std::string_view to_string(GemmPrecision p);
 
@@ -33,11 +33,12 @@ std::string_view to_string(GemmPrecision p);
 struct GemmRecipe {
   GemmPrecision precision = GemmPrecision::fp32;
   QuantOptions a, b;  // meaningful only when precision == quantized; seeds are filled per step
-  cpu::Summation summation = cpu::Summation::block_exact;  // how cpu::gemm sums (NVFP4, MXFP4, FP8)
+  ops::Summation summation = ops::Summation::block_exact;  // how the quantized gemm sums (NVFP4, MXFP4, FP8)
 };
 
-// The `gemm_summation` key: how NVFP4, MXFP4 and FP8 GEMMs sum their products (kernels/cpu/gemm.h). automatic
-// takes fp32_products where the CPU has AMX-BF16 (2-3x faster there) and block_exact elsewhere.
+// The `gemm_summation` key: how NVFP4, MXFP4 and FP8 GEMMs sum their products (ops::Summation). automatic
+// takes fp32_products where the backend has a kernel for it (on the CPU: AMX-BF16, 2-3x faster there)
+// and block_exact elsewhere.
 enum class GemmSummation : uint8_t { automatic, block_exact, fp32_products };
 std::string_view to_string(GemmSummation s);
 
@@ -96,7 +97,7 @@ bool apply_recipe_option(RecipeConfig& config, std::string_view key, std::string
 RecipeConfig parse_recipe(std::string_view text);
 std::string describe(const RecipeConfig& config);
 class Recipe;
-// What the recipe resolved to on this CPU: how NVFP4/FP8 GEMMs sum, attention's precision.
+// What the recipe resolved to on its backend: how NVFP4/FP8 GEMMs sum, attention's precision.
 std::string describe_kernels(const Recipe& recipe);
 
 // Shape of one linear layer as the recipe must see it to validate block sizes.
@@ -109,15 +110,17 @@ class Recipe {
  public:
   // layers: number of transformer blocks; linears: the shapes of one block's linears;
   // tokens_per_micro_batch: T of the wgrad GEMMs (its reduction dimension).
+  // ops: the backend the GEMMs run on (which summations it has kernels for).
   // Throws UsageError with the reason for any invalid combination.
   Recipe(const RecipeConfig& config, int layers, const std::vector<LinearShape>& linears,
-         int64_t tokens_per_micro_batch);
+         int64_t tokens_per_micro_batch, const ops::TensorOps& ops = ops::cpu());
 
   const RecipeConfig& config() const { return config_; }
   int bf16_first_layers() const { return bf16_first_; }
   int bf16_last_layers() const { return bf16_last_; }
-  // gemm_summation resolved for this CPU (automatic -> fp32_products or block_exact).
-  cpu::Summation summation() const { return summation_; }
+  const ops::TensorOps& ops() const { return *ops_; }
+  // gemm_summation resolved for the backend (automatic -> fp32_products or block_exact).
+  ops::Summation summation() const { return summation_; }
   // `attention` resolved: true when attention's products take BF16 operands.
   bool attention_bf16() const { return attention_bf16_; }
   // The operand options of block `layer`'s linears at training progress `progress` in [0, 1]
@@ -129,9 +132,10 @@ class Recipe {
 
  private:
   RecipeConfig config_;
+  const ops::TensorOps* ops_;
   int layers_ = 0;
   int bf16_first_ = 0, bf16_last_ = 0;
-  cpu::Summation summation_ = cpu::Summation::block_exact;
+  ops::Summation summation_ = ops::Summation::block_exact;
   bool attention_bf16_ = false;
 };
 

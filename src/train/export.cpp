@@ -12,7 +12,7 @@
 #include "format/quantize.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
-#include "kernels/cpu/quantize.h"
+#include "ops/backend.h"
 #include "train/data.h"
 #include "train/metrics.h"
 #include "train/shards.h"
@@ -42,7 +42,7 @@ Recipe recipe_of(const LoadedRun& run) {
                 std::max<int64_t>(1, c.batch) * seq_of(run));
 }
 
-// The options Linear::forward passes to cpu::quantize for the weight (recipe/linear.cpp: `wo` is
+// The options Linear::forward passes to the backend's quantize for the weight (recipe/linear.cpp: `wo` is
 // fprop.b, seeded only for stochastic rounding, which a forward weight never has), or nullopt when
 // that GEMM does not take an NVFP4 weight.
 std::optional<QuantOptions> forward_weight_options(const Recipe& recipe, int layer, double progress) {
@@ -55,8 +55,11 @@ std::optional<QuantOptions> forward_weight_options(const Recipe& recipe, int lay
 QuantizedTensor quantize_weight(const LoadedRun& run, int layer, model::BlockLinear which, const QuantOptions& o) {
   const auto& arena = run.model->params();
   const auto& info = arena.find(fmt::format("block{}.{}", layer, kBlockLinearArena[static_cast<int>(which)]));
-  const std::span<const float> w(arena.value(info.offset), static_cast<size_t>(info.size()));
-  return cpu::quantize(w, info.rows, info.cols, o);
+  // The parameter arena is host memory: the CPU backend quantizes it (the same bytes on every backend).
+  ops::Backend& cpu = ops::cpu();
+  auto q = cpu.new_quantized();
+  cpu.quantize(arena.value(info.offset), info.rows, info.cols, o, *q);
+  return q->to_host();
 }
 
 std::span<const uint8_t> bytes_of(const void* p, size_t n) { return {static_cast<const uint8_t*>(p), n}; }
@@ -198,10 +201,11 @@ int apply_weight_only_quantization(LoadedRun& run) {
     const auto o = forward_weight_options(recipe, l, progress);
     if (!o) continue;
     for (int i = 0; i < model::kLinearsPerBlock; ++i) {
-      const auto which = static_cast<model::BlockLinear>(i);
-      const QuantizedTensor q = quantize_weight(run, l, which, *o);
       const auto& info = arena.find(fmt::format("block{}.{}", l, kBlockLinearArena[i]));
-      cpu::dequantize(q, std::span<float>(arena.value(info.offset), static_cast<size_t>(info.size())));
+      ops::Backend& cpu = ops::cpu();
+      auto q = cpu.new_quantized();
+      cpu.quantize(arena.value(info.offset), info.rows, info.cols, *o, *q);
+      cpu.dequantize(*q, arena.value(info.offset));
       ++replaced;
     }
   }

@@ -16,7 +16,7 @@
 // deterministic -- round to nearest, no stochastic rounding and no RHT for weights, 16x16 tiles
 // (nvfp4.weight_2d, the default) or 1x16 blocks, Four Over Six when the recipe has it -- so
 // quantizing the checkpoint's FP32 master weights with exactly the options Linear::forward passes
-// to cpu::quantize reproduces the training codes bit for bit (tests/test_export.cpp checks this
+// to the backend's quantize reproduces the training codes bit for bit (tests/test_export.cpp checks this
 // against the Linear's own quantized weight). 16x16 tile scales are stored repeated per row, which
 // is a valid 1x16 layout. nibble trains q/k/v as one fused linear (and gate/up as one), so each
 // group already has one global amax: split by rows, the parts share one global scale as vLLM

@@ -4,62 +4,15 @@
 #include <string>
 
 #include "format/quantized_tensor.h"
-#include "model/parallel.h"
 
 namespace nibble::train {
 
-namespace {
-constexpr int64_t kNormChunk = 1 << 14;
-
-struct AdamWConstants {
-  float clip, b1, b2, bias1, bias2, decay, lr, eps;
-};
-
-// The update of n consecutive elements. Element-wise and IEEE (vdivps/vsqrtps round like their
-// scalar forms), so the vector clones give the scalar loop's bits; cloned per ISA because the
-// baseline x86-64 build, through spans, ran it scalar (~4% of an NVFP4 training step).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_range(
-    const AdamWConstants& k, const float* __restrict g_in, float* __restrict mp, float* __restrict vp,
-    float* __restrict wp, const uint8_t* __restrict dp, int64_t n) {
-  const float clip = k.clip, b1 = k.b1, b2 = k.b2, bias1 = k.bias1, bias2 = k.bias2, decay = k.decay, lr = k.lr,
-              eps = k.eps;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = g_in[i] * clip;
-    const float m = b1 * mp[i] + (1.0f - b1) * g;
-    const float v = b2 * vp[i] + (1.0f - b2) * g * g;
-    mp[i] = m;
-    vp[i] = v;
-    const float m_hat = m / bias1, v_hat = v / bias2;
-    // Decoupled decay, not part of the adaptive gradient; written without a branch (dp is 0 or 1,
-    // and w - 0 * w == w) so that the loop vectorises.
-    const float w = wp[i] - (static_cast<float>(dp[i]) * decay) * wp[i];
-    wp[i] = w - lr * m_hat / (std::sqrt(v_hat) + eps);
-  }
-}
-}  // namespace
-
-double global_grad_norm(std::span<const float> g) {
-  const int64_t n = static_cast<int64_t>(g.size()), chunks = (n + kNormChunk - 1) / kNormChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (n >= model::kMinParallelWork)
-  for (int64_t c = 0; c < chunks; ++c) {
-    // Eight interleaved partial sums (lane i % 8), added in a fixed order: vectorisable, and the
-    // same bits for any thread count because the chunks are fixed.
-    double lanes[8] = {};
-    const int64_t begin = c * kNormChunk, end = std::min(n, (c + 1) * kNormChunk);
-    int64_t i = begin;
-    for (; i + 8 <= end; i += 8)
-      for (int l = 0; l < 8; ++l) lanes[l] += static_cast<double>(g[i + l]) * g[i + l];
-    for (; i < end; ++i) lanes[0] += static_cast<double>(g[i]) * g[i];
-    partial[c] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-  }
-  double total = 0;
-  for (double p : partial) total += p;
-  return std::sqrt(total);
+double global_grad_norm(std::span<const float> g, ops::Backend& backend) {
+  return std::sqrt(backend.sum_of_squares(g.data(), static_cast<int64_t>(g.size())));
 }
 
-AdamW::AdamW(const model::ParamArena& params, const AdamWConfig& config) : config_(config) {
+AdamW::AdamW(const model::ParamArena& params, const AdamWConfig& config, ops::Backend& backend)
+    : config_(config), backend_(backend) {
   if (!(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1))
     throw UsageError("AdamW betas (" + std::to_string(config.beta1) + ", " + std::to_string(config.beta2) +
                      ") must lie in [0, 1)");
@@ -76,23 +29,15 @@ AdamW::AdamW(const model::ParamArena& params, const AdamWConfig& config) : confi
 double AdamW::step(model::ParamArena& params, float lr) {
   auto grads = params.grads();
   auto values = params.values();
-  const double norm = global_grad_norm(grads);
+  const double norm = global_grad_norm(grads, backend_);
   const float clip = config_.clip_norm > 0 && norm > config_.clip_norm ? static_cast<float>(config_.clip_norm / norm) : 1.0f;
   ++t_;
   const float b1 = config_.beta1, b2 = config_.beta2;
   const float bias1 = 1.0f - static_cast<float>(std::pow(b1, static_cast<double>(t_)));
   const float bias2 = 1.0f - static_cast<float>(std::pow(b2, static_cast<double>(t_)));
   const float decay = lr * config_.weight_decay, eps = config_.eps;
-  const int64_t n = static_cast<int64_t>(values.size());
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  const AdamWConstants k{clip, b1, b2, bias1, bias2, decay, lr, eps};
-#pragma omp parallel for schedule(static) if (n >= model::kMinParallelWork)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-    adamw_range(k, grads.data() + begin, m_.data() + begin, v_.data() + begin, values.data() + begin,
-                decay_.data() + begin, end - begin);
-  }
+  backend_.adamw_update({clip, b1, b2, bias1, bias2, decay, lr, eps}, grads.data(), m_.data(), v_.data(),
+                        values.data(), decay_.data(), static_cast<int64_t>(values.size()));
   return norm;
 }
 

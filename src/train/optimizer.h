@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/params.h"
+#include "ops/backend.h"
 
 namespace nibble::train {
 
@@ -19,7 +20,7 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const model::ParamArena& params, const AdamWConfig& config);
+  AdamW(const model::ParamArena& params, const AdamWConfig& config, ops::Backend& backend = ops::cpu());
   // One update with learning rate lr from the gradients in the arena (clipped first). Returns
   // the global gradient norm before clipping. Deterministic for any thread count.
   double step(model::ParamArena& params, float lr);
@@ -34,6 +35,7 @@ class AdamW {
 
  private:
   AdamWConfig config_;
+  ops::Backend& backend_;
   std::vector<float> m_, v_;
   std::vector<uint8_t> decay_;  // per element: 1 where weight decay applies
   int64_t t_ = 0;
@@ -41,7 +43,7 @@ class AdamW {
 
 // The L2 norm of all gradients, summed in double in fixed-size chunks whose partial sums are
 // added in order, so the result does not depend on the thread count.
-double global_grad_norm(std::span<const float> grads);
+double global_grad_norm(std::span<const float> grads, ops::Backend& backend = ops::cpu());
 
 enum class Schedule : uint8_t { cosine, wsd, constant };
 Schedule parse_schedule(std::string_view s);  // UsageError listing the names

@@ -14,7 +14,7 @@
 #include "format/quantized_tensor.h"
 #include "io/atomic_file.h"
 #include "io/directory_lock.h"
-#include "kernels/cpu/gemm_peaks.h"
+#include "ops/backend.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/experiment.h"
@@ -484,7 +484,7 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     trainer.optimizer().set_steps(optimizer_steps);
   }
 
-  const double peak = cpu::measure_fma_f32_peak(0.1).giga_ops_per_s * 1e9 * omp_get_max_threads();
+  const double peak = ops::cpu().measure_peak_f32_flops(0.1);
   print(startup_report(config, trainer.model(), trainer.recipe(), *data.tokenizer, static_cast<int64_t>(data.train.size()),
                        static_cast<int64_t>(data.val.size()), peak));
   if (comm.size() > 1)

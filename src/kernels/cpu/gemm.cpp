@@ -284,8 +284,9 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
 }  // namespace
 }  // namespace gemm_detail
 
-void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha, bool accumulate,
+void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha, Output output,
           Summation summation) {
+  const bool accumulate = output == Output::accumulate;
   using namespace gemm_detail;
   const Family family = validate_operands(a, b, c, ldc);
   if (a.rows == 0 || b.rows == 0) return;

@@ -1,5 +1,5 @@
 // CPU GEMMs. Quantized operands use the TN layout cuBLASLt requires: both K-contiguous,
-//   C[M,N] = alpha * A[M,K] . B[N,K]^T   (+ C when accumulate)
+//   C[M,N] = alpha * A[M,K] . B[N,K]^T   (+ C when Output::accumulate)
 // with FP32 output. For NVFP4 each 16-element partial product is exact (E2M1*2 are small
 // integers), is multiplied by sA*sB and accumulated in FP32; the global factor
 // amaxA*amaxB/2688^2 (decode_scale_A * decode_scale_B) is applied once at the end.
@@ -10,23 +10,16 @@
 #include <cstdint>
 #include <span>
 
+#include "format/gemm_rules.h"
 #include "format/quantized_tensor.h"
 
 namespace nibble::cpu {
 
-// How the products of a quantized GEMM are summed (NVFP4, MXFP4 and per-tensor FP8; MXFP8 always
-// sums as block_exact describes for its family).
-//  * block_exact (spec section 5): each 16-element block product is an exact integer, multiplied by
-//    sA*sB and added to the FP32 accumulator with one rounding per block, blocks in K order. The same
-//    bits on every ISA (AMX-INT8, AVX-512 VNNI, AVX2, scalar).
-//  * fp32_products (spec section 7, the route Hopper takes): both operands decoded exactly to BF16
-//    (e2m1 * e4m3 fits, as do E4M3 and E5M2 values and e2m1 * e8m0 while the scale stays within
-//    2^-125..2^125; beyond that MXFP4 runs block_exact), each element product exact, summed in FP32 by the AMX-BF16 tile unit in its
-//    own order: differs from block_exact within the FP32-accumulation bound, is bitwise the same for
-//    any thread count, and is ~2x faster on Sapphire Rapids (no per-block epilogue). Runs on
-//    AMX-BF16; per-tensor FP8 also on AVX512-BF16 (vdpbf16ps, products summed in k pairs); elsewhere
-//    it runs block_exact (see fp32_products_available()).
-enum class Summation : uint8_t { block_exact, fp32_products };
+// Summation (how quantized products are summed: block_exact / fp32_products on AMX-BF16, and FP8
+// also on AVX512-BF16), Output and Trans are the shared GEMM contract (format/gemm_rules.h).
+using nibble::Output;
+using nibble::Summation;
+using nibble::Trans;
 // True when Summation::fp32_products runs its own kernel for operands of `format` on this CPU
 // (after NIBBLE_ISA): every format on AMX-BF16, FP8 (e4m3/e5m2) on AVX512-BF16 too; false when it
 // falls back to block_exact.
@@ -36,9 +29,8 @@ bool fp32_products_available(Format format);
 // any block shape on either side, mxfp4 x mxfp4, mxfp8 x mxfp8, fp8 x fp8 in any e4m3/e5m2 mix).
 // c: row-major with leading dimension ldc >= N. Throws UsageError on mismatched shapes/formats.
 void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t ldc, float alpha = 1.0f,
-          bool accumulate = false, Summation summation = Summation::block_exact);
+          Output output = Output::overwrite, Summation summation = Summation::block_exact);
 
-enum class Trans : uint8_t { no, yes };
 
 // BLAS-style FP32 GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, row-major, op(A) is [M,K], op(B)
 // is [K,N]; lda/ldb/ldc are the row strides of the stored matrices. nibble's f32-family kernel of

@@ -98,17 +98,9 @@ constexpr uint32_t kFloatExponentAllOnes = 0x7F800000u;
 // Sets every field for the new tensor; the kernels overwrite every code and scale byte, so buffers
 // that already have the right size are kept as they are (resize() only zero-fills growth).
 void make_header(int64_t rows, int64_t cols, const QuantOptions& o, QuantizedTensor& q) {
-  q.format = o.format;
-  q.block = block_shape_of(o);
-  q.rounding = o.rounding;
-  q.rht = o.rht;
-  q.four_over_six = o.four_over_six;
-  q.four_over_six_error = four_over_six_error_of(o);
-  q.four_over_six_e4m3_max = four_over_six_e4m3_max_of(o);
-  q.rows = rows;
-  q.cols = cols;
-  q.codes.resize(static_cast<size_t>(is_4bit(o.format) ? rows * cols / 2 : rows * cols));
-  q.scales.resize(q.block != BlockShape::per_tensor ? static_cast<size_t>(rows * (cols / q.block_len())) : 0);
+  q.layout() = layout_of(o, rows, cols);
+  q.codes.resize(static_cast<size_t>(q.code_bytes()));
+  q.scales.resize(static_cast<size_t>(q.scale_bytes()));
   q.amax = 0.0f;
   q.decode_scale = 1.0f;
 }
@@ -346,13 +338,7 @@ void quantize_fp8(const Kernels& k, std::span<const float> x, const QuantOptions
 // Exact transpose of 16x16-tile NVFP4 codes and scales (ref::transpose_tiles), tile by tile.
 QuantizedTensor transpose_tiles_fast(const QuantizedTensor& q) {
   QuantizedTensor t;
-  t.format = q.format;
-  t.block = q.block;
-  t.rounding = q.rounding;
-  t.rht = q.rht;
-  t.four_over_six = q.four_over_six;
-  t.four_over_six_error = q.four_over_six_error;
-  t.four_over_six_e4m3_max = q.four_over_six_e4m3_max;
+  t.layout() = q.layout();
   t.amax = q.amax;
   t.decode_scale = q.decode_scale;
   t.rows = q.cols;

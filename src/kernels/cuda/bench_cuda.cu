@@ -205,8 +205,8 @@ int run(const CudaBenchOptions& o) {
   }
   {
     const DeviceQuantized qa = quantize(a.data(), M, K, rn, ctx, fast), qb = quantize(b.data(), N, K, tile, ctx, fast);
-    GemmPath path = gemm(qa, qb, c.data(), N, 1.0f, false, ctx);
-    const double s = timer.seconds([&] { path = gemm(qa, qb, c.data(), N, 1.0f, false, ctx); }, W, I);
+    GemmPath path = gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, ctx);
+    const double s = timer.seconds([&] { path = gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, ctx); }, W, I);
     const double t = flops / s * 1e-12;
     const bool emulated = path == GemmPath::emulated_bf16;
     grows.push_back({"NVFP4 x NVFP4, " + std::string(emulated ? "emulated, dequantize included" : "native"), t,
@@ -230,8 +230,8 @@ int run(const CudaBenchOptions& o) {
   }
   {
     const DeviceQuantized qa = quantize(a.data(), M, K, fp8, ctx, fast), qb = quantize(b.data(), N, K, fp8, ctx, fast);
-    GemmPath path = gemm(qa, qb, c.data(), N, 1.0f, false, ctx);
-    const double s = timer.seconds([&] { path = gemm(qa, qb, c.data(), N, 1.0f, false, ctx); }, W, I);
+    GemmPath path = gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, ctx);
+    const double s = timer.seconds([&] { path = gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, ctx); }, W, I);
     grows.push_back({"FP8 E4M3 x E4M3 -> FP32", flops / s * 1e-12, flops / s * 1e-12 / bf16_tflops,
                      std::string(to_string(path))});
   }

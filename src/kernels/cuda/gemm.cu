@@ -161,7 +161,7 @@ cudaDataType fp8_type(Format f) { return f == Format::fp8_e4m3 ? CUDA_R_8F_E4M3 
 
 }  // namespace
 
-GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha, bool accumulate,
+GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha, Output output,
               Context& ctx) {
   check_gemm_operands(a.format, a.rows, a.cols, b.format, b.rows, b.cols, ldc, a.rht, b.rht);
   const int64_t M = a.rows, N = b.rows, K = a.cols;
@@ -170,7 +170,7 @@ GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int6
   GemmPath path = choose_gemm_path(a.format, b.format, shape, dev.cc_major, dev.cc_minor);
 
   float* alpha_beta = reinterpret_cast<float*>(ctx.scratch(Context::Scratch::scalars, 2 * sizeof(float)));
-  fold_alpha_kernel<<<1, 1, 0, ctx.stream()>>>(a.globals.data(), b.globals.data(), alpha, accumulate ? 1.0f : 0.0f,
+  fold_alpha_kernel<<<1, 1, 0, ctx.stream()>>>(a.globals.data(), b.globals.data(), alpha, output == Output::accumulate ? 1.0f : 0.0f,
                                                alpha_beta);
   NIBBLE_CUDA_CHECK_LAUNCH();
 

@@ -1,5 +1,5 @@
 // GPU GEMMs with the CPU's contract (kernels/cpu/gemm.h), on device pointers:
-//   C[M,N] = alpha * A[M,K] . B[N,K]^T   (+ C when accumulate), FP32 output, row-major, ldc >= N,
+//   C[M,N] = alpha * A[M,K] . B[N,K]^T   (+ C with Output::accumulate), FP32 output, row-major, ldc >= N,
 // both quantized operands K-contiguous (the TN layout cuBLASLt requires for narrow types).
 // The path depends on the operands and the device (choose_gemm_path):
 //   native_nvfp4   sm_100+: cuBLASLt NVFP4 (CUDA_R_4F_E2M1, VEC16_UE4M3 scales in the 128x4 swizzled
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "format/gemm_rules.h"
 #include "kernels/cuda/quantize.h"
 
 namespace nibble::cuda {
@@ -33,9 +34,10 @@ void check_gemm_operands(Format a_format, int64_t a_rows, int64_t a_cols, Format
 // Returns the path that ran (a native path falls back to emulation when cuBLASLt offers no
 // algorithm for the shape). c is a device pointer. Asynchronous on ctx's stream.
 GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha = 1.0f,
-              bool accumulate = false, Context& ctx = default_context());
+              Output output = Output::overwrite, Context& ctx = default_context());
 
-enum class Trans : uint8_t { no, yes };
+using nibble::Output;
+using nibble::Trans;
 // BLAS-style BF16 GEMM through cuBLASLt, FP32 accumulation and output, row-major like the CPU's
 // gemm_bf16: C[M,N] = alpha * op(A) op(B) + beta * C, op(A) [M,K], op(B) [K,N]; a, b are BF16 bits.
 // alpha_beta_device: when non-null, a device pointer to {alpha, beta} used instead of the arguments.

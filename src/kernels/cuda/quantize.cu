@@ -16,16 +16,6 @@ using detail::EncoderSet;
 using detail::Nvfp4Side;
 using detail::Nvfp4TileParams;
 
-int64_t DeviceQuantized::block_len() const {
-  switch (block) {
-    case BlockShape::row_1x16:
-    case BlockShape::tile_16x16: return 16;
-    case BlockShape::row_1x32: return 32;
-    case BlockShape::per_tensor: return cols;
-  }
-  return cols;
-}
-
 namespace {
 
 constexpr int kThreads = 256;
@@ -282,18 +272,9 @@ __global__ void transpose_kernel(const InT* x, int64_t rows, int64_t cols, InT* 
 
 DeviceQuantized make_header(int64_t rows, int64_t cols, const QuantOptions& o, Context& ctx) {
   DeviceQuantized q;
-  q.format = o.format;
-  q.block = block_shape_of(o);
-  q.rounding = o.rounding;
-  q.rht = o.rht;
-  q.four_over_six = o.four_over_six;
-  q.four_over_six_error = four_over_six_error_of(o);
-  q.four_over_six_e4m3_max = four_over_six_e4m3_max_of(o);
-  q.rows = rows;
-  q.cols = cols;
-  q.codes = DeviceBuffer<uint8_t>(static_cast<size_t>(is_4bit(o.format) ? rows * cols / 2 : rows * cols), ctx.stream());
-  if (q.block != BlockShape::per_tensor)
-    q.scales = DeviceBuffer<uint8_t>(static_cast<size_t>(rows * (cols / q.block_len())), ctx.stream());
+  q.layout() = layout_of(o, rows, cols);
+  q.codes = DeviceBuffer<uint8_t>(static_cast<size_t>(q.code_bytes()), ctx.stream());
+  if (q.block != BlockShape::per_tensor) q.scales = DeviceBuffer<uint8_t>(static_cast<size_t>(q.scale_bytes()), ctx.stream());
   q.globals = DeviceBuffer<float>(2, ctx.stream());
   q.globals.fill_zero();  // amax accumulates with atomicMax from 0
   return q;
@@ -593,15 +574,7 @@ void swizzle_scales(const DeviceQuantized& q, uint8_t* out, Context& ctx) {
 
 QuantizedTensor to_host(const DeviceQuantized& q) {
   QuantizedTensor h;
-  h.format = q.format;
-  h.block = q.block;
-  h.rounding = q.rounding;
-  h.rht = q.rht;
-  h.four_over_six = q.four_over_six;
-  h.four_over_six_error = q.four_over_six_error;
-  h.four_over_six_e4m3_max = q.four_over_six_e4m3_max;
-  h.rows = q.rows;
-  h.cols = q.cols;
+  h.layout() = q.layout();
   h.codes = q.codes.download();
   h.scales = q.scales.download();
   const std::vector<float> globals = q.globals.download();
@@ -612,15 +585,7 @@ QuantizedTensor to_host(const DeviceQuantized& q) {
 
 DeviceQuantized to_device(const QuantizedTensor& h, Context& ctx) {
   DeviceQuantized q;
-  q.format = h.format;
-  q.block = h.block;
-  q.rounding = h.rounding;
-  q.rht = h.rht;
-  q.four_over_six = h.four_over_six;
-  q.four_over_six_error = h.four_over_six_error;
-  q.four_over_six_e4m3_max = h.four_over_six_e4m3_max;
-  q.rows = h.rows;
-  q.cols = h.cols;
+  q.layout() = h.layout();
   q.codes = DeviceBuffer<uint8_t>::from_host(h.codes, ctx.stream());
   q.scales = DeviceBuffer<uint8_t>::from_host(h.scales, ctx.stream());
   const float globals[2] = {h.amax, h.decode_scale};

@@ -15,22 +15,15 @@
 
 namespace nibble::cuda {
 
-struct DeviceQuantized {
-  Format format = Format::nvfp4;
-  BlockShape block = BlockShape::row_1x16;
-  Rounding rounding = Rounding::nearest;
-  bool rht = false;
-  bool four_over_six = false;
-  FourOverSixError four_over_six_error = FourOverSixError::mae;  // as QuantizedTensor
-  int four_over_six_e4m3_max = 448;
-  int64_t rows = 0, cols = 0;
+// A quantized tensor in device memory: the host tensor's layout (format/quantized_tensor.h) with
+// device storage.
+struct DeviceQuantized : QuantizedLayout {
   DeviceBuffer<uint8_t> codes;   // as QuantizedTensor::codes
   DeviceBuffer<uint8_t> scales;  // row-major [rows, scale_cols] (not swizzled)
   DeviceBuffer<float> globals;   // [0] amax, [1] decode scale (S_dec for nvfp4, 1/scale for fp8, 1 for mx)
 
-  int64_t block_len() const;
-  int64_t scale_cols() const { return block == BlockShape::per_tensor ? 0 : cols / block_len(); }
-  bool is_4bit() const { return format == Format::nvfp4 || format == Format::mxfp4; }
+  QuantizedLayout& layout() { return *this; }
+  const QuantizedLayout& layout() const { return *this; }
 };
 
 // Knobs that only the GPU path has.

@@ -4,6 +4,6 @@
 #pragma once
 #include <cstdint>
 
-namespace nibble::model {
+namespace nibble::cpu {
 inline constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 }

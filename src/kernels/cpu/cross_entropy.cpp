@@ -1,10 +1,10 @@
-#include "model/cross_entropy.h"
-#include "model/parallel.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 template <typename T>
 double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t vocab, T* loss) {
@@ -44,4 +44,4 @@ template double cross_entropy_forward<double>(const double*, const int32_t*, int
 template void cross_entropy_backward<float>(const float*, const int32_t*, int64_t, int64_t, float, float*);
 template void cross_entropy_backward<double>(const double*, const int32_t*, int64_t, int64_t, double, double*);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

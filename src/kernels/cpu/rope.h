@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 template <typename T>
 struct RopeTable {
@@ -23,4 +23,4 @@ template <typename T>
 void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
                    const RopeTable<T>& table);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

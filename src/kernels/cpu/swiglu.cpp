@@ -1,12 +1,12 @@
-#include "model/swiglu.h"
-#include "model/parallel.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/parallel.h"
 
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/vector_math.h"
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 template <typename T>
 void swiglu_forward(const T* gate_up, int64_t n, int64_t hidden, T* a) {
@@ -88,4 +88,4 @@ void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, in
 template void swiglu_forward<double>(const double*, int64_t, int64_t, double*);
 template void swiglu_backward<double>(const double*, const double*, int64_t, int64_t, double*);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 // logits: [N, vocab]; targets: [N]; loss[n] = logsumexp(logits[n]) - logits[n, target[n]].
 // Returns the sum of loss[n] accumulated in double, in token order (deterministic).
@@ -13,4 +13,4 @@ double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n,
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, int64_t n, int64_t vocab, T scale, T* dlogits);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 // tokens: [N] in [0, vocab); table: [vocab, width]; out: [N, width] (overwritten).
 template <typename T>
@@ -11,4 +11,4 @@ void embedding_forward(const int32_t* tokens, int64_t n, const T* table, int64_t
 template <typename T>
 void embedding_backward(const int32_t* tokens, int64_t n, const T* dout, int64_t width, T* dtable);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

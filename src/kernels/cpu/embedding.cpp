@@ -1,9 +1,9 @@
-#include "model/embedding.h"
-#include "model/parallel.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/parallel.h"
 
 #include <algorithm>
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 template <typename T>
 void embedding_forward(const int32_t* tokens, int64_t n, const T* table, int64_t width, T* out) {
@@ -27,4 +27,4 @@ template void embedding_forward<double>(const int32_t*, int64_t, const double*, 
 template void embedding_backward<float>(const int32_t*, int64_t, const float*, int64_t, float*);
 template void embedding_backward<double>(const int32_t*, int64_t, const double*, int64_t, double*);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

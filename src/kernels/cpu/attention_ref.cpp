@@ -1,5 +1,5 @@
-#include "model/attention.h"
-#include "model/parallel.h"
+#include "kernels/cpu/attention_ref.h"
+#include "kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "format/quantized_tensor.h"
 
-namespace nibble::model {
+namespace nibble::ref {
 
 template <typename T>
 void attention_forward(const AttentionShape& s, const T* qkv, T* out, T* softmax_stats) {
@@ -16,7 +16,7 @@ void attention_forward(const AttentionShape& s, const T* qkv, T* out, T* softmax
   const int64_t group = s.heads / s.kv_heads;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
   // Each (sequence, query head, query position) is independent: any thread count gives the same bits.
-#pragma omp parallel for collapse(2) schedule(static) if (s.batch * s.heads * S * S * hd >= kMinParallelWork)
+#pragma omp parallel for collapse(2) schedule(static) if (s.batch * s.heads * S * S * hd >= cpu::kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t kcol = (s.heads + h / group) * hd, vcol = (s.heads + s.kv_heads + h / group) * hd;
@@ -59,7 +59,7 @@ void attention_backward(const AttentionShape& s, const T* qkv, const T* softmax_
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
   // dK and dV of a key/value head collect contributions from every query head of its group, so the
   // work is split by (sequence, kv head) and the group's query heads run in a fixed order inside.
-#pragma omp parallel for collapse(2) schedule(static) if (s.batch * s.heads * S * S * hd >= kMinParallelWork)
+#pragma omp parallel for collapse(2) schedule(static) if (s.batch * s.heads * S * S * hd >= cpu::kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t g = 0; g < s.kv_heads; ++g) {
       const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
@@ -107,18 +107,7 @@ void attention_backward(const AttentionShape& s, const T* qkv, const T* softmax_
     }
 }
 
-template <>
-void attention_forward<float>(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) {
-  cpu::attention_forward(s, qkv, out, softmax_stats);
-}
-
-template <>
-void attention_backward<float>(const AttentionShape& s, const float* qkv, const float* softmax_stats,
-                               const float* dout, float* dqkv) {
-  cpu::attention_backward(s, qkv, softmax_stats, dout, dqkv);
-}
-
 template void attention_forward<double>(const AttentionShape&, const double*, double*, double*);
 template void attention_backward<double>(const AttentionShape&, const double*, const double*, const double*, double*);
 
-}  // namespace nibble::model
+}  // namespace nibble::ref

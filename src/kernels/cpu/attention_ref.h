@@ -9,9 +9,9 @@
 
 #include "kernels/cpu/attention.h"
 
-namespace nibble::model {
+namespace nibble::ref {
 
-// bf16_matmuls applies to the FP32 version only (the fused CPU kernel); the double one is exact.
+// bf16_matmuls is ignored here: the loops are exact in T.
 using AttentionShape = cpu::AttentionShape;
 
 // out: [batch*seq, heads*head_dim]; softmax_stats: [batch, heads, seq, 2], per query row the
@@ -23,12 +23,7 @@ void attention_forward(const AttentionShape& s, const T* qkv, T* out, T* softmax
 template <typename T>
 void attention_backward(const AttentionShape& s, const T* qkv, const T* softmax_stats, const T* dout, T* dqkv);
 
-// The FP32 versions are cpu::attention_forward/backward (fused, flash-style); the double versions
-// are plain loops (the finite-difference reference). Tests check that the two agree.
-template <>
-void attention_forward<float>(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats);
-template <>
-void attention_backward<float>(const AttentionShape& s, const float* qkv, const float* softmax_stats,
-                               const float* dout, float* dqkv);
+// The plain loops: the finite-difference reference (double) of the fused kernels
+// cpu::attention_forward/backward (kernels/cpu/attention.h), which tests check against them.
 
-}  // namespace nibble::model
+}  // namespace nibble::ref

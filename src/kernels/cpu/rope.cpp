@@ -1,11 +1,11 @@
-#include "model/rope.h"
-#include "model/parallel.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/parallel.h"
 
 #include <cmath>
 
 #include "format/quantized_tensor.h"
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 template <typename T>
 RopeTable<T>::RopeTable(int64_t context_, int64_t head_dim_, double theta) : context(context_), head_dim(head_dim_) {
@@ -63,4 +63,4 @@ template void rope_forward<double>(double*, int64_t, int64_t, int64_t, int64_t, 
 template void rope_backward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&);
 template void rope_backward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 // gate_up: [N, 2*hidden] (gate in columns [0, hidden), up in [hidden, 2*hidden)); a: [N, hidden].
 template <typename T>
@@ -20,4 +20,4 @@ void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, floa
 template <>
 void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

@@ -1,10 +1,10 @@
-#include "model/rmsnorm.h"
-#include "model/parallel.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace nibble::model {
+namespace nibble::cpu {
 namespace {
 // Sum of term(c) over c < width in 16 interleaved partial sums (lane c % 16), folded in a fixed
 // tree at the end: a fixed order (the same on any thread count) that the compiler can vectorise,
@@ -73,4 +73,4 @@ template void rmsnorm_backward<float>(const float*, const float*, const float*, 
 template void rmsnorm_backward<double>(const double*, const double*, const double*, const double*, int64_t, int64_t,
                                        double*, double*);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

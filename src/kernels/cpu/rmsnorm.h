@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-namespace nibble::model {
+namespace nibble::cpu {
 
 // x, y: [N, width]; gain: [width]; rstd: [N] (saved for backward).
 template <typename T>
@@ -13,4 +13,4 @@ template <typename T>
 void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int64_t n, int64_t width, T* dx,
                       T* dgain);
 
-}  // namespace nibble::model
+}  // namespace nibble::cpu

@@ -1,0 +1,249 @@
+// The backend seam: every operation that recipe/, model/ and train/ run on tensor data, behind one
+// interface with one implementation per device. Nothing above this folder calls nibble::cpu:: or
+// nibble::cuda:: directly; a backend is chosen once (the `device` of a run) and handed down.
+//
+//   TensorOps   memory, quantization (bit-identical to nibble::ref on every backend), quantized and
+//               FP32/BF16 GEMMs: what a recipe's Linear needs.
+//   LayerOps    the model's layers (embedding, RMSNorm, RoPE, attention, SwiGLU, cross-entropy),
+//               forward and backward, plus the optimizer's fixed-order gradient norm and AdamW update.
+//   Backend     both: what a whole model trains on.
+//
+// Pointers handed to a backend point into its own memory (host memory for the CPU, device memory for
+// CUDA): allocate it with ops::Array. Calls are ordered as made; a backend may run them
+// asynchronously, and copy_to_host waits for what came before it.
+//
+// Implementations: ops/cpu_backend.cpp (kernels/cpu: every op). The CUDA backend (kernels/cuda) is
+// the next implementation of this interface (issue "Pretrain on NVIDIA GPUs").
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "common/error.h"
+#include "format/codecs.h"
+#include "format/gemm_rules.h"
+#include "format/quantized_tensor.h"
+
+namespace nibble::ops {
+
+enum class Device : uint8_t { cpu, cuda };
+std::string_view to_string(Device d);
+Device parse_device(std::string_view s);  // "cpu" or "cuda"; UsageError naming both
+
+// The GEMM contract of every backend (format/gemm_rules.h): how quantized products are summed,
+// overwrite or accumulate, operand transposition.
+using nibble::Output;
+using nibble::Summation;
+using nibble::Trans;
+
+// A quantized tensor in a backend's memory: the layout every backend shares and storage only the
+// backend that made it reads. Made empty by TensorOps::new_quantized and filled by its quantizers.
+class Quantized {
+ public:
+  virtual ~Quantized() = default;
+  virtual Device device() const = 0;
+  virtual const QuantizedLayout& layout() const = 0;
+  virtual float amax() const = 0;             // global amax (of the transformed values under RHT); may wait for the device
+  virtual int64_t stored_bytes() const = 0;   // codes + block scales
+  virtual QuantizedTensor to_host() const = 0;
+};
+
+// The causal attention core's shape (kernels/cpu/attention.h has the CPU's copy of this contract).
+struct AttentionShape {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool bf16_matmuls = false;  // Q, K, V, P (and dO, dS) rounded to BF16, FP32 accumulation and softmax
+  int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
+  int64_t out_width() const { return heads * head_dim; }
+  int64_t softmax_stats_size() const { return batch * heads * seq * 2; }
+};
+
+// AdamW's per-step scalars (train/optimizer.h derives them from the config and the step).
+struct AdamWStep {
+  float clip = 1, beta1 = 0.9f, beta2 = 0.99f, bias1 = 1, bias2 = 1, decay = 0, lr = 0, eps = 1e-8f;
+};
+
+class TensorOps {
+ public:
+  virtual ~TensorOps() = default;
+  virtual Device device() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu (avx2, 2 threads)"
+  // The FP32 multiply-add rate of the whole device in FLOP/s, measured for about `seconds` (the
+  // denominator of a run's MFU).
+  virtual double measure_peak_f32_flops(double seconds) = 0;
+
+  // ---- memory -----------------------------------------------------------------------------------
+  virtual void* allocate(size_t bytes) = 0;  // aligned to 64 bytes; nullptr for 0
+  virtual void release(void* p) noexcept = 0;
+  virtual void copy(const void* src, void* dst, size_t bytes) = 0;  // within this backend's memory
+  virtual void copy_to_host(const void* src, void* host_dst, size_t bytes) = 0;  // waits
+  virtual void copy_from_host(const void* host_src, void* dst, size_t bytes) = 0;
+  virtual void fill_zero(void* p, size_t bytes) = 0;
+  virtual void synchronize() = 0;  // waits for every call made so far
+
+  // ---- quantization: x is [rows, cols] FP32 row-major; the same bytes as nibble::ref ---------------
+  virtual std::unique_ptr<Quantized> new_quantized() = 0;
+  // Row-wise blocks along cols (ref::quantize). UsageError for shapes/options the reference refuses
+  // and for non-finite input, naming it.
+  virtual void quantize(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt, Quantized& out) = 0;
+  // The quantization of x^T, [cols, rows] (ref::quantize_transposed).
+  virtual void quantize_transposed(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                                   Quantized& out) = 0;
+  // Both: x row-wise with row_opt into row_out and x^T with t_opt into t_out, the same bytes as the
+  // two calls above (a backend reads x once less).
+  virtual void quantize_both(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                             Quantized& row_out, const QuantOptions& t_opt, Quantized& t_out) = 0;
+  // The exact transpose of a 16x16-tile NVFP4 tensor (ref::transpose_tiles): a weight's column-wise
+  // copy without quantizing it again. UsageError for other blocks.
+  virtual void transpose_tiles(const Quantized& q, Quantized& out) = 0;
+  // Values in the original domain (inverse RHT applied), [rows, cols] FP32.
+  virtual void dequantize(const Quantized& q, float* out) = 0;
+
+  // ---- GEMMs -------------------------------------------------------------------------------------
+  // True when Summation::fp32_products has its own kernel for operands of `format` here (else a
+  // gemm asked for it sums as block_exact).
+  virtual bool fp32_products_available(Format format) const = 0;
+  // How a GEMM of `format` operands asked to sum with `summation` sums here, in words for a run's log.
+  virtual std::string describe_summation(Format format, Summation summation) const = 0;
+  // C[M,N] (+)= alpha * A[M,K] . B[N,K]^T, both K-contiguous quantized operands, FP32 C with leading
+  // dimension ldc >= N. UsageError on mismatched shapes or formats.
+  virtual void gemm(const Quantized& a, const Quantized& b, float* c, int64_t ldc, float alpha, Output output,
+                    Summation summation) = 0;
+  // BLAS-style, row-major: C[M,N] = alpha op(A) op(B) + beta C. gemm_bf16 rounds the operands to BF16
+  // (RN) and accumulates in FP32. Bitwise the same for any thread count.
+  virtual void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                        const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+  virtual void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+
+  // ---- element-wise ------------------------------------------------------------------------------
+  virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x
+  virtual void round_to_bf16(const float* x, bf16* y, int64_t n) = 0;  // RN
+  virtual void widen_bf16(const bf16* x, float* y, int64_t n) = 0;
+};
+
+class LayerOps {
+ public:
+  virtual ~LayerOps() = default;
+  // N tokens, width d. Each forward/backward pair is the CPU kernel file of the same name
+  // (kernels/cpu/<layer>.h), where the equations are written out.
+  // out[N, d] = table[tokens[n]]; dtable[tokens[n]] += dout[n], in token order.
+  virtual void embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t width, float* out) = 0;
+  virtual void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width,
+                                  float* dtable) = 0;
+  // y[N, d] = x * rstd * gain, rstd[N] saved; backward adds into dx and dgain.
+  virtual void rmsnorm_forward(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
+                               float* rstd) = 0;
+  virtual void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
+                                int64_t width, float* dx, float* dgain) = 0;
+  // Half-split RoPE in place on `heads` heads from column first_col of [tokens, stride] rows; token t
+  // at position t % seq. The backend keeps the tables for (context, head_dim, theta).
+  virtual void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                            int64_t head_dim, double theta) = 0;
+  virtual void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col,
+                             int64_t heads, int64_t head_dim, double theta) = 0;
+  // Causal GQA attention core: qkv [N, qkv_stride] -> out [N, heads*head_dim], softmax_stats saved.
+  virtual void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) = 0;
+  virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats,
+                                  const float* dout, float* dqkv) = 0;
+  // a[N, f] = silu(gate) * up of gate_up [N, 2f]; backward overwrites dgate_up.
+  virtual void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) = 0;
+  virtual void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden,
+                               float* dgate_up) = 0;
+  // Per-token loss [N]; returns their sum in double, token order. Backward overwrites dlogits
+  // (may alias logits) with scale * (softmax - onehot).
+  virtual double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                                       float* loss) = 0;
+  virtual void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                                      float scale, float* dlogits) = 0;
+  // sum g^2 in double, in fixed chunks added in order (the same for any thread count).
+  virtual double sum_of_squares(const float* g, int64_t n) = 0;
+  // AdamW on n parameters: m, v, w updated in place from g; decay_mask[i] is 1 where weight decay applies.
+  virtual void adamw_update(const AdamWStep& k, const float* g, float* m, float* v, float* w,
+                            const uint8_t* decay_mask, int64_t n) = 0;
+};
+
+class Backend : public TensorOps, public LayerOps {};
+
+// The CPU backend (one per process; kernels chosen once from cpuid, capped by NIBBLE_ISA).
+Backend& cpu();
+
+// A typed array in a backend's memory, owned: the storage behind every pointer handed to a backend.
+// Growth keeps the contents (as std::vector); a default-constructed array is empty and belongs to
+// no backend until bind().
+template <typename T>
+class Array {
+ public:
+  Array() = default;
+  explicit Array(TensorOps& ops, size_t n = 0) : ops_(&ops) { resize(n); }
+  ~Array() { reset(); }
+  Array(Array&& o) noexcept
+      : ops_(o.ops_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+        capacity_(std::exchange(o.capacity_, 0)) {}
+  Array& operator=(Array&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ops_ = o.ops_;
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      capacity_ = std::exchange(o.capacity_, 0);
+    }
+    return *this;
+  }
+  Array(const Array&) = delete;
+  Array& operator=(const Array&) = delete;
+
+  void bind(TensorOps& ops) {
+    NIBBLE_CHECK(ops_ == nullptr || ops_ == &ops || capacity_ == 0);
+    ops_ = &ops;
+  }
+  TensorOps* ops() const { return ops_; }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+  // Contents up to min(old, new) size are kept; new elements are unspecified.
+  void resize(size_t n) {
+    if (n > capacity_) {
+      NIBBLE_CHECK(ops_ != nullptr);
+      T* grown = static_cast<T*>(ops_->allocate(n * sizeof(T)));
+      if (size_ > 0) ops_->copy(data_, grown, size_ * sizeof(T));
+      if (data_) ops_->release(data_);
+      data_ = grown;
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+  void resize_zeroed(size_t n) {
+    resize(n);
+    if (n) ops_->fill_zero(data_, bytes());
+  }
+  void clear() { size_ = 0; }  // capacity kept
+  void assign_from_host(const T* host, size_t n) {
+    resize(n);
+    if (n) ops_->copy_from_host(host, data_, bytes());
+  }
+  void assign_copy(const T* src, size_t n) {  // src in the same backend's memory
+    resize(n);
+    if (n) ops_->copy(src, data_, bytes());
+  }
+  void copy_to_host(T* host) const {
+    if (size_) ops_->copy_to_host(data_, host, bytes());
+  }
+  void reset() noexcept {
+    if (data_) ops_->release(data_);
+    data_ = nullptr;
+    size_ = capacity_ = 0;
+  }
+
+ private:
+  TensorOps* ops_ = nullptr;
+  T* data_ = nullptr;
+  size_t size_ = 0, capacity_ = 0;
+};
+
+}  // namespace nibble::ops

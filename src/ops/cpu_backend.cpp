@@ -1,0 +1,191 @@
+// The CPU backend: every op of the seam on kernels/cpu (SIMD variant chosen once from cpuid, capped
+// by NIBBLE_ISA; OpenMP threads). Host memory; calls run synchronously.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_peaks.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "ops/backend.h"
+#include "ops/host_quantized.h"
+
+namespace nibble::ops {
+
+namespace {
+
+cpu::AttentionShape to_cpu(const AttentionShape& s) {
+  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.bf16_matmuls};
+}
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::cpu; }
+  std::string describe() const override {
+    return "cpu (" + std::string(cpu::to_string(cpu::active_isa())) + ", " + std::to_string(omp_get_max_threads()) +
+           " threads)";
+  }
+  double measure_peak_f32_flops(double seconds) override {
+    return cpu::measure_fma_f32_peak(seconds).giga_ops_per_s * 1e9 * omp_get_max_threads();
+  }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void release(void* p) noexcept override { std::free(p); }
+  void copy(const void* src, void* dst, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_to_host(const void* src, void* host_dst, size_t bytes) override { std::memcpy(host_dst, src, bytes); }
+  void copy_from_host(const void* host_src, void* dst, size_t bytes) override { std::memcpy(dst, host_src, bytes); }
+  void fill_zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  void synchronize() override {}
+
+  std::unique_ptr<Quantized> new_quantized() override { return std::make_unique<HostQuantized>(); }
+  void quantize(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt, Quantized& out) override {
+    cpu::quantize_into(span(x, rows, cols), rows, cols, opt, host(out));
+  }
+  void quantize_transposed(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                           Quantized& out) override {
+    cpu::quantize_transposed_into(span(x, rows, cols), rows, cols, opt, host(out));
+  }
+  void quantize_both(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt, Quantized& row_out,
+                     const QuantOptions& t_opt, Quantized& t_out) override {
+    cpu::quantize_both_into(span(x, rows, cols), rows, cols, row_opt, host(row_out), t_opt, host(t_out));
+  }
+  void transpose_tiles(const Quantized& q, Quantized& out) override { host(out) = cpu::transpose_tiles(host(q)); }
+  void dequantize(const Quantized& q, float* out) override {
+    const QuantizedLayout& l = q.layout();
+    cpu::dequantize(host(q), std::span<float>(out, static_cast<size_t>(l.rows * l.cols)));
+  }
+
+  bool fp32_products_available(Format format) const override { return cpu::fp32_products_available(format); }
+  std::string describe_summation(Format format, Summation summation) const override {
+    const bool fp8 = format == Format::fp8_e4m3 || format == Format::fp8_e5m2;
+    if (summation == Summation::block_exact)
+      return fp8 ? "GEMMs sum exact FP8 products in k order with FMA (gemm_summation=block_exact)"
+                 : "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact)";
+    if (!cpu::fp32_products_available(format))
+      return fp8 ? "GEMMs sum exact FP8 products in k order with FMA (fp32_products asked for, but this CPU has "
+                   "neither AMX-BF16 nor AVX512-BF16)"
+                 : "GEMMs sum exact 16-block products in FP32 (fp32_products asked for, but this CPU has no AMX-BF16)";
+    return cpu::amx_bf16_active()
+               ? "GEMMs sum element products in FP32 on the AMX-BF16 tiles (gemm_summation=fp32_products)"
+               : "GEMMs sum element products in FP32 with AVX512-BF16 vdpbf16ps (gemm_summation=fp32_products)";
+  }
+  void gemm(const Quantized& a, const Quantized& b, float* c, int64_t ldc, float alpha, Output output,
+            Summation summation) override {
+    cpu::gemm(host(a), host(b), c, ldc, alpha, output, summation);
+  }
+  void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    cpu::gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    cpu::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+
+  void add(float* y, const float* x, int64_t n) override {
+#pragma omp parallel for schedule(static) if (n >= cpu::kMinParallelWork)
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  }
+  void round_to_bf16(const float* x, bf16* y, int64_t n) override {
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kMinParallelWork)
+    for (int64_t i = 0; i < n; ++i) y[i] = bf16_from_float_rn(x[i]);
+  }
+  void widen_bf16(const bf16* x, float* y, int64_t n) override {
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kMinParallelWork)
+    for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(x[i]);
+  }
+
+  void embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t width, float* out) override {
+    cpu::embedding_forward(tokens, n, table, width, out);
+  }
+  void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width, float* dtable) override {
+    cpu::embedding_backward(tokens, n, dout, width, dtable);
+  }
+  void rmsnorm_forward(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
+                       float* rstd) override {
+    cpu::rmsnorm_forward(x, gain, n, width, eps, y, rstd);
+  }
+  void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
+                        int64_t width, float* dx, float* dgain) override {
+    cpu::rmsnorm_backward(x, gain, rstd, dy, n, width, dx, dgain);
+  }
+  void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                    int64_t head_dim, double theta) override {
+    cpu::rope_forward(x, tokens, seq, stride, first_col, heads, *rope_table(seq, head_dim, theta));
+  }
+  void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                     int64_t head_dim, double theta) override {
+    cpu::rope_backward(dx, tokens, seq, stride, first_col, heads, *rope_table(seq, head_dim, theta));
+  }
+  void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) override {
+    cpu::attention_forward(to_cpu(s), qkv, out, softmax_stats);
+  }
+  void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
+                          float* dqkv) override {
+    cpu::attention_backward(to_cpu(s), qkv, softmax_stats, dout, dqkv);
+  }
+  void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) override {
+    cpu::swiglu_forward(gate_up, n, hidden, a);
+  }
+  void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) override {
+    cpu::swiglu_backward(gate_up, da, n, hidden, dgate_up);
+  }
+  double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                               float* loss) override {
+    return cpu::cross_entropy_forward(logits, targets, n, vocab, loss);
+  }
+  void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
+                              float* dlogits) override {
+    cpu::cross_entropy_backward(logits, targets, n, vocab, scale, dlogits);
+  }
+  double sum_of_squares(const float* g, int64_t n) override { return cpu::sum_of_squares(g, n); }
+  void adamw_update(const AdamWStep& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask,
+                    int64_t n) override {
+    cpu::adamw_update({k.clip, k.beta1, k.beta2, k.bias1, k.bias2, k.decay, k.lr, k.eps}, g, m, v, w, decay_mask, n);
+  }
+
+ private:
+  static std::span<const float> span(const float* x, int64_t rows, int64_t cols) {
+    return {x, static_cast<size_t>(rows * cols)};
+  }
+  static QuantizedTensor& host(Quantized& q) { return host_tensor(q, "the CPU backend"); }
+  static const QuantizedTensor& host(const Quantized& q) { return host_tensor(q, "the CPU backend"); }
+
+  // cos/sin tables per (head_dim, theta), grown to the longest sequence asked for: the values of a
+  // position do not depend on the table's length, so one table serves every shorter sequence.
+  // A caller keeps its table alive while another thread may grow the slot.
+  std::shared_ptr<const cpu::RopeTable<float>> rope_table(int64_t positions, int64_t head_dim, double theta) {
+    std::lock_guard<std::mutex> lock(rope_mutex_);
+    auto& slot = rope_tables_[{head_dim, theta}];
+    if (!slot || slot->context < positions) slot = std::make_shared<const cpu::RopeTable<float>>(positions, head_dim, theta);
+    return slot;
+  }
+  std::mutex rope_mutex_;
+  std::map<std::pair<int64_t, double>, std::shared_ptr<const cpu::RopeTable<float>>> rope_tables_;
+};
+
+}  // namespace
+
+Backend& cpu() {
+  static CpuBackend backend;
+  return backend;
+}
+
+}  // namespace nibble::ops
