@@ -3,7 +3,9 @@
 // recipe's effect on activation memory; telemetry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <random>
 #include <vector>
 
@@ -143,4 +145,57 @@ TEST(Model, RejectsBadConfigAndTokens) {
   std::vector<int32_t> bad(16, 11), ok(16, 0);
   EXPECT_THROW(m.forward(bad, ok, 2, 8, {}), UsageError);
   EXPECT_THROW(m.forward(ok, ok, 1, 16, {}), UsageError);  // longer than the context
+}
+
+// Sampling runs the model's own blocks over a KV cache (Transformer::decode): a prompt fed at once
+// gives the logits of feeding it token by token, and both match the full forward pass's last row
+// within FP32 rounding of two summation orders (the blocks' GEMMs over 1 vs n rows).
+TEST(Model, DecodeOfAPromptAtOnceMatchesTokenByToken) {
+  ModelConfig m;
+  m.vocab = 37;
+  m.layers = 2;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.width = 32;
+  m.context = 16;
+  Transformer model(m);
+  model.init_weights(5);
+  for (float& v : model.params().values()) v *= 4.0f;
+  std::mt19937 rng(6);
+  std::vector<int32_t> prompt(11);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % m.vocab);
+
+  KvCache at_once(m, model.backend()), one_by_one(m, model.backend());
+  const auto a = model.decode(at_once, prompt);
+  const std::vector<float> batched(a.begin(), a.end());
+  std::vector<float> stepped;
+  for (int32_t t : prompt) {
+    const auto l = model.decode(one_by_one, std::span<const int32_t>(&t, 1));
+    stepped.assign(l.begin(), l.end());
+  }
+  EXPECT_EQ(at_once.length, 11);
+  EXPECT_EQ(one_by_one.length, 11);
+  ASSERT_EQ(batched.size(), static_cast<size_t>(m.vocab));
+  float scale = 0;
+  for (float v : batched) scale = std::max(scale, std::fabs(v));
+  for (int64_t i = 0; i < m.vocab; ++i) EXPECT_NEAR(batched[i], stepped[i], 1e-4f * scale) << i;
+
+  // The next token continues either cache the same way.
+  const int32_t next = 3;
+  const auto c1 = model.decode(at_once, std::span<const int32_t>(&next, 1));
+  const std::vector<float> after_batched(c1.begin(), c1.end());
+  const auto c2 = model.decode(one_by_one, std::span<const int32_t>(&next, 1));
+  for (int64_t i = 0; i < m.vocab; ++i) EXPECT_NEAR(after_batched[i], c2[i], 1e-4f * scale) << i;
+
+  // Refused, the cache unchanged: overflowing the context, a token outside the vocabulary, a cache
+  // of another model shape.
+  std::vector<int32_t> too_many(5, 1);
+  EXPECT_THROW(model.decode(at_once, too_many), UsageError);
+  const int32_t bad = 37;
+  EXPECT_THROW(model.decode(at_once, std::span<const int32_t>(&bad, 1)), UsageError);
+  EXPECT_EQ(at_once.length, 12);
+  ModelConfig other = m;
+  other.layers = 3;
+  KvCache wrong(other, model.backend());
+  EXPECT_THROW(model.decode(wrong, std::span<const int32_t>(&next, 1)), UsageError);
 }

@@ -123,7 +123,8 @@ std::vector<LinearShape> Transformer::block_linear_shapes() const {
 
 double Transformer::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
                             int64_t seq, const ModelStep& step) {
-  const int64_t N = batch * seq, d = config_.width, V = config_.vocab, f = config_.hidden();
+  const int64_t N = batch * seq, d = config_.width, V = config_.vocab;
+  const size_t nd = static_cast<size_t>(N * d);
   if (seq <= 0 || seq > config_.context)
     throw UsageError("sequence length " + std::to_string(seq) + " is outside [1, context=" +
                      std::to_string(config_.context) + "]");
@@ -140,59 +141,8 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
   tokens_.assign_from_host(tokens.data(), tokens.size());
   targets_.assign_from_host(targets.data(), targets.size());
   attention_bf16_ = step.recipe != nullptr && step.recipe->attention_bf16();
-  const ops::AttentionShape shape = attention_shape(batch, seq);
-  const size_t nd = static_cast<size_t>(N * d);
-
-  while (residual_.size() < static_cast<size_t>(config_.layers + 1)) residual_.emplace_back(ops_);
-  while (acts_.size() < static_cast<size_t>(config_.layers)) acts_.emplace_back(ops_);
-  for (auto& r : residual_) r.resize(nd);
-  normed_.resize(nd);
-  attn_.resize(static_cast<size_t>(N * shape.out_width()));
-  mlp_act_.resize(static_cast<size_t>(N * f));
-
-  ops_.embedding_forward(tokens_.data(), N, params_.value(embedding_), d, residual_[0].data());
-  for (int64_t l = 0; l < config_.layers; ++l) {
-    const BlockParams& p = blocks_[l];
-    BlockActivations& a = acts_[l];
-    a.x_mid.resize(nd);
-    a.rstd1.resize(N);
-    a.rstd2.resize(N);
-    a.qkv.resize(static_cast<size_t>(N * shape.qkv_stride()));
-    a.softmax_stats.resize(static_cast<size_t>(shape.softmax_stats_size()));
-    a.gate_up.resize(static_cast<size_t>(N * 2 * f));
-    auto linear_step = [&](BlockLinear which) {
-      LinearStep s;
-      s.recipe = step.recipe ? step.recipe->for_layer(static_cast<int>(l), step.progress)
-                             : Recipe::operands(Quantization::none, {});
-      s.run_seed = step.run_seed;
-      s.micro_step = step.micro_step;
-      s.layer = static_cast<int>(l);
-      s.linear = static_cast<int>(which);
-      s.weight_version = step.weight_version;
-      s.collect_stats = step.collect_stats;
-      s.save_for_backward = step.training;
-      return s;
-    };
-    const float* x = residual_[l].data();
-
-    const int64_t hd = shape.head_dim;
-    ops_.rmsnorm_forward(x, params_.value(p.norm1), N, d, config_.norm_eps, normed_.data(), a.rstd1.data());
-    linear_(l, BlockLinear::qkv).forward(linear_step(BlockLinear::qkv), normed_.data(), N, params_.value(p.qkv), a.qkv.data());
-    ops_.rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), 0, shape.heads, hd, config_.rope_theta);
-    ops_.rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), shape.heads * hd, shape.kv_heads, hd, config_.rope_theta);
-    ops_.attention_forward(shape, a.qkv.data(), attn_.data(), a.softmax_stats.data());
-    linear_(l, BlockLinear::attn_out)
-        .forward(linear_step(BlockLinear::attn_out), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
-    ops_.add(a.x_mid.data(), x, N * d);
-
-    ops_.rmsnorm_forward(a.x_mid.data(), params_.value(p.norm2), N, d, config_.norm_eps, normed_.data(), a.rstd2.data());
-    linear_(l, BlockLinear::gate_up)
-        .forward(linear_step(BlockLinear::gate_up), normed_.data(), N, params_.value(p.gate_up), a.gate_up.data());
-    ops_.swiglu_forward(a.gate_up.data(), N, f, mlp_act_.data());
-    float* out = residual_[l + 1].data();
-    linear_(l, BlockLinear::down).forward(linear_step(BlockLinear::down), mlp_act_.data(), N, params_.value(p.down), out);
-    ops_.add(out, a.x_mid.data(), N * d);
-  }
+  embed(N);
+  for (int64_t l = 0; l < config_.layers; ++l) block_forward(l, batch, seq, step, nullptr);
 
   final_rstd_.resize(N);
   final_normed_.resize(nd);
@@ -208,6 +158,111 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
   }
   double total = ops_.cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
   return total / static_cast<double>(N);
+}
+
+void Transformer::embed(int64_t N) {
+  const int64_t d = config_.width;
+  while (residual_.size() < static_cast<size_t>(config_.layers + 1)) residual_.emplace_back(ops_);
+  while (acts_.size() < static_cast<size_t>(config_.layers)) acts_.emplace_back(ops_);
+  for (auto& r : residual_) r.resize(static_cast<size_t>(N * d));
+  ops_.embedding_forward(tokens_.data(), N, params_.value(embedding_), d, residual_[0].data());
+}
+
+// residual_[l] [N, d] -> residual_[l + 1]. With a cache, the N = seq tokens of one sequence continue
+// it at positions [cache->length, +seq): RoPE starts there and attention reads (and extends) the
+// cached keys and values instead of the causal block attention of a whole sequence.
+void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const ModelStep& step, KvCache* cache) {
+  const int64_t N = batch * seq, d = config_.width, f = config_.hidden();
+  const ops::AttentionShape shape = attention_shape(batch, seq);
+  const int64_t hd = shape.head_dim, first_position = cache ? cache->length : 0;
+  const size_t nd = static_cast<size_t>(N * d);
+  normed_.resize(nd);
+  attn_.resize(static_cast<size_t>(N * shape.out_width()));
+  mlp_act_.resize(static_cast<size_t>(N * f));
+  const BlockParams& p = blocks_[l];
+  BlockActivations& a = acts_[l];
+  a.x_mid.resize(nd);
+  a.rstd1.resize(N);
+  a.rstd2.resize(N);
+  a.qkv.resize(static_cast<size_t>(N * shape.qkv_stride()));
+  a.softmax_stats.resize(static_cast<size_t>(shape.softmax_stats_size()));
+  a.gate_up.resize(static_cast<size_t>(N * 2 * f));
+  auto linear_step = [&](BlockLinear which) {
+    LinearStep s;
+    s.recipe = step.recipe ? step.recipe->for_layer(static_cast<int>(l), step.progress)
+                           : Recipe::operands(Quantization::none, {});
+    s.run_seed = step.run_seed;
+    s.micro_step = step.micro_step;
+    s.layer = static_cast<int>(l);
+    s.linear = static_cast<int>(which);
+    s.weight_version = step.weight_version;
+    s.collect_stats = step.collect_stats;
+    s.save_for_backward = step.training;
+    return s;
+  };
+  const float* x = residual_[l].data();
+
+  ops_.rmsnorm_forward(x, params_.value(p.norm1), N, d, config_.norm_eps, normed_.data(), a.rstd1.data());
+  linear_(l, BlockLinear::qkv).forward(linear_step(BlockLinear::qkv), normed_.data(), N, params_.value(p.qkv), a.qkv.data());
+  ops_.rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), 0, shape.heads, hd, config_.rope_theta, first_position);
+  ops_.rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), shape.heads * hd, shape.kv_heads, hd, config_.rope_theta,
+                    first_position);
+  if (cache)
+    ops_.attention_decode(shape, first_position, a.qkv.data(), cache->keys[l].data(), cache->values[l].data(),
+                          attn_.data());
+  else
+    ops_.attention_forward(shape, a.qkv.data(), attn_.data(), a.softmax_stats.data());
+  linear_(l, BlockLinear::attn_out)
+      .forward(linear_step(BlockLinear::attn_out), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
+  ops_.add(a.x_mid.data(), x, N * d);
+
+  ops_.rmsnorm_forward(a.x_mid.data(), params_.value(p.norm2), N, d, config_.norm_eps, normed_.data(), a.rstd2.data());
+  linear_(l, BlockLinear::gate_up)
+      .forward(linear_step(BlockLinear::gate_up), normed_.data(), N, params_.value(p.gate_up), a.gate_up.data());
+  ops_.swiglu_forward(a.gate_up.data(), N, f, mlp_act_.data());
+  float* out = residual_[l + 1].data();
+  linear_(l, BlockLinear::down).forward(linear_step(BlockLinear::down), mlp_act_.data(), N, params_.value(p.down), out);
+  ops_.add(out, a.x_mid.data(), N * d);
+}
+
+KvCache::KvCache(const ModelConfig& config, ops::TensorOps& ops) : capacity(config.context) {
+  const size_t size = static_cast<size_t>(config.context * config.kv_head_count() * config.head_dim());
+  for (int64_t l = 0; l < config.layers; ++l) {
+    keys.emplace_back(ops, size);
+    values.emplace_back(ops, size);
+  }
+}
+
+std::span<const float> Transformer::decode(KvCache& cache, std::span<const int32_t> tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = config_.width, V = config_.vocab;
+  if (n == 0) throw UsageError("decode needs at least one token");
+  if (static_cast<int64_t>(cache.keys.size()) != config_.layers || cache.capacity != config_.context)
+    throw UsageError("the KV cache was made for another model shape: make it with this model's config");
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= V)
+      throw UsageError("token " + std::to_string(tokens[i]) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  if (cache.length + n > config_.context)
+    throw UsageError("the KV cache is full: the model's context is " + std::to_string(config_.context) + " tokens");
+  backward_ready_ = false;
+  attention_bf16_ = false;  // sampling computes in FP32 from the master weights
+  tokens_.assign_from_host(tokens.data(), tokens.size());
+  embed(n);
+  ModelStep step;  // no recipe: FP32 GEMMs; nothing kept for backward
+  step.training = false;
+  for (int64_t l = 0; l < config_.layers; ++l) block_forward(l, 1, n, step, &cache);
+  cache.length += n;
+
+  // The logits of the last token only.
+  final_rstd_.resize(1);
+  final_normed_.resize(static_cast<size_t>(d));
+  logits_.resize(static_cast<size_t>(V));
+  ops_.rmsnorm_forward(residual_[config_.layers].data() + (n - 1) * d, params_.value(final_norm_), 1, d,
+                       config_.norm_eps, final_normed_.data(), final_rstd_.data());
+  ops_.gemm_f32(Trans::no, Trans::yes, 1, V, d, 1.0f, final_normed_.data(), d, params_.value(head_), d, 0.0f,
+                logits_.data(), V);
+  decoded_logits_.resize(static_cast<size_t>(V));
+  logits_.copy_to_host(decoded_logits_.data());
+  return decoded_logits_;
 }
 
 void Transformer::backward(float scale) {

@@ -60,6 +60,15 @@ struct ModelStep {
 enum class BlockLinear : int { qkv = 0, attn_out = 1, gate_up = 2, down = 3 };
 inline constexpr int kLinearsPerBlock = 4;
 
+// The keys and values of the positions a sequence has seen, per block, for sampling one token at a
+// time (Transformer::decode): [context, kv_heads * head_dim] each, in the model's backend memory.
+struct KvCache {
+  KvCache(const ModelConfig& config, ops::TensorOps& ops);
+  int64_t capacity = 0;  // the model's context
+  int64_t length = 0;    // positions filled
+  std::vector<ops::Array<float>> keys, values;
+};
+
 struct LinearTelemetry {
   int layer = 0;
   std::string linear;
@@ -88,6 +97,14 @@ class Transformer {
   // Accumulates d(scale * mean loss)/d(parameters) into params().grads().
   void backward(float scale);
 
+  // Sampling: the same blocks as forward (FP32 GEMMs from the master weights, FP32 attention) on
+  // `tokens`, which continue the sequence in `cache` at position cache.length; extends the cache and
+  // returns the next token's logits [vocab] on the host (valid until the next call). Replaces what a
+  // training forward kept (backward needs a new forward). UsageError for a token outside the
+  // vocabulary or a cache that would overflow the context.
+  std::span<const float> decode(KvCache& cache, std::span<const int32_t> tokens);
+  ops::Backend& backend() { return ops_; }
+
   // Quantization telemetry of the last step that ran with collect_stats.
   std::vector<LinearTelemetry> telemetry() const;
   // Time spent in the linears' GEMMs and quantizers, plus the LM head's GEMMs.
@@ -112,6 +129,9 @@ class Transformer {
     ops::Array<float> gate_up; // [N, 2 f]
   };
   ops::AttentionShape attention_shape(int64_t batch, int64_t seq) const;
+  // tokens_ [N] -> residual_[0]; sizes the residual stream and the per-block activations.
+  void embed(int64_t N);
+  void block_forward(int64_t layer, int64_t batch, int64_t seq, const ModelStep& step, KvCache* cache);
   Linear& linear_(int layer, BlockLinear which) { return *linears_[layer * kLinearsPerBlock + static_cast<int>(which)]; }
 
   ModelConfig config_;
@@ -131,6 +151,7 @@ class Transformer {
   ops::Array<float> final_rstd_, final_normed_, logits_, token_loss_;
   // Scratch reused across layers.
   ops::Array<float> normed_, attn_, mlp_act_, d_res_, d_normed_, d_qkv_, d_attn_, d_mlp_act_, d_gate_up_;
+  std::vector<float> decoded_logits_;
   double head_gemm_s_ = 0;
 };
 

@@ -139,15 +139,20 @@ class LayerOps {
   virtual void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
                                 int64_t width, float* dx, float* dgain) = 0;
   // Half-split RoPE in place on `heads` heads from column first_col of [tokens, stride] rows; token t
-  // at position t % seq. The backend keeps the tables for (context, head_dim, theta).
+  // at position first_position + t % seq. The backend keeps the cos/sin tables per (head_dim, theta).
   virtual void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                            int64_t head_dim, double theta) = 0;
+                            int64_t head_dim, double theta, int64_t first_position) = 0;
   virtual void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col,
                              int64_t heads, int64_t head_dim, double theta) = 0;
   // Causal GQA attention core: qkv [N, qkv_stride] -> out [N, heads*head_dim], softmax_stats saved.
   virtual void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) = 0;
   virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats,
                                   const float* dout, float* dqkv) = 0;
+  // Sampling with a KV cache: s.seq new tokens of one sequence (s.batch == 1, FP32) at positions
+  // [past, past + s.seq); appends their keys and values to the caches [capacity, kv_heads*head_dim],
+  // then attends each new query to the cached keys up to its position. out: [s.seq, heads*head_dim].
+  virtual void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache,
+                                float* v_cache, float* out) = 0;
   // a[N, f] = silu(gate) * up of gate_up [N, 2f]; backward overwrites dgate_up.
   virtual void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) = 0;
   virtual void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden,

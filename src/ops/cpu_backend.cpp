@@ -127,8 +127,9 @@ class CpuBackend final : public Backend {
     cpu::rmsnorm_backward(x, gain, rstd, dy, n, width, dx, dgain);
   }
   void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                    int64_t head_dim, double theta) override {
-    cpu::rope_forward(x, tokens, seq, stride, first_col, heads, *rope_table(seq, head_dim, theta));
+                    int64_t head_dim, double theta, int64_t first_position) override {
+    cpu::rope_forward(x, tokens, seq, stride, first_col, heads, *rope_table(first_position + seq, head_dim, theta),
+                      first_position);
   }
   void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
                      int64_t head_dim, double theta) override {
@@ -140,6 +141,10 @@ class CpuBackend final : public Backend {
   void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                           float* dqkv) override {
     cpu::attention_backward(to_cpu(s), qkv, softmax_stats, dout, dqkv);
+  }
+  void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
+                        float* out) override {
+    cpu::attention_decode(to_cpu(s), past, qkv, k_cache, v_cache, out);
   }
   void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) override {
     cpu::swiglu_forward(gate_up, n, hidden, a);

@@ -46,7 +46,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, st
   return order[k - 1];
 }
 
-std::vector<int32_t> generate_tokens(const model::Transformer& model, std::span<const int32_t> prompt,
+std::vector<int32_t> generate_tokens(model::Transformer& model, std::span<const int32_t> prompt,
                                      const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
   options.validate();
   if (prompt.empty()) throw UsageError("the prompt is empty: give at least one character (e.g. --prompt \"\\n\")");
@@ -55,8 +55,7 @@ std::vector<int32_t> generate_tokens(const model::Transformer& model, std::span<
   const int64_t context = decoder.capacity();
   // A prompt longer than the context keeps its newest tokens.
   const size_t first = history.size() > static_cast<size_t>(context) ? history.size() - static_cast<size_t>(context) : 0;
-  std::span<const float> logits;
-  for (size_t i = first; i < history.size(); ++i) logits = decoder.step(history[i]);
+  std::span<const float> logits = decoder.feed(std::span<const int32_t>(history).subspan(first));
   std::mt19937_64 rng(options.seed);
   std::vector<int32_t> produced;
   for (int64_t n = 0; n < options.max_tokens; ++n) {
@@ -69,7 +68,7 @@ std::vector<int32_t> generate_tokens(const model::Transformer& model, std::span<
       // Context full: restart on the newest half so generation continues with real context.
       decoder.reset();
       const size_t keep = static_cast<size_t>(std::max<int64_t>(1, context / 2));
-      for (size_t i = history.size() - keep; i + 1 < history.size(); ++i) decoder.step(history[i]);
+      if (keep > 1) decoder.feed(std::span<const int32_t>(history).subspan(history.size() - keep, keep - 1));
     }
     logits = decoder.step(next);
   }

@@ -25,7 +25,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& optio
 
 // Feeds `prompt` (at least one token) and samples max_tokens more; `on_token` sees each new id as
 // it is drawn. Past the model's context the decoder restarts on the newest half-context of tokens.
-std::vector<int32_t> generate_tokens(const model::Transformer& model, std::span<const int32_t> prompt,
+std::vector<int32_t> generate_tokens(model::Transformer& model, std::span<const int32_t> prompt,
                                      const SamplingOptions& options,
                                      const std::function<void(int32_t)>& on_token = nullptr);
 

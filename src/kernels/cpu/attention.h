@@ -36,6 +36,14 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                         float* dqkv);
 
+// Incremental decoding with a KV cache (sampling): s.batch == 1 and s.seq == n new tokens at
+// positions [past, past + n). Their keys and values (from qkv, after RoPE) are appended to the caches
+// [capacity, kv_heads * head_dim] at rows [past, past + n); then each new query attends to the cached
+// keys up to its own position. FP32 throughout (s.bf16_matmuls must be false), plain dot products in
+// order; out: [n, heads * head_dim].
+void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
+                      float* out);
+
 namespace attention_kernels {
 // C[m][n] (+)= sum_k A[m * a_row + k * a_k] * B[k * ldb + n]: one FMA chain per output in k order,
 // from 0 (accumulate = false) or from C. Exposed for the tests that compare the variants.

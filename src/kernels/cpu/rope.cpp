@@ -24,12 +24,12 @@ RopeTable<T>::RopeTable(int64_t context_, int64_t head_dim_, double theta) : con
 namespace {
 template <typename T>
 void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-            const RopeTable<T>& t, T direction) {
-  NIBBLE_CHECK(seq <= t.context);
+            const RopeTable<T>& t, T direction, int64_t first_position) {
+  NIBBLE_CHECK(first_position >= 0 && first_position + seq <= t.context);
   const int64_t hd = t.head_dim, half = hd / 2;
 #pragma omp parallel for schedule(static) if (tokens * heads * t.head_dim >= kMinParallelWork)
   for (int64_t n = 0; n < tokens; ++n) {
-    const int64_t pos = n % seq;
+    const int64_t pos = first_position + n % seq;
     const T* c = t.cos.data() + pos * half;
     const T* s = t.sin.data() + pos * half;
     for (int64_t h = 0; h < heads; ++h) {
@@ -46,21 +46,21 @@ void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col
 
 template <typename T>
 void rope_forward(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                  const RopeTable<T>& table) {
-  rotate(x, tokens, seq, stride, first_col, heads, table, T(1));
+                  const RopeTable<T>& table, int64_t first_position) {
+  rotate(x, tokens, seq, stride, first_col, heads, table, T(1), first_position);
 }
 
 template <typename T>
 void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                   const RopeTable<T>& table) {
-  rotate(dx, tokens, seq, stride, first_col, heads, table, T(-1));
+                   const RopeTable<T>& table, int64_t first_position) {
+  rotate(dx, tokens, seq, stride, first_col, heads, table, T(-1), first_position);
 }
 
 template struct RopeTable<float>;
 template struct RopeTable<double>;
-template void rope_forward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&);
-template void rope_forward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&);
-template void rope_backward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&);
-template void rope_backward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&);
+template void rope_forward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&, int64_t);
+template void rope_forward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&, int64_t);
+template void rope_backward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&, int64_t);
+template void rope_backward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&, int64_t);
 
 }  // namespace nibble::cpu

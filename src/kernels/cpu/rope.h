@@ -14,13 +14,14 @@ struct RopeTable {
 };
 
 // x: [batch*seq, stride] with `heads` heads of head_dim starting at column `first_col`; token n sits
-// at position n % seq. Rotates in place (forward); backward applies the inverse rotation to the
-// gradient, because the rotation is orthogonal: dx = R^T dy.
+// at position first_position + n % seq (first_position > 0: tokens that continue a cached
+// sequence). Rotates in place (forward); backward applies the inverse rotation to the gradient,
+// because the rotation is orthogonal: dx = R^T dy.
 template <typename T>
 void rope_forward(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                  const RopeTable<T>& table);
+                  const RopeTable<T>& table, int64_t first_position = 0);
 template <typename T>
 void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                   const RopeTable<T>& table);
+                   const RopeTable<T>& table, int64_t first_position = 0);
 
 }  // namespace nibble::cpu
