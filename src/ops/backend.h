@@ -12,8 +12,8 @@
 // CUDA): allocate it with ops::Array. Calls are ordered as made; a backend may run them
 // asynchronously, and copy_to_host waits for what came before it.
 //
-// Implementations: ops/cpu_backend.cpp (kernels/cpu: every op). The CUDA backend (kernels/cuda) is
-// the next implementation of this interface (issue "Pretrain on NVIDIA GPUs").
+// Implementations: ops/cpu_backend.cpp (kernels/cpu) and ops/cuda_backend.cpp (kernels/cuda, built
+// with NIBBLE_CUDA), each implementing every op.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -105,6 +105,8 @@ class TensorOps {
   // True when Summation::fp32_products has its own kernel for operands of `format` here (else a
   // gemm asked for it sums as block_exact).
   virtual bool fp32_products_available(Format format) const = 0;
+  // False where the backend has no exact block-product summation (GPUs: their tensor cores sum in FP32).
+  virtual bool block_exact_available() const = 0;
   // How a GEMM of `format` operands asked to sum with `summation` sums here, in words for a run's log.
   virtual std::string describe_summation(Format format, Summation summation) const = 0;
   // C[M,N] (+)= alpha * A[M,K] . B[N,K]^T, both K-contiguous quantized operands, FP32 C with leading
@@ -174,6 +176,10 @@ class Backend : public TensorOps, public LayerOps {};
 
 // The CPU backend (one per process; kernels chosen once from cpuid, capped by NIBBLE_ISA).
 Backend& cpu();
+// The CUDA backend on device 0 ($NIBBLE_CUDA_DEVICE), made at first use. UsageError naming the fix
+// when this build has no CUDA backend or no usable GPU and driver is found.
+Backend& cuda();
+bool cuda_built();  // whether this build has the CUDA backend (a GPU may still be missing)
 
 // A typed array in a backend's memory, owned: the storage behind every pointer handed to a backend.
 // Growth keeps the contents (as std::vector); a default-constructed array is empty and belongs to

@@ -73,6 +73,7 @@ class CpuBackend final : public Backend {
   }
 
   bool fp32_products_available(Format format) const override { return cpu::fp32_products_available(format); }
+  bool block_exact_available() const override { return true; }
   std::string describe_summation(Format format, Summation summation) const override {
     const bool fp8 = format == Format::fp8_e4m3 || format == Format::fp8_e5m2;
     if (summation == Summation::block_exact)

@@ -291,7 +291,10 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
   if (config.gemm_summation_given && q != Quantization::nvfp4 && q != Quantization::mxfp4 && q != Quantization::fp8)
     throw UsageError("gemm_summation chooses how NVFP4, MXFP4 and FP8 GEMMs sum, but quantization=" +
                      std::string(to_string(q)) + ": set one of those or drop gemm_summation");
-  if (config.gemm_summation == GemmSummation::fp32_products ||
+  if (config.gemm_summation == GemmSummation::block_exact && !ops.block_exact_available())
+    throw UsageError("gemm_summation=block_exact (exact 16-element block products) is a CPU summation; this backend (" +
+                     ops.describe() + ") sums in FP32 on its tensor cores: use gemm_summation=auto or fp32_products");
+  if (config.gemm_summation == GemmSummation::fp32_products || !ops.block_exact_available() ||
       (config.gemm_summation == GemmSummation::automatic && ops.fp32_products_available(gemm_format(q))))
     summation_ = ops::Summation::fp32_products;
   if (q == Quantization::nvfp4) {

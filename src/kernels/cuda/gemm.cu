@@ -210,21 +210,35 @@ GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int6
   return path;
 }
 
-void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
-               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx,
-               const float* alpha_beta_device) {
-  if (m <= 0 || n <= 0 || k <= 0) throw UsageError("gemm_bf16 with an empty dimension");
+namespace {
+// C = alpha op(A) op(B) + beta C (row-major) through cuBLASLt on operands of `type`, FP32 compute.
+void dense_gemm(cudaDataType type, const char* name, Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx,
+                const float* alpha_beta_device) {
+  if (m <= 0 || n <= 0 || k <= 0) throw UsageError(std::string(name) + " with an empty dimension");
   // C^T[N,M] = op(B)^T . op(A)^T. A row-major matrix is its own transpose in column-major terms:
   // op(B)^T is B's storage as is when tb == no ([N,K] column-major view of row-major [K,N]).
-  const LtOperand lt_a = tb == Trans::no ? LtOperand{CUDA_R_16BF, b, n, k, ldb, CUBLAS_OP_N}
-                                         : LtOperand{CUDA_R_16BF, b, k, n, ldb, CUBLAS_OP_T};
-  const LtOperand lt_b = ta == Trans::no ? LtOperand{CUDA_R_16BF, a, k, m, lda, CUBLAS_OP_N}
-                                         : LtOperand{CUDA_R_16BF, a, m, k, lda, CUBLAS_OP_T};
+  const LtOperand lt_a = tb == Trans::no ? LtOperand{type, b, n, k, ldb, CUBLAS_OP_N}
+                                         : LtOperand{type, b, k, n, ldb, CUBLAS_OP_T};
+  const LtOperand lt_b = ta == Trans::no ? LtOperand{type, a, k, m, lda, CUBLAS_OP_N}
+                                         : LtOperand{type, a, m, k, lda, CUBLAS_OP_T};
   const float host_scalars[2] = {alpha, beta};
   const bool on_device = alpha_beta_device != nullptr;
   if (!lt_matmul(ctx, n, m, k, lt_a, lt_b, c, ldc, on_device ? alpha_beta_device : host_scalars, on_device))
-    throw CudaError("cuBLASLt offers no BF16 GEMM algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                    " k=" + std::to_string(k) + " on " + ctx.device().name);
+    throw CudaError(std::string("cuBLASLt offers no ") + name + " algorithm for m=" + std::to_string(m) +
+                    " n=" + std::to_string(n) + " k=" + std::to_string(k) + " on " + ctx.device().name);
+}
+}  // namespace
+
+void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx,
+               const float* alpha_beta_device) {
+  dense_gemm(CUDA_R_16BF, "BF16 GEMM", ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ctx, alpha_beta_device);
+}
+
+void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx) {
+  dense_gemm(CUDA_R_32F, "FP32 GEMM", ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ctx, nullptr);
 }
 
 }  // namespace nibble::cuda

@@ -45,4 +45,8 @@ void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx = default_context(),
                const float* alpha_beta_device = nullptr);
 
+// The same contract on FP32 operands (CUBLAS_COMPUTE_32F: FP32 products and sums, no TF32).
+void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx = default_context());
+
 }  // namespace nibble::cuda

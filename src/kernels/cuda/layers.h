@@ -1,0 +1,68 @@
+// The model's layers on the GPU, forward and backward side by side, on device pointers and the
+// context's stream (asynchronous unless said otherwise). Shapes and equations as the CPU kernels of
+// the same names (kernels/cpu/<layer>.h); where layer_math.h ports the CPU's operation order the
+// results are the CPU's bits (RMSNorm, RoPE, embedding, AdamW, the gradient norm, element-wise ops),
+// elsewhere (exp/log: SwiGLU, cross-entropy, attention) they agree within FP32 rounding bounds.
+// These kernels are written for correctness and determinism first (a fixed order per output, no
+// atomics); speed comes later.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/device_math.h"
+
+namespace nibble::cuda {
+
+// ---- element-wise --------------------------------------------------------------------------------
+void add(float* y, const float* x, int64_t n, Context& ctx);                  // y += x
+void round_to_bf16(const float* x, uint16_t* y, int64_t n, Context& ctx);     // RN, BF16 bits
+void widen_bf16(const uint16_t* x, float* y, int64_t n, Context& ctx);
+
+// ---- 16x16-tile NVFP4 transpose (ref::transpose_tiles): codes [rows, cols/2] and E4M3 scales
+// [rows, cols/16] of a tile-scaled tensor -> those of its transpose. rows, cols multiples of 16.
+void transpose_nvfp4_tiles(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
+                           uint8_t* t_codes, uint8_t* t_scales, Context& ctx);
+
+// ---- layers ----------------------------------------------------------------------------------------
+void embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t width, float* out, Context& ctx);
+void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width, float* dtable,
+                        Context& ctx);
+void rmsnorm_forward(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y, float* rstd,
+                     Context& ctx);
+void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n, int64_t width,
+                      float* dx, float* dgain, Context& ctx);
+// cos/sin: device tables [positions, head_dim/2]; token t at position first_position + t % seq.
+void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads, int64_t head_dim,
+          const float* cos, const float* sin, int64_t first_position, float direction, Context& ctx);
+
+struct DeviceAttentionShape {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool bf16_matmuls = false;
+  NIBBLE_HD int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
+};
+// Causal GQA attention (kernels/cpu/attention.h's contract; softmax_stats [batch, heads, seq, 2]).
+void attention_forward(const DeviceAttentionShape& s, const float* qkv, float* out, float* softmax_stats,
+                       Context& ctx);
+void attention_backward(const DeviceAttentionShape& s, const float* qkv, const float* softmax_stats,
+                        const float* dout, float* dqkv, Context& ctx);
+void attention_decode(const DeviceAttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
+                      float* out, Context& ctx);
+void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a, Context& ctx);
+void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up, Context& ctx);
+// Per-token losses into loss[n] (device); returns their sum in double, in token order (synchronises).
+double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float* loss,
+                             Context& ctx);
+void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
+                            float* dlogits, Context& ctx);
+
+// ---- optimizer -------------------------------------------------------------------------------------
+// The CPU's fixed-order sum of squares (chunks of 2^14 in eight double lanes, chunks added in order):
+// the same bits; synchronises.
+double sum_of_squares(const float* g, int64_t n, Context& ctx);
+struct AdamWArgs {
+  float clip, b1, b2, bias1, bias2, decay, lr, eps;
+};
+void adamw_update(const AdamWArgs& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask,
+                  int64_t n, Context& ctx);
+
+}  // namespace nibble::cuda

@@ -1,0 +1,290 @@
+// The CUDA backend: every op of the seam on kernels/cuda, on one device (0, or $NIBBLE_CUDA_DEVICE)
+// and its context's stream. Device memory; calls are asynchronous, copies to the host wait.
+// Quantization gives the reference's bytes; GEMMs sum in FP32 in the tensor cores' order (native
+// NVFP4 on sm_100/103, FP8 on sm_89+, exact BF16 emulation of the block-scaled formats elsewhere),
+// which is Summation::fp32_products; block_exact is a CPU summation and is refused here.
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_math.h"
+#include "kernels/cuda/layers.h"
+#include "kernels/cuda/quantize.h"
+#include "ops/backend.h"
+
+namespace nibble::ops {
+
+namespace {
+
+class DeviceQuantizedTensor final : public Quantized {
+ public:
+  Device device() const override { return Device::cuda; }
+  const QuantizedLayout& layout() const override { return tensor.layout(); }
+  float amax() const override { return tensor.globals.empty() ? 0.0f : tensor.globals.download()[0]; }
+  int64_t stored_bytes() const override { return static_cast<int64_t>(tensor.codes.bytes() + tensor.scales.bytes()); }
+  QuantizedTensor to_host() const override { return cuda::to_host(tensor); }
+
+  cuda::DeviceQuantized tensor;
+};
+
+cuda::DeviceQuantized& dev(Quantized& q) {
+  auto* d = dynamic_cast<DeviceQuantizedTensor*>(&q);
+  NIBBLE_CHECK(d != nullptr);  // a tensor of another backend handed to this one
+  return d->tensor;
+}
+const cuda::DeviceQuantized& dev(const Quantized& q) {
+  auto* d = dynamic_cast<const DeviceQuantizedTensor*>(&q);
+  NIBBLE_CHECK(d != nullptr);
+  return d->tensor;
+}
+
+cuda::DeviceAttentionShape to_device(const AttentionShape& s) {
+  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.bf16_matmuls};
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(cuda::Context& ctx) : ctx_(ctx) {}
+
+  Device device() const override { return Device::cuda; }
+  std::string describe() const override {
+    const auto& d = ctx_.device();
+    return "cuda (" + d.name + ", sm_" + std::to_string(d.compute_capability()) + ")";
+  }
+  // An FP32 cuBLASLt GEMM of 2048^3, repeated for about `seconds`.
+  double measure_peak_f32_flops(double seconds) override {
+    constexpr int64_t n = 2048;
+    cuda::DeviceBuffer<float> a(n * n, ctx_.stream()), c(n * n, ctx_.stream());
+    a.fill_zero();
+    cuda::gemm_f32(Trans::no, Trans::yes, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n, ctx_);
+    ctx_.synchronize();
+    int64_t runs = 0;
+    const auto start = std::chrono::steady_clock::now();
+    double elapsed = 0;
+    do {
+      cuda::gemm_f32(Trans::no, Trans::yes, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n, ctx_);
+      ctx_.synchronize();
+      ++runs;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } while (elapsed < seconds);
+    return 2.0 * n * n * n * static_cast<double>(runs) / elapsed;
+  }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    NIBBLE_CUDA_CHECK(cudaMallocAsync(&p, (bytes + 63) / 64 * 64, ctx_.stream()));
+    return p;
+  }
+  void release(void* p) noexcept override {
+    if (p) cudaFreeAsync(p, ctx_.stream());  // a failed free only leaks pool memory
+  }
+  void copy(const void* src, void* dst, size_t bytes) override {
+    if (bytes) NIBBLE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_.stream()));
+  }
+  void copy_to_host(const void* src, void* host_dst, size_t bytes) override {
+    if (bytes) NIBBLE_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
+    ctx_.synchronize();
+  }
+  void copy_from_host(const void* host_src, void* dst, size_t bytes) override {
+    if (bytes) NIBBLE_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
+    ctx_.synchronize();  // the host memory may die after return
+  }
+  void fill_zero(void* p, size_t bytes) override {
+    if (bytes) NIBBLE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_.stream()));
+  }
+  void synchronize() override { ctx_.synchronize(); }
+
+  std::unique_ptr<Quantized> new_quantized() override { return std::make_unique<DeviceQuantizedTensor>(); }
+  void quantize(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt, Quantized& out) override {
+    dev(out) = cuda::quantize(x, rows, cols, opt, ctx_);
+  }
+  void quantize_transposed(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                           Quantized& out) override {
+    dev(out) = cuda::quantize_transposed(x, rows, cols, opt, ctx_);
+  }
+  void quantize_both(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt, Quantized& row_out,
+                     const QuantOptions& t_opt, Quantized& t_out) override {
+    // One read of x where the fused kernel takes these options (the training recipe's 1x16 operands);
+    // otherwise the two quantizations, which give the same bytes.
+    if (row_opt.format == Format::nvfp4 && t_opt.format == Format::nvfp4 && !row_opt.tile_16x16 && !t_opt.tile_16x16 &&
+        rows % 16 == 0 && cols % 16 == 0) {
+      cuda::QuantizedPair pair = cuda::quantize_both(x, rows, cols, row_opt, t_opt, ctx_);
+      dev(row_out) = std::move(pair.rowwise);
+      dev(t_out) = std::move(pair.columnwise);
+      return;
+    }
+    quantize(x, rows, cols, row_opt, row_out);
+    quantize_transposed(x, rows, cols, t_opt, t_out);
+  }
+  void transpose_tiles(const Quantized& q, Quantized& out) override {
+    const cuda::DeviceQuantized& s = dev(q);
+    if (s.format != Format::nvfp4 || s.block != BlockShape::tile_16x16)
+      throw UsageError("an exact transpose exists only for nvfp4 16x16 tiles; quantize the transposed tensor instead");
+    if (s.rows % 16 != 0)
+      throw UsageError("16x16 tiles need a multiple of 16 rows to transpose (got " + std::to_string(s.rows) + ")");
+    cuda::DeviceQuantized t;
+    t.layout() = s.layout();
+    t.rows = s.cols;
+    t.cols = s.rows;
+    t.codes = cuda::DeviceBuffer<uint8_t>(static_cast<size_t>(t.code_bytes()), ctx_.stream());
+    t.scales = cuda::DeviceBuffer<uint8_t>(static_cast<size_t>(t.scale_bytes()), ctx_.stream());
+    t.globals = cuda::DeviceBuffer<float>(2, ctx_.stream());
+    cuda::transpose_nvfp4_tiles(s.codes.data(), s.scales.data(), s.rows, s.cols, t.codes.data(), t.scales.data(), ctx_);
+    copy(s.globals.data(), t.globals.data(), 2 * sizeof(float));
+    dev(out) = std::move(t);
+  }
+  void dequantize(const Quantized& q, float* out) override { cuda::dequantize(dev(q), out, ctx_); }
+
+  bool fp32_products_available(Format) const override { return true; }
+  bool block_exact_available() const override { return false; }
+  std::string describe_summation(Format format, Summation) const override {
+    const auto& d = ctx_.device();
+    const GemmShapeName path = format == Format::nvfp4 && cuda::has_native_nvfp4_gemm(d.cc_major, d.cc_minor)
+                                   ? "native NVFP4 tensor cores"
+                               : (format == Format::fp8_e4m3 || format == Format::fp8_e5m2) &&
+                                       cuda::has_fp8_gemm(d.cc_major, d.cc_minor)
+                                   ? "FP8 tensor cores"
+                                   : "BF16 tensor cores on the exactly decoded operands";
+    return std::string("GEMMs sum products in FP32 on the ") + path + " (cuBLASLt, gemm_summation=fp32_products)";
+  }
+  void gemm(const Quantized& a, const Quantized& b, float* c, int64_t ldc, float alpha, Output output,
+            Summation summation) override {
+    if (summation == Summation::block_exact)
+      throw UsageError("gemm_summation=block_exact (exact 16-element block products) is a CPU summation; GPUs sum in "
+                       "FP32 on their tensor cores: use gemm_summation=auto or fp32_products with device=cuda");
+    cuda::gemm(dev(a), dev(b), c, ldc, alpha, output, ctx_);
+  }
+  void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    cuda::gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ctx_);
+  }
+  // The operands rounded to BF16 (RN) into scratch, then cuBLASLt's BF16 GEMM with FP32 accumulation.
+  void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    const int64_t a_elems = (ta == Trans::no ? m : k) * lda, b_elems = (tb == Trans::no ? k : n) * ldb;
+    auto* a16 = reinterpret_cast<uint16_t*>(
+        ctx_.scratch(cuda::Context::Scratch::operand_a, static_cast<size_t>(a_elems) * sizeof(uint16_t)));
+    auto* b16 = reinterpret_cast<uint16_t*>(
+        ctx_.scratch(cuda::Context::Scratch::operand_b, static_cast<size_t>(b_elems) * sizeof(uint16_t)));
+    cuda::round_to_bf16(a, a16, a_elems, ctx_);
+    cuda::round_to_bf16(b, b16, b_elems, ctx_);
+    cuda::gemm_bf16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc, ctx_);
+  }
+
+  void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, ctx_); }
+  void round_to_bf16(const float* x, bf16* y, int64_t n) override {
+    cuda::round_to_bf16(x, reinterpret_cast<uint16_t*>(y), n, ctx_);
+  }
+  void widen_bf16(const bf16* x, float* y, int64_t n) override {
+    cuda::widen_bf16(reinterpret_cast<const uint16_t*>(x), y, n, ctx_);
+  }
+
+  void embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t width, float* out) override {
+    cuda::embedding_forward(tokens, n, table, width, out, ctx_);
+  }
+  void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width, float* dtable) override {
+    cuda::embedding_backward(tokens, n, dout, width, dtable, ctx_);
+  }
+  void rmsnorm_forward(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
+                       float* rstd) override {
+    cuda::rmsnorm_forward(x, gain, n, width, eps, y, rstd, ctx_);
+  }
+  void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
+                        int64_t width, float* dx, float* dgain) override {
+    cuda::rmsnorm_backward(x, gain, rstd, dy, n, width, dx, dgain, ctx_);
+  }
+  void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                    int64_t head_dim, double theta, int64_t first_position) override {
+    const RopeTable& t = rope_table(first_position + seq, head_dim, theta);
+    cuda::rope(x, tokens, seq, stride, first_col, heads, head_dim, t.cos.data(), t.sin.data(), first_position, 1.0f,
+               ctx_);
+  }
+  void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                     int64_t head_dim, double theta) override {
+    const RopeTable& t = rope_table(seq, head_dim, theta);
+    cuda::rope(dx, tokens, seq, stride, first_col, heads, head_dim, t.cos.data(), t.sin.data(), 0, -1.0f, ctx_);
+  }
+  void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) override {
+    cuda::attention_forward(to_device(s), qkv, out, softmax_stats, ctx_);
+  }
+  void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
+                          float* dqkv) override {
+    cuda::attention_backward(to_device(s), qkv, softmax_stats, dout, dqkv, ctx_);
+  }
+  void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
+                        float* out) override {
+    cuda::attention_decode(to_device(s), past, qkv, k_cache, v_cache, out, ctx_);
+  }
+  void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) override {
+    cuda::swiglu_forward(gate_up, n, hidden, a, ctx_);
+  }
+  void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) override {
+    cuda::swiglu_backward(gate_up, da, n, hidden, dgate_up, ctx_);
+  }
+  double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                               float* loss) override {
+    return cuda::cross_entropy_forward(logits, targets, n, vocab, loss, ctx_);
+  }
+  void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
+                              float* dlogits) override {
+    cuda::cross_entropy_backward(logits, targets, n, vocab, scale, dlogits, ctx_);
+  }
+  double sum_of_squares(const float* g, int64_t n) override { return cuda::sum_of_squares(g, n, ctx_); }
+  void adamw_update(const AdamWStep& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask,
+                    int64_t n) override {
+    cuda::adamw_update({k.clip, k.beta1, k.beta2, k.bias1, k.bias2, k.decay, k.lr, k.eps}, g, m, v, w, decay_mask, n,
+                       ctx_);
+  }
+
+ private:
+  using GemmShapeName = const char*;
+  struct RopeTable {
+    int64_t positions = 0;
+    cuda::DeviceBuffer<float> cos, sin;  // [positions, head_dim/2]
+  };
+  // cos/sin per (head_dim, theta), computed on the host exactly as the CPU's table and grown to the
+  // longest sequence asked for. A table replaced while kernels still read it is freed in stream order.
+  const RopeTable& rope_table(int64_t positions, int64_t head_dim, double theta) {
+    std::lock_guard<std::mutex> lock(rope_mutex_);
+    RopeTable& t = rope_tables_[{head_dim, theta}];
+    if (t.positions < positions) {
+      const int64_t half = head_dim / 2;
+      std::vector<float> c(static_cast<size_t>(positions * half)), s(c.size());
+      for (int64_t p = 0; p < positions; ++p)
+        for (int64_t i = 0; i < half; ++i) cuda::lm::rope_angle(p, i, head_dim, theta, &c[p * half + i], &s[p * half + i]);
+      t.cos = cuda::DeviceBuffer<float>::from_host(c, ctx_.stream());
+      t.sin = cuda::DeviceBuffer<float>::from_host(s, ctx_.stream());
+      t.positions = positions;
+    }
+    return t;
+  }
+
+  cuda::Context& ctx_;
+  std::mutex rope_mutex_;
+  std::map<std::pair<int64_t, double>, RopeTable> rope_tables_;
+};
+
+}  // namespace
+
+bool cuda_built() { return true; }
+
+Backend& cuda() {
+  static std::once_flag once;
+  static CudaBackend* backend = nullptr;
+  std::call_once(once, [] {
+    try {
+      backend = new CudaBackend(cuda::default_context());  // lives as long as the process, as the context does
+    } catch (const cuda::CudaError& e) {
+      throw UsageError(std::string("device=cuda: ") + e.what() + "; use device=cpu on this machine");
+    }
+  });
+  return *backend;
+}
+
+}  // namespace nibble::ops
