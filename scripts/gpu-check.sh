@@ -5,7 +5,7 @@
 # kernels/cuda, the CUDA tests, nibble_bench_cuda) for the GPU present, runs every CUDA test and the
 # GPU benchmark (the program behind `nibble bench gemm --device cuda`), and writes into OUT_DIR:
 #   env.txt        date, host, nvidia-smi, nvcc, cmake, compiler, GoogleTest used, cmake flags
-#   configure.log  build.log  tests.log (the four test programs, one after another)  bench.log
+#   configure.log  build.log  tests.log (the five test programs, one after another)  bench.log
 #   summary.txt    one line per step with its exit status and seconds, each test program's verdict,
 #                  and "overall: ok" or "overall: FAILED"
 # GoogleTest: the sources scripts/offline-bundle.sh unpacks into .offline/googletest (carry that
@@ -112,7 +112,7 @@ step build 600 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" || { tail -40 "
 
 status=0
 : > "$OUT/tests.log"
-for t in test_cuda_host test_cuda_quantize test_cuda_gemm test_cuda_backend; do
+for t in test_cuda_host test_cuda_quantize test_cuda_gemm test_cuda_backend test_cuda_training; do
   if [ ! -x "$BUILD/tests/$t" ]; then
     note "$t: not built (see build.log)"
     status=1

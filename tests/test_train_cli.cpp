@@ -320,6 +320,25 @@ TEST_F(TrainCli, BadInputIsRefusedWithoutDamage) {
   const Result no_data = run(train(work_dir() / "nodata", "data.dir=" + (work_dir() / "absent").string()));
   EXPECT_EQ(no_data.exit_code, 2);
   EXPECT_NE(no_data.output.find("nibble prepare"), std::string::npos) << no_data.output;
+
+  // device=cuda where no GPU can be used (no GPU, no driver, or a build without CUDA): refused naming
+  // the fix; a new run leaves no directory, a resumed one every byte as it was. (With a usable GPU
+  // both train; test_cuda_training checks that.)
+  const Result bad_device = run(train(work_dir() / "gpu", "device=gpu"));
+  EXPECT_EQ(bad_device.exit_code, 2);
+  EXPECT_NE(bad_device.output.find("use cpu or cuda"), std::string::npos) << bad_device.output;
+  const Result cuda_new = run(train(work_dir() / "cuda", "device=cuda"));
+  if (cuda_new.exit_code != 0) {
+    EXPECT_EQ(cuda_new.exit_code, 2) << cuda_new.output;
+    EXPECT_NE(cuda_new.output.find("device=cpu"), std::string::npos) << cuda_new.output;
+    EXPECT_FALSE(fs::exists(work_dir() / "cuda"));
+    const fs::path resumed = work_dir() / "cuda-resumed";
+    fs::copy(reference(), resumed, fs::copy_options::recursive);
+    const auto curve = loss_curve(resumed);
+    const Result cuda_resume = run(train(resumed, "resume=true steps=16 device=cuda"));
+    EXPECT_EQ(cuda_resume.exit_code, 2) << cuda_resume.output;
+    EXPECT_EQ(loss_curve(resumed), curve);
+  }
 }
 
 TEST_F(TrainCli, DivergenceStopsNamingTheStepAndTheLastCheckpoint) {

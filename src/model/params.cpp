@@ -1,6 +1,7 @@
 #include "model/params.h"
 
 #include <algorithm>
+#include <string>
 
 #include "format/quantized_tensor.h"
 
@@ -15,8 +16,27 @@ int64_t ParamArena::add(std::string name, int64_t rows, int64_t cols, bool weigh
 }
 
 void ParamArena::allocate() {
-  values_.assign(static_cast<size_t>(size_), 0.0f);
-  grads_.assign(static_cast<size_t>(size_), 0.0f);
+  values_.resize_zeroed(static_cast<size_t>(size_));
+  grads_.resize_zeroed(static_cast<size_t>(size_));
+}
+
+std::vector<float> ParamArena::host_values() const {
+  std::vector<float> h(values_.size());
+  values_.copy_to_host(h.data());
+  return h;
+}
+
+std::vector<float> ParamArena::host_grads() const {
+  std::vector<float> h(grads_.size());
+  grads_.copy_to_host(h.data());
+  return h;
+}
+
+void ParamArena::set_values(std::span<const float> host) {
+  if (host.size() != values_.size())
+    throw UsageError("parameter values: " + std::to_string(host.size()) + " given for an arena of " +
+                     std::to_string(values_.size()));
+  values_.assign_from_host(host.data(), host.size());
 }
 
 const ParamInfo& ParamArena::find(const std::string& name) const {
@@ -31,6 +51,6 @@ int64_t ParamArena::parameter_count() const {
   return n;
 }
 
-void ParamArena::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void ParamArena::zero_grads() { grads_.resize_zeroed(grads_.size()); }
 
 }  // namespace nibble::model

@@ -1,10 +1,14 @@
 // All parameters and their gradients live in two parallel FP32 arrays with one layout, so the
-// optimizer, clipping and (later) checkpoints visit them in lock step.
+// optimizer, clipping and checkpoints visit them in lock step. The arrays are in the memory of the
+// model's backend (ops/backend.h): on the CPU the spans below are host memory; on a GPU they are
+// device memory, and host code reads and writes them through host_values() / set_values().
 #pragma once
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "ops/backend.h"
 
 namespace nibble::model {
 
@@ -18,14 +22,21 @@ struct ParamInfo {
 
 class ParamArena {
  public:
+  explicit ParamArena(ops::TensorOps& ops = ops::cpu()) : values_(ops), grads_(ops) {}
+  ops::TensorOps& ops() const { return *values_.ops(); }
   // Layout first, then allocate(): offsets stay valid because storage is made once.
   int64_t add(std::string name, int64_t rows, int64_t cols, bool weight_decay);
   void allocate();
 
-  std::span<float> values() { return values_; }
-  std::span<const float> values() const { return values_; }
-  std::span<float> grads() { return grads_; }
-  std::span<const float> grads() const { return grads_; }
+  // Backend memory (see above).
+  std::span<float> values() { return {values_.data(), values_.size()}; }
+  std::span<const float> values() const { return {values_.data(), values_.size()}; }
+  std::span<float> grads() { return {grads_.data(), grads_.size()}; }
+  std::span<const float> grads() const { return {grads_.data(), grads_.size()}; }
+  // Host copies, and the values written from the host (checkpoints, initialisation, broadcasts).
+  std::vector<float> host_values() const;
+  std::vector<float> host_grads() const;
+  void set_values(std::span<const float> host);
   float* value(int64_t offset) { return values_.data() + offset; }
   const float* value(int64_t offset) const { return values_.data() + offset; }
   float* grad(int64_t offset) { return grads_.data() + offset; }
@@ -37,7 +48,7 @@ class ParamArena {
  private:
   std::vector<ParamInfo> params_;
   int64_t size_ = 0;
-  std::vector<float> values_, grads_;
+  ops::Array<float> values_, grads_;
 };
 
 }  // namespace nibble::model

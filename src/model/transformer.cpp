@@ -65,7 +65,7 @@ void ModelConfig::validate() const {
 }
 
 Transformer::Transformer(const ModelConfig& config, ops::Backend& backend)
-    : config_((config.validate(), config)), ops_(backend) {
+    : config_((config.validate(), config)), ops_(backend), params_(backend) {
   for (ops::Array<float>* a : {&final_rstd_, &final_normed_, &logits_, &token_loss_, &normed_, &attn_, &mlp_act_,
                                &d_res_, &d_normed_, &d_qkv_, &d_attn_, &d_mlp_act_, &d_gate_up_})
     a->bind(ops_);
@@ -97,9 +97,10 @@ Transformer::Transformer(const ModelConfig& config, ops::Backend& backend)
 
 void Transformer::init_weights(uint64_t seed) {
   const float residual_std = config_.init_std / std::sqrt(2.0f * static_cast<float>(config_.layers));
+  std::vector<float> values(params_.values().size(), 0.0f);  // on the host, then to the backend
   uint64_t index = 0;
   for (const auto& p : params_.params()) {
-    float* v = params_.value(p.offset);
+    float* v = values.data() + p.offset;
     const uint64_t tensor_seed = seed * 0x100000001B3ull + (++index) * 0x9E3779B97F4A7C15ull;
     if (p.rows == 1) {  // norm gains
       std::fill(v, v + p.size(), 1.0f);
@@ -108,6 +109,7 @@ void Transformer::init_weights(uint64_t seed) {
       fill_normal(v, p.size(), residual ? residual_std : config_.init_std, tensor_seed);
     }
   }
+  params_.set_values(values);
 }
 
 ops::AttentionShape Transformer::attention_shape(int64_t batch, int64_t seq) const {

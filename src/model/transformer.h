@@ -104,6 +104,7 @@ class Transformer {
   // vocabulary or a cache that would overflow the context.
   std::span<const float> decode(KvCache& cache, std::span<const int32_t> tokens);
   ops::Backend& backend() { return ops_; }
+  const ops::Backend& backend() const { return ops_; }
 
   // Quantization telemetry of the last step that ran with collect_stats.
   std::vector<LinearTelemetry> telemetry() const;

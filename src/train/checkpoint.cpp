@@ -278,7 +278,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
   fs::create_directories(partial, ec);
   if (ec) throw UsageError(fmt::format("cannot create '{}': {}", partial.string(), ec.message()));
   try {
-    io::SafetensorsFile weights = arena_to_safetensors(model, model.params().values(), "");
+    io::SafetensorsFile weights = arena_to_safetensors(model, model.params().host_values(), "");
     weights.metadata["format"] = "pt";  // what Hugging Face's loaders look for
     weights.metadata["nibble.step"] = std::to_string(state.step);
     nlohmann::json checksums;
@@ -389,7 +389,7 @@ TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& mo
   const fs::path model_path = checkpoint / kModelFile;
   const auto model_bytes = read_verified(checkpoint, kModelFile, checksums);
   // Load into a copy first so that a mismatch leaves the model as it was.
-  std::vector<float> values(model.params().values().begin(), model.params().values().end());
+  std::vector<float> values = model.params().host_values();
   safetensors_to_arena(io::parse_safetensors(model_bytes, model_path.string()), model_path.string(), model, values, "");
   if (optimizer) {
     const fs::path opt_path = checkpoint / kOptimizerFile;
@@ -408,11 +408,10 @@ TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& mo
     if (t != state.step)
       throw UsageError(fmt::format("{}: optimizer step '{}' disagrees with state.json step {}", opt_path.string(),
                                    adam_step, state.step));
-    std::copy(m.begin(), m.end(), optimizer->first_moments().begin());
-    std::copy(v.begin(), v.end(), optimizer->second_moments().begin());
+    optimizer->set_moments(m, v);
     optimizer->set_steps(t);
   }
-  std::copy(values.begin(), values.end(), model.params().values().begin());
+  model.params().set_values(values);
   return state;
 }
 

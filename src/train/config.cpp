@@ -158,6 +158,20 @@ const std::vector<KeyEntry>& key_table() {
     t.push_back(int_key("seq", "tokens per sequence (0: model.context)", [](C& c) -> int64_t& { return c.train.seq; }));
     t.push_back(int_key("grad_accum", "micro-batches per optimizer step", [](C& c) -> int64_t& { return c.train.grad_accum; }));
     t.push_back(int_key("threads", "OpenMP threads (0: all)", [](C& c) -> int64_t& { return c.threads; }));
+    {
+      KeyEntry e{{"device", ConfigValueKind::text, "where the model trains: cpu, or cuda (one NVIDIA GPU)"}, {}, {}};
+      e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
+        try {
+          c.train.device = ops::parse_device(v);
+        } catch (const UsageError& err) {
+          throw UsageError(fmt::format("{}: {}", where(o, k), err.what()));
+        }
+      };
+      e.get = [](const C& c) { return std::string(ops::to_string(c.train.device)); };
+      // Written to a run's config.yaml only when not the default, so CPU runs read as before.
+      e.printed = [](const C& c) { return c.train.device != ops::Device::cpu; };
+      t.push_back(std::move(e));
+    }
     t.push_back(bool_key("resume", "continue from the newest checkpoint in run.dir that verifies (`nibble train --checkpoint STEP` picks another)", [](C& c) -> bool& { return c.resume; }));
     t.push_back(recipe_key("quantization", ConfigValueKind::text, "none, bf16, fp8, mxfp8, mxfp4 or nvfp4",
                            [](const RecipeConfig& r) { return std::string(to_string(r.quantization)); }));

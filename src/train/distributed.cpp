@@ -1,6 +1,5 @@
 #include "train/distributed.h"
 
-#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -63,9 +62,9 @@ std::unique_ptr<Communicator> connect_processes() {
   return make_mpi_communicator();
 #else
   if (launcher_rank_count() > 1)
-    throw UsageError(fmt::format("this nibble was built without MPI but was launched as one of {} ranks: install "
-                                 "libopenmpi-dev and rebuild (cmake finds it), or run without mpirun",
-                                 launcher_rank_count()));
+    throw UsageError("this nibble was built without MPI but was launched as one of " +
+                     std::to_string(launcher_rank_count()) +
+                     " ranks: install libopenmpi-dev and rebuild (cmake finds it), or run without mpirun");
   return std::make_unique<SingleProcessCommunicator>();
 #endif
 }
@@ -73,7 +72,7 @@ std::unique_ptr<Communicator> connect_processes() {
 DataParallelPlan::DataParallelPlan(int64_t batch, int64_t grad_accum, int rank, int ranks)
     : batch_(batch), grad_accum_(grad_accum), rank_(rank), ranks_(ranks) {
   if (ranks <= 0 || rank < 0 || rank >= ranks)
-    throw UsageError(fmt::format("rank {} of {} ranks is not a valid position", rank, ranks));
+    throw UsageError("rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " ranks is not a valid position");
   if (ranks == 1) {
     split_ = Split::none;
   } else if (grad_accum % ranks == 0) {
@@ -81,11 +80,11 @@ DataParallelPlan::DataParallelPlan(int64_t batch, int64_t grad_accum, int rank, 
   } else if (batch % ranks == 0) {
     split_ = Split::rows;
   } else {
-    throw UsageError(fmt::format(
-        "the global batch of {} micro-batches x {} sequences cannot be divided between {} ranks: make grad_accum "
-        "(bitwise equal to one process) or batch a multiple of {}, e.g. grad_accum={} batch={} keeps about the same "
-        "global batch",
-        grad_accum, batch, ranks, ranks, grad_accum * ranks, std::max<int64_t>(1, batch / ranks)));
+    throw UsageError("the global batch of " + std::to_string(grad_accum) + " micro-batches x " + std::to_string(batch) +
+                     " sequences cannot be divided between " + std::to_string(ranks) +
+                     " ranks: make grad_accum (bitwise equal to one process) or batch a multiple of " +
+                     std::to_string(ranks) + ", e.g. grad_accum=" + std::to_string(grad_accum * ranks) +
+                     " batch=" + std::to_string(std::max<int64_t>(1, batch / ranks)) + " keeps about the same global batch");
   }
   if (split_ == Split::rows) {
     rows_ = batch / ranks;
@@ -113,29 +112,31 @@ std::string DataParallelPlan::describe(int64_t seq) const {
                                    ? "bitwise equal to 1 process"
                                    : "equal to 1 process up to FP32 rounding of the gradient sums";
   if (split_ == Split::micro_batches)
-    return fmt::format("{} ranks, each runs {} of the {} micro-batches ({} x {} tokens) per step; {}", ranks_,
-                       grad_accum_ / ranks_, grad_accum_, batch_, seq, equality);
-  return fmt::format("{} ranks, each runs rows [{} r, {} (r+1)) of every micro-batch ({} x {} tokens per rank); {}",
-                     ranks_, rows_, rows_, rows_, seq, equality);
+    return std::to_string(ranks_) + " ranks, each runs " + std::to_string(grad_accum_ / ranks_) + " of the " +
+           std::to_string(grad_accum_) + " micro-batches (" + std::to_string(batch_) + " x " + std::to_string(seq) +
+           " tokens) per step; " + equality;
+  return std::to_string(ranks_) + " ranks, each runs rows [" + std::to_string(rows_) + " r, " + std::to_string(rows_) +
+         " (r+1)) of every micro-batch (" + std::to_string(rows_) + " x " + std::to_string(seq) + " tokens per rank); " +
+         equality;
 }
 
 void GradientSum::add(std::span<const float> leaf) {
   // The carry travels up the levels like a binary counter's: a full level absorbs it and moves up.
-  std::vector<float> carry(leaf.begin(), leaf.end());
+  carry_.bind(*ops_);
+  carry_.assign_copy(leaf.data(), leaf.size());
   size_t level = 0;
   for (;; ++level) {
     if (level == levels_.size()) {
-      levels_.emplace_back();
+      levels_.emplace_back(*ops_);
       full_.push_back(false);
     }
     if (!full_[level]) break;
     // Older (lower-index) subtree plus newer: IEEE addition is commutative, so the order within the
     // pair does not change the bits; only the pairing does, and that is fixed by the leaf index.
-    const std::vector<float>& older = levels_[level];
-    for (size_t i = 0; i < carry.size(); ++i) carry[i] = older[i] + carry[i];
+    ops_->add(carry_.data(), levels_[level].data(), static_cast<int64_t>(carry_.size()));
     full_[level] = false;
   }
-  levels_[level].swap(carry);
+  std::swap(levels_[level], carry_);
   full_[level] = true;
   ++leaves_;
 }
@@ -145,12 +146,12 @@ void GradientSum::finish(std::span<float> out) {
   bool first = true;
   for (size_t level = levels_.size(); level-- > 0;) {
     if (!full_[level]) continue;
-    const std::vector<float>& part = levels_[level];
+    const ops::Array<float>& part = levels_[level];
     if (first) {
-      std::copy(part.begin(), part.end(), out.begin());
+      ops_->copy(part.data(), out.data(), part.bytes());
       first = false;
     } else {
-      for (size_t i = 0; i < out.size(); ++i) out[i] = out[i] + part[i];
+      ops_->add(out.data(), part.data(), static_cast<int64_t>(out.size()));
     }
     full_[level] = false;
   }
@@ -178,9 +179,12 @@ std::string check_replicas_identical(Communicator& comm, std::span<const float> 
       differing += (differing.empty() ? "" : ", ") + std::to_string(r);
     }
   if (differing.empty()) return {};
-  return fmt::format("after step {} the weights of rank(s) {} differ from rank 0's (checksums {:016x} vs {:016x}): the "
-                     "replicas diverged, which data parallelism must never let happen; please report it",
-                     step, differing, first_different, sums[0]);
+  char checksums[64];
+  std::snprintf(checksums, sizeof(checksums), "%016llx vs %016llx", static_cast<unsigned long long>(first_different),
+                static_cast<unsigned long long>(sums[0]));
+  return "after step " + std::to_string(step) + " the weights of rank(s) " + differing +
+         " differ from rank 0's (checksums " + checksums +
+         "): the replicas diverged, which data parallelism must never let happen; please report it";
 }
 
 }  // namespace nibble::train

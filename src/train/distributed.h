@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/backend.h"
+
 namespace nibble::train {
 
 class Communicator {
@@ -139,16 +141,20 @@ class DataParallelPlan {
 // left when the count is not a power of two is added from the largest subtree down. For 2^k leaves
 // this is the balanced tree, whose aligned subtrees are what the ranks of a micro-batch split
 // compute, so one process and 2^j ranks add the same numbers in the same order. Memory: one buffer
-// per tree level (log2 of the leaf count).
+// per tree level (log2 of the leaf count), in the memory of `ops` (the leaves and the output are
+// that backend's memory too).
 class GradientSum {
  public:
+  explicit GradientSum(ops::TensorOps& ops = ops::cpu()) : ops_(&ops) {}
   void add(std::span<const float> leaf);
   // Writes the total into `out` and starts over. Precondition: at least one leaf.
   void finish(std::span<float> out);
   int64_t leaves() const { return leaves_; }
 
  private:
-  std::vector<std::vector<float>> levels_;  // levels_[l]: the sum of 2^l leaves while full_[l]
+  ops::TensorOps* ops_;
+  std::vector<ops::Array<float>> levels_;  // levels_[l]: the sum of 2^l leaves while full_[l]
+  ops::Array<float> carry_;
   std::vector<bool> full_;
   int64_t leaves_ = 0;
 };

@@ -12,18 +12,39 @@ double global_grad_norm(std::span<const float> g, ops::Backend& backend) {
 }
 
 AdamW::AdamW(const model::ParamArena& params, const AdamWConfig& config, ops::Backend& backend)
-    : config_(config), backend_(backend) {
+    : config_(config), backend_(backend), m_(backend), v_(backend), decay_(backend) {
   if (!(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1))
     throw UsageError("AdamW betas (" + std::to_string(config.beta1) + ", " + std::to_string(config.beta2) +
                      ") must lie in [0, 1)");
   if (!(config.eps > 0)) throw UsageError("AdamW eps must be positive");
   if (!(config.weight_decay >= 0)) throw UsageError("weight_decay must be >= 0");
   const size_t n = params.values().size();
-  m_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
-  decay_.assign(n, 0);
+  m_.resize_zeroed(n);
+  v_.resize_zeroed(n);
+  std::vector<uint8_t> decay(n, 0);
   for (const auto& p : params.params())
-    if (p.weight_decay) std::fill(decay_.begin() + p.offset, decay_.begin() + p.offset + p.size(), 1);
+    if (p.weight_decay) std::fill(decay.begin() + p.offset, decay.begin() + p.offset + p.size(), 1);
+  decay_.assign_from_host(decay.data(), n);
+}
+
+std::vector<float> AdamW::first_moments() const {
+  std::vector<float> h(m_.size());
+  m_.copy_to_host(h.data());
+  return h;
+}
+
+std::vector<float> AdamW::second_moments() const {
+  std::vector<float> h(v_.size());
+  v_.copy_to_host(h.data());
+  return h;
+}
+
+void AdamW::set_moments(std::span<const float> first, std::span<const float> second) {
+  if (first.size() != m_.size() || second.size() != v_.size())
+    throw UsageError("AdamW moments: " + std::to_string(first.size()) + " and " + std::to_string(second.size()) +
+                     " values given for " + std::to_string(m_.size()) + " parameters");
+  m_.assign_from_host(first.data(), first.size());
+  v_.assign_from_host(second.data(), second.size());
 }
 
 double AdamW::step(model::ParamArena& params, float lr) {

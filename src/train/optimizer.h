@@ -20,24 +20,25 @@ struct AdamWConfig {
 
 class AdamW {
  public:
+  // The state lives in the memory of `backend`, the backend of the arena it updates.
   AdamW(const model::ParamArena& params, const AdamWConfig& config, ops::Backend& backend = ops::cpu());
   // One update with learning rate lr from the gradients in the arena (clipped first). Returns
   // the global gradient norm before clipping. Deterministic for any thread count.
   double step(model::ParamArena& params, float lr);
   int64_t steps() const { return t_; }
-  // Checkpoint access (train/checkpoint.h): the moment estimates, parallel to the arena, and the
-  // step count that drives bias correction, so a resumed run continues bit for bit.
-  std::span<float> first_moments() { return m_; }
-  std::span<float> second_moments() { return v_; }
-  std::span<const float> first_moments() const { return m_; }
-  std::span<const float> second_moments() const { return v_; }
+  // Checkpoint access (train/checkpoint.h): host copies of the moment estimates, parallel to the
+  // arena, and the step count that drives bias correction, so a resumed run continues bit for bit.
+  std::vector<float> first_moments() const;
+  std::vector<float> second_moments() const;
+  // UsageError when the sizes are not the arena's.
+  void set_moments(std::span<const float> first, std::span<const float> second);
   void set_steps(int64_t steps) { t_ = steps; }
 
  private:
   AdamWConfig config_;
   ops::Backend& backend_;
-  std::vector<float> m_, v_;
-  std::vector<uint8_t> decay_;  // per element: 1 where weight decay applies
+  ops::Array<float> m_, v_;
+  ops::Array<uint8_t> decay_;  // per element: 1 where weight decay applies
   int64_t t_ = 0;
 };
 

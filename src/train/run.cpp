@@ -65,9 +65,11 @@ std::string gemm_text(const GemmRecipe& g, GemmRole role) {
   return s + " " + operand_text(g.a, false) + " x " + operand_text(g.b, role != GemmRole::wgrad);
 }
 
-std::string peak_note(double peak) {
-  return fmt::format("{:.1f} GFLOP/s = {} threads x FP32 FMA peak measured on this CPU", peak / 1e9,
-                     omp_get_max_threads());
+std::string peak_note(double peak, const ops::Backend& backend) {
+  if (backend.device() == ops::Device::cpu)
+    return fmt::format("{:.1f} GFLOP/s = {} threads x FP32 FMA peak measured on this CPU", peak / 1e9,
+                       omp_get_max_threads());
+  return fmt::format("{:.1f} GFLOP/s = FP32 GEMM rate measured on {}", peak / 1e9, backend.describe());
 }
 
 // Keys whose change makes a resumed run differ from the run it continues.
@@ -258,7 +260,7 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
   s += fmt::format("compute    {:.3g} training FLOPs/token (6N + 12 L d T), {:.3g} FLOPs/step, {:.3g} FLOPs in total\n",
                    flops_token, flops_token * tokens_per_step,
                    flops_token * tokens_per_step * static_cast<double>(c.train.schedule.total_steps));
-  s += fmt::format("MFU peak   {}\n", peak_note(peak_flops));
+  s += fmt::format("MFU peak   {}\n", peak_note(peak_flops, model.backend()));
   s += fmt::format("memory     weights {}, gradients {}, AdamW {}; activations per micro-batch {} in FP32, {} with the "
                    "recipe's quantized saved activations; total {} (FP32 activations) / {} (quantized)\n",
                    bytes_text(mem.weights), bytes_text(mem.gradients), bytes_text(mem.optimizer),
@@ -269,6 +271,7 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
   for (const auto& line : describe_recipe_per_layer(recipe, static_cast<int>(m.layers))) s += "           " + line + "\n";
   s += fmt::format("kernels    {}\n", describe_kernels(recipe));
   s += fmt::format("threads    {}\n", omp_get_max_threads());
+  s += fmt::format("device     {}\n", model.backend().describe());
   return s;
 }
 
@@ -476,15 +479,19 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     // Rank 0's weights, optimizer state and data position are the job's, whatever the rank count
     // of the run that saved them: the global batch and sample order depend only on the step.
     comm.broadcast_values(std::span(&state, 1), 0);
-    comm.broadcast_values(trainer.model().params().values(), 0);
-    comm.broadcast_values(trainer.optimizer().first_moments(), 0);
-    comm.broadcast_values(trainer.optimizer().second_moments(), 0);
+    std::vector<float> values = trainer.model().params().host_values(), m = trainer.optimizer().first_moments(),
+                       v = trainer.optimizer().second_moments();
+    comm.broadcast_values(std::span<float>(values), 0);
+    comm.broadcast_values(std::span<float>(m), 0);
+    comm.broadcast_values(std::span<float>(v), 0);
+    trainer.model().params().set_values(values);
+    trainer.optimizer().set_moments(m, v);
     int64_t optimizer_steps = trainer.optimizer().steps();
     comm.broadcast_values(std::span(&optimizer_steps, 1), 0);
     trainer.optimizer().set_steps(optimizer_steps);
   }
 
-  const double peak = ops::cpu().measure_peak_f32_flops(0.1);
+  const double peak = trainer.model().backend().measure_peak_f32_flops(0.1);
   print(startup_report(config, trainer.model(), trainer.recipe(), *data.tokenizer, static_cast<int64_t>(data.train.size()),
                        static_cast<int64_t>(data.val.size()), peak));
   if (comm.size() > 1)
@@ -622,7 +629,8 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
       window_comm_start = comm.gradient_sum_seconds();
       window_steps = 0;
       // Replicas must stay bitwise identical (same summed gradients, same AdamW): a cheap check.
-      const std::string diverged = check_replicas_identical(comm, trainer.model().params().values(), r.step);
+      const std::string diverged =
+          comm.size() > 1 ? check_replicas_identical(comm, trainer.model().params().host_values(), r.step) : std::string();
       if (!diverged.empty() && root) comm.abort(diverged, 1);
     } else if (live) {
       print(fmt::format("\r\033[Kstep {}/{} | loss {:.4f} | {:.0f} ms/step", r.step, total, r.loss, dt * 1e3));

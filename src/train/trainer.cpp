@@ -6,9 +6,17 @@ namespace {
 // Validation batches use their own stream so that every run and recipe evaluates the same windows.
 constexpr uint64_t kValidationSeed = 0x5EED0F0A1DA7Aull;
 
-std::unique_ptr<model::Transformer> make_model(const TrainConfig& c) {
+ops::Backend& backend_of(const TrainConfig& c, const Communicator* comm) {
+  if (c.device == ops::Device::cpu) return ops::cpu();
+  if (comm && comm->size() > 1)
+    throw UsageError("device=cuda trains on one GPU in this version of nibble (several GPUs through NCCL are not "
+                     "built yet): run a single process, or use device=cpu under mpirun");
+  return ops::cuda();
+}
+
+std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, const Communicator* comm) {
   c.validate();
-  auto m = std::make_unique<model::Transformer>(c.model);
+  auto m = std::make_unique<model::Transformer>(c.model, backend_of(c, comm));
   m->init_weights(c.seed);
   return m;
 }
@@ -35,14 +43,16 @@ Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, 
     : config_(config),
       seq_(config.seq > 0 ? config.seq : config.model.context),
       split_(split_tokens(corpus)),
-      model_(make_model(config)),
+      model_(make_model(config, comm)),
       recipe_(std::make_unique<Recipe>(config.recipe, static_cast<int>(config.model.layers),
-                                       model_->block_linear_shapes(), rows_per_slice(config, comm) * seq_)),
-      optimizer_(model_->params(), config.optimizer),
+                                       model_->block_linear_shapes(), rows_per_slice(config, comm) * seq_,
+                                       model_->backend())),
+      optimizer_(model_->params(), config.optimizer, model_->backend()),
       train_sampler_(&split_.train, seq_, config.seed),
       val_sampler_(&split_.val, seq_, kValidationSeed),
       comm_(comm ? comm : &single_process_),
-      plan_(config.batch, config.grad_accum, comm_->rank(), comm_->size()) {}
+      plan_(config.batch, config.grad_accum, comm_->rank(), comm_->size()),
+      gradient_sum_(model_->backend()) {}
 
 double Trainer::progress() const {
   return static_cast<double>(optimizer_.steps()) / static_cast<double>(config_.schedule.total_steps);

@@ -25,6 +25,7 @@ struct TrainConfig {
   int64_t eval_batches = 50;
   int64_t telemetry_interval = 0;  // 0: off; else collect quant_stats every N steps
   uint64_t seed = 1337;
+  ops::Device device = ops::Device::cpu;  // where the model, its gradients and AdamW's state live
   void validate() const;
 };
 
@@ -41,6 +42,8 @@ class Trainer {
   // comm: the ranks of a data-parallel job (train/distributed.h), which share every step's global
   // batch and sum their gradients; null trains on this process alone. UsageError when the global
   // batch cannot be divided between the ranks.
+  // config.device picks the backend (ops::cpu() or ops::cuda(); UsageError naming the fix when there
+  // is no usable GPU, and for device=cuda with several ranks, which this version does not support).
   Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm = nullptr);
 
   StepResult step();
