@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch CPU training speed on the model `nibble bench train` times, for the issue's target
-(nvfp4 tokens/s above PyTorch's fp32 and bf16-autocast training on the same machine).
+"""PyTorch training speed (CPU or GPU) on the model `nibble bench train` times, for the issues' targets
+(nibble's recipes against PyTorch's fp32 and bf16-autocast training on the same machine).
 
     python3 bench/torch_train.py [--threads 2] [--modes fp32,bf16,bf16-compile] [--layers 6 --width 384 ...]
     make bench-torch                      # Debian's python3-torch; TORCH_PYTHON=venv/bin/python for another
     nibble bench train --vs-torch         # nibble's recipes, then this script on the same model: the ratios
+    python3 bench/torch_train.py --device cuda --vs-nibble nibble.json   # after nibble_bench_train --device
+                                          # cuda --json nibble.json: PyTorch on the GPU and the ratios
 
 Modes: fp32 (eager), bf16 (eager under autocast), fp32-compile and bf16-compile (torch.compile, the
 Inductor CPU backend: needs a C++ compiler, compiles for a minute first). --json FILE also writes the
@@ -47,17 +49,18 @@ def measure(mode: str, args: argparse.Namespace, config: LlamaConfig) -> tuple[f
     """Returns (tokens/s, ms per step, last loss) over args.steps timed steps after args.warmup."""
     torch.manual_seed(args.seed)
     fused = hasattr(torch.nn.functional, "scaled_dot_product_attention") and not args.explicit_attention
-    model = Llama(config, fused_attention=fused)
+    model = Llama(config, fused_attention=fused).to(args.device)
     if args.compile or mode.endswith("-compile"):
         model = torch.compile(model)
     mode = mode.removesuffix("-compile")
     optimizer = make_optimizer(model)
     data = torch.Generator().manual_seed(args.seed)
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if mode == "bf16" else contextlib.nullcontext
+    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
+    autocast = (lambda: torch.autocast(device_type, dtype=torch.bfloat16)) if mode == "bf16" else contextlib.nullcontext
 
     def step() -> float:
-        x = torch.randint(0, config.vocab, (args.batch, config.context), generator=data)
-        y = torch.randint(0, config.vocab, (args.batch, config.context), generator=data)
+        x = torch.randint(0, config.vocab, (args.batch, config.context), generator=data).to(args.device)
+        y = torch.randint(0, config.vocab, (args.batch, config.context), generator=data).to(args.device)
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             loss = model(x, y)
@@ -92,14 +95,22 @@ def main() -> int:
     p.add_argument("--explicit-attention", action="store_true", help="softmax(QK^T)V even where SDPA exists")
     p.add_argument("--compile", action="store_true", help="torch.compile every mode (PyTorch >= 2.0)")
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU; loss.item() waits for each step)")
+    p.add_argument("--vs-nibble", metavar="FILE",
+                   help="nibble_bench_train --json FILE's results: print each recipe against PyTorch's modes")
     args = p.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"torch {torch.__version__} sees no CUDA device: --device cuda needs a GPU and a CUDA build of PyTorch",
+              file=sys.stderr)
+        return 2
 
     torch.set_num_threads(args.threads)
     config = LlamaConfig(vocab=args.vocab, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
                          width=args.width, context=args.context)
     fused = hasattr(torch.nn.functional, "scaled_dot_product_attention") and not args.explicit_attention
     load = os.getloadavg()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"{torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, "
           f"attention {'SDPA' if fused else 'explicit'}{', compiled' if args.compile else ''}; "
           f"{config.layers} layers x width {config.width} x {config.heads} heads, context {config.context}, "
           f"batch {args.batch} ({args.batch * config.context} tokens/step); {args.warmup} warm-up + {args.steps} "
@@ -114,6 +125,19 @@ def main() -> int:
         tps, ms, loss = measure(mode, args, config)
         print(f"{mode:<13} {tps:>10.0f} {ms:>9.1f} {loss:>8.4f}", flush=True)
         results.append({"mode": mode, "tokens_per_s": tps, "step_ms": ms, "loss": loss})
+    if args.vs_nibble:
+        with open(args.vs_nibble) as f:
+            nibble = json.load(f)
+        bf16 = [r for r in results if r["mode"].startswith("bf16")]
+        best_bf16 = max(bf16, key=lambda r: r["tokens_per_s"]) if bf16 else None
+        best = max(results, key=lambda r: r["tokens_per_s"])
+        print(f"\nnibble on {nibble['device']} ({args.vs_nibble}) against PyTorch on {args.device}, same model and batch:")
+        print(f"{'recipe':<8} {'tokens/s':>10} {'vs torch ' + (best_bf16['mode'] if best_bf16 else 'bf16'):>20} "
+              f"{'vs torch best (' + best['mode'] + ')':>24}")
+        for r in nibble["results"]:
+            vs_bf16 = f"{r['tokens_per_s'] / best_bf16['tokens_per_s']:.2f}x" if best_bf16 else "-"
+            print(f"{r['recipe']:<8} {r['tokens_per_s']:>10.0f} {vs_bf16:>20} "
+                  f"{r['tokens_per_s'] / best['tokens_per_s']:>23.2f}x")
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:

@@ -2,10 +2,13 @@
 # The one prepared check of the CUDA backend on a GPU machine that may have no network and none of
 # nibble's Debian -dev packages: only a C++ compiler, CMake (ninja if present) and the CUDA toolkit.
 # It builds the CUDA backend alone (-DNIBBLE_CUDA_ONLY=ON: format -> kernels/cpu without oneDNN ->
-# kernels/cuda, the CUDA tests, nibble_bench_cuda) for the GPU present, runs every CUDA test and the
-# GPU benchmark (the program behind `nibble bench gemm --device cuda`), and writes into OUT_DIR:
+# kernels/cuda -> ops -> recipe, model and the training core, the CUDA tests, nibble_bench_cuda and
+# nibble_bench_train) for the GPU present, runs every CUDA test, the GEMM benchmark (the program behind
+# `nibble bench gemm --device cuda`) and the training benchmark, and writes into OUT_DIR:
 #   env.txt        date, host, nvidia-smi, nvcc, cmake, compiler, GoogleTest used, cmake flags
 #   configure.log  build.log  tests.log (the five test programs, one after another)  bench.log
+#   train-bench.log  nibble_bench_train --device cuda (none, bf16, nvfp4) and bench/torch_train.py --device
+#                  cuda on the same model, with the ratios
 #   summary.txt    one line per step with its exit status and seconds, each test program's verdict,
 #                  and "overall: ok" or "overall: FAILED"
 # GoogleTest: the sources scripts/offline-bundle.sh unpacks into .offline/googletest (carry that
@@ -14,7 +17,7 @@
 # Usage:  bash scripts/gpu-check.sh [OUT_DIR]        (default ./gpu-check-out; or $OUT)
 #   From this workplace's device tool, after `bash scripts/offline-bundle.sh` here:
 #   run(command="NIBBLE_SOURCE_REVISION=<commit> bash scripts/gpu-check.sh $OUT", carry=[".offline"],
-#       timeout_s=540): one call, six files back; the rehearsal (scripts/rehearse-gpu-check.sh)
+#       timeout_s=540): one call, seven files back; the rehearsal (scripts/rehearse-gpu-check.sh)
 #   took 84 s on 2 cores up to where the GPU is needed.
 # Environment: BUILD (build folder, default build-gpu), JOBS (default nproc), BENCH_SIZE (8192),
 #   NIBBLE_CUDA_ARCHS (e.g. 90; default from the GPU's compute capability),
@@ -140,4 +143,26 @@ elif [ $bench_rc -ne 0 ]; then
   status=1
 fi
 cat "$OUT/bench.log"
+
+# Training (device=cuda): nibble's recipes on the bench model, then PyTorch on the same model and GPU
+# when this machine's Python has a CUDA build of it, with the ratios.
+: > "$OUT/train-bench.log"
+train_json="$BUILD/nibble-train-bench.json"  # kept out of OUT: the device tool brings back at most 8 files
+step train-bench 300 "$OUT/train-bench.log" "$BUILD/nibble_bench_train" --device cuda --recipes none,bf16,nvfp4 \
+  --json "$train_json"
+train_rc=$?
+if [ "$NO_GPU" = 1 ] && [ $train_rc -eq 2 ] && grep -q "no CUDA device" "$OUT/train-bench.log"; then
+  note "train-bench: no CUDA device, as expected in a rehearsal"
+elif [ $train_rc -ne 0 ]; then
+  status=1
+else
+  python="${PYTHON:-python3}"
+  if "$python" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+    step torch-train 300 "$OUT/train-bench.log" "$python" bench/torch_train.py --device cuda --modes fp32,bf16 \
+      --vs-nibble "$train_json" || status=1
+  else
+    note "torch-train: $python has no CUDA build of PyTorch here; nibble's rates only"
+  fi
+fi
+cat "$OUT/train-bench.log"
 finish $status

@@ -36,6 +36,7 @@ struct BenchTrainOptions {
   double lr = 1e-3;
   int64_t eval_interval = 250, eval_batches = 100, warmup = 2, timed_steps = 5;
   uint64_t seed = 1337;
+  std::string device = "cpu";  // speed: cpu, or cuda (device=cuda training; the CPU peaks and ideal step are CPU-only)
   // --vs-torch: PyTorch on the same model right after nibble's recipes (bench/torch_train.py).
   bool vs_torch = false;
   std::string torch_python = "python3";
@@ -222,6 +223,10 @@ void check_torch(const BenchTrainOptions& o) {
   if (run_process({o.torch_python, "-c", "import torch"}, true) != 0)
     throw UsageError("--vs-torch: " + o.torch_python + " cannot import torch: install PyTorch (pip install torch, or "
                      "apt-get install python3-torch) or name another interpreter with --torch-python /path/to/bin/python");
+  if (o.device == "cuda" &&
+      run_process({o.torch_python, "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"}, true) != 0)
+    throw UsageError("--vs-torch --device cuda: " + o.torch_python + "'s PyTorch sees no GPU: install a CUDA build of "
+                     "PyTorch (pip install torch) or name its interpreter with --torch-python");
 }
 
 struct TorchResult {
@@ -248,6 +253,7 @@ std::vector<TorchResult> run_torch(const BenchTrainOptions& o, const train::Trai
                                    "--steps", std::to_string(o.timed_steps),
                                    "--seed", std::to_string(o.seed),
                                    "--modes", o.torch_modes,
+                                   "--device", o.device,
                                    "--json", json};
   struct RemoveOnExit {
     const std::string& path;
@@ -275,8 +281,13 @@ std::vector<TorchResult> run_torch(const BenchTrainOptions& o, const train::Trai
   return out;
 }
 
+int run_speed_on_gpu(const BenchTrainOptions& o, const train::TrainConfig& base,
+                     const std::vector<std::pair<std::string, RecipeConfig>>& recipes);
+
 int run_speed(const BenchTrainOptions& o) {
   const auto recipes = resolve_recipes(o);
+  const ops::Device device = ops::parse_device(o.device);
+  if (device == ops::Device::cuda) (void)ops::cuda();  // no GPU: the fix, before anything is measured
   if (o.vs_torch) check_torch(o);
   int64_t vocab = 0;
   auto corpus = load_corpus(o.corpus, vocab);
@@ -291,6 +302,8 @@ int run_speed(const BenchTrainOptions& o) {
   base.schedule.total_steps = 1000;
   base.schedule.warmup_steps = 10;
   base.seed = o.seed;
+  base.device = device;
+  if (device == ops::Device::cuda) return run_speed_on_gpu(o, base, recipes);
   const int64_t tokens = base.batch * base.model.context;
   fmt::print("speed: {} layers x width {} x {} heads, context {}, batch {} ({} tokens/step), {} threads; "
              "{} warm-up + {} timed steps\n",
@@ -382,6 +395,51 @@ int run_speed(const BenchTrainOptions& o) {
   return 0;
 }
 
+// --device cuda: tokens/s per recipe on the GPU (the step is timed to the loss read back each step);
+// the CPU's split by kind and ideal step do not apply. --vs-torch: PyTorch on the same GPU.
+int run_speed_on_gpu(const BenchTrainOptions& o, const train::TrainConfig& base,
+                     const std::vector<std::pair<std::string, RecipeConfig>>& recipes) {
+  fmt::print("speed: {} layers x width {} x {} heads, context {}, batch {} ({} tokens/step) on {}; {} warm-up + {} "
+             "timed steps\n",
+             base.model.layers, base.model.width, base.model.heads, base.model.context, base.batch,
+             base.batch * base.model.context, ops::cuda().describe(), o.warmup, o.timed_steps);
+  int64_t vocab = 0;
+  const auto corpus = load_corpus(o.corpus, vocab);
+  fmt::print("\n{:<8} {:>10} {:>9} {:>10}\n", "recipe", "tokens/s", "step ms", "vs none");
+  double none_tps = 0;
+  std::vector<std::pair<std::string, double>> rows;
+  for (const auto& [name, recipe] : recipes) {
+    train::TrainConfig c = base;
+    c.recipe = recipe;
+    const auto r = train::measure_training_speed(c, corpus, o.warmup, o.timed_steps);
+    if (c.recipe.quantization == Quantization::none) none_tps = r.tokens_per_s;
+    rows.push_back({name, r.tokens_per_s});
+    fmt::print("{:<8} {:>10.0f} {:>9.1f} {:>10}\n", name, r.tokens_per_s, 1e3 * r.step_s,
+               none_tps > 0 ? fmt::format("{:.2f}x", r.tokens_per_s / none_tps) : "-");
+    std::fflush(stdout);
+  }
+  if (o.vs_torch) {
+    fmt::print("\nPyTorch on the same model, batch and GPU, right after ({} {}):\n", o.torch_python, o.torch_script);
+    std::string version;
+    const auto torch = run_torch(o, base, version);
+    const TorchResult* best_bf16 = nullptr;
+    const TorchResult* best_any = nullptr;
+    for (const auto& t : torch) {
+      if (t.mode.starts_with("bf16") && (!best_bf16 || t.tokens_per_s > best_bf16->tokens_per_s)) best_bf16 = &t;
+      if (!best_any || t.tokens_per_s > best_any->tokens_per_s) best_any = &t;
+    }
+    fmt::print("\n{:<8} {:>10} {:>22} {:>22}\n", "recipe", "tokens/s",
+               best_bf16 ? fmt::format("vs torch {}", best_bf16->mode) : std::string("vs torch bf16"),
+               best_any ? fmt::format("vs torch best ({})", best_any->mode) : std::string("vs torch best"));
+    for (const auto& [name, tps] : rows)
+      fmt::print("{:<8} {:>10.0f} {:>22} {:>22}\n", name, tps,
+                 best_bf16 ? fmt::format("{:.2f}x", tps / best_bf16->tokens_per_s) : std::string("-"),
+                 best_any ? fmt::format("{:.2f}x", tps / best_any->tokens_per_s) : std::string("-"));
+    fmt::print("(PyTorch {})\n", version);
+  }
+  return 0;
+}
+
 const CommandRegistration registration{"bench train", [](CLI::App& app, int& exit_code) {
   CLI::App* bench = subcommand_group(app, "bench", "Measure nibble's kernels against libraries");
   CLI::App* cmd = bench->add_subcommand("train", "Training tokens/s (or --quality: val loss) of one model under each recipe");
@@ -403,6 +461,9 @@ const CommandRegistration registration{"bench train", [](CLI::App& app, int& exi
   cmd->add_option("--warmup", o->warmup, "speed: untimed steps")->capture_default_str()->check(integer_at_least(0, "a count >= 0"));
   cmd->add_option("--timed-steps", o->timed_steps, "speed: timed steps")->capture_default_str()->check(integer_at_least(1, "a positive count"));
   cmd->add_option("--seed", o->seed, "run seed")->capture_default_str()->check(integer_at_least(0, "a seed >= 0"));
+  cmd->add_option("--device", o->device, "speed: cpu, or cuda (training on the GPU, device=cuda)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--vs-torch", o->vs_torch, "speed: then run PyTorch on the same model (bench/torch_train.py) and print the ratios");
   cmd->add_option("--torch-python", o->torch_python, "--vs-torch: the Python that has PyTorch")->capture_default_str();
   cmd->add_option("--torch-script", o->torch_script, "--vs-torch: the PyTorch benchmark script")->capture_default_str();
@@ -410,6 +471,7 @@ const CommandRegistration registration{"bench train", [](CLI::App& app, int& exi
       ->capture_default_str();
   cmd->callback([o, &exit_code] {
     if (o->vs_torch && o->quality) throw UsageError("--vs-torch measures speed: drop --quality");
+    if (o->device != "cpu" && o->quality) throw UsageError("--device measures speed: drop --quality");
     exit_code = o->quality ? run_quality(*o) : run_speed(*o);
   });
 }};
