@@ -281,6 +281,33 @@ std::vector<TorchResult> run_torch(const BenchTrainOptions& o, const train::Trai
   return out;
 }
 
+// Runs PyTorch (run_torch) and prints each of nibble's recipes against its best BF16 mode and its
+// best mode of all.
+void print_torch_ratios(const BenchTrainOptions& o, const train::TrainConfig& base,
+                        const std::vector<std::pair<std::string, double>>& nibble_rates) {
+  std::string version;
+  const auto torch = run_torch(o, base, version);
+  const TorchResult* best_bf16 = nullptr;
+  const TorchResult* best_any = nullptr;
+  for (const auto& t : torch) {
+    if (t.mode.starts_with("bf16") && (!best_bf16 || t.tokens_per_s > best_bf16->tokens_per_s)) best_bf16 = &t;
+    if (!best_any || t.tokens_per_s > best_any->tokens_per_s) best_any = &t;
+  }
+  fmt::print("\n{:<8} {:>10} {:>22} {:>22}\n", "recipe", "tokens/s",
+             best_bf16 ? fmt::format("vs torch {}", best_bf16->mode) : std::string("vs torch bf16"),
+             best_any ? fmt::format("vs torch best ({})", best_any->mode) : std::string("vs torch best"));
+  for (const auto& [name, tps] : nibble_rates)
+    fmt::print("{:<8} {:>10.0f} {:>22} {:>22}\n", name, tps,
+               best_bf16 ? fmt::format("{:.2f}x", tps / best_bf16->tokens_per_s) : std::string("-"),
+               best_any ? fmt::format("{:.2f}x", tps / best_any->tokens_per_s) : std::string("-"));
+  fmt::print("(PyTorch {}: {}; best BF16 = the faster of its bf16 modes; best = the fastest of all its modes)\n",
+             version, [&] {
+               std::string s;
+               for (const auto& t : torch) s += (s.empty() ? "" : ", ") + fmt::format("{} {:.0f} tok/s", t.mode, t.tokens_per_s);
+               return s;
+             }());
+}
+
 int run_speed_on_gpu(const BenchTrainOptions& o, const train::TrainConfig& base,
                      const std::vector<std::pair<std::string, RecipeConfig>>& recipes);
 
@@ -370,27 +397,9 @@ int run_speed(const BenchTrainOptions& o) {
     if (o.torch_modes.find("bf16") != std::string::npos && cpu::active_isa() < cpu::Isa::avx512bf16)
       fmt::print("(this CPU has no BF16 instructions: PyTorch emulates bf16 autocast here, which can be many times\n"
                  " slower than its fp32 (20x at the default shape on a Zen 3); --torch-modes fp32,fp32-compile skips it)\n");
-    std::string version;
-    const auto torch = run_torch(o, base, version);
-    const TorchResult* best_bf16 = nullptr;
-    const TorchResult* best_any = nullptr;
-    for (const auto& t : torch) {
-      if (t.mode.starts_with("bf16") && (!best_bf16 || t.tokens_per_s > best_bf16->tokens_per_s)) best_bf16 = &t;
-      if (!best_any || t.tokens_per_s > best_any->tokens_per_s) best_any = &t;
-    }
-    fmt::print("\n{:<8} {:>10} {:>22} {:>22}\n", "recipe", "tokens/s",
-               best_bf16 ? fmt::format("vs torch {}", best_bf16->mode) : std::string("vs torch bf16"),
-               best_any ? fmt::format("vs torch best ({})", best_any->mode) : std::string("vs torch best"));
-    for (const auto& row : rows)
-      fmt::print("{:<8} {:>10.0f} {:>22} {:>22}\n", row.name, row.tokens_per_s,
-                 best_bf16 ? fmt::format("{:.2f}x", row.tokens_per_s / best_bf16->tokens_per_s) : std::string("-"),
-                 best_any ? fmt::format("{:.2f}x", row.tokens_per_s / best_any->tokens_per_s) : std::string("-"));
-    fmt::print("(PyTorch {}: {}; best BF16 = the faster of its bf16 modes; best = the fastest of all its modes)\n",
-               version, [&] {
-                 std::string s;
-                 for (const auto& t : torch) s += (s.empty() ? "" : ", ") + fmt::format("{} {:.0f} tok/s", t.mode, t.tokens_per_s);
-                 return s;
-               }());
+    std::vector<std::pair<std::string, double>> rates;
+    for (const auto& row : rows) rates.push_back({row.name, row.tokens_per_s});
+    print_torch_ratios(o, base, rates);
   }
   return 0;
 }
@@ -420,22 +429,7 @@ int run_speed_on_gpu(const BenchTrainOptions& o, const train::TrainConfig& base,
   }
   if (o.vs_torch) {
     fmt::print("\nPyTorch on the same model, batch and GPU, right after ({} {}):\n", o.torch_python, o.torch_script);
-    std::string version;
-    const auto torch = run_torch(o, base, version);
-    const TorchResult* best_bf16 = nullptr;
-    const TorchResult* best_any = nullptr;
-    for (const auto& t : torch) {
-      if (t.mode.starts_with("bf16") && (!best_bf16 || t.tokens_per_s > best_bf16->tokens_per_s)) best_bf16 = &t;
-      if (!best_any || t.tokens_per_s > best_any->tokens_per_s) best_any = &t;
-    }
-    fmt::print("\n{:<8} {:>10} {:>22} {:>22}\n", "recipe", "tokens/s",
-               best_bf16 ? fmt::format("vs torch {}", best_bf16->mode) : std::string("vs torch bf16"),
-               best_any ? fmt::format("vs torch best ({})", best_any->mode) : std::string("vs torch best"));
-    for (const auto& [name, tps] : rows)
-      fmt::print("{:<8} {:>10.0f} {:>22} {:>22}\n", name, tps,
-                 best_bf16 ? fmt::format("{:.2f}x", tps / best_bf16->tokens_per_s) : std::string("-"),
-                 best_any ? fmt::format("{:.2f}x", tps / best_any->tokens_per_s) : std::string("-"));
-    fmt::print("(PyTorch {})\n", version);
+    print_torch_ratios(o, base, rows);
   }
   return 0;
 }
