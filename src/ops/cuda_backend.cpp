@@ -167,7 +167,10 @@ class CudaBackend final : public Backend {
   // The operands rounded to BF16 (RN) into scratch, then cuBLASLt's BF16 GEMM with FP32 accumulation.
   void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
-    const int64_t a_elems = (ta == Trans::no ? m : k) * lda, b_elems = (tb == Trans::no ? k : n) * ldb;
+    // The stored extent of each operand: its rows apart by the leading dimension, the last row as long
+    // as the operand is wide (a caller's allocation may end there).
+    const int64_t a_elems = ta == Trans::no ? (m - 1) * lda + k : (k - 1) * lda + m;
+    const int64_t b_elems = tb == Trans::no ? (k - 1) * ldb + n : (n - 1) * ldb + k;
     auto* a16 = reinterpret_cast<uint16_t*>(
         ctx_.scratch(cuda::Context::Scratch::operand_a, static_cast<size_t>(a_elems) * sizeof(uint16_t)));
     auto* b16 = reinterpret_cast<uint16_t*>(

@@ -95,7 +95,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   const GemmRecipe& f = step.recipe.fprop;
   const GemmRecipe& g = step.recipe.wgrad;
   saved_xt_valid_ = false;
-  fprop_input_amax_ = -1.0f;
+  fprop_input_quantized_ = false;
   switch (f.precision) {
     case GemmPrecision::fp32:
       {
@@ -121,7 +121,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
           ops_.quantize(x, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);
         }
       }
-      fprop_input_amax_ = xq.amax();
+      fprop_input_quantized_ = true;
       QuantOptions wo = seeded(f.b, step, GemmRole::fprop, 1);
       if (!w_q_valid_ || w_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, w_q_options_)) {
         {

@@ -69,7 +69,7 @@ class Linear {
   std::optional<QuantizedTensor> dgrad_weight() const;
   // The global amax of the last forward's input X when fprop quantized it (the activation
   // statistic `nibble export --calibrate` records); -1 when the last forward did not quantize X.
-  float fprop_input_amax() const { return fprop_input_amax_; }
+  float fprop_input_amax() const { return fprop_input_quantized_ ? x_q_->amax() : -1.0f; }
 
  private:
   void record(std::string operand, const float* x, int64_t rows, int64_t cols, bool transposed, const ops::Quantized& q);
@@ -99,7 +99,8 @@ class Linear {
   QuantOptions w_q_options_{}, wt_q_options_{};
   std::vector<OperandStats> stats_;
   LinearTimes times_;
-  float fprop_input_amax_ = -1.0f;
+  // The last forward quantized X into x_q_ (its amax is read on demand: on a GPU, a read waits).
+  bool fprop_input_quantized_ = false;
 };
 
 }  // namespace nibble
