@@ -474,6 +474,28 @@ TEST(TensorBoard, EventsAreFramedAndEncodedAsTensorFlowReadsThem) {
   EXPECT_EQ(records[0], event);
 }
 
+// A run started with device=cuda has the CPU's run directory (config.yaml then says device: cuda; the
+// checkpoints hold host copies of the weights and moments): eval reads it on the CPU, and it resumes
+// there with device=cpu, saying that the continuation differs. The GPU half is test_cuda_training's.
+TEST_F(TrainCli, ARunStartedOnAGpuContinuesOnTheCpu) {
+  const fs::path dir = work_dir() / "from-gpu";
+  fs::remove_all(dir);
+  fs::copy(reference(), dir, fs::copy_options::recursive);
+  {
+    std::ofstream yaml(dir / "config.yaml", std::ios::app);
+    yaml << "device: cuda\n";
+  }
+  const Result eval = run("eval " + dir.string() + " --max-windows 4");
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  const Result resumed =
+      run("train " + (dir / "config.yaml").string() + " run.dir=" + dir.string() + " resume=true steps=14 device=cpu");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("note: resuming on device=cpu (the run was started on cuda)"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("device     cpu"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(fs::exists(dir / "checkpoints" / "step_00000014" / "model.safetensors"));
+}
+
 TEST_F(TrainCli, TensorBoardEventFilesAreWritten) {
   const fs::path dir = work_dir() / "tensorboard-run";
   const Result r = run(train(dir, "steps=4 log.tensorboard=true"));

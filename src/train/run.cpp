@@ -410,6 +410,10 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
     RunConfig before;
     apply_config_yaml(before, read_text_file(saved_config.string()), saved_config.string());
     const auto old_values = config_values(before), new_values = config_values(config);
+    if (before.train.device != config.train.device)  // (device=cpu is not written to config.yaml)
+      print(fmt::format("note: resuming on device={} (the run was started on {}): the checkpoint carries over, but the "
+                        "GEMMs sum in another order, so the continuation differs from an uninterrupted run\n",
+                        ops::to_string(config.train.device), ops::to_string(before.train.device)));
     for (const auto& [key, value] : new_values) {
       const std::string& name = key;  // C++20 lambdas cannot capture structured bindings in clang 14
       auto it = std::find_if(old_values.begin(), old_values.end(), [&](const auto& kv) { return kv.first == name; });
