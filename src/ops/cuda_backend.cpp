@@ -78,7 +78,13 @@ class CudaBackend final : public Backend {
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     void* p = nullptr;
-    NIBBLE_CUDA_CHECK(cudaMallocAsync(&p, (bytes + 63) / 64 * 64, ctx_.stream()));
+    const cudaError_t status = cudaMallocAsync(&p, (bytes + 63) / 64 * 64, ctx_.stream());
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: the context stays usable
+      throw UsageError("out of GPU memory: " + std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB more did not fit on " +
+                       describe() + ": lower batch, model.context, or the model's width or layers");
+    }
+    NIBBLE_CUDA_CHECK(status);
     return p;
   }
   void release(void* p) noexcept override {
