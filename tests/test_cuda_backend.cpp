@@ -12,16 +12,21 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include "format/quantize.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_ref.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/layer_math.h"
 #include "ops/backend.h"
 #if defined(NIBBLE_HAVE_CUDA)
-#include "format/quantize.h"
 #include "kernels/cuda/cuda_error.h"
 #include "ops/host_quantized.h"
 #endif
@@ -114,6 +119,95 @@ TEST(CudaLayerMath, AdamwAndGradientNormAreTheCpuKernelsBits) {
   for (int64_t b = 0; b < n; b += lm::kSumOfSquaresChunk)
     total += lm::sum_of_squares_chunk(g.data(), b, std::min(n, b + lm::kSumOfSquaresChunk));
   EXPECT_EQ(total, cpu::sum_of_squares(g.data(), n));
+}
+
+TEST(CudaLayerMath, TileTransposeIsTheReferences) {
+  QuantOptions o;
+  o.tile_16x16 = true;
+  const int64_t rows = 48, cols = 80;
+  const auto x = random_floats(rows * cols, 9, 2.0f);
+  const QuantizedTensor q = ref::quantize(x, rows, cols, o), want = ref::transpose_tiles(q);
+  std::vector<uint8_t> codes(want.codes.size()), scales(want.scales.size());
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = lm::transposed_tile_code_byte(q.codes.data(), rows, cols, static_cast<int64_t>(i));
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = lm::transposed_tile_scale(q.scales.data(), rows, cols, static_cast<int64_t>(i));
+  EXPECT_EQ(codes, want.codes);
+  EXPECT_EQ(scales, want.scales);
+}
+
+// The attention, SwiGLU and cross-entropy the GPU runs, on the host: the same operations in the same
+// order as the CPU kernels, so with the CPU's scalar exp (NIBBLE_ISA=scalar: std::exp, which the host
+// twins call too) the same bits; on the GPU only expf/logf differ (the GPU tests bound that).
+class CudaLayerMathScalarExp : public ::testing::Test {
+ protected:
+  void SetUp() override { cpu::set_isa_limit(cpu::Isa::scalar); }
+  void TearDown() override { cpu::set_isa_limit(cpu::detected_isa()); }
+};
+
+TEST_F(CudaLayerMathScalarExp, AttentionRowsAreTheCpuKernelsBits) {
+  for (bool bf16 : {false, true})
+    for (int64_t kv_heads : {4, 2, 1}) {
+      const lm::AttentionDims s{2, 21, 4, kv_heads, 8, bf16};
+      const cpu::AttentionShape cs{2, 21, 4, kv_heads, 8, bf16};
+      const float scale = 1.0f / std::sqrt(8.0f);
+      const auto qkv = random_floats(s.batch * s.seq * s.qkv_stride(), 61), dout = random_floats(s.batch * s.seq * 4 * 8, 62);
+      std::vector<float> out(dout.size()), stats(cs.softmax_stats_size()), dqkv(qkv.size(), 9.0f);
+      cpu::attention_forward(cs, qkv.data(), out.data(), stats.data());
+      cpu::attention_backward(cs, qkv.data(), stats.data(), dout.data(), dqkv.data());
+      std::vector<float> out2(out.size()), stats2(stats.size()), dqkv2(qkv.size(), 7.0f), row_dot(stats.size() / 2);
+      const int64_t rows = s.batch * s.heads * s.seq, key_rows = s.batch * s.kv_heads * s.seq;
+      for (int64_t r = 0; r < rows; ++r) lm::attention_forward_row(s, qkv.data(), r, scale, out2.data(), stats2.data());
+      for (int64_t r = 0; r < rows; ++r)
+        lm::attention_backward_query_row(s, qkv.data(), stats2.data(), dout.data(), r, scale, dqkv2.data(), row_dot.data());
+      for (int64_t r = 0; r < key_rows; ++r)
+        lm::attention_backward_key_row(s, qkv.data(), stats2.data(), dout.data(), row_dot.data(), r, scale, dqkv2.data());
+      EXPECT_TRUE(same_bits(out2, out)) << "bf16 " << bf16 << " kv_heads " << kv_heads;
+      EXPECT_TRUE(same_bits(stats2, stats)) << "bf16 " << bf16 << " kv_heads " << kv_heads;
+      EXPECT_TRUE(same_bits(dqkv2, dqkv)) << "bf16 " << bf16 << " kv_heads " << kv_heads;
+    }
+}
+
+TEST_F(CudaLayerMathScalarExp, DecodeSwigluAndCrossEntropyAreTheCpuKernelsBits) {
+  // KV-cache decoding: 3 prompt tokens, then 2 more.
+  const lm::AttentionDims s3{1, 3, 4, 2, 8, false}, s2{1, 2, 4, 2, 8, false};
+  const cpu::AttentionShape c3{1, 3, 4, 2, 8, false}, c2{1, 2, 4, 2, 8, false};
+  const float scale = 1.0f / std::sqrt(8.0f);
+  const int64_t capacity = 8, kv_width = 2 * 8;
+  std::vector<float> kc(capacity * kv_width), vc(kc.size()), kc2(kc.size()), vc2(kc.size());
+  for (const auto& [s, c, past, seed] : {std::tuple{s3, c3, int64_t{0}, 71u}, std::tuple{s2, c2, int64_t{3}, 72u}}) {
+    const auto qkv = random_floats(s.seq * s.qkv_stride(), seed);
+    std::vector<float> out(s.seq * s.heads * s.head_dim), out2(out.size());
+    cpu::attention_decode(c, past, qkv.data(), kc.data(), vc.data(), out.data());
+    for (int64_t e = 0; e < s.seq * kv_width; ++e) lm::kv_append_element(s, past, qkv.data(), e, kc2.data(), vc2.data());
+    for (int64_t e = 0; e < s.seq * s.heads; ++e)
+      lm::attention_decode_head(s, past, qkv.data(), kc2.data(), vc2.data(), e, scale, out2.data());
+    EXPECT_TRUE(same_bits(out2, out)) << "past " << past;
+    EXPECT_TRUE(same_bits(kc2, kc) && same_bits(vc2, vc)) << "past " << past;
+  }
+  // SwiGLU.
+  const int64_t n = 7, hidden = 40, vocab = 33;
+  const auto gu = random_floats(n * 2 * hidden, 73, 2.0f), da = random_floats(n * hidden, 74);
+  std::vector<float> a(n * hidden), a2(a.size()), dg(gu.size()), dg2(gu.size());
+  cpu::swiglu_forward(gu.data(), n, hidden, a.data());
+  cpu::swiglu_backward(gu.data(), da.data(), n, hidden, dg.data());
+  for (int64_t e = 0; e < n * hidden; ++e) {
+    a2[e] = lm::swiglu_element(gu.data(), hidden, e);
+    lm::swiglu_backward_element(gu.data(), da.data(), hidden, e, dg2.data());
+  }
+  EXPECT_TRUE(same_bits(a2, a));
+  EXPECT_TRUE(same_bits(dg2, dg));
+  // Cross-entropy, backward in place as training runs it.
+  const auto logits = random_floats(n * vocab, 75, 3.0f);
+  std::vector<int32_t> targets(n);
+  for (int64_t i = 0; i < n; ++i) targets[i] = static_cast<int32_t>((i * 5) % vocab);
+  std::vector<float> loss(n), loss2(n), grad(logits.size()), grad2 = logits;
+  cpu::cross_entropy_forward(logits.data(), targets.data(), n, vocab, loss.data());
+  cpu::cross_entropy_backward(logits.data(), targets.data(), n, vocab, 0.25f, grad.data());
+  for (int64_t i = 0; i < n; ++i) {
+    loss2[i] = lm::cross_entropy_row(logits.data() + i * vocab, targets[i], vocab);
+    lm::cross_entropy_backward_row(grad2.data() + i * vocab, targets[i], vocab, 0.25f, grad2.data() + i * vocab);
+  }
+  EXPECT_TRUE(same_bits(loss2, loss));
+  EXPECT_TRUE(same_bits(grad2, grad));
 }
 
 TEST(CudaBackend, WithoutCudaOrAGpuTheErrorNamesTheFix) {

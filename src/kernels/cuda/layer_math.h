@@ -42,6 +42,29 @@ NIBBLE_HD double nb_mul_d(double a, double b) {
 #endif
 }
 
+NIBBLE_HD float nb_exp(float x) {
+#if defined(__CUDA_ARCH__)
+  return expf(x);  // <= 2 ulps (CUDA's documented bound); not glibc's, so not the CPU's bits
+#else
+  return std::exp(x);
+#endif
+}
+NIBBLE_HD float nb_log(float x) {
+#if defined(__CUDA_ARCH__)
+  return logf(x);
+#else
+  return std::log(x);
+#endif
+}
+NIBBLE_HD float nb_fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+NIBBLE_HD float nb_max(float a, float b) { return a < b ? b : a; }
+
 // Sum of term(c) over c < width in 16 interleaved partial sums (lane c % 16), folded in a fixed tree:
 // kernels/cpu/rmsnorm.cpp's lane_sum.
 template <class Term>
@@ -130,6 +153,199 @@ NIBBLE_HD double sum_of_squares_chunk(const float* g, int64_t begin, int64_t end
   }
   return nb_add_d(nb_add_d(nb_add_d(lanes[0], lanes[1]), nb_add_d(lanes[2], lanes[3])),
                   nb_add_d(nb_add_d(lanes[4], lanes[5]), nb_add_d(lanes[6], lanes[7])));
+}
+
+// ---- 16x16-tile NVFP4 transpose ---------------------------------------------------------------------
+// Byte i of the transposed codes ([cols, rows/2]): source column c, rows r and r + 1.
+NIBBLE_HD uint8_t transposed_tile_code_byte(const uint8_t* codes, int64_t rows, int64_t cols, int64_t i) {
+  const int64_t t_row_bytes = rows / 2, c = i / t_row_bytes, r = (i % t_row_bytes) * 2;
+  const auto code = [&](int64_t row) {
+    const uint8_t byte = codes[row * (cols / 2) + c / 2];
+    return static_cast<uint8_t>((c % 2) ? byte >> 4 : byte & 0x0F);
+  };
+  return static_cast<uint8_t>(code(r) | (code(r + 1) << 4));
+}
+// Scale i of the transposed tensor ([cols, rows/16]): the tile's one scale.
+NIBBLE_HD uint8_t transposed_tile_scale(const uint8_t* scales, int64_t rows, int64_t cols, int64_t i) {
+  const int64_t c = i / (rows / 16), b = i % (rows / 16);
+  return scales[(b * 16) * (cols / 16) + c / 16];
+}
+
+// ---- element-wise layers ------------------------------------------------------------------------------
+// SwiGLU of element e of a [n, hidden]: a = g / (1 + exp(-g)) * u (kernels/cpu/swiglu.cpp's order).
+NIBBLE_HD float swiglu_element(const float* gate_up, int64_t hidden, int64_t e) {
+  const int64_t i = e / hidden, c = e % hidden;
+  const float g = gate_up[i * 2 * hidden + c], u = gate_up[i * 2 * hidden + hidden + c];
+  return nb_mul(nb_div(g, nb_add(1.0f, nb_exp(-g))), u);
+}
+NIBBLE_HD void swiglu_backward_element(const float* gate_up, const float* da, int64_t hidden, int64_t e,
+                                       float* dgate_up) {
+  const int64_t i = e / hidden, c = e % hidden;
+  const float g = gate_up[i * 2 * hidden + c], u = gate_up[i * 2 * hidden + hidden + c], d = da[e];
+  const float sig = nb_div(1.0f, nb_add(1.0f, nb_exp(-g)));
+  const float silu = nb_mul(g, sig);
+  dgate_up[i * 2 * hidden + c] = nb_mul(nb_mul(nb_mul(d, u), sig), nb_add(1.0f, nb_mul(g, nb_sub(1.0f, sig))));
+  dgate_up[i * 2 * hidden + hidden + c] = nb_mul(d, silu);
+}
+// Cross-entropy of one row (kernels/cpu/cross_entropy.cpp's order): log(sum exp(l - max)) + max - l[target].
+NIBBLE_HD float cross_entropy_row(const float* l, int32_t target, int64_t vocab) {
+  float m = l[0];
+  for (int64_t v = 1; v < vocab; ++v) m = nb_max(m, l[v]);
+  float sum = 0.0f;
+  for (int64_t v = 0; v < vocab; ++v) sum = nb_add(sum, nb_exp(nb_sub(l[v], m)));
+  return nb_sub(nb_add(nb_log(sum), m), l[target]);
+}
+// d = scale (softmax(l) - onehot(target)); d may alias l (each element is read before it is written).
+NIBBLE_HD void cross_entropy_backward_row(const float* l, int32_t target, int64_t vocab, float scale, float* d) {
+  float m = l[0];
+  for (int64_t v = 1; v < vocab; ++v) m = nb_max(m, l[v]);
+  float sum = 0.0f;
+  for (int64_t v = 0; v < vocab; ++v) {
+    d[v] = nb_exp(nb_sub(l[v], m));
+    sum = nb_add(sum, d[v]);
+  }
+  const float inv = nb_div(1.0f, sum);
+  for (int64_t v = 0; v < vocab; ++v) d[v] = nb_mul(nb_mul(d[v], inv), scale);
+  d[target] = nb_sub(d[target], scale);
+}
+
+// ---- causal GQA attention ---------------------------------------------------------------------------
+// qkv [batch*seq, (heads + 2 kv_heads) head_dim]: per token the query heads, then the key heads, then
+// the value heads; query head h reads key/value head h / (heads / kv_heads). Products as FMA chains
+// in k order (the CPU kernels' product); with bf16_matmuls the operands (Q, K, V, P, dO, dS) are
+// rounded to BF16 first.
+struct AttentionDims {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool bf16_matmuls = false;
+  NIBBLE_HD int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
+  NIBBLE_HD int64_t group() const { return heads / kv_heads; }
+};
+
+NIBBLE_HD float attention_operand(float x, bool bf16) { return bf16 ? dm::round_to_bf16(x) : x; }
+NIBBLE_HD float attention_dot(const float* a, const float* b, int64_t hd, bool bf16) {
+  float d = 0.0f;
+  for (int64_t i = 0; i < hd; ++i) d = nb_fma(attention_operand(a[i], bf16), attention_operand(b[i], bf16), d);
+  return d;
+}
+// P[t][j] from a row's saved (max, 1/sum) (forward computes the same expression).
+NIBBLE_HD float attention_probability(float score, const float* stats) {
+  return nb_mul(nb_exp(nb_sub(score, stats[0])), stats[1]);
+}
+
+// Forward of query row `row` = (b, h, t): its (max, 1/sum) into stats[2 row..], O_t = sum_j P_tj V_j.
+NIBBLE_HD void attention_forward_row(const AttentionDims& s, const float* qkv, int64_t row, float scale, float* out,
+                                     float* stats) {
+  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd;
+  const int64_t b = row / (s.heads * S), h = (row / S) % s.heads, t = row % S;
+  const float* base = qkv + b * S * stride;
+  const float* q = base + t * stride + h * hd;
+  const int64_t kcol = (s.heads + h / s.group()) * hd, vcol = (s.heads + s.kv_heads + h / s.group()) * hd;
+  const auto score = [&](int64_t j) { return nb_mul(attention_dot(q, base + j * stride + kcol, hd, s.bf16_matmuls), scale); };
+  float maxv = -INFINITY;
+  for (int64_t j = 0; j <= t; ++j) maxv = nb_max(maxv, score(j));
+  float sum = 0.0f;
+  for (int64_t j = 0; j <= t; ++j) sum = nb_add(sum, nb_exp(nb_sub(score(j), maxv)));
+  float* st = stats + row * 2;
+  st[0] = maxv;
+  st[1] = nb_div(1.0f, sum);
+  float* o = out + (b * S + t) * ow + h * hd;
+  for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
+  for (int64_t j = 0; j <= t; ++j) {
+    const float p = attention_operand(attention_probability(score(j), st), s.bf16_matmuls);
+    const float* v = base + j * stride + vcol;
+    for (int64_t i = 0; i < hd; ++i) o[i] = nb_fma(p, attention_operand(v[i], s.bf16_matmuls), o[i]);
+  }
+}
+
+// Backward of query row `row` = (b, h, t): D_t = sum_j P_tj dP_tj into row_dot[row] (the key rows
+// need it), and dQ_t = sum_j dS_tj K_j with dS_tj = P_tj (dP_tj - D_t) scale, dP_tj = dO_t . V_j.
+NIBBLE_HD void attention_backward_query_row(const AttentionDims& s, const float* qkv, const float* stats,
+                                            const float* dout, int64_t row, float scale, float* dqkv, float* row_dot) {
+  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd;
+  const bool bf = s.bf16_matmuls;
+  const int64_t b = row / (s.heads * S), h = (row / S) % s.heads, t = row % S;
+  const float* base = qkv + b * S * stride;
+  const float* q = base + t * stride + h * hd;
+  const float* dO = dout + (b * S + t) * ow + h * hd;
+  const int64_t kcol = (s.heads + h / s.group()) * hd, vcol = (s.heads + s.kv_heads + h / s.group()) * hd;
+  const float* st = stats + row * 2;
+  const auto p_of = [&](int64_t j) {
+    return attention_probability(nb_mul(attention_dot(q, base + j * stride + kcol, hd, bf), scale), st);
+  };
+  float d = 0.0f;
+  for (int64_t j = 0; j <= t; ++j) d = nb_add(d, nb_mul(p_of(j), attention_dot(dO, base + j * stride + vcol, hd, bf)));
+  row_dot[row] = d;
+  float* dq = dqkv + (b * S + t) * stride + h * hd;
+  for (int64_t i = 0; i < hd; ++i) dq[i] = 0.0f;
+  for (int64_t j = 0; j <= t; ++j) {
+    const float* k = base + j * stride + kcol;
+    const float ds = attention_operand(
+        nb_mul(nb_mul(p_of(j), nb_sub(attention_dot(dO, base + j * stride + vcol, hd, bf), d)), scale), bf);
+    for (int64_t i = 0; i < hd; ++i) dq[i] = nb_fma(ds, attention_operand(k[i], bf), dq[i]);
+  }
+}
+
+// Backward of key row `krow` = (b, g, j) of key/value head g: dK_j = sum_h sum_{t >= j} dS_tj Q_t and
+// dV_j = sum_h sum_{t >= j} P_tj dO_t over the group's query heads, heads then rows in order (the CPU
+// kernel's order). Needs every query row's row_dot first.
+NIBBLE_HD void attention_backward_key_row(const AttentionDims& s, const float* qkv, const float* stats,
+                                          const float* dout, const float* row_dot, int64_t krow, float scale,
+                                          float* dqkv) {
+  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd, group = s.group();
+  const bool bf = s.bf16_matmuls;
+  const int64_t b = krow / (s.kv_heads * S), g = (krow / S) % s.kv_heads, j = krow % S;
+  const float* base = qkv + b * S * stride;
+  const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
+  const float* k = base + j * stride + kcol;
+  const float* v = base + j * stride + vcol;
+  float* dk = dqkv + (b * S + j) * stride + kcol;
+  float* dv = dqkv + (b * S + j) * stride + vcol;
+  for (int64_t i = 0; i < hd; ++i) dk[i] = dv[i] = 0.0f;
+  for (int64_t h = g * group; h < (g + 1) * group; ++h)
+    for (int64_t t = j; t < S; ++t) {
+      const int64_t row = (b * s.heads + h) * S + t;
+      const float* q = base + t * stride + h * hd;
+      const float* dO = dout + (b * S + t) * ow + h * hd;
+      const float p = attention_probability(nb_mul(attention_dot(q, k, hd, bf), scale), stats + row * 2);
+      const float ds = attention_operand(nb_mul(nb_mul(p, nb_sub(attention_dot(dO, v, hd, bf), row_dot[row])), scale), bf);
+      const float pb = attention_operand(p, bf);
+      for (int64_t i = 0; i < hd; ++i) {
+        dk[i] = nb_fma(ds, attention_operand(q[i], bf), dk[i]);
+        dv[i] = nb_fma(pb, attention_operand(dO[i], bf), dv[i]);
+      }
+    }
+}
+
+// Decoding with a KV cache (s.batch == 1, s.seq new tokens at positions [past, past + seq)):
+// element e of the appended keys and values, then the attention of (new token t, head h) = e over
+// the cached keys up to its position (kernels/cpu/attention_decode.cpp's loops and order).
+NIBBLE_HD void kv_append_element(const AttentionDims& s, int64_t past, const float* qkv, int64_t e, float* k_cache,
+                                 float* v_cache) {
+  const int64_t kv_width = s.kv_heads * s.head_dim, t = e / kv_width, c = e % kv_width;
+  const float* row = qkv + t * s.qkv_stride() + s.heads * s.head_dim;
+  k_cache[(past + t) * kv_width + c] = row[c];
+  v_cache[(past + t) * kv_width + c] = row[kv_width + c];
+}
+NIBBLE_HD void attention_decode_head(const AttentionDims& s, int64_t past, const float* qkv, const float* k_cache,
+                                     const float* v_cache, int64_t e, float scale, float* out) {
+  const int64_t H = s.heads, hd = s.head_dim, kv_width = s.kv_heads * hd;
+  const int64_t t = e / H, h = e % H, g = h / s.group(), last = past + t;
+  const float* q = qkv + t * s.qkv_stride() + h * hd;
+  const auto score = [&](int64_t j) {
+    float dot = 0.0f;
+    for (int64_t i = 0; i < hd; ++i) dot = nb_add(dot, nb_mul(q[i], k_cache[j * kv_width + g * hd + i]));
+    return nb_mul(dot, scale);
+  };
+  float maxv = -INFINITY;
+  for (int64_t j = 0; j <= last; ++j) maxv = nb_max(maxv, score(j));
+  float sum = 0.0f;
+  for (int64_t j = 0; j <= last; ++j) sum = nb_add(sum, nb_exp(nb_sub(score(j), maxv)));
+  float* o = out + t * H * hd + h * hd;
+  for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
+  for (int64_t j = 0; j <= last; ++j) {
+    const float p = nb_div(nb_exp(nb_sub(score(j), maxv)), sum);
+    for (int64_t i = 0; i < hd; ++i) o[i] = nb_add(o[i], nb_mul(p, v_cache[j * kv_width + g * hd + i]));
+  }
 }
 
 }  // namespace nibble::cuda::lm

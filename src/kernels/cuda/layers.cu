@@ -34,8 +34,6 @@ void launch(int64_t n, Context& ctx, Kernel kernel, Args... args) {
   NIBBLE_CUDA_CHECK(cudaGetLastError());
 }
 
-__device__ float bf16_operand(float x, bool bf16) { return bf16 ? dm::round_to_bf16(x) : x; }
-
 // ------------------------------------------------------------------ element-wise ------------------
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
   NIBBLE_GRID_STRIDE(i, n) y[i] = dm::nb_add(y[i], x[i]);
@@ -47,23 +45,10 @@ __global__ void widen_bf16_kernel(const uint16_t* x, float* y, int64_t n) {
   NIBBLE_GRID_STRIDE(i, n) y[i] = dm::bf16_bits_to_float(x[i]);
 }
 
-// One output byte of the transposed codes (two rows of the source column), or one scale.
 __global__ void transpose_tiles_kernel(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
                                        uint8_t* t_codes, uint8_t* t_scales) {
-  const int64_t t_row_bytes = rows / 2, n_bytes = cols * t_row_bytes;
-  NIBBLE_GRID_STRIDE(i, n_bytes) {
-    const int64_t c = i / t_row_bytes, r = (i % t_row_bytes) * 2;  // transposed row c, columns r and r + 1
-    auto code = [&](int64_t row) {
-      const uint8_t byte = codes[row * (cols / 2) + c / 2];
-      return static_cast<uint8_t>((c % 2) ? byte >> 4 : byte & 0x0F);
-    };
-    t_codes[i] = static_cast<uint8_t>(code(r) | (code(r + 1) << 4));
-  }
-  const int64_t n_scales = cols * (rows / 16);
-  NIBBLE_GRID_STRIDE(i, n_scales) {
-    const int64_t c = i / (rows / 16), b = i % (rows / 16);
-    t_scales[i] = scales[(b * 16) * (cols / 16) + c / 16];
-  }
+  NIBBLE_GRID_STRIDE(i, cols * (rows / 2)) t_codes[i] = lm::transposed_tile_code_byte(codes, rows, cols, i);
+  NIBBLE_GRID_STRIDE(i, cols * (rows / 16)) t_scales[i] = lm::transposed_tile_scale(scales, rows, cols, i);
 }
 
 // ------------------------------------------------------------------ layers ------------------------
@@ -104,193 +89,40 @@ __global__ void rope_kernel(float* x, int64_t tokens, int64_t seq, int64_t strid
   }
 }
 
-// Scores of query row t against key j: scale * (q . k) as an FMA chain in k order (the CPU's product).
-__device__ float score(const float* q, const float* k, int64_t hd, bool bf16, float scale) {
-  float dot = 0.0f;
-  for (int64_t i = 0; i < hd; ++i) dot = fmaf(bf16_operand(q[i], bf16), bf16_operand(k[i], bf16), dot);
-  return dm::nb_mul(dot, scale);
-}
-
-// One thread per (sequence, head, query row): max and sum of the row's exponentials, then O = P V.
 __global__ void attention_forward_kernel(DeviceAttentionShape s, const float* qkv, float* out, float* stats, float scale) {
-  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd, group = s.heads / s.kv_heads;
-  NIBBLE_GRID_STRIDE(row, s.batch * s.heads * S) {
-    const int64_t b = row / (s.heads * S), h = (row / S) % s.heads, t = row % S;
-    const float* base = qkv + b * S * stride;
-    const float* q = base + t * stride + h * hd;
-    const int64_t kcol = (s.heads + h / group) * hd, vcol = (s.heads + s.kv_heads + h / group) * hd;
-    float maxv = -INFINITY;
-    for (int64_t j = 0; j <= t; ++j) maxv = fmaxf(maxv, score(q, base + j * stride + kcol, hd, s.bf16_matmuls, scale));
-    float sum = 0.0f;
-    for (int64_t j = 0; j <= t; ++j)
-      sum = dm::nb_add(sum, expf(dm::nb_sub(score(q, base + j * stride + kcol, hd, s.bf16_matmuls, scale), maxv)));
-    const float inv_sum = dm::nb_div(1.0f, sum);
-    stats[row * 2] = maxv;
-    stats[row * 2 + 1] = inv_sum;
-    float* o = out + (b * S + t) * ow + h * hd;
-    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) {
-      const float p = bf16_operand(
-          dm::nb_mul(expf(dm::nb_sub(score(q, base + j * stride + kcol, hd, s.bf16_matmuls, scale), maxv)), inv_sum),
-          s.bf16_matmuls);
-      const float* v = base + j * stride + vcol;
-      for (int64_t i = 0; i < hd; ++i) o[i] = fmaf(p, bf16_operand(v[i], s.bf16_matmuls), o[i]);
-    }
-  }
+  NIBBLE_GRID_STRIDE(row, s.batch * s.heads * s.seq) lm::attention_forward_row(s, qkv, row, scale, out, stats);
 }
-
-// P[t][j] from the saved (max, 1/sum), as forward computed it.
-__device__ float probability(const float* q, const float* k, int64_t hd, bool bf16, float scale, const float* stats) {
-  return dm::nb_mul(expf(dm::nb_sub(score(q, k, hd, bf16, scale), stats[0])), stats[1]);
-}
-__device__ float dot_product(const float* a, const float* b, int64_t hd, bool bf16) {
-  float d = 0.0f;
-  for (int64_t i = 0; i < hd; ++i) d = fmaf(bf16_operand(a[i], bf16), bf16_operand(b[i], bf16), d);
-  return d;
-}
-
-// Backward, per query row: D_t = sum_j P_tj dP_tj (saved for the key-row kernel) and
-// dQ_t = sum_j dS_tj K_j with dS_tj = P_tj (dP_tj - D_t) scale, dP_tj = dO_t . V_j.
 __global__ void attention_backward_query_kernel(DeviceAttentionShape s, const float* qkv, const float* stats,
                                                 const float* dout, float* dqkv, float* row_dot, float scale) {
-  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd, group = s.heads / s.kv_heads;
-  const bool bf = s.bf16_matmuls;
-  NIBBLE_GRID_STRIDE(row, s.batch * s.heads * S) {
-    const int64_t b = row / (s.heads * S), h = (row / S) % s.heads, t = row % S;
-    const float* base = qkv + b * S * stride;
-    const float* q = base + t * stride + h * hd;
-    const float* dO = dout + (b * S + t) * ow + h * hd;
-    const int64_t kcol = (s.heads + h / group) * hd, vcol = (s.heads + s.kv_heads + h / group) * hd;
-    float d = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) {
-      const float p = probability(q, base + j * stride + kcol, hd, bf, scale, stats + row * 2);
-      d = dm::nb_add(d, dm::nb_mul(p, dot_product(dO, base + j * stride + vcol, hd, bf)));
-    }
-    row_dot[row] = d;
-    float* dq = dqkv + (b * S + t) * stride + h * hd;
-    for (int64_t i = 0; i < hd; ++i) dq[i] = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) {
-      const float* k = base + j * stride + kcol;
-      const float p = probability(q, k, hd, bf, scale, stats + row * 2);
-      const float ds = bf16_operand(
-          dm::nb_mul(dm::nb_mul(p, dm::nb_sub(dot_product(dO, base + j * stride + vcol, hd, bf), d)), scale), bf);
-      for (int64_t i = 0; i < hd; ++i) dq[i] = fmaf(ds, bf16_operand(k[i], bf), dq[i]);
-    }
-  }
+  NIBBLE_GRID_STRIDE(row, s.batch * s.heads * s.seq)
+  lm::attention_backward_query_row(s, qkv, stats, dout, row, scale, dqkv, row_dot);
 }
-
-// Backward, per key row j of a key/value head: dK_j = sum_h sum_{t >= j} dS_tj Q_t and
-// dV_j = sum_h sum_{t >= j} P_tj dO_t over the group's query heads, heads then rows in order.
 __global__ void attention_backward_key_kernel(DeviceAttentionShape s, const float* qkv, const float* stats,
                                               const float* dout, float* dqkv, const float* row_dot, float scale) {
-  const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd, group = s.heads / s.kv_heads;
-  const bool bf = s.bf16_matmuls;
-  NIBBLE_GRID_STRIDE(krow, s.batch * s.kv_heads * S) {
-    const int64_t b = krow / (s.kv_heads * S), g = (krow / S) % s.kv_heads, j = krow % S;
-    const float* base = qkv + b * S * stride;
-    const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
-    const float* k = base + j * stride + kcol;
-    const float* v = base + j * stride + vcol;
-    float* dk = dqkv + (b * S + j) * stride + kcol;
-    float* dv = dqkv + (b * S + j) * stride + vcol;
-    for (int64_t i = 0; i < hd; ++i) dk[i] = dv[i] = 0.0f;
-    for (int64_t h = g * group; h < (g + 1) * group; ++h)
-      for (int64_t t = j; t < S; ++t) {
-        const int64_t row = (b * s.heads + h) * S + t;
-        const float* q = base + t * stride + h * hd;
-        const float* dO = dout + (b * S + t) * ow + h * hd;
-        const float p = probability(q, k, hd, bf, scale, stats + row * 2);
-        const float ds =
-            bf16_operand(dm::nb_mul(dm::nb_mul(p, dm::nb_sub(dot_product(dO, v, hd, bf), row_dot[row])), scale), bf);
-        const float pb = bf16_operand(p, bf);
-        for (int64_t i = 0; i < hd; ++i) {
-          dk[i] = fmaf(ds, bf16_operand(q[i], bf), dk[i]);
-          dv[i] = fmaf(pb, bf16_operand(dO[i], bf), dv[i]);
-        }
-      }
-  }
+  NIBBLE_GRID_STRIDE(krow, s.batch * s.kv_heads * s.seq)
+  lm::attention_backward_key_row(s, qkv, stats, dout, row_dot, krow, scale, dqkv);
 }
-
 __global__ void kv_append_kernel(DeviceAttentionShape s, int64_t past, const float* qkv, float* k_cache, float* v_cache) {
-  const int64_t kv_width = s.kv_heads * s.head_dim, stride = s.qkv_stride(), first = s.heads * s.head_dim;
-  NIBBLE_GRID_STRIDE(e, s.seq * kv_width) {
-    const int64_t t = e / kv_width, c = e % kv_width;
-    k_cache[(past + t) * kv_width + c] = qkv[t * stride + first + c];
-    v_cache[(past + t) * kv_width + c] = qkv[t * stride + first + kv_width + c];
-  }
+  NIBBLE_GRID_STRIDE(e, s.seq * s.kv_heads * s.head_dim) lm::kv_append_element(s, past, qkv, e, k_cache, v_cache);
 }
-// One thread per (new token, head): kernels/cpu/attention_decode.cpp's loops.
 __global__ void attention_decode_kernel(DeviceAttentionShape s, int64_t past, const float* qkv, const float* k_cache,
                                         const float* v_cache, float* out, float scale) {
-  const int64_t H = s.heads, hd = s.head_dim, kv_width = s.kv_heads * hd, stride = s.qkv_stride(), group = H / s.kv_heads;
-  NIBBLE_GRID_STRIDE(e, s.seq * H) {
-    const int64_t t = e / H, h = e % H, g = h / group, last = past + t;
-    const float* q = qkv + t * stride + h * hd;
-    auto sc = [&](int64_t j) {
-      float dot = 0.0f;
-      for (int64_t i = 0; i < hd; ++i) dot = dm::nb_add(dot, dm::nb_mul(q[i], k_cache[j * kv_width + g * hd + i]));
-      return dm::nb_mul(dot, scale);
-    };
-    float maxv = -INFINITY;
-    for (int64_t j = 0; j <= last; ++j) maxv = fmaxf(maxv, sc(j));
-    float sum = 0.0f;
-    for (int64_t j = 0; j <= last; ++j) sum = dm::nb_add(sum, expf(dm::nb_sub(sc(j), maxv)));
-    float* o = out + t * H * hd + h * hd;
-    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-    for (int64_t j = 0; j <= last; ++j) {
-      const float p = dm::nb_div(expf(dm::nb_sub(sc(j), maxv)), sum);
-      for (int64_t i = 0; i < hd; ++i) o[i] = dm::nb_add(o[i], dm::nb_mul(p, v_cache[j * kv_width + g * hd + i]));
-    }
-  }
+  NIBBLE_GRID_STRIDE(e, s.seq * s.heads) lm::attention_decode_head(s, past, qkv, k_cache, v_cache, e, scale, out);
 }
 
 __global__ void swiglu_forward_kernel(const float* gate_up, int64_t n, int64_t hidden, float* a) {
-  NIBBLE_GRID_STRIDE(e, n * hidden) {
-    const int64_t i = e / hidden, c = e % hidden;
-    const float g = gate_up[i * 2 * hidden + c], u = gate_up[i * 2 * hidden + hidden + c];
-    a[e] = dm::nb_mul(dm::nb_div(g, dm::nb_add(1.0f, expf(-g))), u);
-  }
+  NIBBLE_GRID_STRIDE(e, n * hidden) a[e] = lm::swiglu_element(gate_up, hidden, e);
 }
 __global__ void swiglu_backward_kernel(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) {
-  NIBBLE_GRID_STRIDE(e, n * hidden) {
-    const int64_t i = e / hidden, c = e % hidden;
-    const float g = gate_up[i * 2 * hidden + c], u = gate_up[i * 2 * hidden + hidden + c], d = da[e];
-    const float sig = dm::nb_div(1.0f, dm::nb_add(1.0f, expf(-g)));
-    const float silu = dm::nb_mul(g, sig);
-    dgate_up[i * 2 * hidden + c] =
-        dm::nb_mul(dm::nb_mul(dm::nb_mul(d, u), sig), dm::nb_add(1.0f, dm::nb_mul(g, dm::nb_sub(1.0f, sig))));
-    dgate_up[i * 2 * hidden + hidden + c] = dm::nb_mul(d, silu);
-  }
+  NIBBLE_GRID_STRIDE(e, n * hidden) lm::swiglu_backward_element(gate_up, da, hidden, e, dgate_up);
 }
-
 __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                              float* loss) {
-  NIBBLE_GRID_STRIDE(i, n) {
-    const float* l = logits + i * vocab;
-    float m = l[0];
-    for (int64_t v = 1; v < vocab; ++v) m = fmaxf(m, l[v]);
-    float sum = 0.0f;
-    for (int64_t v = 0; v < vocab; ++v) sum = dm::nb_add(sum, expf(dm::nb_sub(l[v], m)));
-    loss[i] = dm::nb_sub(dm::nb_add(logf(sum), m), l[targets[i]]);
-  }
+  NIBBLE_GRID_STRIDE(i, n) loss[i] = lm::cross_entropy_row(logits + i * vocab, targets[i], vocab);
 }
-// dlogits may alias logits: each element is read before it is written, as on the CPU.
 __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                               float scale, float* dlogits) {
-  NIBBLE_GRID_STRIDE(i, n) {
-    const float* l = logits + i * vocab;
-    float* d = dlogits + i * vocab;
-    float m = l[0];
-    for (int64_t v = 1; v < vocab; ++v) m = fmaxf(m, l[v]);
-    float sum = 0.0f;
-    for (int64_t v = 0; v < vocab; ++v) {
-      d[v] = expf(dm::nb_sub(l[v], m));
-      sum = dm::nb_add(sum, d[v]);
-    }
-    const float inv = dm::nb_div(1.0f, sum);
-    for (int64_t v = 0; v < vocab; ++v) d[v] = dm::nb_mul(dm::nb_mul(d[v], inv), scale);
-    d[targets[i]] = dm::nb_sub(d[targets[i]], scale);
-  }
+  NIBBLE_GRID_STRIDE(i, n) lm::cross_entropy_backward_row(logits + i * vocab, targets[i], vocab, scale, dlogits + i * vocab);
 }
 
 __global__ void sum_of_squares_kernel(const float* g, int64_t n, int64_t chunks, double* partial) {

@@ -1,15 +1,17 @@
 // The model's layers on the GPU, forward and backward side by side, on device pointers and the
 // context's stream (asynchronous unless said otherwise). Shapes and equations as the CPU kernels of
-// the same names (kernels/cpu/<layer>.h); where layer_math.h ports the CPU's operation order the
-// results are the CPU's bits (RMSNorm, RoPE, embedding, AdamW, the gradient norm, element-wise ops),
-// elsewhere (exp/log: SwiGLU, cross-entropy, attention) they agree within FP32 rounding bounds.
+// the same names (kernels/cpu/<layer>.h). Each kernel maps threads onto a function of layer_math.h,
+// which ports the CPU's operation order and which the host tests run against the CPU: the results are
+// the CPU's bits for RMSNorm, RoPE, embedding, AdamW, the gradient norm and element-wise ops; with
+// exp/log (SwiGLU, cross-entropy, attention) they agree within FP32 rounding bounds, as the device's
+// expf/logf are not glibc's.
 // These kernels are written for correctness and determinism first (a fixed order per output, no
 // atomics); speed comes later.
 #pragma once
 #include <cstdint>
 
 #include "kernels/cuda/context.h"
-#include "kernels/cuda/device_math.h"
+#include "kernels/cuda/layer_math.h"
 
 namespace nibble::cuda {
 
@@ -35,11 +37,7 @@ void rmsnorm_backward(const float* x, const float* gain, const float* rstd, cons
 void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads, int64_t head_dim,
           const float* cos, const float* sin, int64_t first_position, float direction, Context& ctx);
 
-struct DeviceAttentionShape {
-  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  bool bf16_matmuls = false;
-  NIBBLE_HD int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
-};
+using DeviceAttentionShape = lm::AttentionDims;
 // Causal GQA attention (kernels/cpu/attention.h's contract; softmax_stats [batch, heads, seq, 2]).
 void attention_forward(const DeviceAttentionShape& s, const float* qkv, float* out, float* softmax_stats,
                        Context& ctx);
