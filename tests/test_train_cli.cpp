@@ -886,11 +886,12 @@ TEST_F(TrainCli, ALossSpikeKeepsTheCheckpointBeforeItAsTheLastGoodOne) {
 }
 
 TEST_F(TrainCli, ASecondSigintEndsTheTrainerAtOnceLeavingOnlyCompleteCheckpoints) {
-  // A model whose step takes seconds here (4 blocks, attention over 256 tokens x batch 12: 1.7 s
-  // on this 2-core machine idle, 3+ s busy), so that "at once" can be told from "after the step".
+  // A model whose step takes about a second or more here (8 blocks, attention over 256 tokens x batch
+  // 24; 4 blocks x batch 12 had become 0.47 s on a 2-core EPYC, under the 0.5 s this test needs), so
+  // that "at once" can be told from "after the step".
   const fs::path dir = work_dir() / "second-sigint", log = work_dir() / "second-sigint.log";
   const pid_t pid = start_nibble({"train", config().string(), "run.dir=" + dir.string(), "steps=1000000",
-                                  "model.width=128", "model.layers=4", "model.heads=4", "model.context=256", "batch=12",
+                                  "model.width=128", "model.layers=8", "model.heads=4", "model.context=256", "batch=24",
                                   "checkpoint.interval=2", "eval.interval=1000000", "log.interval=1"},
                                  log);
   ASSERT_GT(pid, 0);
