@@ -2,6 +2,7 @@
 // without one; the CPU-only parts run everywhere):
 //  * one whole-model step in FP32 (quantization=none): the loss and every parameter gradient;
 //  * NVFP4 training: the loss curve of a 200-step GPU run against CPU runs of the same model;
+//  * sampling over a KV cache on the GPU against the CPU's;
 //  * the state moves between devices: the weights and AdamW moments a GPU run has are the ones a
 //    CPU run continues from.
 #include <gtest/gtest.h>
@@ -116,6 +117,28 @@ TEST_F(CudaTrainingOnGpu, WholeModelStepMatchesTheCpu) {
       norm += static_cast<double>(g_cpu[i]) * g_cpu[i];
     }
     EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm)) << p.name;
+  }
+}
+
+// Sampling (Transformer::decode over a KV cache, `nibble generate --device cuda`): the next-token
+// logits of a prompt and of one more token, within the same FP32 bound as a step.
+TEST_F(CudaTrainingOnGpu, DecodingMatchesTheCpu) {
+  const model::ModelConfig m = small_model();
+  model::Transformer cpu_model(m, ops::cpu()), gpu_model(m, ops::cuda());
+  cpu_model.init_weights(8);
+  gpu_model.init_weights(8);
+  model::KvCache cpu_cache(m, ops::cpu()), gpu_cache(m, ops::cuda());
+  const auto prompt = walk_corpus(12, m.vocab, 4);
+  const double u = std::ldexp(1.0, -24);
+  const double tol = 4.0 * static_cast<double>(m.layers + 2) * static_cast<double>(std::max(m.hidden(), m.vocab)) * u;
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<int32_t> feed = round == 0 ? prompt : std::vector<int32_t>{5};
+    const auto c = cpu_model.decode(cpu_cache, feed);
+    const std::vector<float> want(c.begin(), c.end());
+    const auto g = gpu_model.decode(gpu_cache, feed);
+    double scale = 0;
+    for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(g[i], want[i], tol * scale) << "round " << round << " logit " << i;
   }
 }
 

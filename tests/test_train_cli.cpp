@@ -487,6 +487,15 @@ TEST_F(TrainCli, ARunStartedOnAGpuContinuesOnTheCpu) {
   }
   const Result eval = run("eval " + dir.string() + " --max-windows 4");
   EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  // --device cuda evaluates and samples on a GPU; without a usable one, exit 2 naming the fix.
+  for (const std::string command : {"eval " + dir.string() + " --max-windows 4 --device cuda",
+                                    "generate " + dir.string() + " --max-tokens 8 --device cuda"}) {
+    const Result on_gpu = run(command);
+    if (on_gpu.exit_code != 0) {
+      EXPECT_EQ(on_gpu.exit_code, 2) << on_gpu.output;
+      EXPECT_NE(on_gpu.output.find("device=cpu"), std::string::npos) << on_gpu.output;
+    }
+  }
   const Result resumed =
       run("train " + (dir / "config.yaml").string() + " run.dir=" + dir.string() + " resume=true steps=14 device=cpu");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;

@@ -14,7 +14,7 @@ namespace nibble::cli {
 namespace {
 
 struct EvalOptions {
-  std::string run, tokens, checkpoint;
+  std::string run, tokens, checkpoint, device = "cpu";
   int64_t max_windows = 0;
   bool fp32 = false;
   bool weights_only_quantized = false;
@@ -28,6 +28,9 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
   cmd->add_option("--tokens", o->tokens, "token shard to evaluate on (default: the run's data.dir/val.bin)");
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint of the run, by name (step_00000100) or path (default: the newest)")
       ->check(checkpoint_name());
+  cmd->add_option("--device", o->device, "cpu, or cuda (one NVIDIA GPU), whichever trained the run")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0: the whole file)");
   cmd->add_flag("--fp32", o->fp32, "evaluate with FP32 GEMMs instead of the run's recipe");
   cmd->add_flag("--weights-only-quantized", o->weights_only_quantized,
@@ -41,8 +44,9 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
     if (o->fp32 && o->weights_only_quantized)
       throw UsageError("--fp32 and --weights-only-quantized exclude each other: --weights-only-quantized already "
                        "runs FP32 GEMMs (on the dequantized 4-bit weights)");
-    auto run = train::load_run(o->run, o->checkpoint.empty() ? std::nullopt
-                                                             : std::optional<std::filesystem::path>(o->checkpoint));
+    auto run = train::load_run(o->run,
+                               o->checkpoint.empty() ? std::nullopt : std::optional<std::filesystem::path>(o->checkpoint),
+                               ops::parse_device(o->device));
     int replaced = 0;
     if (o->weights_only_quantized) replaced = train::apply_weight_only_quantization(run);
     const std::filesystem::path tokens_path =

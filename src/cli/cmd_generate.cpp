@@ -11,7 +11,7 @@ namespace nibble::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string run, prompt = "\n", checkpoint;
+  std::string run, prompt = "\n", checkpoint, device = "cpu";
   train::SamplingOptions sampling;
 };
 
@@ -26,10 +26,14 @@ CommandRegistration generate_command("generate", [](CLI::App& app, int& exit_cod
   cmd->add_option("--seed", o->sampling.seed, "random seed of the sampler")->capture_default_str()->check(integer_at_least(0, "a seed >= 0"));
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint of the run, by name (step_00000100) or path (default: the newest)")
       ->check(checkpoint_name());
+  cmd->add_option("--device", o->device, "cpu, or cuda (one NVIDIA GPU), whichever trained the run")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->callback([o, &exit_code] {
     o->sampling.validate();
-    auto run = train::load_run(o->run, o->checkpoint.empty() ? std::nullopt
-                                                             : std::optional<std::filesystem::path>(o->checkpoint));
+    auto run = train::load_run(o->run,
+                               o->checkpoint.empty() ? std::nullopt : std::optional<std::filesystem::path>(o->checkpoint),
+                               ops::parse_device(o->device));
     std::vector<int32_t> prompt;
     try {
       prompt = run.tokenizer->encode(o->prompt);

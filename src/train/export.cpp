@@ -55,10 +55,10 @@ std::optional<QuantOptions> forward_weight_options(const Recipe& recipe, int lay
 QuantizedTensor quantize_weight(const LoadedRun& run, int layer, model::BlockLinear which, const QuantOptions& o) {
   const auto& arena = run.model->params();
   const auto& info = arena.find(fmt::format("block{}.{}", layer, kBlockLinearArena[static_cast<int>(which)]));
-  // The parameter arena is host memory: the CPU backend quantizes it (the same bytes on every backend).
-  ops::Backend& cpu = ops::cpu();
-  auto q = cpu.new_quantized();
-  cpu.quantize(arena.value(info.offset), info.rows, info.cols, o, *q);
+  // On the model's backend, where its arena lives (the same bytes on every backend).
+  ops::Backend& backend = run.model->backend();
+  auto q = backend.new_quantized();
+  backend.quantize(arena.value(info.offset), info.rows, info.cols, o, *q);
   return q->to_host();
 }
 
@@ -202,10 +202,10 @@ int apply_weight_only_quantization(LoadedRun& run) {
     if (!o) continue;
     for (int i = 0; i < model::kLinearsPerBlock; ++i) {
       const auto& info = arena.find(fmt::format("block{}.{}", l, kBlockLinearArena[i]));
-      ops::Backend& cpu = ops::cpu();
-      auto q = cpu.new_quantized();
-      cpu.quantize(arena.value(info.offset), info.rows, info.cols, *o, *q);
-      cpu.dequantize(*q, arena.value(info.offset));
+      ops::Backend& backend = run.model->backend();
+      auto q = backend.new_quantized();
+      backend.quantize(arena.value(info.offset), info.rows, info.cols, *o, *q);
+      backend.dequantize(*q, arena.value(info.offset));
       ++replaced;
     }
   }

@@ -702,7 +702,8 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
   return 0;
 }
 
-LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& checkpoint) {
+LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& checkpoint, ops::Device device) {
+  ops::Backend& backend = device == ops::Device::cuda ? ops::cuda() : ops::cpu();  // no GPU: the fix, first
   const fs::path config_path = run_dir / kConfigFile;
   if (!fs::exists(config_path))
     throw UsageError(fmt::format("'{}' is not a run directory: {} is missing (runs are made by `nibble train`)",
@@ -728,7 +729,7 @@ LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& check
       throw UsageError(fmt::format("run '{}' has no checkpoint yet: train it further (resume=true) first", run_dir.string()));
     run.checkpoint = *latest;
   }
-  run.model = std::make_unique<model::Transformer>(run.config.train.model);
+  run.model = std::make_unique<model::Transformer>(run.config.train.model, backend);
   run.state = load_checkpoint(run.checkpoint, *run.model, nullptr, run.tokenizer->identity());
   return run;
 }
@@ -753,7 +754,8 @@ EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tok
   // to fill its blocks, which the run's batch * seq does by construction.
   const int64_t batch = std::min<int64_t>(std::max<int64_t>(1, c.batch), windows);
   windows -= windows % batch;
-  Recipe recipe(c.recipe, static_cast<int>(c.model.layers), run.model->block_linear_shapes(), batch * seq);
+  Recipe recipe(c.recipe, static_cast<int>(c.model.layers), run.model->block_linear_shapes(), batch * seq,
+                run.model->backend());
   model::ModelStep step;
   step.recipe = use_recipe ? &recipe : nullptr;
   step.progress = std::min(1.0, static_cast<double>(run.state.step) / static_cast<double>(c.schedule.total_steps));

@@ -64,7 +64,8 @@ int run_training(const RunConfig& config, std::FILE* out);
 int run_training(const RunConfig& config, std::FILE* out, Communicator& comm);
 
 // A trained run opened for evaluation or sampling: its resolved config, tokenizer and the weights
-// of one checkpoint (the newest unless given).
+// of one checkpoint (the newest unless given), in a model on `device` (whatever device trained it:
+// checkpoints are host data). UsageError naming the fix for device=cuda without a usable GPU.
 struct LoadedRun {
   RunConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -72,7 +73,8 @@ struct LoadedRun {
   std::filesystem::path checkpoint;
   TrainingState state;
 };
-LoadedRun load_run(const std::filesystem::path& run_dir, const std::optional<std::filesystem::path>& checkpoint);
+LoadedRun load_run(const std::filesystem::path& run_dir, const std::optional<std::filesystem::path>& checkpoint,
+                   ops::Device device = ops::Device::cpu);
 
 struct EvalResult {
   double loss = 0;
