@@ -146,13 +146,12 @@ class CudaLayerMathScalarExp : public ::testing::Test {
 TEST_F(CudaLayerMathScalarExp, AttentionRowsAreTheCpuKernelsBits) {
   for (bool bf16 : {false, true})
     for (int64_t kv_heads : {4, 2, 1}) {
-      const lm::AttentionDims s{2, 21, 4, kv_heads, 8, bf16};
-      const cpu::AttentionShape cs{2, 21, 4, kv_heads, 8, bf16};
+      const AttentionShape s{2, 21, 4, kv_heads, 8, bf16};
       const float scale = 1.0f / std::sqrt(8.0f);
       const auto qkv = random_floats(s.batch * s.seq * s.qkv_stride(), 61), dout = random_floats(s.batch * s.seq * 4 * 8, 62);
-      std::vector<float> out(dout.size()), stats(cs.softmax_stats_size()), dqkv(qkv.size(), 9.0f);
-      cpu::attention_forward(cs, qkv.data(), out.data(), stats.data());
-      cpu::attention_backward(cs, qkv.data(), stats.data(), dout.data(), dqkv.data());
+      std::vector<float> out(dout.size()), stats(s.softmax_stats_size()), dqkv(qkv.size(), 9.0f);
+      cpu::attention_forward(s, qkv.data(), out.data(), stats.data());
+      cpu::attention_backward(s, qkv.data(), stats.data(), dout.data(), dqkv.data());
       std::vector<float> out2(out.size()), stats2(stats.size()), dqkv2(qkv.size(), 7.0f), row_dot(stats.size() / 2);
       const int64_t rows = s.batch * s.heads * s.seq, key_rows = s.batch * s.kv_heads * s.seq;
       for (int64_t r = 0; r < rows; ++r) lm::attention_forward_row(s, qkv.data(), r, scale, out2.data(), stats2.data());
@@ -168,15 +167,14 @@ TEST_F(CudaLayerMathScalarExp, AttentionRowsAreTheCpuKernelsBits) {
 
 TEST_F(CudaLayerMathScalarExp, DecodeSwigluAndCrossEntropyAreTheCpuKernelsBits) {
   // KV-cache decoding: 3 prompt tokens, then 2 more.
-  const lm::AttentionDims s3{1, 3, 4, 2, 8, false}, s2{1, 2, 4, 2, 8, false};
-  const cpu::AttentionShape c3{1, 3, 4, 2, 8, false}, c2{1, 2, 4, 2, 8, false};
+  const AttentionShape s3{1, 3, 4, 2, 8, false}, s2{1, 2, 4, 2, 8, false};
   const float scale = 1.0f / std::sqrt(8.0f);
   const int64_t capacity = 8, kv_width = 2 * 8;
   std::vector<float> kc(capacity * kv_width), vc(kc.size()), kc2(kc.size()), vc2(kc.size());
-  for (const auto& [s, c, past, seed] : {std::tuple{s3, c3, int64_t{0}, 71u}, std::tuple{s2, c2, int64_t{3}, 72u}}) {
+  for (const auto& [s, past, seed] : {std::tuple{s3, int64_t{0}, 71u}, std::tuple{s2, int64_t{3}, 72u}}) {
     const auto qkv = random_floats(s.seq * s.qkv_stride(), seed);
     std::vector<float> out(s.seq * s.heads * s.head_dim), out2(out.size());
-    cpu::attention_decode(c, past, qkv.data(), kc.data(), vc.data(), out.data());
+    cpu::attention_decode(s, past, qkv.data(), kc.data(), vc.data(), out.data());
     for (int64_t e = 0; e < s.seq * kv_width; ++e) lm::kv_append_element(s, past, qkv.data(), e, kc2.data(), vc2.data());
     for (int64_t e = 0; e < s.seq * s.heads; ++e)
       lm::attention_decode_head(s, past, qkv.data(), kc2.data(), vc2.data(), e, scale, out2.data());
@@ -481,13 +479,12 @@ TEST_F(CudaOps, AttentionAgreesWithTheDoubleReferenceAsTheCpuKernelDoes) {
   // The CPU's own bound (test_model_layers: FloatAttentionAgreesWithTheDoubleReference): sums of up to
   // seq * head_dim O(1) terms, a few hundred FP32 ulps.
   for (int64_t kv_heads : {4, 2}) {
-    const ops::AttentionShape s{2, 24, 4, kv_heads, 8, false};
-    const ref::AttentionShape rs{2, 24, 4, kv_heads, 8, false};
+    const AttentionShape s{2, 24, 4, kv_heads, 8, false};
     const auto qkv = random_floats(s.batch * s.seq * s.qkv_stride(), 51), dout = random_floats(s.batch * s.seq * s.out_width(), 52);
     const std::vector<double> qkv_d(qkv.begin(), qkv.end()), dout_d(dout.begin(), dout.end());
     std::vector<double> out_d(dout.size()), stats_d(s.softmax_stats_size()), dqkv_d(qkv.size());
-    ref::attention_forward(rs, qkv_d.data(), out_d.data(), stats_d.data());
-    ref::attention_backward(rs, qkv_d.data(), stats_d.data(), dout_d.data(), dqkv_d.data());
+    ref::attention_forward(s, qkv_d.data(), out_d.data(), stats_d.data());
+    ref::attention_backward(s, qkv_d.data(), stats_d.data(), dout_d.data(), dqkv_d.data());
     auto dq = upload(qkv), ddo = upload(dout);
     ops::Array<float> out(gpu(), dout.size()), stats(gpu(), s.softmax_stats_size()), dqkv(gpu(), qkv.size());
     gpu().attention_forward(s, dq.data(), out.data(), stats.data());

@@ -23,7 +23,6 @@ struct ParamInfo {
 class ParamArena {
  public:
   explicit ParamArena(ops::TensorOps& ops = ops::cpu()) : values_(ops), grads_(ops) {}
-  ops::TensorOps& ops() const { return *values_.ops(); }
   // Layout first, then allocate(): offsets stay valid because storage is made once.
   int64_t add(std::string name, int64_t rows, int64_t cols, bool weight_decay);
   void allocate();

@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "format/attention_shape.h"
 #include "format/codecs.h"
 #include "format/gemm_rules.h"
 #include "format/quantized_tensor.h"
@@ -51,14 +52,8 @@ class Quantized {
   virtual QuantizedTensor to_host() const = 0;
 };
 
-// The causal attention core's shape (kernels/cpu/attention.h has the CPU's copy of this contract).
-struct AttentionShape {
-  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  bool bf16_matmuls = false;  // Q, K, V, P (and dO, dS) rounded to BF16, FP32 accumulation and softmax
-  int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
-  int64_t out_width() const { return heads * head_dim; }
-  int64_t softmax_stats_size() const { return batch * heads * seq * 2; }
-};
+// The causal attention core's shape, every backend's (format/attention_shape.h).
+using nibble::AttentionShape;
 
 // AdamW's per-step scalars (train/optimizer.h derives them from the config and the step).
 struct AdamWStep {

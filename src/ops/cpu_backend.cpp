@@ -26,10 +26,6 @@ namespace nibble::ops {
 
 namespace {
 
-cpu::AttentionShape to_cpu(const AttentionShape& s) {
-  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.bf16_matmuls};
-}
-
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu; }
@@ -137,15 +133,15 @@ class CpuBackend final : public Backend {
     cpu::rope_backward(dx, tokens, seq, stride, first_col, heads, *rope_table(seq, head_dim, theta));
   }
   void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) override {
-    cpu::attention_forward(to_cpu(s), qkv, out, softmax_stats);
+    cpu::attention_forward(s, qkv, out, softmax_stats);
   }
   void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                           float* dqkv) override {
-    cpu::attention_backward(to_cpu(s), qkv, softmax_stats, dout, dqkv);
+    cpu::attention_backward(s, qkv, softmax_stats, dout, dqkv);
   }
   void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
                         float* out) override {
-    cpu::attention_decode(to_cpu(s), past, qkv, k_cache, v_cache, out);
+    cpu::attention_decode(s, past, qkv, k_cache, v_cache, out);
   }
   void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) override {
     cpu::swiglu_forward(gate_up, n, hidden, a);

@@ -43,10 +43,6 @@ const cuda::DeviceQuantized& dev(const Quantized& q) {
   return d->tensor;
 }
 
-cuda::DeviceAttentionShape to_device(const AttentionShape& s) {
-  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.bf16_matmuls};
-}
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(cuda::Context& ctx) : ctx_(ctx) {}
@@ -220,15 +216,15 @@ class CudaBackend final : public Backend {
     cuda::rope(dx, tokens, seq, stride, first_col, heads, head_dim, t.cos.data(), t.sin.data(), 0, -1.0f, ctx_);
   }
   void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) override {
-    cuda::attention_forward(to_device(s), qkv, out, softmax_stats, ctx_);
+    cuda::attention_forward(s, qkv, out, softmax_stats, ctx_);
   }
   void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                           float* dqkv) override {
-    cuda::attention_backward(to_device(s), qkv, softmax_stats, dout, dqkv, ctx_);
+    cuda::attention_backward(s, qkv, softmax_stats, dout, dqkv, ctx_);
   }
   void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
                         float* out) override {
-    cuda::attention_decode(to_device(s), past, qkv, k_cache, v_cache, out, ctx_);
+    cuda::attention_decode(s, past, qkv, k_cache, v_cache, out, ctx_);
   }
   void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) override {
     cuda::swiglu_forward(gate_up, n, hidden, a, ctx_);

@@ -9,19 +9,11 @@
 #pragma once
 #include <cstdint>
 
+#include "format/attention_shape.h"
+
 namespace nibble::cpu {
 
-struct AttentionShape {
-  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  // Round the products' operands (Q, K, V, P; dO, dS in backward) to BF16, accumulate in FP32, as
-  // Transformer Engine's recipes keep attention in BF16. Softmax and its backward stay in FP32.
-  bool bf16_matmuls = false;
-  int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
-  int64_t out_width() const { return heads * head_dim; }
-  // Saved for backward, per (sequence, head, query row): the row's score maximum and 1 / sum of
-  // exp(score - maximum), so backward recomputes the forward's probabilities bit for bit.
-  int64_t softmax_stats_size() const { return batch * heads * seq * 2; }
-};
+using nibble::AttentionShape;
 
 // out: [batch*seq, heads*head_dim]; softmax_stats: [batch, heads, seq, 2].
 //   S = scale Q K^T (causal);  P = softmax(S);  O = P V

@@ -11,8 +11,7 @@
 
 namespace nibble::ref {
 
-// bf16_matmuls is ignored here: the loops are exact in T.
-using AttentionShape = cpu::AttentionShape;
+// (AttentionShape: format/attention_shape.h; bf16_matmuls is ignored here: the loops are exact in T.)
 
 // out: [batch*seq, heads*head_dim]; softmax_stats: [batch, heads, seq, 2], per query row the
 // score maximum and 1 / sum of exp(score - maximum), saved for backward.

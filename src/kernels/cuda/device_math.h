@@ -10,6 +10,7 @@
 // contract). Codecs use integer bit manipulation instead of frexp/ldexp so they need no libm.
 #pragma once
 #include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -54,6 +55,34 @@ NIBBLE_HD float nb_sub(float a, float b) {
   return __fsub_rn(a, b);
 #else
   return a - b;
+#endif
+}
+NIBBLE_HD float nb_sqrt(float x) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+NIBBLE_HD double nb_add_d(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+NIBBLE_HD double nb_mul_d(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+NIBBLE_HD float nb_fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
 #endif
 }
 NIBBLE_HD uint32_t float_bits(float x) {

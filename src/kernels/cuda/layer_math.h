@@ -10,37 +10,19 @@
 #include <cmath>
 #include <cstdint>
 
+#include "format/attention_shape.h"
 #include "kernels/cuda/device_math.h"
 
 namespace nibble::cuda::lm {
 
 using dm::nb_add;
+using dm::nb_add_d;
 using dm::nb_div;
+using dm::nb_fma;
 using dm::nb_mul;
+using dm::nb_mul_d;
+using dm::nb_sqrt;
 using dm::nb_sub;
-
-NIBBLE_HD float nb_sqrt(float x) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(x);
-#else
-  return std::sqrt(x);
-#endif
-}
-
-NIBBLE_HD double nb_add_d(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-NIBBLE_HD double nb_mul_d(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
 
 NIBBLE_HD float nb_exp(float x) {
 #if defined(__CUDA_ARCH__)
@@ -56,14 +38,6 @@ NIBBLE_HD float nb_log(float x) {
   return std::log(x);
 #endif
 }
-NIBBLE_HD float nb_fma(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-NIBBLE_HD float nb_max(float a, float b) { return a < b ? b : a; }
 
 // Sum of term(c) over c < width in 16 interleaved partial sums (lane c % 16), folded in a fixed tree:
 // kernels/cpu/rmsnorm.cpp's lane_sum.
@@ -190,7 +164,7 @@ NIBBLE_HD void swiglu_backward_element(const float* gate_up, const float* da, in
 // Cross-entropy of one row (kernels/cpu/cross_entropy.cpp's order): log(sum exp(l - max)) + max - l[target].
 NIBBLE_HD float cross_entropy_row(const float* l, int32_t target, int64_t vocab) {
   float m = l[0];
-  for (int64_t v = 1; v < vocab; ++v) m = nb_max(m, l[v]);
+  for (int64_t v = 1; v < vocab; ++v) m = dm::max_f(m, l[v]);
   float sum = 0.0f;
   for (int64_t v = 0; v < vocab; ++v) sum = nb_add(sum, nb_exp(nb_sub(l[v], m)));
   return nb_sub(nb_add(nb_log(sum), m), l[target]);
@@ -198,7 +172,7 @@ NIBBLE_HD float cross_entropy_row(const float* l, int32_t target, int64_t vocab)
 // d = scale (softmax(l) - onehot(target)); d may alias l (each element is read before it is written).
 NIBBLE_HD void cross_entropy_backward_row(const float* l, int32_t target, int64_t vocab, float scale, float* d) {
   float m = l[0];
-  for (int64_t v = 1; v < vocab; ++v) m = nb_max(m, l[v]);
+  for (int64_t v = 1; v < vocab; ++v) m = dm::max_f(m, l[v]);
   float sum = 0.0f;
   for (int64_t v = 0; v < vocab; ++v) {
     d[v] = nb_exp(nb_sub(l[v], m));
@@ -214,13 +188,6 @@ NIBBLE_HD void cross_entropy_backward_row(const float* l, int32_t target, int64_
 // the value heads; query head h reads key/value head h / (heads / kv_heads). Products as FMA chains
 // in k order (the CPU kernels' product); with bf16_matmuls the operands (Q, K, V, P, dO, dS) are
 // rounded to BF16 first.
-struct AttentionDims {
-  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  bool bf16_matmuls = false;
-  NIBBLE_HD int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_dim; }
-  NIBBLE_HD int64_t group() const { return heads / kv_heads; }
-};
-
 NIBBLE_HD float attention_operand(float x, bool bf16) { return bf16 ? dm::round_to_bf16(x) : x; }
 NIBBLE_HD float attention_dot(const float* a, const float* b, int64_t hd, bool bf16) {
   float d = 0.0f;
@@ -233,7 +200,7 @@ NIBBLE_HD float attention_probability(float score, const float* stats) {
 }
 
 // Forward of query row `row` = (b, h, t): its (max, 1/sum) into stats[2 row..], O_t = sum_j P_tj V_j.
-NIBBLE_HD void attention_forward_row(const AttentionDims& s, const float* qkv, int64_t row, float scale, float* out,
+NIBBLE_HD void attention_forward_row(const AttentionShape& s, const float* qkv, int64_t row, float scale, float* out,
                                      float* stats) {
   const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd;
   const int64_t b = row / (s.heads * S), h = (row / S) % s.heads, t = row % S;
@@ -242,7 +209,7 @@ NIBBLE_HD void attention_forward_row(const AttentionDims& s, const float* qkv, i
   const int64_t kcol = (s.heads + h / s.group()) * hd, vcol = (s.heads + s.kv_heads + h / s.group()) * hd;
   const auto score = [&](int64_t j) { return nb_mul(attention_dot(q, base + j * stride + kcol, hd, s.bf16_matmuls), scale); };
   float maxv = -INFINITY;
-  for (int64_t j = 0; j <= t; ++j) maxv = nb_max(maxv, score(j));
+  for (int64_t j = 0; j <= t; ++j) maxv = dm::max_f(maxv, score(j));
   float sum = 0.0f;
   for (int64_t j = 0; j <= t; ++j) sum = nb_add(sum, nb_exp(nb_sub(score(j), maxv)));
   float* st = stats + row * 2;
@@ -259,7 +226,7 @@ NIBBLE_HD void attention_forward_row(const AttentionDims& s, const float* qkv, i
 
 // Backward of query row `row` = (b, h, t): D_t = sum_j P_tj dP_tj into row_dot[row] (the key rows
 // need it), and dQ_t = sum_j dS_tj K_j with dS_tj = P_tj (dP_tj - D_t) scale, dP_tj = dO_t . V_j.
-NIBBLE_HD void attention_backward_query_row(const AttentionDims& s, const float* qkv, const float* stats,
+NIBBLE_HD void attention_backward_query_row(const AttentionShape& s, const float* qkv, const float* stats,
                                             const float* dout, int64_t row, float scale, float* dqkv, float* row_dot) {
   const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd;
   const bool bf = s.bf16_matmuls;
@@ -288,7 +255,7 @@ NIBBLE_HD void attention_backward_query_row(const AttentionDims& s, const float*
 // Backward of key row `krow` = (b, g, j) of key/value head g: dK_j = sum_h sum_{t >= j} dS_tj Q_t and
 // dV_j = sum_h sum_{t >= j} P_tj dO_t over the group's query heads, heads then rows in order (the CPU
 // kernel's order). Needs every query row's row_dot first.
-NIBBLE_HD void attention_backward_key_row(const AttentionDims& s, const float* qkv, const float* stats,
+NIBBLE_HD void attention_backward_key_row(const AttentionShape& s, const float* qkv, const float* stats,
                                           const float* dout, const float* row_dot, int64_t krow, float scale,
                                           float* dqkv) {
   const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.heads * hd, group = s.group();
@@ -319,14 +286,14 @@ NIBBLE_HD void attention_backward_key_row(const AttentionDims& s, const float* q
 // Decoding with a KV cache (s.batch == 1, s.seq new tokens at positions [past, past + seq)):
 // element e of the appended keys and values, then the attention of (new token t, head h) = e over
 // the cached keys up to its position (kernels/cpu/attention_decode.cpp's loops and order).
-NIBBLE_HD void kv_append_element(const AttentionDims& s, int64_t past, const float* qkv, int64_t e, float* k_cache,
+NIBBLE_HD void kv_append_element(const AttentionShape& s, int64_t past, const float* qkv, int64_t e, float* k_cache,
                                  float* v_cache) {
   const int64_t kv_width = s.kv_heads * s.head_dim, t = e / kv_width, c = e % kv_width;
   const float* row = qkv + t * s.qkv_stride() + s.heads * s.head_dim;
   k_cache[(past + t) * kv_width + c] = row[c];
   v_cache[(past + t) * kv_width + c] = row[kv_width + c];
 }
-NIBBLE_HD void attention_decode_head(const AttentionDims& s, int64_t past, const float* qkv, const float* k_cache,
+NIBBLE_HD void attention_decode_head(const AttentionShape& s, int64_t past, const float* qkv, const float* k_cache,
                                      const float* v_cache, int64_t e, float scale, float* out) {
   const int64_t H = s.heads, hd = s.head_dim, kv_width = s.kv_heads * hd;
   const int64_t t = e / H, h = e % H, g = h / s.group(), last = past + t;
@@ -337,7 +304,7 @@ NIBBLE_HD void attention_decode_head(const AttentionDims& s, int64_t past, const
     return nb_mul(dot, scale);
   };
   float maxv = -INFINITY;
-  for (int64_t j = 0; j <= last; ++j) maxv = nb_max(maxv, score(j));
+  for (int64_t j = 0; j <= last; ++j) maxv = dm::max_f(maxv, score(j));
   float sum = 0.0f;
   for (int64_t j = 0; j <= last; ++j) sum = nb_add(sum, nb_exp(nb_sub(score(j), maxv)));
   float* o = out + t * H * hd + h * hd;

@@ -89,23 +89,23 @@ __global__ void rope_kernel(float* x, int64_t tokens, int64_t seq, int64_t strid
   }
 }
 
-__global__ void attention_forward_kernel(DeviceAttentionShape s, const float* qkv, float* out, float* stats, float scale) {
+__global__ void attention_forward_kernel(AttentionShape s, const float* qkv, float* out, float* stats, float scale) {
   NIBBLE_GRID_STRIDE(row, s.batch * s.heads * s.seq) lm::attention_forward_row(s, qkv, row, scale, out, stats);
 }
-__global__ void attention_backward_query_kernel(DeviceAttentionShape s, const float* qkv, const float* stats,
+__global__ void attention_backward_query_kernel(AttentionShape s, const float* qkv, const float* stats,
                                                 const float* dout, float* dqkv, float* row_dot, float scale) {
   NIBBLE_GRID_STRIDE(row, s.batch * s.heads * s.seq)
   lm::attention_backward_query_row(s, qkv, stats, dout, row, scale, dqkv, row_dot);
 }
-__global__ void attention_backward_key_kernel(DeviceAttentionShape s, const float* qkv, const float* stats,
+__global__ void attention_backward_key_kernel(AttentionShape s, const float* qkv, const float* stats,
                                               const float* dout, float* dqkv, const float* row_dot, float scale) {
   NIBBLE_GRID_STRIDE(krow, s.batch * s.kv_heads * s.seq)
   lm::attention_backward_key_row(s, qkv, stats, dout, row_dot, krow, scale, dqkv);
 }
-__global__ void kv_append_kernel(DeviceAttentionShape s, int64_t past, const float* qkv, float* k_cache, float* v_cache) {
+__global__ void kv_append_kernel(AttentionShape s, int64_t past, const float* qkv, float* k_cache, float* v_cache) {
   NIBBLE_GRID_STRIDE(e, s.seq * s.kv_heads * s.head_dim) lm::kv_append_element(s, past, qkv, e, k_cache, v_cache);
 }
-__global__ void attention_decode_kernel(DeviceAttentionShape s, int64_t past, const float* qkv, const float* k_cache,
+__global__ void attention_decode_kernel(AttentionShape s, int64_t past, const float* qkv, const float* k_cache,
                                         const float* v_cache, float* out, float scale) {
   NIBBLE_GRID_STRIDE(e, s.seq * s.heads) lm::attention_decode_head(s, past, qkv, k_cache, v_cache, e, scale, out);
 }
@@ -135,11 +135,11 @@ __global__ void adamw_kernel(lm::AdamWScalars k, const float* g, float* m, float
   NIBBLE_GRID_STRIDE(i, n) lm::adamw_element(k, g[i], m + i, v + i, w + i, mask[i]);
 }
 
-DeviceAttentionShape checked(const DeviceAttentionShape& s) {
+AttentionShape checked(const AttentionShape& s) {
   NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0 && s.batch > 0);
   return s;
 }
-float attention_scale(const DeviceAttentionShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.head_dim)); }
+float attention_scale(const AttentionShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.head_dim)); }
 
 }  // namespace
 
@@ -173,10 +173,10 @@ void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_c
   launch(tokens * heads * (head_dim / 2), ctx, rope_kernel, x, tokens, seq, stride, first_col, heads, head_dim, cos, sin,
          first_position, direction);
 }
-void attention_forward(const DeviceAttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
+void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
   launch(s.batch * s.heads * s.seq, ctx, attention_forward_kernel, checked(s), qkv, out, softmax_stats, attention_scale(s));
 }
-void attention_backward(const DeviceAttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
+void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                         float* dqkv, Context& ctx) {
   DeviceBuffer<float> row_dot(static_cast<size_t>(s.batch * s.heads * s.seq), ctx.stream());
   launch(s.batch * s.heads * s.seq, ctx, attention_backward_query_kernel, checked(s), qkv, softmax_stats, dout, dqkv,
@@ -184,7 +184,7 @@ void attention_backward(const DeviceAttentionShape& s, const float* qkv, const f
   launch(s.batch * s.kv_heads * s.seq, ctx, attention_backward_key_kernel, s, qkv, softmax_stats, dout, dqkv,
          static_cast<const float*>(row_dot.data()), attention_scale(s));
 }
-void attention_decode(const DeviceAttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
+void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
                       float* out, Context& ctx) {
   NIBBLE_CHECK(s.batch == 1 && !s.bf16_matmuls);
   launch(s.seq * s.kv_heads * s.head_dim, ctx, kv_append_kernel, checked(s), past, qkv, k_cache, v_cache);

@@ -37,13 +37,12 @@ void rmsnorm_backward(const float* x, const float* gain, const float* rstd, cons
 void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads, int64_t head_dim,
           const float* cos, const float* sin, int64_t first_position, float direction, Context& ctx);
 
-using DeviceAttentionShape = lm::AttentionDims;
 // Causal GQA attention (kernels/cpu/attention.h's contract; softmax_stats [batch, heads, seq, 2]).
-void attention_forward(const DeviceAttentionShape& s, const float* qkv, float* out, float* softmax_stats,
+void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats,
                        Context& ctx);
-void attention_backward(const DeviceAttentionShape& s, const float* qkv, const float* softmax_stats,
+void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats,
                         const float* dout, float* dqkv, Context& ctx);
-void attention_decode(const DeviceAttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
+void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
                       float* out, Context& ctx);
 void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a, Context& ctx);
 void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up, Context& ctx);
