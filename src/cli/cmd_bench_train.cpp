@@ -308,13 +308,13 @@ void print_torch_ratios(const BenchTrainOptions& o, const train::TrainConfig& ba
              }());
 }
 
-int run_speed_on_gpu(const BenchTrainOptions& o, const train::TrainConfig& base,
-                     const std::vector<std::pair<std::string, RecipeConfig>>& recipes);
+int run_speed_on_gpu(const BenchTrainOptions& o, const train::TrainConfig& base, const std::vector<int32_t>& corpus,
+                     const std::vector<std::pair<std::string, RecipeConfig>>& recipes, const ops::Backend& gpu);
 
 int run_speed(const BenchTrainOptions& o) {
   const auto recipes = resolve_recipes(o);
   const ops::Device device = ops::parse_device(o.device);
-  if (device == ops::Device::cuda) (void)ops::cuda();  // no GPU: the fix, before anything is measured
+  ops::Backend& backend = ops::backend(device);  // no usable GPU: the fix, before anything is measured
   if (o.vs_torch) check_torch(o);
   int64_t vocab = 0;
   auto corpus = load_corpus(o.corpus, vocab);
@@ -330,7 +330,7 @@ int run_speed(const BenchTrainOptions& o) {
   base.schedule.warmup_steps = 10;
   base.seed = o.seed;
   base.device = device;
-  if (device == ops::Device::cuda) return run_speed_on_gpu(o, base, recipes);
+  if (device == ops::Device::cuda) return run_speed_on_gpu(o, base, corpus, recipes, backend);
   const int64_t tokens = base.batch * base.model.context;
   fmt::print("speed: {} layers x width {} x {} heads, context {}, batch {} ({} tokens/step), {} threads; "
              "{} warm-up + {} timed steps\n",
@@ -406,14 +406,12 @@ int run_speed(const BenchTrainOptions& o) {
 
 // --device cuda: tokens/s per recipe on the GPU (the step is timed to the loss read back each step);
 // the CPU's split by kind and ideal step do not apply. --vs-torch: PyTorch on the same GPU.
-int run_speed_on_gpu(const BenchTrainOptions& o, const train::TrainConfig& base,
-                     const std::vector<std::pair<std::string, RecipeConfig>>& recipes) {
+int run_speed_on_gpu(const BenchTrainOptions& o, const train::TrainConfig& base, const std::vector<int32_t>& corpus,
+                     const std::vector<std::pair<std::string, RecipeConfig>>& recipes, const ops::Backend& gpu) {
   fmt::print("speed: {} layers x width {} x {} heads, context {}, batch {} ({} tokens/step) on {}; {} warm-up + {} "
              "timed steps\n",
              base.model.layers, base.model.width, base.model.heads, base.model.context, base.batch,
-             base.batch * base.model.context, ops::cuda().describe(), o.warmup, o.timed_steps);
-  int64_t vocab = 0;
-  const auto corpus = load_corpus(o.corpus, vocab);
+             base.batch * base.model.context, gpu.describe(), o.warmup, o.timed_steps);
   fmt::print("\n{:<8} {:>10} {:>9} {:>10}\n", "recipe", "tokens/s", "step ms", "vs none");
   double none_tps = 0;
   std::vector<std::pair<std::string, double>> rows;

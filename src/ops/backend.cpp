@@ -8,6 +8,8 @@
 
 namespace nibble::ops {
 
+Backend& backend(Device d) { return d == Device::cuda ? cuda() : cpu(); }
+
 std::string_view to_string(Device d) { return d == Device::cuda ? "cuda" : "cpu"; }
 
 Device parse_device(std::string_view s) {

@@ -175,6 +175,8 @@ Backend& cpu();
 // when this build has no CUDA backend or no usable GPU and driver is found.
 Backend& cuda();
 bool cuda_built();  // whether this build has the CUDA backend (a GPU may still be missing)
+// The backend of a device: cpu() or cuda() (with cuda()'s UsageError when no GPU is usable).
+Backend& backend(Device d);
 
 // A typed array in a backend's memory, owned: the storage behind every pointer handed to a backend.
 // Growth keeps the contents (as std::vector); a default-constructed array is empty and belongs to

@@ -65,7 +65,7 @@ int run(int argc, char** argv) {
     else if (flag == "--json") json = value;
     else throw UsageError("unknown option '" + std::string(flag) + "': " + kUsage);
   }
-  if (base.device == ops::Device::cuda) (void)ops::cuda();  // no usable GPU: the fix, before anything is printed
+  (void)ops::backend(base.device);  // no usable GPU: the fix, before anything is printed
   std::mt19937 rng(1337);
   std::vector<int32_t> corpus(200000);
   for (auto& t : corpus) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(base.model.vocab));

@@ -52,14 +52,20 @@ std::optional<QuantOptions> forward_weight_options(const Recipe& recipe, int lay
   return r.fprop.b;
 }
 
-QuantizedTensor quantize_weight(const LoadedRun& run, int layer, model::BlockLinear which, const QuantOptions& o) {
+// The weight of a block's linear quantized as its forward GEMM quantizes it, on the model's backend,
+// where its arena lives (the same bytes on every backend).
+std::unique_ptr<ops::Quantized> quantize_weight_on_backend(const LoadedRun& run, int layer, int which,
+                                                           const QuantOptions& o) {
   const auto& arena = run.model->params();
-  const auto& info = arena.find(fmt::format("block{}.{}", layer, kBlockLinearArena[static_cast<int>(which)]));
-  // On the model's backend, where its arena lives (the same bytes on every backend).
+  const auto& info = arena.find(fmt::format("block{}.{}", layer, kBlockLinearArena[which]));
   ops::Backend& backend = run.model->backend();
   auto q = backend.new_quantized();
   backend.quantize(arena.value(info.offset), info.rows, info.cols, o, *q);
-  return q->to_host();
+  return q;
+}
+
+QuantizedTensor quantize_weight(const LoadedRun& run, int layer, model::BlockLinear which, const QuantOptions& o) {
+  return quantize_weight_on_backend(run, layer, static_cast<int>(which), o)->to_host();
 }
 
 std::span<const uint8_t> bytes_of(const void* p, size_t n) { return {static_cast<const uint8_t*>(p), n}; }
@@ -202,10 +208,7 @@ int apply_weight_only_quantization(LoadedRun& run) {
     if (!o) continue;
     for (int i = 0; i < model::kLinearsPerBlock; ++i) {
       const auto& info = arena.find(fmt::format("block{}.{}", l, kBlockLinearArena[i]));
-      ops::Backend& backend = run.model->backend();
-      auto q = backend.new_quantized();
-      backend.quantize(arena.value(info.offset), info.rows, info.cols, *o, *q);
-      backend.dequantize(*q, arena.value(info.offset));
+      run.model->backend().dequantize(*quantize_weight_on_backend(run, l, i, *o), arena.value(info.offset));
       ++replaced;
     }
   }

@@ -703,7 +703,7 @@ int run_training(const RunConfig& input_config, std::FILE* out, Communicator& co
 }
 
 LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& checkpoint, ops::Device device) {
-  ops::Backend& backend = device == ops::Device::cuda ? ops::cuda() : ops::cpu();  // no GPU: the fix, first
+  ops::Backend& backend = ops::backend(device);  // no usable GPU: the fix, before anything is read
   const fs::path config_path = run_dir / kConfigFile;
   if (!fs::exists(config_path))
     throw UsageError(fmt::format("'{}' is not a run directory: {} is missing (runs are made by `nibble train`)",

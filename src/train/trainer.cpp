@@ -7,11 +7,10 @@ namespace {
 constexpr uint64_t kValidationSeed = 0x5EED0F0A1DA7Aull;
 
 ops::Backend& backend_of(const TrainConfig& c, const Communicator* comm) {
-  if (c.device == ops::Device::cpu) return ops::cpu();
-  if (comm && comm->size() > 1)
+  if (c.device == ops::Device::cuda && comm && comm->size() > 1)
     throw UsageError("device=cuda trains on one GPU in this version of nibble (several GPUs through NCCL are not "
                      "built yet): run a single process, or use device=cpu under mpirun");
-  return ops::cuda();
+  return ops::backend(c.device);
 }
 
 std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, const Communicator* comm) {
