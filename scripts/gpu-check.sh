@@ -107,15 +107,22 @@ command -v ninja > /dev/null && generator=(-G Ninja)
   [ "$NO_GPU" = 1 ] && echo "rehearsal: NIBBLE_GPU_CHECK_NO_GPU=1 (no GPU expected)"
 } > "$OUT/env.txt" 2>&1
 
+# NCCL (several GPUs): the toolkit's when it has one, else the nvidia-nccl wheel next to PyTorch.
+nccl_flags=()
+if [ -z "${NIBBLE_NCCL_ROOT:-}" ]; then
+  NIBBLE_NCCL_ROOT="$("${PYTHON:-python3}" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)"
+fi
+[ -n "${NIBBLE_NCCL_ROOT:-}" ] && nccl_flags=(-DNIBBLE_NCCL_ROOT="$NIBBLE_NCCL_ROOT")
 : > "$OUT/configure.log"
 step configure 300 "$OUT/configure.log" cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DNIBBLE_CUDA_ONLY=ON "${gtest_flags[@]}" "${arch_flags[@]}" || { tail -30 "$OUT/configure.log"; finish 1; }
+  -DNIBBLE_CUDA_ONLY=ON "${gtest_flags[@]}" "${arch_flags[@]}" "${nccl_flags[@]}" || { tail -30 "$OUT/configure.log"; finish 1; }
+note "$(grep -m1 -o 'NCCL .*found.*' "$OUT/configure.log" || echo 'NCCL: not reported')"
 : > "$OUT/build.log"
 step build 600 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" || { tail -40 "$OUT/build.log"; finish 1; }
 
 status=0
 : > "$OUT/tests.log"
-for t in test_cuda_host test_cuda_quantize test_cuda_gemm test_cuda_backend test_cuda_training; do
+for t in test_cuda_host test_cuda_quantize test_cuda_gemm test_cuda_backend test_cuda_training test_cuda_collective; do
   if [ ! -x "$BUILD/tests/$t" ]; then
     note "$t: not built (see build.log)"
     status=1

@@ -135,6 +135,30 @@ TEST(GradientSum, SingleLeafAndUnevenCountsAndReuse) {
   EXPECT_EQ(sum.leaves(), 0);
 }
 
+// device=cuda under mpirun: one GPU per rank, chosen from the rank's place on its host.
+TEST(GpuPerRank, EachRankOnAHostTakesItsOwnGpu) {
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(train::gpu_of_rank(r, 4, 8, "node1"), r);
+  // Each rank sees one GPU (CUDA_VISIBLE_DEVICES per rank, as Slurm sets it): its own, ordinal 0.
+  EXPECT_EQ(train::gpu_of_rank(3, 4, 1, "node1"), 0);
+  try {
+    train::gpu_of_rank(2, 4, 2, "node1");
+    FAIL() << "4 ranks shared 2 GPUs";
+  } catch (const UsageError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("4 ranks run on host node1, which has 2 GPUs"), std::string::npos) << m;
+    EXPECT_NE(m.find("mpirun -np 2"), std::string::npos) << m;
+  }
+  EXPECT_THROW(train::gpu_of_rank(0, 2, 0, "node1"), UsageError);
+}
+
+TEST(GpuPerRank, RanksThatShareAGpuAreNamed) {
+  EXPECT_EQ(train::ranks_sharing_a_gpu({11, 22, 33}), "");
+  EXPECT_EQ(train::ranks_sharing_a_gpu({11}), "");
+  const std::string m = train::ranks_sharing_a_gpu({11, 22, 33, 22});
+  EXPECT_NE(m.find("ranks 1 and 3 would train on the same GPU"), std::string::npos) << m;
+  EXPECT_NE(m.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << m;
+}
+
 TEST(BatchSampler, RowSlicesConcatenateToTheWholeBatch) {
   std::vector<int32_t> tokens(5000);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 97);
@@ -372,6 +396,28 @@ TEST_F(MpiTrain, ARankThatDiesStopsTheJobWithItsName) {
   EXPECT_FALSE(fs::exists(run / "checkpoints" / "step_00000002"));
 }
 
+// device=cuda with 2 ranks: on 2+ GPUs the same bits as one GPU (NCCL adds in the CPU's tree
+// order); where the GPUs are missing, exit 2 on every rank naming the fix, and no run directory.
+TEST_F(MpiTrain, DeviceCudaRunsOneRankPerGpu) {
+  const int gpus = ops::cuda_device_count();
+  const fs::path two = work_dir() / "two-gpus";
+  const Result r = train_on(2, two, "device=cuda");
+  if (gpus >= 2 && ops::nccl_built()) {
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("NCCL"), std::string::npos) << r.output;
+    const fs::path one = work_dir() / "one-gpu";
+    const Result o = train_on(1, one, "device=cuda");
+    ASSERT_EQ(o.exit_code, 0) << o.output;
+    expect_same_run(two, one);
+    return;
+  }
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  if (gpus == 0) EXPECT_NE(r.output.find("device=cpu"), std::string::npos) << r.output;
+  else if (gpus == 1) EXPECT_NE(r.output.find("same GPU"), std::string::npos) << r.output;
+  else EXPECT_NE(r.output.find("NCCL"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(two / "metrics.jsonl")) << r.output;
+}
+
 TEST_F(MpiTrain, AnIndivisibleGlobalBatchIsRefusedOnEveryRank) {
   const Result r = train_on(2, work_dir() / "indivisible", "batch=3 grad_accum=1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -392,6 +438,9 @@ TEST(MpiCollectives, GradientSumIsTheSameBitsOnEveryRank) {
   std::vector<std::vector<float>> all;
   for (int r = 0; r < ranks; ++r) all.push_back(random_floats(kN, 1000 + static_cast<uint32_t>(r)));
   std::vector<float> mine = all[static_cast<size_t>(rank)];
+  // Loopback: every rank on this host, in rank order.
+  EXPECT_EQ(comm->local_size(), ranks);
+  EXPECT_EQ(comm->local_rank(), rank);
   comm->sum_gradients(mine);
   const auto sums = comm->all_gather(train::weights_checksum(mine));
   for (int r = 1; r < ranks; ++r) EXPECT_EQ(sums[static_cast<size_t>(r)], sums[0]) << "rank " << r << " got other bits";

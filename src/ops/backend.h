@@ -15,6 +15,7 @@
 // Implementations: ops/cpu_backend.cpp (kernels/cpu) and ops/cuda_backend.cpp (kernels/cuda, built
 // with NIBBLE_CUDA), each implementing every op.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -177,6 +178,31 @@ Backend& cuda();
 bool cuda_built();  // whether this build has the CUDA backend (a GPU may still be missing)
 // The backend of a device: cpu() or cuda() (with cuda()'s UsageError when no GPU is usable).
 Backend& backend(Device d);
+
+// ---- one process per GPU (data parallelism under mpirun, train/distributed.h) ------------------
+// GPUs this process sees: 0 without a GPU, a driver or a CUDA build. Never throws.
+int cuda_device_count();
+// Makes cuda() open GPU `ordinal` (call before its first use); UsageError naming the fix when the
+// GPU does not exist or cuda() already runs on another one.
+void select_cuda_device(int ordinal);
+// A hash of the UUID of cuda()'s GPU: equal in two processes exactly when they share one GPU.
+uint64_t cuda_device_fingerprint();
+
+// In-place FP32 sums over the processes of a job, on arrays in one backend's memory; every process
+// receives the same bits. With 2^k processes the order is the balanced binary tree over ranks
+// (partners rank ^ 1, ^ 2, ^ 4, ...), the CPU path's order; otherwise the library's.
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual void sum(float* values, int64_t count) = 0;  // returns when the sum is complete
+  virtual std::string describe() const = 0;            // e.g. "NCCL 2.28.9, 4 GPUs"
+};
+using CollectiveId = std::array<std::byte, 128>;
+bool nccl_built();  // whether this build links NCCL (several GPUs)
+// Rank 0 makes the id and hands it to every rank (over MPI); each then connects with it. Both throw
+// UsageError when this build has no NCCL, and NCCL's reason when the ranks cannot connect.
+CollectiveId new_cuda_collective_id();
+std::unique_ptr<Collective> connect_cuda_ranks(const CollectiveId& id, int rank, int size);
 
 // A typed array in a backend's memory, owned: the storage behind every pointer handed to a backend.
 // Growth keeps the contents (as std::vector); a default-constructed array is empty and belongs to

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "kernels/cuda/context.h"
+#ifdef NIBBLE_HAVE_NCCL
+#include "kernels/cuda/nccl_collective.h"
+#endif
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_math.h"
@@ -46,6 +49,7 @@ const cuda::DeviceQuantized& dev(const Quantized& q) {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(cuda::Context& ctx) : ctx_(ctx) {}
+  cuda::Context& context() { return ctx_; }
 
   Device device() const override { return Device::cuda; }
   std::string describe() const override {
@@ -291,5 +295,69 @@ Backend& cuda() {
   });
   return *backend;
 }
+
+int cuda_device_count() {
+  const cuda::DeviceAvailability a = cuda::probe_devices();
+  return a.available ? a.device_count : 0;
+}
+
+void select_cuda_device(int ordinal) {
+  try {
+    cuda::select_default_device(ordinal);
+  } catch (const cuda::CudaError& e) {
+    throw UsageError(std::string("device=cuda: ") + e.what());
+  }
+}
+
+uint64_t cuda_device_fingerprint() {
+  cuda::Context& ctx = static_cast<CudaBackend&>(cuda()).context();
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a
+  for (unsigned char byte : ctx.device().uuid) h = (h ^ byte) * 0x100000001B3ull;
+  return h;
+}
+
+#ifdef NIBBLE_HAVE_NCCL
+namespace {
+class NcclCollective final : public Collective {
+ public:
+  NcclCollective(cuda::Context& ctx, const CollectiveId& id, int rank, int size) : nccl_(ctx, id, rank, size) {}
+  void sum(float* values, int64_t count) override { nccl_.sum(values, static_cast<size_t>(count)); }
+  std::string describe() const override { return nccl_.describe(); }
+
+ private:
+  cuda::Collective nccl_;
+};
+}  // namespace
+
+bool nccl_built() { return true; }
+
+CollectiveId new_cuda_collective_id() {
+  try {
+    return cuda::new_collective_id();
+  } catch (const cuda::CudaError& e) {
+    throw UsageError(std::string("device=cuda with several ranks: ") + e.what());
+  }
+}
+
+std::unique_ptr<Collective> connect_cuda_ranks(const CollectiveId& id, int rank, int size) {
+  cuda::Context& ctx = static_cast<CudaBackend&>(cuda()).context();
+  try {
+    return std::make_unique<NcclCollective>(ctx, id, rank, size);
+  } catch (const cuda::CudaError& e) {
+    throw UsageError(std::string("device=cuda with several ranks: ") + e.what());
+  }
+}
+#else
+namespace {
+[[noreturn]] void no_nccl() {
+  throw UsageError("device=cuda with several ranks needs NCCL, which this nibble was built without (CMake found "
+                   "no nccl.h/libnccl): install NCCL (NVIDIA's libnccl-dev, or the CUDA toolkit's) and rebuild, "
+                   "run one process, or use device=cpu under mpirun");
+}
+}  // namespace
+bool nccl_built() { return false; }
+CollectiveId new_cuda_collective_id() { no_nccl(); }
+std::unique_ptr<Collective> connect_cuda_ranks(const CollectiveId&, int, int) { no_nccl(); }
+#endif
 
 }  // namespace nibble::ops

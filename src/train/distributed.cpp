@@ -69,6 +69,37 @@ std::unique_ptr<Communicator> connect_processes() {
 #endif
 }
 
+int gpu_of_rank(int local_rank, int local_size, int gpus, const std::string& host) {
+  if (gpus <= 0) throw UsageError("device=cuda: host " + host + " has no usable GPU; use device=cpu there");
+  if (gpus >= local_size) return local_rank;
+  if (gpus == 1) return 0;  // one visible GPU per rank; ranks_sharing_a_gpu tells when it is the same one
+  throw UsageError(std::to_string(local_size) + " ranks run on host " + host + ", which has " + std::to_string(gpus) +
+                   " GPUs: device=cuda trains with one rank per GPU; start at most " + std::to_string(gpus) +
+                   " ranks per host (e.g. mpirun -np " + std::to_string(gpus) + ")");
+}
+
+std::string ranks_sharing_a_gpu(const std::vector<uint64_t>& fingerprints) {
+  for (size_t a = 0; a < fingerprints.size(); ++a)
+    for (size_t b = a + 1; b < fingerprints.size(); ++b)
+      if (fingerprints[a] == fingerprints[b])
+        return "ranks " + std::to_string(a) + " and " + std::to_string(b) +
+               " would train on the same GPU: device=cuda trains with one rank per GPU; start as many ranks per host "
+               "as it has GPUs, or give each rank its own with CUDA_VISIBLE_DEVICES";
+  return {};
+}
+
+ops::Backend& connect_gpu(Communicator& comm) {
+  if (comm.size() == 1) return ops::cuda();
+  if (!ops::cuda_built() || ops::cuda_device_count() == 0) return ops::cuda();  // its UsageError names the fix
+  ops::select_cuda_device(gpu_of_rank(comm.local_rank(), comm.local_size(), ops::cuda_device_count(), comm.host()));
+  ops::Backend& gpu = ops::cuda();
+  if (const std::string shared = ranks_sharing_a_gpu(comm.all_gather(ops::cuda_device_fingerprint()));
+      !shared.empty())
+    throw UsageError(shared);
+  comm.sum_in_memory_of(gpu);
+  return gpu;
+}
+
 DataParallelPlan::DataParallelPlan(int64_t batch, int64_t grad_accum, int rank, int ranks)
     : batch_(batch), grad_accum_(grad_accum), rank_(rank), ranks_(ranks) {
   if (ranks <= 0 || rank < 0 || rank >= ranks)

@@ -37,6 +37,13 @@ class Communicator {
   virtual int size() const = 0;
   virtual std::string host() const = 0;  // this process's host name, for messages
   virtual std::string describe() const = 0;  // "single process" / "MPI: Open MPI v4.1.4, 2 ranks"
+  // This process's position among the ranks on its host (for one GPU per rank).
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  // From now on sum_gradients() takes arrays in `backend`'s memory: on a GPU the sum runs there
+  // (NCCL, in the same order as on the CPU), with no copy through the host. Collective: every rank
+  // calls it. UsageError when this build cannot sum in that memory.
+  virtual void sum_in_memory_of(ops::Backend& backend) = 0;
 
   // In-place FP32 sum over all ranks, in buckets; every rank receives bitwise the same result.
   // With a power-of-two rank count the sum is the balanced binary tree over ranks (ranks 2i and
@@ -73,6 +80,9 @@ class SingleProcessCommunicator final : public Communicator {
   int size() const override { return 1; }
   std::string host() const override;
   std::string describe() const override { return "single process"; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  void sum_in_memory_of(ops::Backend&) override {}
   void sum_gradients(std::span<float>) override {}
   void sum(std::span<double>) override {}
   void broadcast(std::span<std::byte>, int) override {}
@@ -93,6 +103,19 @@ bool built_with_mpi();
 // A job launched with several ranks by a nibble built without MPI is refused (each rank would
 // otherwise train alone and all would write the same run directory).
 std::unique_ptr<Communicator> connect_processes();
+
+// ---- one process per GPU ------------------------------------------------------------------------
+// The GPU (ordinal among those the process sees) of the local_rank-th of local_size ranks on a host
+// with `gpus` visible GPUs: its own when there are enough, the only one when each rank sees one
+// (CUDA_VISIBLE_DEVICES set per rank, as Slurm does). UsageError naming the host and the fix when
+// the ranks outnumber the GPUs.
+int gpu_of_rank(int local_rank, int local_size, int gpus, const std::string& host);
+// "" when every rank has a GPU of its own, else a message naming two ranks that share one and the
+// fix (fingerprints: ops::cuda_device_fingerprint() of every rank, in rank order).
+std::string ranks_sharing_a_gpu(const std::vector<uint64_t>& fingerprints);
+// device=cuda for this process: its GPU under mpirun (one per rank, gradients summed there by
+// NCCL), the default GPU otherwise. UsageError naming the fix when no GPU, no NCCL or too few GPUs.
+ops::Backend& connect_gpu(Communicator& comm);
 
 // Who trains what in one optimizer step.
 struct MicroBatchSlice {

@@ -63,6 +63,13 @@ class MpiCommunicator final : public Communicator {
     if (auto comma = library_.find(','); comma != std::string::npos) library_.resize(comma);
     while (!library_.empty() && (library_.back() == '\n' || library_.back() == ' ')) library_.pop_back();
     scratch_.resize(kBucketFloats);
+    // The ranks sharing this host (shared memory), in rank order: which GPU this one takes.
+    MPI_Comm host_comm = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host_comm),
+          "MPI_Comm_split_type");
+    MPI_Comm_rank(host_comm, &local_rank_);
+    MPI_Comm_size(host_comm, &local_size_);
+    MPI_Comm_free(&host_comm);
   }
 
   ~MpiCommunicator() override {
@@ -74,10 +81,33 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string host() const override { return host_; }
-  std::string describe() const override { return fmt::format("MPI ({}), {} ranks", library_, size_); }
+  std::string describe() const override {
+    if (device_sum_) return fmt::format("MPI ({}) + {}, {} ranks", library_, device_sum_->describe(), size_);
+    return fmt::format("MPI ({}), {} ranks", library_, size_);
+  }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+
+  void sum_in_memory_of(ops::Backend& backend) override {
+    if (backend.device() == ops::Device::cpu) {
+      device_sum_.reset();
+      return;
+    }
+    // Rank 0 makes NCCL's id and MPI carries it; every rank joins (blocks until all have).
+    ops::CollectiveId id{};
+    if (rank_ == 0) id = ops::new_cuda_collective_id();
+    broadcast(std::as_writable_bytes(std::span(id)), 0);
+    device_sum_ = ops::connect_cuda_ranks(id, rank_, size_);
+  }
 
   void sum_gradients(std::span<float> values) override {
     const auto start = std::chrono::steady_clock::now();
+    if (device_sum_) {
+      // Device memory: NCCL, same tree as below (ops::Collective).
+      device_sum_->sum(values.data(), static_cast<int64_t>(values.size()));
+      gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return;
+    }
     const bool butterfly = (size_ & (size_ - 1)) == 0;
     for (size_t first = 0; first < values.size(); first += kBucketFloats) {
       const size_t count = std::min(kBucketFloats, values.size() - first);
@@ -131,7 +161,8 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::unique_ptr<ops::Collective> device_sum_;  // set by sum_in_memory_of(a GPU backend)
   bool owns_init_ = false;
   std::string host_, library_;
   std::vector<float> scratch_;

@@ -6,14 +6,13 @@ namespace {
 // Validation batches use their own stream so that every run and recipe evaluates the same windows.
 constexpr uint64_t kValidationSeed = 0x5EED0F0A1DA7Aull;
 
-ops::Backend& backend_of(const TrainConfig& c, const Communicator* comm) {
-  if (c.device == ops::Device::cuda && comm && comm->size() > 1)
-    throw UsageError("device=cuda trains on one GPU in this version of nibble (several GPUs through NCCL are not "
-                     "built yet): run a single process, or use device=cpu under mpirun");
+// Under mpirun with device=cuda each rank takes a GPU of its own (train/distributed.h).
+ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
+  if (c.device == ops::Device::cuda && comm) return connect_gpu(*comm);
   return ops::backend(c.device);
 }
 
-std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, const Communicator* comm) {
+std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, Communicator* comm) {
   c.validate();
   auto m = std::make_unique<model::Transformer>(c.model, backend_of(c, comm));
   m->init_weights(c.seed);

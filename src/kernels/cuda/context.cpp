@@ -1,6 +1,8 @@
 #include "kernels/cuda/context.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace nibble::cuda {
@@ -27,6 +29,7 @@ DeviceInfo describe_device(int device_ordinal) {
   info.cc_minor = prop.minor;
   info.sm_count = prop.multiProcessorCount;
   info.memory_bytes = prop.totalGlobalMem;
+  std::memcpy(info.uuid.data(), prop.uuid.bytes, info.uuid.size());
   // Keep freed pool memory instead of returning it to the driver at every synchronisation, so that
   // stream-ordered allocation of per-call buffers costs no more than a free list.
   cudaMemPool_t pool;
@@ -55,14 +58,35 @@ uint8_t* Context::scratch(Scratch slot, size_t bytes) {
   return buffer.data();
 }
 
+namespace {
+std::atomic<int> selected_device{-1};  // -1: $NIBBLE_CUDA_DEVICE or 0
+std::atomic<int> opened_device{-1};    // the device of the first context default_context() made
+}  // namespace
+
 Context& default_context() {
   thread_local std::unique_ptr<Context> context;
   if (!context) {
-    int ordinal = 0;
-    if (const char* env = std::getenv("NIBBLE_CUDA_DEVICE")) ordinal = std::atoi(env);
+    int ordinal = selected_device.load();
+    if (ordinal < 0) ordinal = 0;
+    if (const char* env = std::getenv("NIBBLE_CUDA_DEVICE"); env && selected_device.load() < 0) ordinal = std::atoi(env);
     context = std::make_unique<Context>(ordinal);
+    int none = -1;
+    opened_device.compare_exchange_strong(none, ordinal);
   }
   return *context;
+}
+
+void select_default_device(int ordinal) {
+  const DeviceAvailability a = probe_devices();
+  if (!a.available) throw CudaError(a.reason);
+  if (ordinal < 0 || ordinal >= a.device_count)
+    throw CudaError("GPU " + std::to_string(ordinal) + " does not exist: this process sees " +
+                    std::to_string(a.device_count) + " (CUDA_VISIBLE_DEVICES decides which)");
+  const int opened = opened_device.load();
+  if (opened >= 0 && opened != ordinal)
+    throw CudaError("GPU " + std::to_string(ordinal) + " was selected after this process had started on GPU " +
+                    std::to_string(opened));
+  selected_device.store(ordinal);
 }
 
 }  // namespace nibble::cuda

@@ -17,6 +17,7 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
   size_t memory_bytes = 0;
+  std::array<unsigned char, 16> uuid{};  // the GPU's own identity (two processes on one GPU see the same)
   int compute_capability() const { return cc_major * 10 + cc_minor; }
 };
 
@@ -53,8 +54,13 @@ class Context {
   std::array<DeviceBuffer<uint8_t>, static_cast<size_t>(Scratch::count)> scratch_;
 };
 
-// The calling thread's context on device 0 (or $NIBBLE_CUDA_DEVICE), created at first use. Throws
-// CudaError ("no CUDA device found: ...") on a machine without a usable GPU.
+// The calling thread's context on device 0 (or $NIBBLE_CUDA_DEVICE, or the device chosen by
+// select_default_device), created at first use. Throws CudaError ("no CUDA device found: ...") on
+// a machine without a usable GPU.
 Context& default_context();
+// The device default_context() opens from now on (one process per GPU: its local rank's GPU).
+// Throws CudaError when `ordinal` is not a visible device, or when a context on another device was
+// already created.
+void select_default_device(int ordinal);
 
 }  // namespace nibble::cuda

@@ -1,0 +1,128 @@
+// Several GPUs through NCCL (kernels/cuda/nccl_collective.h): the in-place sum over ranks gives every
+// GPU the same bits, and with a power-of-two rank count exactly the CPU's balanced-tree sum
+// (train::GradientSum over the ranks' vectors, as one process adds that many micro-batches). One
+// thread per GPU stands in for one process per GPU: NCCL's ranks are the same either way. Needs
+// NCCL in the build and at least one GPU (two for a real exchange); skipped with the reason otherwise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "ops/backend.h"
+#include "train/distributed.h"
+#if defined(NIBBLE_HAVE_CUDA)
+#include "kernels/cuda/cuda_error.h"
+#endif
+#if defined(NIBBLE_HAVE_NCCL)
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/nccl_collective.h"
+#endif
+
+using namespace nibble;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  // Mixed magnitudes make the order of the additions visible in the bits.
+  for (auto& x : v) x = normal(rng) * std::exp2(static_cast<float>(static_cast<int>(rng() % 20) - 10));
+  return v;
+}
+
+}  // namespace
+
+TEST(CudaCollective, ThisBuildSaysWhetherItHasNccl) {
+#if defined(NIBBLE_HAVE_NCCL)
+  EXPECT_TRUE(ops::nccl_built());
+#else
+  EXPECT_FALSE(ops::nccl_built());
+#if defined(NIBBLE_HAVE_CUDA)
+  // A CUDA build without NCCL refuses several GPUs naming what to install.
+  try {
+    ops::new_cuda_collective_id();
+    FAIL() << "a collective id without NCCL";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL"), std::string::npos) << e.what();
+  }
+#endif
+#endif
+}
+
+#if defined(NIBBLE_HAVE_NCCL)
+
+// ranks GPUs (threads), each summing its own random vector; every rank's result must equal the CPU's
+// tree for 2^k ranks, and agree between ranks (and with a double sum within FP32 rounding) otherwise.
+void expect_sum_over_gpus(int ranks, size_t n) {
+  std::vector<std::vector<float>> inputs, outputs(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) inputs.push_back(random_floats(n, 77 + static_cast<uint32_t>(r)));
+  const cuda::CollectiveId id = cuda::new_collective_id();
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        cuda::Context ctx(r);
+        cuda::Collective group(ctx, id, r, ranks);
+        cuda::DeviceBuffer<float> values(n, ctx.stream());
+        const auto& in = inputs[static_cast<size_t>(r)];
+        NIBBLE_CUDA_CHECK(cudaMemcpyAsync(values.data(), in.data(), n * sizeof(float), cudaMemcpyHostToDevice,
+                                          ctx.stream()));
+        group.sum(values.data(), n);
+        auto& out = outputs[static_cast<size_t>(r)];
+        out.resize(n);
+        NIBBLE_CUDA_CHECK(cudaMemcpyAsync(out.data(), values.data(), n * sizeof(float), cudaMemcpyDeviceToHost,
+                                          ctx.stream()));
+        ctx.synchronize();
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) ASSERT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  for (int r = 1; r < ranks; ++r) EXPECT_EQ(outputs[static_cast<size_t>(r)], outputs[0]) << "rank " << r << " got other bits";
+  if ((ranks & (ranks - 1)) == 0) {
+    train::GradientSum tree;
+    for (const auto& v : inputs) tree.add(v);
+    std::vector<float> expected(n);
+    tree.finish(expected);
+    EXPECT_EQ(outputs[0], expected) << ranks << " GPUs did not add in the CPU's tree order";
+  } else {
+    // ncclAllReduce's order: each sum of `ranks` terms is within (ranks - 1) u of sum |x|.
+    for (size_t i = 0; i < n; i += 101) {
+      double exact = 0, magnitude = 0;
+      for (const auto& v : inputs) exact += v[i], magnitude += std::abs(v[i]);
+      EXPECT_NEAR(outputs[0][i], exact, (ranks - 1) * std::ldexp(magnitude, -24) * 1.0001) << i;
+    }
+  }
+}
+
+class CudaCollectiveOnGpus : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto a = cuda::probe_devices();
+    if (!a.available) GTEST_SKIP() << "skipping GPU test: " << a.reason;
+    gpus_ = a.device_count;
+  }
+  int gpus_ = 0;
+};
+
+TEST_F(CudaCollectiveOnGpus, OneGpuIsItsOwnSum) { expect_sum_over_gpus(1, 1000); }
+
+TEST_F(CudaCollectiveOnGpus, EveryGpuGetsTheCpuTreeSumBitwise) {
+  if (gpus_ < 2) GTEST_SKIP() << "needs 2 GPUs for an exchange; this machine has " << gpus_;
+  // Largest power of two that fits; more than one 16 Mi-float bucket, with a partial last one.
+  int ranks = 1;
+  while (ranks * 2 <= gpus_) ranks *= 2;
+  expect_sum_over_gpus(ranks, (size_t{16} << 20) + 4099);
+}
+
+TEST_F(CudaCollectiveOnGpus, OtherRankCountsAgreeOnEveryGpu) {
+  if (gpus_ < 3) GTEST_SKIP() << "needs 3 GPUs for a rank count that is not a power of two; this machine has " << gpus_;
+  expect_sum_over_gpus(3, 100003);
+}
+
+#endif
