@@ -33,13 +33,26 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
 float operand(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 
+// The element-wise loops around the products are cloned per ISA and the loader picks the clone from
+// cpuid (as gemm.cpp's write_scaled): the baseline x86-64 build ran them one float or four at a
+// time, ~6 % of an NVFP4 training step on an AVX2 CPU. Each output is its element's own arithmetic
+// (no FMA contraction: no a * b + c here; reductions stay in order, unvectorised), so every clone
+// gives the same bits.
+#define NIBBLE_ELEMENTWISE __attribute__((target_clones("avx512f", "avx2", "default")))
+
+// out[i] = round_to_bf16(in[i]) for i < n.
+NIBBLE_ELEMENTWISE void round_to_bf16_n(const float* __restrict in, int64_t n, float* __restrict out) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(in[i]);
+}
+
 // rows [S][hd] of one head (stride apart) -> contiguous [S][hd], rounded when bf16.
 void gather_rows(const float* src, int64_t stride, int64_t S, int64_t hd, bool bf16, float* dst) {
   for (int64_t t = 0; t < S; ++t) {
     const float* in = src + t * stride;
     float* out = dst + t * hd;
     if (bf16)
-      for (int64_t i = 0; i < hd; ++i) out[i] = round_to_bf16(in[i]);
+      round_to_bf16_n(in, hd, out);
     else
       std::copy(in, in + hd, out);
   }
@@ -60,7 +73,7 @@ void transpose_rows(const float* rows, int64_t S, int64_t hd, float* columns) {
 // Then, per row t, the probabilities p_j = exp(s_j - max) * (1 / sum) for j <= t and 0 after, with
 // the row's (max, 1/sum) computed into new_stats (forward) or read from saved_stats (backward). One
 // code path for both, so backward's probabilities are the forward's bits.
-void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows, const float* k_columns, int64_t S,
+NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows, const float* k_columns, int64_t S,
                           int64_t hd, int64_t i0, int64_t rows, float scale, const float* saved_stats,
                           float* new_stats, float* p) {
   const int64_t keys = i0 + rows;
@@ -68,6 +81,7 @@ void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows,
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = i0 + r + 1;
     float* row = p + r * S;
+#pragma omp simd
     for (int64_t j = 0; j < n; ++j) row[j] *= scale;
     float maxv, inv_sum;
     if (new_stats) {
@@ -76,6 +90,7 @@ void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows,
     } else {
       maxv = saved_stats[(i0 + r) * 2];
     }
+#pragma omp simd
     for (int64_t j = 0; j < n; ++j) row[j] -= maxv;
     exp_f32(row, row, n);
     if (new_stats) {
@@ -86,9 +101,23 @@ void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows,
     } else {
       inv_sum = saved_stats[(i0 + r) * 2 + 1];
     }
+#pragma omp simd
     for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
     std::fill(row + n, row + keys, 0.0f);
   }
+}
+
+// dS = P (dP - pdp) scale for one query row of n keys, in place of dP, zero up to `keys`.
+NIBBLE_ELEMENTWISE void softmax_backward_row(const float* __restrict prow, int64_t n, int64_t keys, float pdp,
+                                             float scale, bool bf16, float* __restrict row) {
+  if (bf16) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] = round_to_bf16(prow[j] * (row[j] - pdp) * scale);
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] = prow[j] * (row[j] - pdp) * scale;
+  }
+  std::fill(row + n, row + keys, 0.0f);
 }
 
 struct Scratch {
@@ -148,7 +177,7 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
         const float* p = w.p.data();
         if (bf16) {
           for (int64_t r = 0; r < rows; ++r)  // the products read each row up to the block's keys
-            for (int64_t j = 0; j < keys; ++j) w.p_operand[r * S + j] = round_to_bf16(w.p[r * S + j]);
+            round_to_bf16_n(w.p.data() + r * S, keys, w.p_operand.data() + r * S);
           p = w.p_operand.data();
         }
         // O[i0 : i0 + rows] = P V: every row runs over the block's keys (zeros past its diagonal).
@@ -188,15 +217,15 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
             const int64_t n = i0 + r + 1;
             const float* prow = w.p.data() + r * S;
             float* row = w.dp.data() + r * S;
+            // rowsum(P dP) here, in the baseline build: a clone with FMA could contract it.
             float pdp = 0;
             for (int64_t j = 0; j < n; ++j) pdp += prow[j] * row[j];
-            for (int64_t j = 0; j < n; ++j) row[j] = operand(prow[j] * (row[j] - pdp) * scale, bf16);
-            std::fill(row + n, row + keys, 0.0f);
+            softmax_backward_row(prow, n, keys, pdp, scale, bf16, row);
           }
           const float* p = w.p.data();
           if (bf16) {
             for (int64_t r = 0; r < rows; ++r)  // the products read each row up to the block's keys
-              for (int64_t j = 0; j < keys; ++j) w.p_operand[r * S + j] = round_to_bf16(w.p[r * S + j]);
+              round_to_bf16_n(w.p.data() + r * S, keys, w.p_operand.data() + r * S);
             p = w.p_operand.data();
           }
           const float* ds = w.dp.data();
