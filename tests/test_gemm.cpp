@@ -336,6 +336,35 @@ TEST(Gemm, VariantsAgreeBitwise) {
   }
 }
 
+TEST(Gemm, Nvfp4BlockScalesAcrossTheWholeE4M3RangeAgreeBitwise) {
+  // Rows spanning 2^-24 .. 2^4 under one tensor scale: block scales from E4M3's subnormals (and 0) to
+  // 448. The AVX2 kernel multiplies the two block scales first for NVFP4 (exact for E4M3 values),
+  // the scalar kernel the block product by each in turn: the same bits only if every product is exact.
+  std::vector<float> x = random_matrix(48, 512, 911), y = random_matrix(40, 512, 912);
+  for (int64_t r = 0; r < 48; ++r)
+    for (int64_t k = 0; k < 512; ++k) x[r * 512 + k] *= std::ldexp(1.0f, static_cast<int>((r * 7 + k / 16) % 29) - 24);
+  for (int64_t r = 0; r < 40; ++r)
+    for (int64_t k = 0; k < 512; ++k) y[r * 512 + k] *= std::ldexp(1.0f, static_cast<int>((r * 5 + k / 16) % 23) - 18);
+  QuantOptions o;
+  o.format = Format::nvfp4;
+  const QuantizedTensor a = cpu::quantize(x, 48, 512, o), b = cpu::quantize(y, 40, 512, o);
+  const auto subnormal = [](uint8_t s) { return (s & 0x7F) != 0 && (s & 0x78) == 0; };
+  const auto largest = [](uint8_t s) { return (s & 0x7F) == 0x7E; };  // 448
+  ASSERT_GT(std::count_if(a.scales.begin(), a.scales.end(), subnormal), 0);
+  ASSERT_GT(std::count_if(a.scales.begin(), a.scales.end(), largest), 0);
+  expect_matches_reference(a, b);
+  IsaGuard guard;
+  std::vector<std::vector<float>> results;
+  for (Isa isa : runnable_isas()) {
+    cpu::set_isa_limit(isa);
+    results.emplace_back(48 * 40, std::numeric_limits<float>::quiet_NaN());
+    cpu::gemm(a, b, results.back().data(), 40);
+  }
+  for (size_t i = 1; i < results.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+        << cpu::to_string(runnable_isas()[i]) << " differs from " << cpu::to_string(runnable_isas()[0]);
+}
+
 TEST(Gemm, ReferenceAgreesWithDequantizedProduct) {
   // Independent check of the law itself: the FP64 product of the dequantized operands.
   for (Format f : {Format::nvfp4, Format::mxfp4, Format::mxfp8, Format::fp8_e4m3}) {

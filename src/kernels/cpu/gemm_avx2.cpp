@@ -19,6 +19,10 @@ template <int64_t Groups, int Rows>
 inline void int8_pass_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float* acc, bool first, int r0,
                            int quarter) {
   constexpr int64_t block_len = Groups * 4;
+  // NVFP4 (16-blocks): the scales are E4M3 values (4 significant bits, within [2^-9, 448]), so
+  // their product is exact, and so is |dot| (< 2^12) times it. MXFP4's E8M0 scales (2^-127..2^127)
+  // could underflow or overflow as a product: there sb multiplies dot first, as the scalar kernel.
+  constexpr bool kScaleProductExact = Groups == 4;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 c[Rows];
 #pragma GCC unroll 8
@@ -37,12 +41,22 @@ inline void int8_pass_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks,
       bv[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * kNr * 4 + 32 * quarter));
 #pragma GCC unroll 8
     for (int m = r0; m < r0 + Rows; ++m) {
-      __m256i pairs = _mm256_maddubs_epi16(bv[0], _mm256_set1_epi32(a_words[m]));
+      // The group products summed as a tree (two adds deep instead of Groups - 1).
+      __m256i part[Groups];
 #pragma GCC unroll 8
-      for (int64_t g = 1; g < Groups; ++g)
-        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(bv[g], _mm256_set1_epi32(a_words[g * kMr + m])));
-      __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(init[m]));
-      c[m - r0] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), sb), _mm256_set1_ps(sa[m]), c[m - r0]);
+      for (int64_t g = 0; g < Groups; ++g) part[g] = _mm256_maddubs_epi16(bv[g], _mm256_set1_epi32(a_words[g * kMr + m]));
+#pragma GCC unroll 8
+      for (int64_t width = 1; width < Groups; width *= 2)
+#pragma GCC unroll 8
+        for (int64_t g = 0; g + width < Groups; g += 2 * width) part[g] = _mm256_add_epi16(part[g], part[g + width]);
+      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(part[0], ones), _mm256_set1_epi32(init[m]));
+      if constexpr (kScaleProductExact) {
+        // sa * sb is exact, and so is dot * sa * sb: one rounding as below, one multiply less on the
+        // path from the products to the accumulator.
+        c[m - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sb, _mm256_set1_ps(sa[m])), c[m - r0]);
+      } else {
+        c[m - r0] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), sb), _mm256_set1_ps(sa[m]), c[m - r0]);
+      }
     }
     a += int8_a_block_bytes(block_len);
     b += int8_b_block_bytes(block_len);
