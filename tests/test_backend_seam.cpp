@@ -193,6 +193,10 @@ class StrictBackend final : public ops::Backend {
     const bool inside = it != live_.begin() && (--it, a >= it->first && end <= it->first + it->second);
     ADD_FAILURE_IF(!inside, what);
   }
+  // Untyped memory (the memory calls): `bytes` bytes.
+  void mine(const void* p, size_t bytes, const char* what) {
+    mine(static_cast<const std::byte*>(p), static_cast<int64_t>(bytes), what);
+  }
   static void ADD_FAILURE_IF(bool bad, const char* what) {
     if (bad) ADD_FAILURE() << what << ": a pointer outside the backend's memory was handed to it";
   }

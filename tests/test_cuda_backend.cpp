@@ -241,9 +241,7 @@ class CudaOps : public ::testing::Test {
   }
   template <typename T>
   std::vector<T> download(const ops::Array<T>& a) {
-    std::vector<T> v(a.size());
-    a.copy_to_host(v.data());
-    return v;
+    return a.to_host();
   }
 };
 

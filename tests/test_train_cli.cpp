@@ -488,7 +488,7 @@ TEST_F(TrainCli, ARunStartedOnAGpuContinuesOnTheCpu) {
   const Result eval = run("eval " + dir.string() + " --max-windows 4");
   EXPECT_EQ(eval.exit_code, 0) << eval.output;
   // --device cuda evaluates and samples on a GPU; without a usable one, exit 2 naming the fix.
-  for (const std::string command : {"eval " + dir.string() + " --max-windows 4 --device cuda",
+  for (const std::string& command : {"eval " + dir.string() + " --max-windows 4 --device cuda",
                                     "generate " + dir.string() + " --max-tokens 8 --device cuda"}) {
     const Result on_gpu = run(command);
     if (on_gpu.exit_code != 0) {

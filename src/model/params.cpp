@@ -20,17 +20,9 @@ void ParamArena::allocate() {
   grads_.resize_zeroed(static_cast<size_t>(size_));
 }
 
-std::vector<float> ParamArena::host_values() const {
-  std::vector<float> h(values_.size());
-  values_.copy_to_host(h.data());
-  return h;
-}
+std::vector<float> ParamArena::host_values() const { return values_.to_host(); }
 
-std::vector<float> ParamArena::host_grads() const {
-  std::vector<float> h(grads_.size());
-  grads_.copy_to_host(h.data());
-  return h;
-}
+std::vector<float> ParamArena::host_grads() const { return grads_.to_host(); }
 
 void ParamArena::set_values(std::span<const float> host) {
   if (host.size() != values_.size())

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "format/attention_shape.h"
@@ -267,6 +268,11 @@ class Array {
   }
   void copy_to_host(T* host) const {
     if (size_) ops_->copy_to_host(data_, host, bytes());
+  }
+  std::vector<T> to_host() const {
+    std::vector<T> host(size_);
+    copy_to_host(host.data());
+    return host;
   }
   void reset() noexcept {
     if (data_) ops_->release(data_);

@@ -89,9 +89,9 @@ std::string ranks_sharing_a_gpu(const std::vector<uint64_t>& fingerprints) {
 }
 
 ops::Backend& connect_gpu(Communicator& comm) {
-  if (comm.size() == 1) return ops::cuda();
-  if (!ops::cuda_built() || ops::cuda_device_count() == 0) return ops::cuda();  // its UsageError names the fix
-  ops::select_cuda_device(gpu_of_rank(comm.local_rank(), comm.local_size(), ops::cuda_device_count(), comm.host()));
+  const int gpus = ops::cuda_device_count();  // 0 also without a CUDA build
+  if (comm.size() == 1 || gpus == 0) return ops::cuda();  // one GPU, or cuda()'s UsageError naming the fix
+  ops::select_cuda_device(gpu_of_rank(comm.local_rank(), comm.local_size(), gpus, comm.host()));
   ops::Backend& gpu = ops::cuda();
   if (const std::string shared = ranks_sharing_a_gpu(comm.all_gather(ops::cuda_device_fingerprint()));
       !shared.empty())

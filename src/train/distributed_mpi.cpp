@@ -102,32 +102,10 @@ class MpiCommunicator final : public Communicator {
 
   void sum_gradients(std::span<float> values) override {
     const auto start = std::chrono::steady_clock::now();
-    if (device_sum_) {
-      // Device memory: NCCL, same tree as below (ops::Collective).
-      device_sum_->sum(values.data(), static_cast<int64_t>(values.size()));
-      gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      return;
-    }
-    const bool butterfly = (size_ & (size_ - 1)) == 0;
-    for (size_t first = 0; first < values.size(); first += kBucketFloats) {
-      const size_t count = std::min(kBucketFloats, values.size() - first);
-      float* bucket = values.data() + first;
-      if (butterfly) {
-        // Recursive doubling: after exchanging with rank ^ 1, ^ 2, ^ 4, ... every rank holds the
-        // balanced-tree sum over ranks. Both partners add the same two operands (IEEE addition is
-        // commutative), so the bits agree on every rank without trusting the library's order.
-        for (int distance = 1; distance < size_; distance *= 2) {
-          const int partner = rank_ ^ distance;
-          check(MPI_Sendrecv(bucket, static_cast<int>(count), MPI_FLOAT, partner, distance, scratch_.data(),
-                             static_cast<int>(count), MPI_FLOAT, partner, distance, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-                "MPI_Sendrecv of a gradient bucket");
-          for (size_t i = 0; i < count; ++i) bucket[i] = bucket[i] + scratch_[i];
-        }
-      } else {
-        check(MPI_Allreduce(MPI_IN_PLACE, bucket, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-              "MPI_Allreduce of a gradient bucket");
-      }
-    }
+    if (device_sum_)
+      device_sum_->sum(values.data(), static_cast<int64_t>(values.size()));  // NCCL, the same tree
+    else
+      sum_on_host(values);
     gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
@@ -161,6 +139,29 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  void sum_on_host(std::span<float> values) {
+    const bool butterfly = (size_ & (size_ - 1)) == 0;
+    for (size_t first = 0; first < values.size(); first += kBucketFloats) {
+      const size_t count = std::min(kBucketFloats, values.size() - first);
+      float* bucket = values.data() + first;
+      if (butterfly) {
+        // Recursive doubling: after exchanging with rank ^ 1, ^ 2, ^ 4, ... every rank holds the
+        // balanced-tree sum over ranks. Both partners add the same two operands (IEEE addition is
+        // commutative), so the bits agree on every rank without trusting the library's order.
+        for (int distance = 1; distance < size_; distance *= 2) {
+          const int partner = rank_ ^ distance;
+          check(MPI_Sendrecv(bucket, static_cast<int>(count), MPI_FLOAT, partner, distance, scratch_.data(),
+                             static_cast<int>(count), MPI_FLOAT, partner, distance, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                "MPI_Sendrecv of a gradient bucket");
+          for (size_t i = 0; i < count; ++i) bucket[i] = bucket[i] + scratch_[i];
+        }
+      } else {
+        check(MPI_Allreduce(MPI_IN_PLACE, bucket, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+              "MPI_Allreduce of a gradient bucket");
+      }
+    }
+  }
+
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::unique_ptr<ops::Collective> device_sum_;  // set by sum_in_memory_of(a GPU backend)
   bool owns_init_ = false;

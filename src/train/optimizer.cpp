@@ -27,17 +27,9 @@ AdamW::AdamW(const model::ParamArena& params, const AdamWConfig& config, ops::Ba
   decay_.assign_from_host(decay.data(), n);
 }
 
-std::vector<float> AdamW::first_moments() const {
-  std::vector<float> h(m_.size());
-  m_.copy_to_host(h.data());
-  return h;
-}
+std::vector<float> AdamW::first_moments() const { return m_.to_host(); }
 
-std::vector<float> AdamW::second_moments() const {
-  std::vector<float> h(v_.size());
-  v_.copy_to_host(h.data());
-  return h;
-}
+std::vector<float> AdamW::second_moments() const { return v_.to_host(); }
 
 void AdamW::set_moments(std::span<const float> first, std::span<const float> second) {
   if (first.size() != m_.size() || second.size() != v_.size())

@@ -67,8 +67,10 @@ Context& default_context() {
   thread_local std::unique_ptr<Context> context;
   if (!context) {
     int ordinal = selected_device.load();
-    if (ordinal < 0) ordinal = 0;
-    if (const char* env = std::getenv("NIBBLE_CUDA_DEVICE"); env && selected_device.load() < 0) ordinal = std::atoi(env);
+    if (ordinal < 0) {
+      const char* env = std::getenv("NIBBLE_CUDA_DEVICE");
+      ordinal = env ? std::atoi(env) : 0;
+    }
     context = std::make_unique<Context>(ordinal);
     int none = -1;
     opened_device.compare_exchange_strong(none, ordinal);
