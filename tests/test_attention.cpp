@@ -64,6 +64,28 @@ TEST(FusedAttention, ProductKernelIsTheFmaChainOnEveryIsa) {
           }
 }
 
+TEST(FusedAttention, TransposeIsTheSameCopyOnEveryIsa) {
+  // Sequence lengths and head widths around the 8 x 8 register blocks, read from a wider row stride
+  // (a head inside qkv's rows) into a wider destination stride.
+  std::vector<std::pair<const char*, attention_kernels::Transpose>> variants = {
+      {"scalar", &attention_kernels::transpose_scalar}};
+  if (detected_isa() >= Isa::avx2) variants.emplace_back("avx2", &attention_kernels::transpose_avx2);
+  uint32_t seed = 100;
+  for (int64_t rows : {1, 7, 8, 9, 16, 37})
+    for (int64_t cols : {1, 5, 8, 12, 64}) {
+      const int64_t src_stride = cols + 3, dst_stride = rows + 2;
+      const auto src = random_floats(static_cast<size_t>(rows * src_stride), seed++);
+      std::vector<float> want(static_cast<size_t>(cols * dst_stride), -1.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) want[c * dst_stride + r] = src[r * src_stride + c];
+      for (const auto& [name, transpose] : variants) {
+        std::vector<float> got(want.size(), -1.0f);  // the padding past `rows` must stay untouched
+        transpose(src.data(), src_stride, rows, cols, got.data(), dst_stride);
+        ASSERT_TRUE(same_bits(got, want)) << name << " rows=" << rows << " cols=" << cols;
+      }
+    }
+}
+
 struct AttentionRun {
   std::vector<float> out, stats, dqkv;
 };

@@ -21,6 +21,7 @@ Matmul active_matmul() {
   if (isa == Isa::avx2) return &matmul_avx2;
   return &matmul_scalar;
 }
+Transpose active_transpose() { return active_isa() >= Isa::avx2 ? &transpose_avx2 : &transpose_scalar; }
 }  // namespace attention_kernels
 
 namespace {
@@ -30,8 +31,6 @@ namespace {
 constexpr int64_t kQueryBlock = 16;
 // Below this many multiply-adds a call runs on one thread (OpenMP start-up would dominate).
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
-
-float operand(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 
 // The element-wise loops around the products are cloned per ISA and the loader picks the clone from
 // cpuid (as gemm.cpp's write_scaled): the baseline x86-64 build ran them one float or four at a
@@ -44,6 +43,10 @@ float operand(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 NIBBLE_ELEMENTWISE void round_to_bf16_n(const float* __restrict in, int64_t n, float* __restrict out) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(in[i]);
+}
+NIBBLE_ELEMENTWISE void round_to_bf16_in_place(float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
 }
 
 // rows [S][hd] of one head (stride apart) -> contiguous [S][hd], rounded when bf16.
@@ -58,24 +61,21 @@ void gather_rows(const float* src, int64_t stride, int64_t S, int64_t hd, bool b
   }
 }
 // rows [S][hd] of one head -> transposed [hd][S], rounded when bf16.
-void gather_columns(const float* src, int64_t stride, int64_t S, int64_t hd, bool bf16, float* dst) {
-  for (int64_t t = 0; t < S; ++t)
-    for (int64_t i = 0; i < hd; ++i) dst[i * S + t] = operand(src[t * stride + i], bf16);
-}
-
-// Contiguous [S][hd] -> [hd][S].
-void transpose_rows(const float* rows, int64_t S, int64_t hd, float* columns) {
-  for (int64_t t = 0; t < S; ++t)
-    for (int64_t i = 0; i < hd; ++i) columns[i * S + t] = rows[t * hd + i];
+void gather_columns(attention_kernels::Transpose transpose, const float* src, int64_t stride, int64_t S, int64_t hd,
+                    bool bf16, float* dst) {
+  transpose(src, stride, S, hd, dst, S);
+  if (bf16) round_to_bf16_in_place(dst, S * hd);
 }
 
 // Scores of query rows [i0, i0 + rows) against keys [0, i0 + rows): scale * q . k, rows of `S`.
 // Then, per row t, the probabilities p_j = exp(s_j - max) * (1 / sum) for j <= t and 0 after, with
 // the row's (max, 1/sum) computed into new_stats (forward) or read from saved_stats (backward). One
-// code path for both, so backward's probabilities are the forward's bits.
+// code path for both, so backward's probabilities are the forward's bits. p_operand (bf16
+// products, else null) gets them rounded to BF16 in the same loop; it may be p itself when the
+// unrounded values are not needed (forward).
 NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows, const float* k_columns, int64_t S,
                           int64_t hd, int64_t i0, int64_t rows, float scale, const float* saved_stats,
-                          float* new_stats, float* p) {
+                          float* new_stats, float* p, float* p_operand) {
   const int64_t keys = i0 + rows;
   matmul(rows, keys, hd, q_rows + i0 * hd, hd, 1, k_columns, S, p, S, false);
   for (int64_t r = 0; r < rows; ++r) {
@@ -101,9 +101,25 @@ NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, c
     } else {
       inv_sum = saved_stats[(i0 + r) * 2 + 1];
     }
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
     std::fill(row + n, row + keys, 0.0f);
+    if (!p_operand) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
+      continue;
+    }
+    float* op = p_operand + r * S;
+    if (op == row) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] = round_to_bf16(row[j] * inv_sum);
+      continue;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = row[j] * inv_sum;
+      row[j] = v;
+      op[j] = round_to_bf16(v);
+    }
+    std::fill(op + n, op + keys, 0.0f);
   }
 }
 
@@ -124,8 +140,10 @@ struct Scratch {
   std::vector<float> q, k_columns, k_rows, v_rows, v_columns, dout, p, p_operand, dp, dk, dv;
   void size(int64_t S, int64_t hd, bool backward) {
     const auto n = static_cast<size_t>(S * hd), blk = static_cast<size_t>(kQueryBlock * S);
-    q.resize(n), k_columns.resize(n), v_rows.resize(n), p.resize(blk), p_operand.resize(blk);
-    if (backward) k_rows.resize(n), v_columns.resize(n), dout.resize(n), dp.resize(blk), dk.resize(n), dv.resize(n);
+    q.resize(n), k_columns.resize(n), v_rows.resize(n), p.resize(blk);
+    if (backward)
+      k_rows.resize(n), v_columns.resize(n), dout.resize(n), p_operand.resize(blk), dp.resize(blk), dk.resize(n),
+          dv.resize(n);
   }
 };
 
@@ -135,6 +153,7 @@ struct Dims {
   float scale;  // 1 / sqrt(head_dim)
   bool bf16;
   attention_kernels::Matmul matmul;
+  attention_kernels::Transpose transpose;
   bool parallel;  // enough work to share between threads
 };
 
@@ -148,6 +167,7 @@ Dims dims_of(const AttentionShape& s) {
           1.0f / std::sqrt(static_cast<float>(s.head_dim)),
           s.bf16_matmuls,
           attention_kernels::active_matmul(),
+          attention_kernels::active_transpose(),
           s.batch * s.heads * s.seq * s.seq * s.head_dim >= kMinParallelWork};
 }
 
@@ -159,7 +179,7 @@ Scratch& thread_scratch() {
 }  // namespace
 
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) {
-  const auto [S, hd, stride, ow, group, scale, bf16, matmul, parallel] = dims_of(s);
+  const auto [S, hd, stride, ow, group, scale, bf16, matmul, transpose, parallel] = dims_of(s);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h) {
@@ -167,28 +187,23 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
       w.size(S, hd, false);
       const float* base = qkv + b * S * stride;
       gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
-      gather_columns(base + (s.heads + h / group) * hd, stride, S, hd, bf16, w.k_columns.data());
+      gather_columns(transpose, base + (s.heads + h / group) * hd, stride, S, hd, bf16, w.k_columns.data());
       gather_rows(base + (s.heads + s.kv_heads + h / group) * hd, stride, S, hd, bf16, w.v_rows.data());
       float* stats = softmax_stats + (b * s.heads + h) * S * 2;
       for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
+        // P (rounded in place for bf16 products: the forward needs no unrounded copy).
         causal_probabilities(matmul, w.q.data(), w.k_columns.data(), S, hd, i0, rows, scale, nullptr, stats,
-                             w.p.data());
-        const float* p = w.p.data();
-        if (bf16) {
-          for (int64_t r = 0; r < rows; ++r)  // the products read each row up to the block's keys
-            round_to_bf16_n(w.p.data() + r * S, keys, w.p_operand.data() + r * S);
-          p = w.p_operand.data();
-        }
+                             w.p.data(), bf16 ? w.p.data() : nullptr);
         // O[i0 : i0 + rows] = P V: every row runs over the block's keys (zeros past its diagonal).
-        matmul(rows, hd, keys, p, S, 1, w.v_rows.data(), hd, out + (b * S + i0) * ow + h * hd, ow, false);
+        matmul(rows, hd, keys, w.p.data(), S, 1, w.v_rows.data(), hd, out + (b * S + i0) * ow + h * hd, ow, false);
       }
     }
 }
 
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                         float* dqkv) {
-  const auto [S, hd, stride, ow, group, scale, bf16, matmul, parallel] = dims_of(s);
+  const auto [S, hd, stride, ow, group, scale, bf16, matmul, transpose, parallel] = dims_of(s);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t g = 0; g < s.kv_heads; ++g) {
@@ -198,8 +213,8 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
       float* dbase = dqkv + b * S * stride;
       const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
       gather_rows(base + kcol, stride, S, hd, bf16, w.k_rows.data());
-      transpose_rows(w.k_rows.data(), S, hd, w.k_columns.data());  // from the copy: qkv is read once
-      gather_columns(base + vcol, stride, S, hd, bf16, w.v_columns.data());
+      transpose(w.k_rows.data(), hd, S, hd, w.k_columns.data(), S);  // from the copy: qkv is read once
+      gather_columns(transpose, base + vcol, stride, S, hd, bf16, w.v_columns.data());
       // dK and dV gather in contiguous [S][hd] buffers (L2) and go to dqkv's strided rows at the end.
       std::fill(w.dk.begin(), w.dk.begin() + S * hd, 0.0f);
       std::fill(w.dv.begin(), w.dv.begin() + S * hd, 0.0f);
@@ -210,7 +225,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
         for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
           const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
           causal_probabilities(matmul, w.q.data(), w.k_columns.data(), S, hd, i0, rows, scale, stats, nullptr,
-                               w.p.data());
+                               w.p.data(), bf16 ? w.p_operand.data() : nullptr);
           // dP = dO V^T for the block, then dS = P (dP - rowsum(P dP)) scale in place of dP.
           matmul(rows, keys, hd, w.dout.data() + i0 * hd, hd, 1, w.v_columns.data(), S, w.dp.data(), S, false);
           for (int64_t r = 0; r < rows; ++r) {
@@ -222,12 +237,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
             for (int64_t j = 0; j < n; ++j) pdp += prow[j] * row[j];
             softmax_backward_row(prow, n, keys, pdp, scale, bf16, row);
           }
-          const float* p = w.p.data();
-          if (bf16) {
-            for (int64_t r = 0; r < rows; ++r)  // the products read each row up to the block's keys
-              round_to_bf16_n(w.p.data() + r * S, keys, w.p_operand.data() + r * S);
-            p = w.p_operand.data();
-          }
+          const float* p = bf16 ? w.p_operand.data() : w.p.data();
           const float* ds = w.dp.data();
           // dQ[i0 : i0 + rows] = dS K;  dK[0 : keys] += dS^T Q[i0 : i0 + rows];  dV[0 : keys] += P^T dO.
           matmul(rows, hd, keys, ds, S, 1, w.k_rows.data(), hd, dbase + i0 * stride + h * hd, stride, false);

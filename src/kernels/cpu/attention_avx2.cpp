@@ -18,10 +18,20 @@ struct Simd {
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 };
 #include "kernels/cpu/attention_matmul.inc"
+#include "kernels/cpu/quantize_transpose_avx.inc"
 }  // namespace
 
 void matmul_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k, const float* B,
                  int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   attention_matmul_impl(M, N, K, A, a_row, a_k, B, ldb, C, ldc, accumulate);
+}
+
+void transpose_avx2(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst, int64_t dst_stride) {
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t r = 0; r < rows8; r += 8)
+    for (int64_t c = 0; c < cols8; c += 8) transpose8x8(src + r * src_stride + c, src_stride, dst + c * dst_stride + r, dst_stride);
+  // The edges (a sequence or head width that is not a multiple of 8) one element at a time.
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < rows8 ? cols8 : 0; c < cols; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
 }
 }  // namespace nibble::cpu::attention_kernels

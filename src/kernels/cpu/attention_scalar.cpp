@@ -20,4 +20,10 @@ void matmul_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_ro
                    int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   attention_matmul_impl(M, N, K, A, a_row, a_k, B, ldb, C, ldc, accumulate);
 }
+
+void transpose_scalar(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
+                      int64_t dst_stride) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+}
 }  // namespace nibble::cpu::attention_kernels

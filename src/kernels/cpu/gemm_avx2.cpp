@@ -109,9 +109,9 @@ inline void f32_pass_avx2(const float* pa, const float* pb, int64_t ks, float* a
 void f32_avx2(const uint8_t* pa, const uint8_t* pb, int64_t ks, float* acc, bool first) {
   const float* a = reinterpret_cast<const float*>(pa);
   const float* b = reinterpret_cast<const float*>(pb);
-  f32_pass_avx2<4, 3>(a, b, ks, acc, first, 0, 0);
-  f32_pass_avx2<4, 3>(a, b, ks, acc, first, 4, 0);
-  f32_pass_avx2<8, 1>(a, b, ks, acc, first, 0, 24);
+  f32_pass_avx2<5, 2>(a, b, ks, acc, first, 0, 0);
+  f32_pass_avx2<5, 2>(a, b, ks, acc, first, 0, 16);
+  f32_pass_avx2<3, 4>(a, b, ks, acc, first, 5, 0);
 }
 
 }  // namespace

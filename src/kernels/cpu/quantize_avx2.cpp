@@ -109,13 +109,15 @@ inline __m256i e2m1_codes_sr(__m256 y, __m256 thr256) {
   const __m256 grid = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
   const __m256 scale256 = _mm256_setr_ps(512.0f, 512.0f, 512.0f, 512.0f, 256.0f, 256.0f, 128.0f, 0.0f);
   const __m256 a = abs_ps(y);
-  // lo = index of the largest grid value <= a.
-  __m256i lo = count_if(_mm256_setzero_si256(), _mm256_cmp_ps(a, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
-  lo = count_if(lo, _mm256_cmp_ps(a, _mm256_set1_ps(1.0f), _CMP_GE_OQ));
-  lo = count_if(lo, _mm256_cmp_ps(a, _mm256_set1_ps(1.5f), _CMP_GE_OQ));
-  lo = count_if(lo, _mm256_cmp_ps(a, _mm256_set1_ps(2.0f), _CMP_GE_OQ));
-  lo = count_if(lo, _mm256_cmp_ps(a, _mm256_set1_ps(3.0f), _CMP_GE_OQ));
-  lo = count_if(lo, _mm256_cmp_ps(a, _mm256_set1_ps(4.0f), _CMP_GE_OQ));
+  // lo = index of the largest grid value <= a, from a's bits: for a >= 1 the grid holds two values
+  // per binade (1, 1.5 | 2, 3 | 4, 6), so the index is 2 * (exponent - 127) + 2 + the mantissa's top
+  // bit = (bits >> 22) - 252; [0.5, 1) is index 1 and below 0.5 the difference is negative: 0.
+  // Capped at 6 (a >= 6 and NaN become 7 below). Six integer operations instead of six compares and
+  // six subtractions.
+  const __m256i bits = _mm256_castps_si256(a);
+  const __m256i from_exponent = _mm256_sub_epi32(_mm256_srli_epi32(bits, 22), _mm256_set1_epi32(252));
+  const __m256i at_least_half = _mm256_srli_epi32(_mm256_cmpgt_epi32(bits, _mm256_set1_epi32(0x3EFFFFFF)), 31);
+  const __m256i lo = _mm256_min_epi32(_mm256_max_epi32(from_exponent, at_least_half), _mm256_set1_epi32(6));
   const __m256 frac256 =
       _mm256_mul_ps(_mm256_sub_ps(a, _mm256_permutevar8x32_ps(grid, lo)), _mm256_permutevar8x32_ps(scale256, lo));
   __m256i mag = count_if(lo, _mm256_cmp_ps(thr256, frac256, _CMP_LT_OQ));
