@@ -24,6 +24,7 @@
 #include "format/quantize.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/quantize.h"
 
 namespace nibble {
@@ -334,6 +335,38 @@ TEST(Gemm, VariantsAgreeBitwise) {
       EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
           << cpu::to_string(runnable_isas()[i]) << " differs from " << cpu::to_string(runnable_isas()[0]);
   }
+}
+
+TEST(Gemm, SimdInt8PackingWritesTheTablePackersBytes) {
+  // Every code byte and scale byte (random, not only what a quantizer produces: -0, NaN scales),
+  // panels with padding rows, NVFP4 16-blocks and MXFP4 32-blocks, both sides.
+  if (cpu::detected_isa() < Isa::avx2) GTEST_SKIP() << "the SIMD packer needs AVX2";
+  std::mt19937 rng(77);
+  for (Format f : {Format::nvfp4, Format::mxfp4})
+    for (int64_t rows : {1, 7, 8, 9, 31, 32, 45})
+      for (int64_t blocks : {1, 3}) {
+        QuantizedTensor q = make_operand(f, rows, blocks * (f == Format::nvfp4 ? 16 : 32), 900 + rows);
+        for (auto& c : q.codes) c = static_cast<uint8_t>(rng());
+        for (auto& s : q.scales) s = static_cast<uint8_t>(rng());
+        const int64_t block_len = q.block_len();
+        for (bool side_a : {true, false}) {
+          const int64_t panel_rows = side_a ? cpu::gemm_detail::kMr : cpu::gemm_detail::kNr;
+          const int64_t bytes = blocks * (side_a ? cpu::gemm_detail::int8_a_block_bytes(block_len)
+                                                 : cpu::gemm_detail::int8_b_block_bytes(block_len));
+          for (int64_t row0 = 0; row0 < rows; row0 += panel_rows) {
+            std::vector<uint8_t> table(bytes, 0xAA), simd(bytes, 0x55);  // every byte must be written
+            if (side_a) {
+              cpu::gemm_detail::pack_int8_a_panel(q, row0, table.data());
+              cpu::gemm_detail::pack_int8_a_panel_simd(q, row0, simd.data());
+            } else {
+              cpu::gemm_detail::pack_int8_b_panel(q, row0, table.data());
+              cpu::gemm_detail::pack_int8_b_panel_simd(q, row0, simd.data());
+            }
+            ASSERT_EQ(table, simd) << to_string(f) << " rows=" << rows << " blocks=" << blocks << " row0=" << row0
+                                   << (side_a ? " A" : " B");
+          }
+        }
+      }
 }
 
 TEST(Gemm, Nvfp4BlockScalesAcrossTheWholeE4M3RangeAgreeBitwise) {

@@ -170,8 +170,10 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
     MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b))
                         : isa == Isa::avx2 ? int8_micro_kernel_avx2(block_len)
                                            : int8_micro_kernel_scalar(block_len);
+    const bool simd_packing = isa >= Isa::avx2;
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
-            &pack_int8_a_panel, &pack_int8_b_panel, micro, Plan::Tiles::none};
+            simd_packing ? &pack_int8_a_panel_simd : &pack_int8_a_panel,
+            simd_packing ? &pack_int8_b_panel_simd : &pack_int8_b_panel, micro, Plan::Tiles::none};
   }
   return f32_plan(isa, &pack_f32_a_panel, &pack_f32_b_panel);
 }

@@ -157,7 +157,7 @@ inline __m128i doubled_e2m1x16(const uint8_t* packed) {
 // panel's first row (so a 16x16-tiled operand's scales stay uniform). Plain pointers only: no
 // QuantizedTensor or std::vector member is instantiated in this AVX-512 file (see architecture.md).
 template <class Place>
-void pack_amx_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst, Place place) {
+void pack_amx_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst, Place place) {
   const int64_t block_len = q.block_len, blocks = q.cols / block_len, halves = block_len / 16;
   const int64_t stride = amx_block_bytes(block_len);
   const uint8_t* first_scales = q.scales + row0 * blocks;  // row0 < q.rows for every panel
@@ -178,14 +178,14 @@ void pack_amx_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst, Place p
 
 }  // namespace
 
-void pack_amx_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) {
+void pack_amx_a_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
   const int64_t block_len = q.block_len;
   pack_amx_panel(q, row0, dst, [block_len](uint8_t* blk, int r, int64_t h, __m128i v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + r * block_len + 16 * h), v);
   });
 }
 
-void pack_amx_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) {
+void pack_amx_b_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
   // VNNI order: the 4 values of group g (k = 4g..4g+3) of column r go to blk + (g * 16 + r) * 4.
   pack_amx_panel(q, row0, dst, [](uint8_t* blk, int r, int64_t h, __m128i v) {
     alignas(16) uint32_t words[4];

@@ -5,8 +5,10 @@
 // at a time so that the accumulators, B and the broadcasts stay in registers.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "format/codecs.h"  // kE2M1TimesTwo only: no inline code of it is used here
 #include "kernels/cpu/gemm_kernels.h"
 
 namespace nibble::cpu::gemm_detail {
@@ -114,7 +116,81 @@ void f32_avx2(const uint8_t* pa, const uint8_t* pb, int64_t ks, float* acc, bool
   f32_pass_avx2<3, 4>(a, b, ks, acc, first, 5, 0);
 }
 
+// 16 E2M1 codes (8 packed bytes, element 2i in the low nibble of byte i) -> 16 bytes in k order,
+// each looked up in `table` (code -> byte).
+inline __m128i e2m1x16(const uint8_t* packed8, __m128i table) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed8));
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(bytes, nibble), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+  return _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+}
+
+// x[i] holds 4 groups (4 bytes each) of row i; group g of rows 0..3 goes to out + g * group_stride,
+// row after row: a 4 x 4 transpose of 32-bit words.
+inline void store_groups_of_4_rows(const __m128i x[4], uint8_t* out, int64_t group_stride) {
+  const __m128i t0 = _mm_unpacklo_epi32(x[0], x[1]), t1 = _mm_unpackhi_epi32(x[0], x[1]);
+  const __m128i t2 = _mm_unpacklo_epi32(x[2], x[3]), t3 = _mm_unpackhi_epi32(x[2], x[3]);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(t0, t2));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + group_stride), _mm_unpackhi_epi64(t0, t2));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * group_stride), _mm_unpacklo_epi64(t1, t3));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * group_stride), _mm_unpackhi_epi64(t1, t3));
+}
+
+// Sum of 16 signed bytes.
+inline int32_t sum_i8x16(__m128i v) {
+  const __m128i biased = _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80))), _mm_setzero_si128());
+  return _mm_cvtsi128_si32(biased) + _mm_extract_epi16(biased, 4) - 16 * 128;
+}
+
+// The int8 panel layouts of gemm_kernels.h for `Rows` rows (kMr for A, kNr for B), per block:
+// codes[groups][Rows][4] (signed doubled E2M1 for A, doubled + 12 for B; padding rows 0), then for
+// A the init sums -12 * sum(row's codes), then the decoded scales (padding 0) -- the same bytes as
+// pack_int8_*_panel in gemm_pack.cpp.
+template <int Rows, bool kSideA>
+void pack_int8_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  const int64_t block_len = q.block_len, blocks = q.cols / block_len, halves = block_len / 16;
+  const int64_t stride = kSideA ? int8_a_block_bytes(block_len) : int8_b_block_bytes(block_len);
+  const int64_t row_bytes = q.cols / 2;
+  const __m128i table = _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1TimesTwo)),
+                                     _mm_set1_epi8(kSideA ? 0 : 12));
+  const int inside = static_cast<int>(std::min<int64_t>(Rows, q.rows - row0));
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* blk = dst + b * stride;
+    int32_t sums[Rows] = {};
+    for (int r0 = 0; r0 < Rows; r0 += 4)
+      for (int64_t h = 0; h < halves; ++h) {
+        __m128i x[4];
+        for (int i = 0; i < 4; ++i) {
+          const int r = r0 + i;
+          x[i] = r < inside ? e2m1x16(q.codes + (row0 + r) * row_bytes + b * (block_len / 2) + 8 * h, table)
+                            : _mm_setzero_si128();
+          if constexpr (kSideA) sums[r] += sum_i8x16(x[i]);
+        }
+        store_groups_of_4_rows(x, blk + (4 * h * Rows + r0) * 4, Rows * 4);
+      }
+    uint8_t* tail = blk + block_len * Rows;
+    if constexpr (kSideA) {
+      for (int r = 0; r < Rows; ++r) {
+        const int32_t init = -12 * sums[r];
+        std::memcpy(tail + 4 * r, &init, 4);
+      }
+      tail += 4 * Rows;
+    }
+    for (int r = 0; r < Rows; ++r) {
+      const float scale = r < inside ? q.scale_of[q.scales[(row0 + r) * blocks + b]] : 0.0f;
+      std::memcpy(tail + 4 * r, &scale, 4);
+    }
+  }
+}
+
 }  // namespace
+
+void pack_int8_a_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  pack_int8_panel<kMr, true>(q, row0, dst);
+}
+void pack_int8_b_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  pack_int8_panel<kNr, false>(q, row0, dst);
+}
 
 MicroKernel int8_micro_kernel_avx2(int64_t block_len) {
   return block_len == 32 ? &int8_blocks_avx2<8> : &int8_blocks_avx2<4>;

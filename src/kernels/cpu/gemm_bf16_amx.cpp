@@ -127,7 +127,7 @@ void block_pairs(const Fp8PanelSource& x, int64_t r0, int64_t k0, bool by_row, _
 
 // E2M1 codes (NVFP4 or MXFP4: 4-bit, two per byte, low nibble first) times their block scales. Each
 // product is exactly a BF16 value (see the top of the file), so the RNE conversion keeps it.
-void block_pairs(const AmxPanelSource& q, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
+void block_pairs(const E2m1PanelSource& q, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
   const __m512 table = _mm512_loadu_ps(kE2M1Values);
   const int64_t blocks_per_row = q.cols / q.block_len;
   const auto load = [&](int64_t row, int64_t k, int64_t valid) {
@@ -157,8 +157,8 @@ void pack_panel(const Source& x, int64_t k, int64_t row0, uint8_t* dst, bool a_s
 
 }  // namespace
 
-void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) { pack_panel(q, q.cols, row0, dst, true); }
-void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst) { pack_panel(q, q.cols, row0, dst, false); }
+void pack_bf16_a_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) { pack_panel(q, q.cols, row0, dst, true); }
+void pack_bf16_b_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) { pack_panel(q, q.cols, row0, dst, false); }
 void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, true); }
 void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, false); }
 void pack_bf16_a_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, true); }

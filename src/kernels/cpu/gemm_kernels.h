@@ -108,20 +108,28 @@ enum class Family { int8_blocks, f32 };
 Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, const void* c, int64_t ldc);
 
 // Packing (gemm_pack.cpp). `row0` is the first row of the panel; rows beyond q.rows are padding.
+// pack_int8_*_panel: table lookups, one per byte (two codes), for CPUs below AVX2;
+// pack_int8_*_panel_simd: the same bytes, 16 codes per pshufb and 4 x 4 word transposes into the
+// panel order (gemm_avx2.cpp; AVX2 and AVX-512 CPUs). Packing was ~3.5 % of an NVFP4 step on AVX2.
 void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
-// AMX panels are packed with SSSE3 nibble lookups in gemm_amx.cpp (AMX implies AVX-512), from
-// plain pointers so that no inline code of QuantizedTensor is compiled with AVX-512 flags.
-struct AmxPanelSource {
+void pack_int8_a_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+void pack_int8_b_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+// Panels of E2M1 operands packed with SSSE3 nibble lookups in the ISA files (gemm_avx2.cpp,
+// gemm_amx.cpp, gemm_bf16_amx.cpp) read plain pointers, so that no inline code of QuantizedTensor
+// is compiled with AVX2 or AVX-512 flags (the linker could keep that copy for every caller).
+struct E2m1PanelSource {
   const uint8_t* codes;  // packed E2M1, rows x cols/2
   const uint8_t* scales; // rows x cols/block_len block scale codes
   int64_t rows, cols, block_len;
   const float* scale_of;  // the 256 decoded block scales of the format
 };
-void pack_amx_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
-void pack_amx_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
-void pack_bf16_a_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);  // NVFP4 and MXFP4
-void pack_bf16_b_panel(const AmxPanelSource& q, int64_t row0, uint8_t* dst);
+void pack_int8_a_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
+void pack_int8_b_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
+void pack_amx_a_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
+void pack_amx_b_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
+void pack_bf16_a_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);  // NVFP4 and MXFP4
+void pack_bf16_b_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
 // An FP32 operand of gemm_bf16 seen as `rows` x k: element (r, k) is p[r * ld + k] when
 // k_contiguous, else p[k * ld + r]. Packing rounds to BF16 (RN-even, NaN kept quiet, FP32
 // subnormals read as zero: vcvtne2ps2bf16).

@@ -108,15 +108,21 @@ void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
 }
 
 namespace {
-AmxPanelSource amx_source(const QuantizedTensor& q) {
+E2m1PanelSource e2m1_source(const QuantizedTensor& q) {
   return {q.codes.data(), q.scales.data(), q.rows, q.cols, q.block_len(), scale_table(q)};
 }
 }  // namespace
 
-void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_a_panel(amx_source(q), row0, dst); }
-void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_b_panel(amx_source(q), row0, dst); }
-void pack_bf16_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_a_panel(amx_source(q), row0, dst); }
-void pack_bf16_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_b_panel(amx_source(q), row0, dst); }
+void pack_int8_a_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_int8_a_panel_avx2(e2m1_source(q), row0, dst);
+}
+void pack_int8_b_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_int8_b_panel_avx2(e2m1_source(q), row0, dst);
+}
+void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_a_panel(e2m1_source(q), row0, dst); }
+void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_b_panel(e2m1_source(q), row0, dst); }
+void pack_bf16_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_a_panel(e2m1_source(q), row0, dst); }
+void pack_bf16_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_bf16_b_panel(e2m1_source(q), row0, dst); }
 
 namespace {
 Fp8PanelSource fp8_source(const QuantizedTensor& q) {
