@@ -10,6 +10,7 @@
 #include "format/codecs.h"
 #include "format/quantized_tensor.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/simd_clones.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace nibble::cpu {
@@ -32,12 +33,10 @@ constexpr int64_t kQueryBlock = 16;
 // Below this many multiply-adds a call runs on one thread (OpenMP start-up would dominate).
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
-// The element-wise loops around the products are cloned per ISA and the loader picks the clone from
-// cpuid (as gemm.cpp's write_scaled): the baseline x86-64 build ran them one float or four at a
-// time, ~6 % of an NVFP4 training step on an AVX2 CPU. Each output is its element's own arithmetic
-// (no FMA contraction: no a * b + c here; reductions stay in order, unvectorised), so every clone
-// gives the same bits.
-#define NIBBLE_ELEMENTWISE __attribute__((target_clones("avx512f", "avx2", "default")))
+// The element-wise loops around the products are cloned per ISA (simd_clones.h): the baseline
+// x86-64 build ran them one float or four at a time, ~6 % of an NVFP4 training step on an AVX2 CPU.
+// Reductions stay in order, unvectorised.
+#define NIBBLE_ELEMENTWISE NIBBLE_SIMD_CLONES
 
 // out[i] = round_to_bf16(in[i]) for i < n.
 NIBBLE_ELEMENTWISE void round_to_bf16_n(const float* __restrict in, int64_t n, float* __restrict out) {

@@ -1,5 +1,6 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd_clones.h"
 
 #include <cmath>
 
@@ -22,6 +23,21 @@ RopeTable<T>::RopeTable(int64_t context_, int64_t head_dim_, double theta) : con
 }
 
 namespace {
+// The heads of one token (simd_clones.h: per-ISA copies).
+template <typename T>
+NIBBLE_SIMD_CLONES void rotate_token(T* __restrict row, int64_t heads, int64_t hd, const T* __restrict c,
+                                     const T* __restrict s, T direction) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    T* v = row + h * hd;
+    for (int64_t i = 0; i < half; ++i) {
+      const T a = v[i], b = v[i + half], si = direction * s[i];
+      v[i] = a * c[i] - b * si;
+      v[i + half] = a * si + b * c[i];
+    }
+  }
+}
+
 template <typename T>
 void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
             const RopeTable<T>& t, T direction, int64_t first_position) {
@@ -30,16 +46,8 @@ void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col
 #pragma omp parallel for schedule(static) if (tokens * heads * t.head_dim >= kMinParallelWork)
   for (int64_t n = 0; n < tokens; ++n) {
     const int64_t pos = first_position + n % seq;
-    const T* c = t.cos.data() + pos * half;
-    const T* s = t.sin.data() + pos * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      T* v = x + n * stride + first_col + h * hd;
-      for (int64_t i = 0; i < half; ++i) {
-        const T a = v[i], b = v[i + half], si = direction * s[i];
-        v[i] = a * c[i] - b * si;
-        v[i + half] = a * si + b * c[i];
-      }
-    }
+    rotate_token(x + n * stride + first_col, heads, hd, t.cos.data() + pos * half, t.sin.data() + pos * half,
+                 direction);
   }
 }
 }  // namespace

@@ -1,5 +1,6 @@
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd_clones.h"
 
 #include <cmath>
 #include <vector>
@@ -50,6 +51,24 @@ const float* exp_of_negated(const float* __restrict g, int64_t hidden) {
   cpu::exp_f32(ex, ex, hidden);
   return ex;
 }
+
+NIBBLE_SIMD_CLONES void forward_row(const float* __restrict g, const float* __restrict u, const float* __restrict ex,
+                                    int64_t hidden, float* __restrict ar) {
+#pragma omp simd
+  for (int64_t c = 0; c < hidden; ++c) ar[c] = g[c] / (1.0f + ex[c]) * u[c];
+}
+
+NIBBLE_SIMD_CLONES void backward_row(const float* __restrict g, const float* __restrict u, const float* __restrict ex,
+                                     const float* __restrict dar, int64_t hidden, float* __restrict dg,
+                                     float* __restrict du) {
+#pragma omp simd
+  for (int64_t c = 0; c < hidden; ++c) {
+    const float sig = 1.0f / (1.0f + ex[c]);
+    const float silu = g[c] * sig;
+    dg[c] = dar[c] * u[c] * sig * (1.0f + g[c] * (1.0f - sig));
+    du[c] = dar[c] * silu;
+  }
+}
 }  // namespace
 
 template <>
@@ -59,9 +78,7 @@ void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, floa
     const float* __restrict g = gate_up + i * 2 * hidden;
     const float* __restrict u = g + hidden;
     float* __restrict ar = a + i * hidden;
-    const float* __restrict ex = exp_of_negated(g, hidden);
-#pragma omp simd
-    for (int64_t c = 0; c < hidden; ++c) ar[c] = g[c] / (1.0f + ex[c]) * u[c];
+    forward_row(g, u, exp_of_negated(g, hidden), hidden, ar);
   }
 }
 
@@ -74,14 +91,7 @@ void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, in
     const float* __restrict dar = da + i * hidden;
     float* __restrict dg = dgate_up + i * 2 * hidden;
     float* __restrict du = dg + hidden;
-    const float* __restrict ex = exp_of_negated(g, hidden);
-#pragma omp simd
-    for (int64_t c = 0; c < hidden; ++c) {
-      const float sig = 1.0f / (1.0f + ex[c]);
-      const float silu = g[c] * sig;
-      dg[c] = dar[c] * u[c] * sig * (1.0f + g[c] * (1.0f - sig));
-      du[c] = dar[c] * silu;
-    }
+    backward_row(g, u, exp_of_negated(g, hidden), dar, hidden, dg, du);
   }
 }
 

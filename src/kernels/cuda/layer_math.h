@@ -161,24 +161,20 @@ NIBBLE_HD void swiglu_backward_element(const float* gate_up, const float* da, in
   dgate_up[i * 2 * hidden + c] = nb_mul(nb_mul(nb_mul(d, u), sig), nb_add(1.0f, nb_mul(g, nb_sub(1.0f, sig))));
   dgate_up[i * 2 * hidden + hidden + c] = nb_mul(d, silu);
 }
-// Cross-entropy of one row (kernels/cpu/cross_entropy.cpp's order): log(sum exp(l - max)) + max - l[target].
+// Cross-entropy of one row (kernels/cpu/cross_entropy.cpp's order, the sum in lane_sum16's order):
+// log(sum exp(l - max)) + max - l[target].
 NIBBLE_HD float cross_entropy_row(const float* l, int32_t target, int64_t vocab) {
   float m = l[0];
   for (int64_t v = 1; v < vocab; ++v) m = dm::max_f(m, l[v]);
-  float sum = 0.0f;
-  for (int64_t v = 0; v < vocab; ++v) sum = nb_add(sum, nb_exp(nb_sub(l[v], m)));
+  const float sum = lane_sum16(vocab, [=](int64_t v) { return nb_exp(nb_sub(l[v], m)); });
   return nb_sub(nb_add(nb_log(sum), m), l[target]);
 }
 // d = scale (softmax(l) - onehot(target)); d may alias l (each element is read before it is written).
 NIBBLE_HD void cross_entropy_backward_row(const float* l, int32_t target, int64_t vocab, float scale, float* d) {
   float m = l[0];
   for (int64_t v = 1; v < vocab; ++v) m = dm::max_f(m, l[v]);
-  float sum = 0.0f;
-  for (int64_t v = 0; v < vocab; ++v) {
-    d[v] = nb_exp(nb_sub(l[v], m));
-    sum = nb_add(sum, d[v]);
-  }
-  const float inv = nb_div(1.0f, sum);
+  for (int64_t v = 0; v < vocab; ++v) d[v] = nb_exp(nb_sub(l[v], m));
+  const float inv = nb_div(1.0f, lane_sum16(vocab, [=](int64_t v) { return d[v]; }));
   for (int64_t v = 0; v < vocab; ++v) d[v] = nb_mul(nb_mul(d[v], inv), scale);
   d[target] = nb_sub(d[target], scale);
 }

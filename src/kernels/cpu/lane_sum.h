@@ -1,0 +1,22 @@
+// A sum in a fixed order that vectorises: 16 interleaved partial sums (lane c % 16), folded in a
+// fixed tree at the end. The same on any thread count and in every per-ISA copy (simd_clones.h),
+// where one running sum is a chain of `width` dependent additions. kernels/cuda/layer_math.h's
+// lane_sum16 is the same order on the GPU.
+#pragma once
+#include <cstdint>
+
+namespace nibble::cpu {
+
+template <typename T, class Term>
+inline T lane_sum(int64_t width, Term term) {
+  T lanes[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= width; c += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] += term(c + l);
+  for (int l = 0; c < width; ++c, ++l) lanes[l] += term(c);
+  for (int half = 8; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  return lanes[0];
+}
+
+}  // namespace nibble::cpu
