@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "sum_order_inputs.h"
 #include "ops/backend.h"
 #include "train/distributed.h"
 #if defined(NIBBLE_HAVE_CUDA)
@@ -21,19 +22,6 @@
 #endif
 
 using namespace nibble;
-
-namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  // Mixed magnitudes make the order of the additions visible in the bits.
-  for (auto& x : v) x = normal(rng) * std::exp2(static_cast<float>(static_cast<int>(rng() % 20) - 10));
-  return v;
-}
-
-}  // namespace
 
 TEST(CudaCollective, ThisBuildSaysWhetherItHasNccl) {
 #if defined(NIBBLE_HAVE_NCCL)
@@ -58,7 +46,7 @@ TEST(CudaCollective, ThisBuildSaysWhetherItHasNccl) {
 // tree for 2^k ranks, and agree between ranks (and with a double sum within FP32 rounding) otherwise.
 void expect_sum_over_gpus(int ranks, size_t n) {
   std::vector<std::vector<float>> inputs, outputs(static_cast<size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) inputs.push_back(random_floats(n, 77 + static_cast<uint32_t>(r)));
+  for (int r = 0; r < ranks; ++r) inputs.push_back(mixed_magnitude_floats(n, 77 + static_cast<uint32_t>(r)));
   const cuda::CollectiveId id = cuda::new_collective_id();
   std::vector<std::string> errors(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;

@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 
+#include "sum_order_inputs.h"
 #include "format/quantized_tensor.h"
 #include "train/data.h"
 #include "train/distributed.h"
@@ -25,15 +26,6 @@ using namespace nibble;
 using train::DataParallelPlan;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  // Mixed magnitudes make the sum order visible in the bits.
-  for (auto& x : v) x = normal(rng) * std::exp2(static_cast<float>(static_cast<int>(rng() % 20) - 10));
-  return v;
-}
 
 std::vector<float> tree_sum(const std::vector<std::vector<float>>& leaves, size_t first, size_t count) {
   train::GradientSum sum;
@@ -102,7 +94,7 @@ TEST(DataParallelPlan, PrefersWholeMicroBatchesThenRowsAndRefusesTheRest) {
 TEST(GradientSum, RankSubtreesAddUpToTheOneProcessTreeBitwise) {
   constexpr size_t kN = 4099;
   std::vector<std::vector<float>> leaves;
-  for (uint32_t i = 0; i < 8; ++i) leaves.push_back(random_floats(kN, 100 + i));
+  for (uint32_t i = 0; i < 8; ++i) leaves.push_back(mixed_magnitude_floats(kN, 100 + i));
   const std::vector<float> one_process = tree_sum(leaves, 0, 8);
   // 2 ranks of 4 leaves, 4 ranks of 2 leaves, 8 ranks of 1: each rank's tree, then the butterfly
   // over ranks (pairs, then pairs of pairs), as Communicator::sum_gradients does.
@@ -123,7 +115,7 @@ TEST(GradientSum, RankSubtreesAddUpToTheOneProcessTreeBitwise) {
 }
 
 TEST(GradientSum, SingleLeafAndUnevenCountsAndReuse) {
-  const auto a = random_floats(10, 1), b = random_floats(10, 2), c = random_floats(10, 3);
+  const auto a = mixed_magnitude_floats(10, 1), b = mixed_magnitude_floats(10, 2), c = mixed_magnitude_floats(10, 3);
   train::GradientSum sum;
   std::vector<float> out(10);
   sum.add(a);
@@ -179,7 +171,7 @@ TEST(Communicator, SingleProcessIsTheIdentityAndReplicasAgree) {
   train::SingleProcessCommunicator comm;
   EXPECT_EQ(comm.rank(), 0);
   EXPECT_EQ(comm.size(), 1);
-  auto v = random_floats(100, 9);
+  auto v = mixed_magnitude_floats(100, 9);
   const auto before = v;
   comm.sum_gradients(v);
   EXPECT_EQ(v, before);
@@ -436,7 +428,7 @@ TEST(MpiCollectives, GradientSumIsTheSameBitsOnEveryRank) {
   // More than one bucket, with a partial last one.
   constexpr size_t kN = (size_t{1} << 20) + 333;
   std::vector<std::vector<float>> all;
-  for (int r = 0; r < ranks; ++r) all.push_back(random_floats(kN, 1000 + static_cast<uint32_t>(r)));
+  for (int r = 0; r < ranks; ++r) all.push_back(mixed_magnitude_floats(kN, 1000 + static_cast<uint32_t>(r)));
   std::vector<float> mine = all[static_cast<size_t>(rank)];
   // Loopback: every rank on this host, in rank order.
   EXPECT_EQ(comm->local_size(), ranks);

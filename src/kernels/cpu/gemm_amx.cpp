@@ -144,12 +144,9 @@ MicroKernel pick(bool a_uniform, bool b_uniform) {
 
 // 8 packed bytes -> the 16 doubled E2M1 values as int8, low nibble first (two SSSE3 lookups' worth
 // in one pshufb). The table lookup per byte this replaces cost ~9% of a 1024^3 GEMM on one core.
+#include "kernels/cpu/e2m1_nibbles_sse.inc"
 inline __m128i doubled_e2m1x16(const uint8_t* packed) {
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1TimesTwo));
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed));
-  const __m128i nibble = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(bytes, nibble), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-  return _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+  return e2m1x16(packed, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1TimesTwo)));
 }
 
 // One AMX panel (either side). `place(block, r, h, v)` stores the 16 values v of row r, half h of a

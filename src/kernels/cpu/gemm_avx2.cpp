@@ -116,14 +116,7 @@ void f32_avx2(const uint8_t* pa, const uint8_t* pb, int64_t ks, float* acc, bool
   f32_pass_avx2<3, 4>(a, b, ks, acc, first, 5, 0);
 }
 
-// 16 E2M1 codes (8 packed bytes, element 2i in the low nibble of byte i) -> 16 bytes in k order,
-// each looked up in `table` (code -> byte).
-inline __m128i e2m1x16(const uint8_t* packed8, __m128i table) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed8));
-  const __m128i nibble = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(bytes, nibble), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-  return _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
-}
+#include "kernels/cpu/e2m1_nibbles_sse.inc"
 
 // x[i] holds 4 groups (4 bytes each) of row i; group g of rows 0..3 goes to out + g * group_stride,
 // row after row: a 4 x 4 transpose of 32-bit words.

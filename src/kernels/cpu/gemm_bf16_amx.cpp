@@ -125,6 +125,8 @@ void block_pairs(const Fp8PanelSource& x, int64_t r0, int64_t k0, bool by_row, _
   block_pairs_k_contiguous(load, x.rows, x.k, r0, k0, by_row, out);
 }
 
+#include "kernels/cpu/e2m1_nibbles_sse.inc"
+
 // E2M1 codes (NVFP4 or MXFP4: 4-bit, two per byte, low nibble first) times their block scales. Each
 // product is exactly a BF16 value (see the top of the file), so the RNE conversion keeps it.
 void block_pairs(const E2m1PanelSource& q, int64_t r0, int64_t k0, bool by_row, __m512i out[16]) {
@@ -132,10 +134,7 @@ void block_pairs(const E2m1PanelSource& q, int64_t r0, int64_t k0, bool by_row, 
   const int64_t blocks_per_row = q.cols / q.block_len;
   const auto load = [&](int64_t row, int64_t k, int64_t valid) {
     if (valid <= 0) return _mm512_setzero_ps();  // k is a multiple of 16, and so is the row length
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q.codes + row * (q.cols / 2) + k / 2));
-    const __m128i nibble = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(bytes, nibble), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-    const __m512i index = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    const __m512i index = _mm512_cvtepu8_epi32(e2m1_codes16(q.codes + row * (q.cols / 2) + k / 2));
     const float scale = q.scale_of[q.scales[row * blocks_per_row + k / q.block_len]];
     return _mm512_mul_ps(_mm512_permutexvar_ps(index, table), _mm512_set1_ps(scale));
   };
