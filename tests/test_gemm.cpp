@@ -339,7 +339,7 @@ TEST(Gemm, VariantsAgreeBitwise) {
 
 TEST(Gemm, SimdInt8PackingWritesTheTablePackersBytes) {
   // Every code byte and scale byte (random, not only what a quantizer produces: -0, NaN scales),
-  // panels with padding rows, NVFP4 16-blocks and MXFP4 32-blocks, both sides.
+  // panels with padding rows, NVFP4 16-blocks and MXFP4 32-blocks, both sides of both layouts.
   if (cpu::detected_isa() < Isa::avx2) GTEST_SKIP() << "the SIMD packer needs AVX2";
   std::mt19937 rng(77);
   for (Format f : {Format::nvfp4, Format::mxfp4})
@@ -349,21 +349,32 @@ TEST(Gemm, SimdInt8PackingWritesTheTablePackersBytes) {
         for (auto& c : q.codes) c = static_cast<uint8_t>(rng());
         for (auto& s : q.scales) s = static_cast<uint8_t>(rng());
         const int64_t block_len = q.block_len();
-        for (bool side_a : {true, false}) {
-          const int64_t panel_rows = side_a ? cpu::gemm_detail::kMr : cpu::gemm_detail::kNr;
-          const int64_t bytes = blocks * (side_a ? cpu::gemm_detail::int8_a_block_bytes(block_len)
-                                                 : cpu::gemm_detail::int8_b_block_bytes(block_len));
-          for (int64_t row0 = 0; row0 < rows; row0 += panel_rows) {
+        // The scalar/AVX-512 layout (A signed, B biased) and the AVX2 one (A biased, B signed).
+        namespace gd = cpu::gemm_detail;
+        struct Packers {
+          const char* name;
+          int64_t panel_rows, block_bytes;
+          void (*table)(const QuantizedTensor&, int64_t, uint8_t*);
+          void (*simd)(const QuantizedTensor&, int64_t, uint8_t*);
+        };
+        const Packers packers[] = {
+            {"A signed", gd::kMr, gd::int8_signed_block_bytes(block_len, gd::kMr), &gd::pack_int8_a_panel,
+             &gd::pack_int8_a_panel_simd},
+            {"B biased", gd::kNr, gd::int8_biased_block_bytes(block_len, gd::kNr), &gd::pack_int8_b_panel,
+             &gd::pack_int8_b_panel_simd},
+            {"A biased", gd::kMr, gd::int8_biased_block_bytes(block_len, gd::kMr), &gd::pack_int8_biased_a_panel,
+             &gd::pack_int8_biased_a_panel_simd},
+            {"B signed", gd::kNr, gd::int8_signed_block_bytes(block_len, gd::kNr), &gd::pack_int8_signed_b_panel,
+             &gd::pack_int8_signed_b_panel_simd},
+        };
+        for (const Packers& p : packers) {
+          const int64_t bytes = blocks * p.block_bytes;
+          for (int64_t row0 = 0; row0 < rows; row0 += p.panel_rows) {
             std::vector<uint8_t> table(bytes, 0xAA), simd(bytes, 0x55);  // every byte must be written
-            if (side_a) {
-              cpu::gemm_detail::pack_int8_a_panel(q, row0, table.data());
-              cpu::gemm_detail::pack_int8_a_panel_simd(q, row0, simd.data());
-            } else {
-              cpu::gemm_detail::pack_int8_b_panel(q, row0, table.data());
-              cpu::gemm_detail::pack_int8_b_panel_simd(q, row0, simd.data());
-            }
+            p.table(q, row0, table.data());
+            p.simd(q, row0, simd.data());
             ASSERT_EQ(table, simd) << to_string(f) << " rows=" << rows << " blocks=" << blocks << " row0=" << row0
-                                   << (side_a ? " A" : " B");
+                                   << " " << p.name;
           }
         }
       }

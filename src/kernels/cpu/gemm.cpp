@@ -25,7 +25,7 @@ namespace {
 constexpr int64_t kTileRows = 96;   // rows of A per macro tile (a multiple of every panel height)
 constexpr int64_t kTileCols = 256;  // columns of B per macro tile
 static_assert(kTileCols == kBf16AccStride);
-constexpr int64_t kChunkK = 512;        // K per chunk (int8 family: 20 KB of packed B per panel)
+constexpr int64_t kChunkK = 512;        // K per chunk (int8 family: 20-24 KB of packed B per panel)
 constexpr int64_t kChunkKF32 = 128;     // K per chunk (f32 family: 16 KB of packed B per panel)
 constexpr int64_t kChunkKBf16 = 256;    // K per chunk (AMX-BF16: 16 KB of packed B per panel)
 constexpr int64_t kChunkKPairs = 256;   // K per chunk (BF16 pairs: 16 KB of packed B per panel)
@@ -166,11 +166,14 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
             &pack_amx_a_panel, &pack_amx_b_panel, int8_micro_kernel_amx(block_len, tile_uniform(a), tile_uniform(b)),
             Plan::Tiles::int8};
   }
-  if (family == Family::int8_blocks) {
+  if (family == Family::int8_blocks && isa == Isa::avx2)  // A biased, B signed (gemm_kernels.h)
+    return {kMr, kNr, block_len, int8_biased_block_bytes(block_len, kMr), int8_signed_block_bytes(block_len, kNr),
+            kChunkK / block_len, &pack_int8_biased_a_panel_simd, &pack_int8_signed_b_panel_simd,
+            int8_micro_kernel_avx2(block_len), Plan::Tiles::none};
+  if (family == Family::int8_blocks) {  // A signed, B biased
     MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b))
-                        : isa == Isa::avx2 ? int8_micro_kernel_avx2(block_len)
                                            : int8_micro_kernel_scalar(block_len);
-    const bool simd_packing = isa >= Isa::avx2;
+    const bool simd_packing = isa >= Isa::avx512;
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
             simd_packing ? &pack_int8_a_panel_simd : &pack_int8_a_panel,
             simd_packing ? &pack_int8_b_panel_simd : &pack_int8_b_panel, micro, Plan::Tiles::none};

@@ -1,8 +1,8 @@
 // AVX2 micro-kernels over the packed panels (gemm_kernels.h). Without VNNI, a block's integer
 // dot product is vpmaddubsw (u8 x s8 -> pairs summed to int16; at most 2*24*12 = 576, so it never
-// saturates) summed over the block's groups in int16 (at most 16*288 = 4608), then one vpmaddwd
-// against ones to widen to int32. With 16 ymm registers the 8x32 tile is done 4 rows x 8 columns
-// at a time so that the accumulators, B and the broadcasts stay in registers.
+// saturates) summed over the block's groups in int16 (at most 8*576 = 4608), then one vpmaddwd
+// against ones to widen to int32. The int8 kernel reads the AVX2 panels: A biased (the broadcast
+// side), B signed with the per-column init sums, so B's vectors feed vpmaddubsw from memory.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -14,63 +14,76 @@
 namespace nibble::cpu::gemm_detail {
 namespace {
 
-// One pass over the blocks for rows [r0, r0 + Rows) x columns [8 q, 8 q + 8) of the 8 x 32 tile.
-// Rows = 4 keeps the accumulators, B's groups and the temporaries in the 16 ymm registers; all 8
-// rows at once spilled the accumulators to the stack on every block (~1/3 slower).
-template <int64_t Groups, int Rows>
+// One pass over the blocks for rows [r0, r0 + Rows) x columns [n0, n0 + 8 Vecs) of the 8 x 32 tile.
+// Each broadcast of A feeds Vecs products and the init sums are one vector per block for all rows:
+// 4 x 2 ran ~10 % faster than 4 x 1 passes over the A-signed layout, where each row broadcast its
+// init sum (Zen 2, an L1-resident micro-benchmark; the tile's ops per row are otherwise the same).
+template <int64_t Groups, int Rows, int Vecs>
 inline void int8_pass_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float* acc, bool first, int r0,
-                           int quarter) {
+                           int n0) {
   constexpr int64_t block_len = Groups * 4;
+  constexpr int64_t a_stride = int8_biased_block_bytes(block_len, kMr);
+  constexpr int64_t b_stride = int8_signed_block_bytes(block_len, kNr);
   // NVFP4 (16-blocks): the scales are E4M3 values (4 significant bits, within [2^-9, 448]), so
-  // their product is exact, and so is |dot| (< 2^12) times it. MXFP4's E8M0 scales (2^-127..2^127)
+  // their product is exact, and so is |dot| (<= 2304 < 2^12) times it. MXFP4's E8M0 scales (2^-127..2^127)
   // could underflow or overflow as a product: there sb multiplies dot first, as the scalar kernel.
   constexpr bool kScaleProductExact = Groups == 4;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 c[Rows];
+  __m256 c[Rows][Vecs];
 #pragma GCC unroll 8
   for (int m = 0; m < Rows; ++m)
-    c[m] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (r0 + m) * kNr + 8 * quarter);
+#pragma GCC unroll 4
+    for (int h = 0; h < Vecs; ++h)
+      c[m][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (r0 + m) * kNr + n0 + 8 * h);
   const uint8_t* a = pa;
   const uint8_t* b = pb;
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int32_t* a_words = reinterpret_cast<const int32_t*>(a);
-    const int32_t* init = reinterpret_cast<const int32_t*>(a + block_len * kMr);
-    const float* sa = reinterpret_cast<const float*>(a + block_len * kMr + 4 * kMr);
-    const __m256 sb = _mm256_loadu_ps(reinterpret_cast<const float*>(b + block_len * kNr) + 8 * quarter);
-    __m256i bv[Groups];
-#pragma GCC unroll 8
-    for (int64_t g = 0; g < Groups; ++g)
-      bv[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * kNr * 4 + 32 * quarter));
+    const float* sa = reinterpret_cast<const float*>(a + block_len * kMr);
+    const int32_t* init = reinterpret_cast<const int32_t*>(b + block_len * kNr);
+    const float* sb = reinterpret_cast<const float*>(b + block_len * kNr + 4 * kNr);
 #pragma GCC unroll 8
     for (int m = r0; m < r0 + Rows; ++m) {
-      // The group products summed as a tree (two adds deep instead of Groups - 1).
-      __m256i part[Groups];
+      // The group products of each vector summed in int16 as they come (at most 4608).
+      __m256i part[Vecs];
 #pragma GCC unroll 8
-      for (int64_t g = 0; g < Groups; ++g) part[g] = _mm256_maddubs_epi16(bv[g], _mm256_set1_epi32(a_words[g * kMr + m]));
-#pragma GCC unroll 8
-      for (int64_t width = 1; width < Groups; width *= 2)
-#pragma GCC unroll 8
-        for (int64_t g = 0; g + width < Groups; g += 2 * width) part[g] = _mm256_add_epi16(part[g], part[g + width]);
-      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(part[0], ones), _mm256_set1_epi32(init[m]));
-      if constexpr (kScaleProductExact) {
-        // sa * sb is exact, and so is dot * sa * sb: one rounding as below, one multiply less on the
-        // path from the products to the accumulator.
-        c[m - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sb, _mm256_set1_ps(sa[m])), c[m - r0]);
-      } else {
-        c[m - r0] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), sb), _mm256_set1_ps(sa[m]), c[m - r0]);
+      for (int64_t g = 0; g < Groups; ++g) {
+        const __m256i av = _mm256_set1_epi32(a_words[g * kMr + m]);
+#pragma GCC unroll 4
+        for (int h = 0; h < Vecs; ++h) {
+          const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (g * kNr + n0 + 8 * h) * 4));
+          const __m256i p = _mm256_maddubs_epi16(av, bv);
+          part[h] = g == 0 ? p : _mm256_add_epi16(part[h], p);
+        }
+      }
+      const __m256 sam = _mm256_set1_ps(sa[m]);
+#pragma GCC unroll 4
+      for (int h = 0; h < Vecs; ++h) {
+        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(part[h], ones),
+                                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + n0 + 8 * h)));
+        const __m256 sbv = _mm256_loadu_ps(sb + n0 + 8 * h);
+        if constexpr (kScaleProductExact) {
+          // sa * sb is exact, and so is dot * sa * sb: one rounding as below, one multiply less on
+          // the path from the products to the accumulator.
+          c[m - r0][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sbv, sam), c[m - r0][h]);
+        } else {
+          c[m - r0][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), sbv), sam, c[m - r0][h]);
+        }
       }
     }
-    a += int8_a_block_bytes(block_len);
-    b += int8_b_block_bytes(block_len);
+    a += a_stride;
+    b += b_stride;
   }
 #pragma GCC unroll 8
-  for (int m = 0; m < Rows; ++m) _mm256_storeu_ps(acc + (r0 + m) * kNr + 8 * quarter, c[m]);
+  for (int m = 0; m < Rows; ++m)
+#pragma GCC unroll 4
+    for (int h = 0; h < Vecs; ++h) _mm256_storeu_ps(acc + (r0 + m) * kNr + n0 + 8 * h, c[m][h]);
 }
 
 template <int64_t Groups>
 void int8_blocks_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float* acc, bool first) {
-  for (int quarter = 0; quarter < 4; ++quarter)
-    for (int r0 = 0; r0 < kMr; r0 += 4) int8_pass_avx2<Groups, 4>(pa, pb, blocks, acc, first, r0, quarter);
+  for (int n0 = 0; n0 < kNr; n0 += 16)
+    for (int r0 = 0; r0 < kMr; r0 += 4) int8_pass_avx2<Groups, 4, 2>(pa, pb, blocks, acc, first, r0, n0);
 }
 
 // One pass over the k chunk for Rows rows x 8*Vecs columns of the 8 x 32 tile, starting at (r0, n0).
@@ -135,17 +148,17 @@ inline int32_t sum_i8x16(__m128i v) {
   return _mm_cvtsi128_si32(biased) + _mm_extract_epi16(biased, 4) - 16 * 128;
 }
 
-// The int8 panel layouts of gemm_kernels.h for `Rows` rows (kMr for A, kNr for B), per block:
-// codes[groups][Rows][4] (signed doubled E2M1 for A, doubled + 12 for B; padding rows 0), then for
-// A the init sums -12 * sum(row's codes), then the decoded scales (padding 0) -- the same bytes as
-// pack_int8_*_panel in gemm_pack.cpp.
-template <int Rows, bool kSideA>
+// The int8 panels of gemm_kernels.h for `Rows` rows, per block: codes[groups][Rows][4] (doubled
+// E2M1 when kSigned, doubled + 12 otherwise; padding rows 0), then for a signed panel the init sums
+// -12 * sum(row's codes), then the decoded scales (padding 0) -- the same bytes as the table
+// packers in gemm_pack.cpp.
+template <int Rows, bool kSigned>
 void pack_int8_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
   const int64_t block_len = q.block_len, blocks = q.cols / block_len, halves = block_len / 16;
-  const int64_t stride = kSideA ? int8_a_block_bytes(block_len) : int8_b_block_bytes(block_len);
+  const int64_t stride = kSigned ? int8_signed_block_bytes(block_len, Rows) : int8_biased_block_bytes(block_len, Rows);
   const int64_t row_bytes = q.cols / 2;
   const __m128i table = _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1TimesTwo)),
-                                     _mm_set1_epi8(kSideA ? 0 : 12));
+                                     _mm_set1_epi8(kSigned ? 0 : 12));
   const int inside = static_cast<int>(std::min<int64_t>(Rows, q.rows - row0));
   for (int64_t b = 0; b < blocks; ++b) {
     uint8_t* blk = dst + b * stride;
@@ -157,12 +170,12 @@ void pack_int8_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
           const int r = r0 + i;
           x[i] = r < inside ? e2m1x16(q.codes + (row0 + r) * row_bytes + b * (block_len / 2) + 8 * h, table)
                             : _mm_setzero_si128();
-          if constexpr (kSideA) sums[r] += sum_i8x16(x[i]);
+          if constexpr (kSigned) sums[r] += sum_i8x16(x[i]);
         }
         store_groups_of_4_rows(x, blk + (4 * h * Rows + r0) * 4, Rows * 4);
       }
     uint8_t* tail = blk + block_len * Rows;
-    if constexpr (kSideA) {
+    if constexpr (kSigned) {
       for (int r = 0; r < Rows; ++r) {
         const int32_t init = -12 * sums[r];
         std::memcpy(tail + 4 * r, &init, 4);
@@ -183,6 +196,12 @@ void pack_int8_a_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst
 }
 void pack_int8_b_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
   pack_int8_panel<kNr, false>(q, row0, dst);
+}
+void pack_int8_biased_a_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  pack_int8_panel<kMr, false>(q, row0, dst);
+}
+void pack_int8_signed_b_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  pack_int8_panel<kNr, true>(q, row0, dst);
 }
 
 MicroKernel int8_micro_kernel_avx2(int64_t block_len) {

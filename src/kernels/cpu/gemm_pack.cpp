@@ -44,14 +44,13 @@ const float* scale_table(const QuantizedTensor& q) {
   return q.format == Format::nvfp4 ? t.e4m3.data() : t.e8m0.data();
 }
 
-}  // namespace
-
-void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+// A signed int8 panel (gemm_kernels.h) of `rows` rows from row0.
+void pack_int8_signed_panel(const QuantizedTensor& q, int64_t row0, int64_t rows, uint8_t* dst) {
   const DecodeTables& t = tables();
   const float* scale_of = scale_table(q);
   const int64_t block_len = q.block_len(), blocks = q.cols / block_len, groups = block_len / 4;
-  const int64_t stride = int8_a_block_bytes(block_len);
-  for (int r = 0; r < kMr; ++r) {
+  const int64_t stride = int8_signed_block_bytes(block_len, rows);
+  for (int64_t r = 0; r < rows; ++r) {
     const int64_t row = row0 + r;
     const bool inside = row < q.rows;
     const uint8_t* src = inside ? q.codes.data() + row * (q.cols / 2) : nullptr;
@@ -65,27 +64,28 @@ void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
         for (int64_t g = 0; g < groups; ++g) {
           uint8_t b0 = src[2 * g], b1 = src[2 * g + 1];
           uint32_t word = t.signed_pair[b0] | (static_cast<uint32_t>(t.signed_pair[b1]) << 16);
-          std::memcpy(blk + (g * kMr + r) * 4, &word, 4);
+          std::memcpy(blk + (g * rows + r) * 4, &word, 4);
           sum += t.pair_sum[b0] + t.pair_sum[b1];
         }
         src += block_len / 2;
         init = -12 * sum;
         scale = scale_of[scales[b]];
       } else {
-        for (int64_t g = 0; g < groups; ++g) std::memset(blk + (g * kMr + r) * 4, 0, 4);
+        for (int64_t g = 0; g < groups; ++g) std::memset(blk + (g * rows + r) * 4, 0, 4);
       }
-      std::memcpy(blk + block_len * kMr + 4 * r, &init, 4);
-      std::memcpy(blk + block_len * kMr + 4 * kMr + 4 * r, &scale, 4);
+      std::memcpy(blk + block_len * rows + 4 * r, &init, 4);
+      std::memcpy(blk + block_len * rows + 4 * rows + 4 * r, &scale, 4);
     }
   }
 }
 
-void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+// A biased int8 panel (gemm_kernels.h) of `rows` rows from row0.
+void pack_int8_biased_panel(const QuantizedTensor& q, int64_t row0, int64_t rows, uint8_t* dst) {
   const DecodeTables& t = tables();
   const float* scale_of = scale_table(q);
   const int64_t block_len = q.block_len(), blocks = q.cols / block_len, groups = block_len / 4;
-  const int64_t stride = int8_b_block_bytes(block_len);
-  for (int r = 0; r < kNr; ++r) {
+  const int64_t stride = int8_biased_block_bytes(block_len, rows);
+  for (int64_t r = 0; r < rows; ++r) {
     const int64_t row = row0 + r;
     const bool inside = row < q.rows;
     const uint8_t* src = inside ? q.codes.data() + row * (q.cols / 2) : nullptr;
@@ -96,15 +96,26 @@ void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
       for (int64_t g = 0; g < groups; ++g) {
         uint32_t word = 0;
         if (inside) word = t.unsigned_pair[src[2 * g]] | (static_cast<uint32_t>(t.unsigned_pair[src[2 * g + 1]]) << 16);
-        std::memcpy(blk + (g * kNr + r) * 4, &word, 4);  // vector r/16, lane r%16
+        std::memcpy(blk + (g * rows + r) * 4, &word, 4);
       }
       if (inside) {
         src += block_len / 2;
         scale = scale_of[scales[b]];
       }
-      std::memcpy(blk + block_len * kNr + 4 * r, &scale, 4);
+      std::memcpy(blk + block_len * rows + 4 * r, &scale, 4);
     }
   }
+}
+
+}  // namespace
+
+void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_int8_signed_panel(q, row0, kMr, dst); }
+void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_int8_biased_panel(q, row0, kNr, dst); }
+void pack_int8_biased_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_int8_biased_panel(q, row0, kMr, dst);
+}
+void pack_int8_signed_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_int8_signed_panel(q, row0, kNr, dst);
 }
 
 namespace {
@@ -118,6 +129,12 @@ void pack_int8_a_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst
 }
 void pack_int8_b_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
   pack_int8_b_panel_avx2(e2m1_source(q), row0, dst);
+}
+void pack_int8_biased_a_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_int8_biased_a_panel_avx2(e2m1_source(q), row0, dst);
+}
+void pack_int8_signed_b_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_int8_signed_b_panel_avx2(e2m1_source(q), row0, dst);
 }
 void pack_amx_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_a_panel(e2m1_source(q), row0, dst); }
 void pack_amx_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_amx_b_panel(e2m1_source(q), row0, dst); }
