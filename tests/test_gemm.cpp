@@ -380,6 +380,49 @@ TEST(Gemm, SimdInt8PackingWritesTheTablePackersBytes) {
       }
 }
 
+TEST(Gemm, SimdF32PackingWritesTheScalarPackersBytes) {
+  // FP32 operands of gemm_f32 / gemm_bf16 as they are and rounded to BF16: values that round up,
+  // ties, subnormals, infinities and NaNs (quiet and signalling, both signs); panels with padding
+  // rows, K with and without a tail of 8, a leading dimension past K, both storage orders.
+  if (cpu::detected_isa() < Isa::avx2) GTEST_SKIP() << "the SIMD packer needs AVX2";
+  namespace gd = cpu::gemm_detail;
+  std::mt19937 rng(78);
+  const uint32_t specials[] = {0x7F800000u, 0xFF800000u, 0x7FC00001u, 0xFF800001u, 0x7F80FFFFu, 0x00000001u,
+                               0x80008000u, 0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x7F7FFFFFu, 0x00000000u};
+  struct Packers {
+    const char* name;
+    int64_t width;
+    void (*scalar)(const gd::F32Operand&, int64_t, uint8_t*);
+    void (*simd)(const gd::F32Operand&, int64_t, uint8_t*);
+  };
+  const Packers packers[] = {
+      {"A f32", gd::kMr, &gd::pack_f32_a_panel, &gd::pack_f32_a_panel_avx2},
+      {"B f32", gd::kNr, &gd::pack_f32_b_panel, &gd::pack_f32_b_panel_avx2},
+      {"A bf16", gd::kMr, &gd::pack_f32_bf16_rounded_a_panel, &gd::pack_f32_bf16_rounded_a_panel_avx2},
+      {"B bf16", gd::kNr, &gd::pack_f32_bf16_rounded_b_panel, &gd::pack_f32_bf16_rounded_b_panel_avx2},
+  };
+  for (int64_t rows : {1, 7, 8, 9, 31, 32, 45})
+    for (int64_t k : {1, 7, 8, 13, 64})
+      for (bool k_contiguous : {true, false}) {
+        const int64_t ld = (k_contiguous ? k : rows) + 3;
+        std::vector<float> x((k_contiguous ? rows : k) * ld);
+        for (float& v : x) {
+          const uint32_t bits = rng() % 4 == 0 ? specials[rng() % std::size(specials)] : static_cast<uint32_t>(rng());
+          std::memcpy(&v, &bits, 4);
+        }
+        const gd::F32Operand op{x.data(), ld, rows, k, k_contiguous};
+        for (const Packers& p : packers)
+          for (int64_t row0 = 0; row0 < rows; row0 += p.width) {
+            const size_t bytes = static_cast<size_t>(k * p.width) * 4;
+            std::vector<uint8_t> scalar(bytes, 0xAA), simd(bytes, 0x55);  // every byte must be written
+            p.scalar(op, row0, scalar.data());
+            p.simd(op, row0, simd.data());
+            ASSERT_EQ(scalar, simd) << p.name << " rows=" << rows << " k=" << k << " row0=" << row0
+                                    << (k_contiguous ? " k-contiguous" : " row-contiguous");
+          }
+      }
+}
+
 TEST(Gemm, Nvfp4BlockScalesAcrossTheWholeE4M3RangeAgreeBitwise) {
   // Rows spanning 2^-24 .. 2^4 under one tensor scale: block scales from E4M3's subnormals (and 0) to
   // 448. The AVX2 kernel multiplies the two block scales first for NVFP4 (exact for E4M3 values),

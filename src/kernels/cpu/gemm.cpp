@@ -100,6 +100,7 @@ float output_scale(const QuantizedTensor& a, const QuantizedTensor& b, float alp
 }
 
 using PackQuantized = void (*)(const QuantizedTensor&, int64_t, uint8_t*);
+using PackF32 = void (*)(const F32Operand&, int64_t, uint8_t*);
 
 struct Plan {
   int64_t mr, nr;        // rows of A / columns of B per packed panel (= the micro-tile)
@@ -339,9 +340,12 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
   // Otherwise the f32 family on operands rounded to BF16 while packing. A BF16 x BF16 product is
   // exact in FP32, so every ISA variant (FMA or mul + add) gives the same bits, summed in k order by
   // the one thread that owns the output.
+  const bool simd = isa >= Isa::avx2;
+  const PackF32 pack_a = simd ? &pack_f32_bf16_rounded_a_panel_avx2 : &pack_f32_bf16_rounded_a_panel;
+  const PackF32 pack_b = simd ? &pack_f32_bf16_rounded_b_panel_avx2 : &pack_f32_bf16_rounded_b_panel;
   run_plan(
-      f32_plan(isa), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_f32_bf16_rounded_a_panel(ao, row0, dst); },
-      [&](int64_t row0, uint8_t* dst) { pack_f32_bf16_rounded_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+      f32_plan(isa), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_a(ao, row0, dst); },
+      [&](int64_t row0, uint8_t* dst) { pack_b(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
 }
 
 void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
@@ -349,9 +353,13 @@ void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float 
   NIBBLE_CHECK(M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f));
   const F32Operand ao{a, lda, M, K, ta == Trans::no};
   const F32Operand bo{b, ldb, N, K, tb == Trans::yes};
+  const Isa isa = active_isa();  // read once per call
+  const bool simd = isa >= Isa::avx2;
+  const PackF32 pack_a = simd ? &pack_f32_a_panel_avx2 : static_cast<PackF32>(&pack_f32_a_panel);
+  const PackF32 pack_b = simd ? &pack_f32_b_panel_avx2 : static_cast<PackF32>(&pack_f32_b_panel);
   run_plan(
-      f32_plan(active_isa()), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_f32_a_panel(ao, row0, dst); },
-      [&](int64_t row0, uint8_t* dst) { pack_f32_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+      f32_plan(isa), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_a(ao, row0, dst); },
+      [&](int64_t row0, uint8_t* dst) { pack_b(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
 }
 }  // namespace gemm_detail
 

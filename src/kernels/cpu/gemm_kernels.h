@@ -188,6 +188,12 @@ void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 // kept: bf16_from_float_rn).
 void pack_f32_bf16_rounded_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_f32_bf16_rounded_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+// The same four with AVX2 (gemm_avx2.cpp: 8 x 8 register transposes, vector rounding), byte for
+// byte; AVX2 and AVX-512 CPUs.
+void pack_f32_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_f32_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_f32_bf16_rounded_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_f32_bf16_rounded_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
 // BF16-pair panels of an FP32 operand (rounded as pack_f32_*_panel) and of per-tensor FP8 codes
 // (exact in BF16; the tensor scale is applied at the end).
 void pack_bf16_pair_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);

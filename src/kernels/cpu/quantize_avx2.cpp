@@ -159,16 +159,7 @@ inline void walsh_hadamard16(__m256& lo, __m256& hi) {
 inline __m256 rht_signs_lo() { return _mm256_setr_ps(1, 1, 1, -1, 1, -1, -1, -1); }
 inline __m256 rht_signs_hi() { return _mm256_setr_ps(-1, -1, -1, 1, -1, 1, -1, -1); }
 
-// BF16 RN (ties to even) kept in FP32; NaN stays a quiet NaN with its sign.
-inline __m256 round_to_bf16(__m256 v) {
-  const __m256i u = _mm256_castps_si256(v);
-  const __m256i keep = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  __m256i rounded = _mm256_add_epi32(
-      u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
-  rounded = _mm256_and_si256(rounded, keep);
-  const __m256i quiet = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), keep);
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))));
-}
+#include "kernels/cpu/bf16_round_avx2.inc"
 
 void rht16_bf16(const float* x, float* out) {
   __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(x), rht_signs_lo());
