@@ -2,6 +2,7 @@
 // differences of the FP32 forward pass, for tied and untied heads with and without GQA; the
 // recipe's effect on activation memory; telemetry.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -91,6 +92,52 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(TiedAndGqa, ModelGradient,
                          ::testing::Values(std::make_tuple(true, int64_t{4}), std::make_tuple(false, int64_t{2}),
                                            std::make_tuple(true, int64_t{1})));
+
+TEST(Model, InitialWeightsAreTheSerialBoxMullerStreamForAnyThreadCount) {
+  // The initialisation's stream, written out serially: each weight tensor k (1-based, in parameter
+  // order) draws from splitmix64 seeded with seed * 0x100000001B3 + k * golden, two outputs per
+  // Box-Muller pair; norm gains are 1. init_weights fills the pairs in parallel: it must give these
+  // bits with one thread or several, and a big enough tensor (8192 pairs) to actually split.
+  ModelConfig c = tiny_config(false, 0);
+  c.width = 64;
+  c.mlp_hidden = 256;  // gate_up: 64 x 512 values
+  const uint64_t seed = 12345;
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    Transformer m(c);
+    m.init_weights(seed);
+    omp_set_num_threads(2);
+    const float residual_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.layers));
+    uint64_t k = 0;
+    for (const auto& p : m.params().params()) {
+      ++k;
+      const float* got = m.params().values().data() + p.offset;
+      const int64_t n = p.rows * p.cols;
+      if (p.rows == 1) {
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 1.0f) << p.name;
+        continue;
+      }
+      const bool residual = p.name.ends_with(".attn_out") || p.name.ends_with(".down");
+      const float std_dev = residual ? residual_std : c.init_std;
+      uint64_t state = seed * 0x100000001B3ull + k * 0x9E3779B97F4A7C15ull;
+      auto next = [&state] {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+      };
+      for (int64_t i = 0; i < n; i += 2) {
+        const double u1 = (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53;
+        const double u2 = static_cast<double>(next() >> 11) * 0x1.0p-53;
+        const double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * M_PI * u2;
+        ASSERT_EQ(got[i], static_cast<float>(r * std::cos(a) * std_dev)) << p.name << " [" << i << "] " << threads;
+        if (i + 1 < n) {
+          ASSERT_EQ(got[i + 1], static_cast<float>(r * std::sin(a) * std_dev)) << p.name << " [" << i + 1 << "]";
+        }
+      }
+    }
+  }
+}
 
 TEST(Model, GradientsAccumulateAcrossBackwardCalls) {
   Transformer m(tiny_config(true, 4));

@@ -10,23 +10,29 @@ namespace {
 
 const char* kLinearNames[kLinearsPerBlock] = {"qkv", "attn_out", "gate_up", "down"};
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+// Output k (k = 1, 2, ...) of the splitmix64 stream that starts at `seed`: its state after k steps
+// is seed + k * golden, so any output can be computed on its own.
+uint64_t splitmix64_output(uint64_t seed, uint64_t k) {
+  uint64_t z = seed + k * 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
 // N(0, std) by Box-Muller from a splitmix64 stream: the same values on every platform and
-// thread count (std::normal_distribution is not specified bit for bit).
+// thread count (std::normal_distribution is not specified bit for bit). Pair j takes the stream's
+// outputs 2j + 1 and 2j + 2, so the pairs are independent and filled in parallel (the log and
+// sin/cos in double made a GPT-2-small initialisation take seconds on one core).
 void fill_normal(float* out, int64_t n, float std_dev, uint64_t seed) {
-  uint64_t state = seed;
-  for (int64_t i = 0; i < n; i += 2) {
-    double u1 = (static_cast<double>(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-    double u2 = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+  const int64_t pairs = (n + 1) / 2;
+#pragma omp parallel for schedule(static) if (pairs >= 4096)
+  for (int64_t j = 0; j < pairs; ++j) {
+    const uint64_t k = 2 * static_cast<uint64_t>(j);
+    double u1 = (static_cast<double>(splitmix64_output(seed, k + 1) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    double u2 = static_cast<double>(splitmix64_output(seed, k + 2) >> 11) * 0x1.0p-53;
     double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * M_PI * u2;
-    out[i] = static_cast<float>(r * std::cos(a) * std_dev);
-    if (i + 1 < n) out[i + 1] = static_cast<float>(r * std::sin(a) * std_dev);
+    out[2 * j] = static_cast<float>(r * std::cos(a) * std_dev);
+    if (2 * j + 1 < n) out[2 * j + 1] = static_cast<float>(r * std::sin(a) * std_dev);
   }
 }
 
