@@ -70,7 +70,7 @@ void ModelConfig::validate() const {
     bad("init_std=" + number_text(init_std) + " must be a finite number > 0 (typically 0.02)");
 }
 
-Transformer::Transformer(const ModelConfig& config, ops::Backend& backend)
+Transformer::Transformer(const ModelConfig& config, ops::Backend& backend, uint64_t init_seed)
     : config_((config.validate(), config)), ops_(backend), params_(backend) {
   for (ops::Array<float>* a : {&final_rstd_, &final_normed_, &logits_, &token_loss_, &normed_, &attn_, &mlp_act_,
                                &d_res_, &d_normed_, &d_qkv_, &d_attn_, &d_mlp_act_, &d_gate_up_})
@@ -98,7 +98,7 @@ Transformer::Transformer(const ModelConfig& config, ops::Backend& backend)
   final_norm_ = params_.add("final_norm", 1, d, false);
   head_ = config_.tied_embeddings ? embedding_ : params_.add("lm_head", config_.vocab, d, true);
   params_.allocate();
-  init_weights(0);
+  init_weights(init_seed);
 }
 
 void Transformer::init_weights(uint64_t seed) {

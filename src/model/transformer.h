@@ -77,7 +77,8 @@ struct LinearTelemetry {
 
 class Transformer {
  public:
-  explicit Transformer(const ModelConfig& config, ops::Backend& backend = ops::cpu());
+  // The weights start as init_weights(init_seed).
+  explicit Transformer(const ModelConfig& config, ops::Backend& backend = ops::cpu(), uint64_t init_seed = 0);
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 

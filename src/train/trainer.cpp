@@ -14,9 +14,7 @@ ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
 
 std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, Communicator* comm) {
   c.validate();
-  auto m = std::make_unique<model::Transformer>(c.model, backend_of(c, comm));
-  m->init_weights(c.seed);
-  return m;
+  return std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
 }
 
 // Rows of each micro-batch this process runs: the recipe's tokens per micro-batch follow from them.
