@@ -10,6 +10,7 @@
 #include "format/codecs.h"
 #include "format/quantized_tensor.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/lane_sum.h"
 #include "kernels/cpu/simd_clones.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -59,27 +60,29 @@ void gather_rows(const float* src, int64_t stride, int64_t S, int64_t hd, bool b
       std::copy(in, in + hd, out);
   }
 }
-// rows [S][hd] of one head -> transposed [hd][S], rounded when bf16.
+// rows [S][hd] of one head -> transposed [hd][S], rows `ld` apart, rounded when bf16.
 void gather_columns(attention_kernels::Transpose transpose, const float* src, int64_t stride, int64_t S, int64_t hd,
-                    bool bf16, float* dst) {
-  transpose(src, stride, S, hd, dst, S);
-  if (bf16) round_to_bf16_in_place(dst, S * hd);
+                    int64_t ld, bool bf16, float* dst) {
+  transpose(src, stride, S, hd, dst, ld);
+  if (bf16)
+    for (int64_t d = 0; d < hd; ++d) round_to_bf16_in_place(dst + d * ld, S);
 }
 
-// Scores of query rows [i0, i0 + rows) against keys [0, i0 + rows): scale * q . k, rows of `S`.
+// Scores of query rows [i0, i0 + rows) against keys [0, i0 + rows): scale * q . k, rows `ld` apart
+// (k_columns' rows too).
 // Then, per row t, the probabilities p_j = exp(s_j - max) * (1 / sum) for j <= t and 0 after, with
 // the row's (max, 1/sum) computed into new_stats (forward) or read from saved_stats (backward). One
 // code path for both, so backward's probabilities are the forward's bits. p_operand (bf16
 // products, else null) gets them rounded to BF16 in the same loop; it may be p itself when the
 // unrounded values are not needed (forward).
-NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows, const float* k_columns, int64_t S,
+NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows, const float* k_columns, int64_t ld,
                           int64_t hd, int64_t i0, int64_t rows, float scale, const float* saved_stats,
                           float* new_stats, float* p, float* p_operand) {
   const int64_t keys = i0 + rows;
-  matmul(rows, keys, hd, q_rows + i0 * hd, hd, 1, k_columns, S, p, S, false);
+  matmul(rows, keys, hd, q_rows + i0 * hd, hd, 1, k_columns, ld, p, ld, false);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = i0 + r + 1;
-    float* row = p + r * S;
+    float* row = p + r * ld;
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) row[j] *= scale;
     float maxv, inv_sum;
@@ -93,9 +96,7 @@ NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, c
     for (int64_t j = 0; j < n; ++j) row[j] -= maxv;
     exp_f32(row, row, n);
     if (new_stats) {
-      float sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += row[j];
-      inv_sum = 1.0f / sum;
+      inv_sum = 1.0f / lane_sum<float>(n, [row](int64_t j) { return row[j]; });
       new_stats[(i0 + r) * 2] = maxv, new_stats[(i0 + r) * 2 + 1] = inv_sum;
     } else {
       inv_sum = saved_stats[(i0 + r) * 2 + 1];
@@ -106,7 +107,7 @@ NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, c
       for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
       continue;
     }
-    float* op = p_operand + r * S;
+    float* op = p_operand + r * ld;
     if (op == row) {
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) row[j] = round_to_bf16(row[j] * inv_sum);
@@ -122,9 +123,11 @@ NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, c
   }
 }
 
-// dS = P (dP - pdp) scale for one query row of n keys, in place of dP, zero up to `keys`.
-NIBBLE_ELEMENTWISE void softmax_backward_row(const float* __restrict prow, int64_t n, int64_t keys, float pdp,
-                                             float scale, bool bf16, float* __restrict row) {
+// dS = P (dP - pdp) scale for one query row of n keys, in place of dP, zero up to `keys`, with
+// pdp = rowsum(P dP).
+NIBBLE_ELEMENTWISE void softmax_backward_row(const float* __restrict prow, int64_t n, int64_t keys, float scale,
+                                             bool bf16, float* __restrict row) {
+  const float pdp = lane_sum<float>(n, [prow, row](int64_t j) { return prow[j] * row[j]; });
   if (bf16) {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) row[j] = round_to_bf16(prow[j] * (row[j] - pdp) * scale);
@@ -137,18 +140,25 @@ NIBBLE_ELEMENTWISE void softmax_backward_row(const float* __restrict prow, int64
 
 struct Scratch {
   std::vector<float> q, k_columns, k_rows, v_rows, v_columns, dout, p, p_operand, dp, dk, dv;
-  void size(int64_t S, int64_t hd, bool backward) {
-    const auto n = static_cast<size_t>(S * hd), blk = static_cast<size_t>(kQueryBlock * S);
-    q.resize(n), k_columns.resize(n), v_rows.resize(n), p.resize(blk);
+  void size(int64_t S, int64_t hd, int64_t ld, bool backward) {
+    const auto n = static_cast<size_t>(S * hd), columns = static_cast<size_t>(hd * ld),
+               blk = static_cast<size_t>(kQueryBlock * ld);
+    q.resize(n), k_columns.resize(columns), v_rows.resize(n), p.resize(blk);
     if (backward)
-      k_rows.resize(n), v_columns.resize(n), dout.resize(n), p_operand.resize(blk), dp.resize(blk), dk.resize(n),
-          dv.resize(n);
+      k_rows.resize(n), v_columns.resize(columns), dout.resize(n), p_operand.resize(blk), dp.resize(blk),
+          dk.resize(n), dv.resize(n);
   }
 };
 
 // What forward and backward derive from the shape.
 struct Dims {
   int64_t S, hd, stride, ow, group;
+  // Row stride of the key-indexed buffers (K^T, V^T, P, dP): S rounded up to 16 floats, plus 16, so
+  // that consecutive rows start in different L1 sets. With S a multiple of 1024 floats the rows sit
+  // 4 KiB apart, all in one set, and the products that walk down a column (K^T's and V^T's rows per k;
+  // dS^T and P^T for dK and dV) evict their own lines: at S = 1024 forward took 5 % and backward 8 %
+  // longer on a Zen 2.
+  int64_t ld;
   float scale;  // 1 / sqrt(head_dim)
   bool bf16;
   attention_kernels::Matmul matmul;
@@ -163,6 +173,7 @@ Dims dims_of(const AttentionShape& s) {
           s.qkv_stride(),
           s.out_width(),
           s.heads / s.kv_heads,
+          (s.seq + 15) / 16 * 16 + 16,
           1.0f / std::sqrt(static_cast<float>(s.head_dim)),
           s.bf16_matmuls,
           attention_kernels::active_matmul(),
@@ -178,42 +189,42 @@ Scratch& thread_scratch() {
 }  // namespace
 
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) {
-  const auto [S, hd, stride, ow, group, scale, bf16, matmul, transpose, parallel] = dims_of(s);
+  const auto [S, hd, stride, ow, group, ld, scale, bf16, matmul, transpose, parallel] = dims_of(s);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h) {
       Scratch& w = thread_scratch();
-      w.size(S, hd, false);
+      w.size(S, hd, ld, false);
       const float* base = qkv + b * S * stride;
       gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
-      gather_columns(transpose, base + (s.heads + h / group) * hd, stride, S, hd, bf16, w.k_columns.data());
+      gather_columns(transpose, base + (s.heads + h / group) * hd, stride, S, hd, ld, bf16, w.k_columns.data());
       gather_rows(base + (s.heads + s.kv_heads + h / group) * hd, stride, S, hd, bf16, w.v_rows.data());
       float* stats = softmax_stats + (b * s.heads + h) * S * 2;
       for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
         // P (rounded in place for bf16 products: the forward needs no unrounded copy).
-        causal_probabilities(matmul, w.q.data(), w.k_columns.data(), S, hd, i0, rows, scale, nullptr, stats,
+        causal_probabilities(matmul, w.q.data(), w.k_columns.data(), ld, hd, i0, rows, scale, nullptr, stats,
                              w.p.data(), bf16 ? w.p.data() : nullptr);
         // O[i0 : i0 + rows] = P V: every row runs over the block's keys (zeros past its diagonal).
-        matmul(rows, hd, keys, w.p.data(), S, 1, w.v_rows.data(), hd, out + (b * S + i0) * ow + h * hd, ow, false);
+        matmul(rows, hd, keys, w.p.data(), ld, 1, w.v_rows.data(), hd, out + (b * S + i0) * ow + h * hd, ow, false);
       }
     }
 }
 
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                         float* dqkv) {
-  const auto [S, hd, stride, ow, group, scale, bf16, matmul, transpose, parallel] = dims_of(s);
+  const auto [S, hd, stride, ow, group, ld, scale, bf16, matmul, transpose, parallel] = dims_of(s);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t g = 0; g < s.kv_heads; ++g) {
       Scratch& w = thread_scratch();
-      w.size(S, hd, true);
+      w.size(S, hd, ld, true);
       const float* base = qkv + b * S * stride;
       float* dbase = dqkv + b * S * stride;
       const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
       gather_rows(base + kcol, stride, S, hd, bf16, w.k_rows.data());
-      transpose(w.k_rows.data(), hd, S, hd, w.k_columns.data(), S);  // from the copy: qkv is read once
-      gather_columns(transpose, base + vcol, stride, S, hd, bf16, w.v_columns.data());
+      transpose(w.k_rows.data(), hd, S, hd, w.k_columns.data(), ld);  // from the copy: qkv is read once
+      gather_columns(transpose, base + vcol, stride, S, hd, ld, bf16, w.v_columns.data());
       // dK and dV gather in contiguous [S][hd] buffers (L2) and go to dqkv's strided rows at the end.
       std::fill(w.dk.begin(), w.dk.begin() + S * hd, 0.0f);
       std::fill(w.dv.begin(), w.dv.begin() + S * hd, 0.0f);
@@ -223,25 +234,18 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
         const float* stats = softmax_stats + (b * s.heads + h) * S * 2;
         for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
           const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
-          causal_probabilities(matmul, w.q.data(), w.k_columns.data(), S, hd, i0, rows, scale, stats, nullptr,
+          causal_probabilities(matmul, w.q.data(), w.k_columns.data(), ld, hd, i0, rows, scale, stats, nullptr,
                                w.p.data(), bf16 ? w.p_operand.data() : nullptr);
           // dP = dO V^T for the block, then dS = P (dP - rowsum(P dP)) scale in place of dP.
-          matmul(rows, keys, hd, w.dout.data() + i0 * hd, hd, 1, w.v_columns.data(), S, w.dp.data(), S, false);
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t n = i0 + r + 1;
-            const float* prow = w.p.data() + r * S;
-            float* row = w.dp.data() + r * S;
-            // rowsum(P dP) here, in the baseline build: a clone with FMA could contract it.
-            float pdp = 0;
-            for (int64_t j = 0; j < n; ++j) pdp += prow[j] * row[j];
-            softmax_backward_row(prow, n, keys, pdp, scale, bf16, row);
-          }
+          matmul(rows, keys, hd, w.dout.data() + i0 * hd, hd, 1, w.v_columns.data(), ld, w.dp.data(), ld, false);
+          for (int64_t r = 0; r < rows; ++r)
+            softmax_backward_row(w.p.data() + r * ld, i0 + r + 1, keys, scale, bf16, w.dp.data() + r * ld);
           const float* p = bf16 ? w.p_operand.data() : w.p.data();
           const float* ds = w.dp.data();
           // dQ[i0 : i0 + rows] = dS K;  dK[0 : keys] += dS^T Q[i0 : i0 + rows];  dV[0 : keys] += P^T dO.
-          matmul(rows, hd, keys, ds, S, 1, w.k_rows.data(), hd, dbase + i0 * stride + h * hd, stride, false);
-          matmul(keys, hd, rows, ds, 1, S, w.q.data() + i0 * hd, hd, w.dk.data(), hd, true);
-          matmul(keys, hd, rows, p, 1, S, w.dout.data() + i0 * hd, hd, w.dv.data(), hd, true);
+          matmul(rows, hd, keys, ds, ld, 1, w.k_rows.data(), hd, dbase + i0 * stride + h * hd, stride, false);
+          matmul(keys, hd, rows, ds, 1, ld, w.q.data() + i0 * hd, hd, w.dk.data(), hd, true);
+          matmul(keys, hd, rows, p, 1, ld, w.dout.data() + i0 * hd, hd, w.dv.data(), hd, true);
         }
       }
       for (int64_t t = 0; t < S; ++t) {

@@ -40,7 +40,7 @@ NIBBLE_HD float nb_log(float x) {
 }
 
 // Sum of term(c) over c < width in 16 interleaved partial sums (lane c % 16), folded in a fixed tree:
-// kernels/cpu/rmsnorm.cpp's lane_sum.
+// kernels/cpu/lane_sum.h (RMSNorm, cross-entropy, the attention row sums).
 template <class Term>
 NIBBLE_HD float lane_sum16(int64_t width, Term term) {
   float lanes[16] = {};
@@ -206,8 +206,7 @@ NIBBLE_HD void attention_forward_row(const AttentionShape& s, const float* qkv, 
   const auto score = [&](int64_t j) { return nb_mul(attention_dot(q, base + j * stride + kcol, hd, s.bf16_matmuls), scale); };
   float maxv = -INFINITY;
   for (int64_t j = 0; j <= t; ++j) maxv = dm::max_f(maxv, score(j));
-  float sum = 0.0f;
-  for (int64_t j = 0; j <= t; ++j) sum = nb_add(sum, nb_exp(nb_sub(score(j), maxv)));
+  const float sum = lane_sum16(t + 1, [&](int64_t j) { return nb_exp(nb_sub(score(j), maxv)); });
   float* st = stats + row * 2;
   st[0] = maxv;
   st[1] = nb_div(1.0f, sum);
@@ -235,8 +234,7 @@ NIBBLE_HD void attention_backward_query_row(const AttentionShape& s, const float
   const auto p_of = [&](int64_t j) {
     return attention_probability(nb_mul(attention_dot(q, base + j * stride + kcol, hd, bf), scale), st);
   };
-  float d = 0.0f;
-  for (int64_t j = 0; j <= t; ++j) d = nb_add(d, nb_mul(p_of(j), attention_dot(dO, base + j * stride + vcol, hd, bf)));
+  const float d = lane_sum16(t + 1, [&](int64_t j) { return nb_mul(p_of(j), attention_dot(dO, base + j * stride + vcol, hd, bf)); });
   row_dot[row] = d;
   float* dq = dqkv + (b * S + t) * stride + h * hd;
   for (int64_t i = 0; i < hd; ++i) dq[i] = 0.0f;
