@@ -5,7 +5,13 @@
 // the exact block dot product for 16 columns; then cvt -> *sB -> fma(sA) into FP32. Per 16-block
 // that is 4 vpdpbusd to 3 float ops on the same two vector ports, which bounds this kernel at 4/7
 // of the pure vpdpbusd peak; the 32-element MX blocks amortise the epilogue over 8.
+#ifdef NIBBLE_EMULATED_INTRINSICS
+// tests/emulated/: a software model of the intrinsics below, so that this file's panel indexing,
+// row groups and scale epilogues are tested on CPUs without AVX-512 too.
+#include NIBBLE_EMULATED_INTRINSICS
+#else
 #include <immintrin.h>
+#endif
 
 #include "kernels/cpu/gemm_kernels.h"
 
