@@ -15,7 +15,13 @@
 // float, is multiplied by sA*sB (both exact products, see gemm_kernels.h) and added to the FP32
 // accumulator with one rounding, blocks in K order. So this kernel is bitwise identical to the
 // AVX-512 and scalar kernels, whatever the thread count.
+#ifdef NIBBLE_EMULATED_INTRINSICS
+// tests/emulated/: a software model of the tile, AVX-512 and SSE intrinsics below, so that this
+// file's packers, tile configuration, pipeline and epilogues are tested on CPUs without AMX too.
+#include NIBBLE_EMULATED_INTRINSICS
+#else
 #include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <cstring>
