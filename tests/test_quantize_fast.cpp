@@ -2,6 +2,7 @@
 // ISA variant this machine runs (scalar, AVX2, AVX-512) with 1 and 2 threads, on fresh random
 // tensors of many shapes, scales and distributions, every format and option, stochastic rounding
 // included (same Philox stream), plus the error paths (same messages, same first bad index).
+// Built a second time as test_quantize_avx512_emulated (see variants()).
 //
 // The random seed changes every run and is printed on failure; set NIBBLE_TEST_SEED to replay.
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include "format/quantize.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/quantize_kernels.h"
 
 using namespace nibble;
 using cpu::Isa;
@@ -41,11 +43,21 @@ std::string seed_note() { return "random seed " + std::to_string(test_seed()) + 
 struct Variant {
   Isa isa;
   int threads;
-  std::string name() const { return std::string(cpu::to_string(isa)) + "/" + std::to_string(threads) + "t"; }
+  bool emulated_avx512 = false;  // the AVX-512 kernels on the software model (see variants())
+  std::string name() const {
+    return std::string(emulated_avx512 ? "avx512 (emulated)" : cpu::to_string(isa)) + "/" + std::to_string(threads) + "t";
+  }
 };
 
 std::vector<Variant> variants() {
   std::vector<Variant> v;
+#ifdef NIBBLE_EMULATED_INTRINSICS
+  // test_quantize_avx512_emulated: this same file built with quantize_avx512.cpp compiled against a
+  // software model of its intrinsics (tests/emulated/avx512_quantize_intrinsics.h), so the AVX-512
+  // kernels meet every test here on CPUs without AVX-512 too. They are its only variant.
+  for (int t : {1, 2}) v.push_back({Isa::scalar, t, true});
+  return v;
+#endif
   for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
     if (isa <= cpu::detected_isa())
       for (int t : {1, 2}) v.push_back({isa, t});
@@ -56,9 +68,11 @@ std::vector<Variant> variants() {
 struct UseVariant {
   explicit UseVariant(const Variant& v) {
     cpu::set_isa_limit(v.isa);
+    if (v.emulated_avx512) cpu::kernels::set_kernels_override_for_tests(&cpu::kernels::avx512_kernels());
     omp_set_num_threads(v.threads);
   }
   ~UseVariant() {
+    cpu::kernels::set_kernels_override_for_tests(nullptr);
     cpu::set_isa_limit(Isa::avx512);
     omp_set_num_threads(2);
   }

@@ -1,6 +1,6 @@
 // A software model of what gemm_amx.cpp uses: the AMX-TILE/AMX-INT8 intrinsics, its AVX-512 epilogue
-// (avx512_vnni_intrinsics.h plus the aligned loads and stores) and the SSE/SSSE3 of its panel packers
-// (e2m1_nibbles_sse.inc), for test_gemm_amx_emulated. Per the Intel SDM:
+// (avx512_vnni_intrinsics.h) and the SSE/SSSE3 of its panel packers (sse_intrinsics.h), for
+// test_gemm_amx_emulated. Per the Intel SDM:
 //  * LDTILECFG (palette 1): byte 0 palette, bytes 16..47 colsb[16] (uint16), bytes 48..63 rows[16];
 //    TILERELEASE returns every tile to the init state.
 //  * TILELOADD/TILESTORED move rows[t] rows of colsb[t] bytes, `stride` bytes apart; TILEZERO zeroes.
@@ -12,54 +12,8 @@
 #include <cstring>
 
 #include "avx512_vnni_intrinsics.h"
+#include "sse_intrinsics.h"
 
-inline __m512 _mm512_load_ps(const float* p) { return _mm512_loadu_ps(p); }
-inline void _mm512_store_ps(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-inline __m512i _mm512_load_si512(const void* p) { return _mm512_loadu_si512(p); }
-
-// ---- SSE / SSSE3 ----
-struct __m128i {
-  uint8_t b[16];
-};
-inline __m128i _mm_setzero_si128() { return {}; }
-inline __m128i _mm_loadu_si128(const __m128i* p) {
-  __m128i r;
-  std::memcpy(r.b, p, 16);
-  return r;
-}
-inline void _mm_storeu_si128(__m128i* p, __m128i v) { std::memcpy(p, v.b, 16); }
-inline void _mm_store_si128(__m128i* p, __m128i v) { std::memcpy(p, v.b, 16); }
-inline __m128i _mm_loadl_epi64(const __m128i* p) {
-  __m128i r{};
-  std::memcpy(r.b, p, 8);
-  return r;
-}
-inline __m128i _mm_set1_epi8(char v) {
-  __m128i r;
-  std::memset(r.b, static_cast<uint8_t>(v), 16);
-  return r;
-}
-inline __m128i _mm_and_si128(__m128i a, __m128i b) {
-  for (int i = 0; i < 16; ++i) a.b[i] &= b.b[i];
-  return a;
-}
-inline __m128i _mm_srli_epi16(__m128i a, int n) {
-  for (int i = 0; i < 16; i += 2) {
-    const uint16_t w = static_cast<uint16_t>((a.b[i] | a.b[i + 1] << 8) >> n);
-    a.b[i] = static_cast<uint8_t>(w), a.b[i + 1] = static_cast<uint8_t>(w >> 8);
-  }
-  return a;
-}
-inline __m128i _mm_unpacklo_epi8(__m128i a, __m128i b) {
-  __m128i r;
-  for (int i = 0; i < 8; ++i) r.b[2 * i] = a.b[i], r.b[2 * i + 1] = b.b[i];
-  return r;
-}
-inline __m128i _mm_shuffle_epi8(__m128i table, __m128i idx) {  // PSHUFB
-  __m128i r;
-  for (int i = 0; i < 16; ++i) r.b[i] = idx.b[i] & 0x80 ? 0 : table.b[idx.b[i] & 15];
-  return r;
-}
 
 // ---- AMX ----
 namespace emulated_amx {

@@ -26,6 +26,10 @@ inline __m512i _mm512_loadu_si512(const void* p) {
   std::memcpy(r.i, p, sizeof r.i);
   return r;
 }
+// The aligned forms: alignment is not modelled.
+inline __m512 _mm512_load_ps(const float* p) { return _mm512_loadu_ps(p); }
+inline void _mm512_store_ps(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline __m512i _mm512_load_si512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i _mm512_dpbusd_epi32(__m512i src, __m512i a, __m512i b) {
   uint8_t ua[64], sb_bytes[64];
   std::memcpy(ua, a.i, 64);

@@ -26,7 +26,10 @@ namespace {
 
 using kernels::Kernels;
 
+std::atomic<const Kernels*> kernels_override{nullptr};
+
 const Kernels& active_kernels() {
+  if (const Kernels* k = kernels_override.load(std::memory_order_relaxed)) return *k;
   switch (active_isa()) {
     case Isa::amx:         // no AMX quantizer: the tile unit only multiplies
     case Isa::avx512bf16:  // nor a BF16 one: vdpbf16ps only multiplies
@@ -371,6 +374,10 @@ QuantizedTensor transpose_tiles_fast(const QuantizedTensor& q) {
 }
 
 }  // namespace
+
+namespace kernels {
+void set_kernels_override_for_tests(const Kernels* k) { kernels_override.store(k, std::memory_order_relaxed); }
+}  // namespace kernels
 
 QuantizedTensor quantize(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
   QuantizedTensor q;

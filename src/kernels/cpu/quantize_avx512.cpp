@@ -6,7 +6,13 @@
 // intrinsic headers once an optimize pragma is active (GCC bug 105593); the warning is noise.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#ifdef NIBBLE_EMULATED_INTRINSICS
+// tests/emulated/: a software model of the intrinsics below, so that these kernels are checked
+// against the reference on CPUs without AVX-512 too.
+#include NIBBLE_EMULATED_INTRINSICS
+#else
 #include <immintrin.h>
+#endif
 
 #include <bit>
 #include <cstdint>

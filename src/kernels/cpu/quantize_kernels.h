@@ -95,5 +95,9 @@ struct Kernels {
 const Kernels& scalar_kernels();
 const Kernels& avx2_kernels();
 const Kernels& avx512_kernels();
+// Tests only: quantize, dequantize and the transposes use `k` instead of the cpuid choice until this
+// is called again with null. tests/emulated runs the AVX-512 kernels, compiled against a software
+// model of their intrinsics, through the whole quantize path this way on CPUs without AVX-512.
+void set_kernels_override_for_tests(const Kernels* k);
 
 }  // namespace nibble::cpu::kernels
