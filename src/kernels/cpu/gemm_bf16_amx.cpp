@@ -11,8 +11,15 @@
 // pairwise nor fused scalar models on Sapphire Rapids), so this path is tested against the FP64
 // reference with the FP32-accumulation bound, not bitwise. Its order is fixed by the packing and the
 // driver's K chunks, never by the thread, so results are bitwise identical for any thread count.
+#ifdef NIBBLE_EMULATED_INTRINSICS
+// tests/emulated/: a software model of the tile, AVX-512 and SSE intrinsics below, so that this
+// file's packers and tile walk are tested on CPUs without AMX too.
+#include NIBBLE_EMULATED_INTRINSICS
+#else
 #include <immintrin.h>
+#endif
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -73,11 +80,11 @@ void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* 
 inline __m512i pair_rows(__m512 k0, __m512 k1) {
   const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                               21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(k1, k0)));
+  return _mm512_permutexvar_epi16(interleave, std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(k1, k0)));
 }
 
 // 32 consecutive k of one row (16 floats each half) -> 16 dwords of consecutive k pairs.
-inline __m512i pair_row(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
+inline __m512i pair_row(__m512 lo, __m512 hi) { return std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
 
 inline __m512 load16(const float* p, int64_t valid) {
   if (valid >= 16) return _mm512_loadu_ps(p);
