@@ -15,26 +15,12 @@
 
 #include "format/codecs.h"
 #include "kernels/cpu/gemm_kernels.h"
-#include "kernels/cpu/quantize.h"
+#include "spread_inputs.h"
 
 namespace nibble::cpu::gemm_detail {
 namespace {
 
-QuantizedTensor quantized(Format format, int64_t rows, int64_t cols, uint64_t seed, bool tile_16x16) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::uniform_real_distribution<float> octave(-8.0f, 8.0f);
-  std::vector<float> x(static_cast<size_t>(rows * cols));
-  float magnitude = 1.0f;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (i % 16 == 0) magnitude = std::exp2(octave(rng));  // block scales over a wide range
-    x[i] = normal(rng) * magnitude;
-  }
-  QuantOptions opt;
-  opt.format = format;
-  opt.tile_16x16 = tile_16x16;
-  return cpu::quantize(x, rows, cols, opt);
-}
+using emulated_tests::quantized;
 
 int doubled_code(const QuantizedTensor& q, int64_t r, int64_t k) {
   const uint8_t byte = q.codes[r * (q.cols / 2) + k / 2];

@@ -13,31 +13,13 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_kernels.h"
-#include "kernels/cpu/quantize.h"
+#include "spread_inputs.h"
 
 namespace nibble::cpu::gemm_detail {
 namespace {
 
-// Values spread over many binades per 16-block, so the block scales cover a wide E4M3 / E8M0 range.
-std::vector<float> spread_values(int64_t rows, int64_t cols, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::uniform_real_distribution<float> octave(-8.0f, 8.0f);
-  std::vector<float> x(static_cast<size_t>(rows * cols));
-  float magnitude = 1.0f;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (i % 16 == 0) magnitude = std::exp2(octave(rng));
-    x[i] = normal(rng) * magnitude;
-  }
-  return x;
-}
-
-QuantizedTensor quantized(Format format, int64_t rows, int64_t cols, uint64_t seed, bool tile_16x16 = false) {
-  QuantOptions opt;
-  opt.format = format;
-  opt.tile_16x16 = tile_16x16;
-  return cpu::quantize(spread_values(rows, cols, seed), rows, cols, opt);
-}
+using emulated_tests::quantized;
+using emulated_tests::spread_values;
 
 // Runs `want` and `got` over the packed panels in chunks of `chunk` units (the driver's walk: the first
 // call overwrites, the later ones accumulate) and compares the 8 x 32 results bit for bit.

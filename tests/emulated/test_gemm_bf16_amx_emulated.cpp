@@ -15,23 +15,13 @@
 
 #include "format/codecs.h"
 #include "kernels/cpu/gemm_kernels.h"
-#include "kernels/cpu/quantize.h"
+#include "spread_inputs.h"
 
 namespace nibble::cpu::gemm_detail {
 namespace {
 
-std::vector<float> spread_values(int64_t rows, int64_t cols, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::uniform_real_distribution<float> octave(-8.0f, 8.0f);
-  std::vector<float> x(static_cast<size_t>(rows * cols));
-  float magnitude = 1.0f;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (i % 16 == 0) magnitude = std::exp2(octave(rng));
-    x[i] = normal(rng) * magnitude;
-  }
-  return x;
-}
+using emulated_tests::quantized;
+using emulated_tests::spread_values;
 
 // BF16 round to nearest even of an FP32 value, subnormal inputs as zeros (vcvtne2ps2bf16).
 float bf16_daz(float x) {
@@ -80,10 +70,7 @@ TEST(AmxBf16Emulated, E2m1PanelsHoldEachValueTimesItsBlockScale) {
   uint64_t seed = 300;
   for (const Format format : {Format::nvfp4, Format::mxfp4})
     for (const auto& [a_rows, b_rows, K] : {std::tuple{32, 32, 64}, std::tuple{19, 27, 160}, std::tuple{32, 5, 32}}) {
-      QuantOptions opt;
-      opt.format = format;
-      const QuantizedTensor qa = cpu::quantize(spread_values(a_rows, K, seed++), a_rows, K, opt);
-      const QuantizedTensor qb = cpu::quantize(spread_values(b_rows, K, seed++), b_rows, K, opt);
+      const QuantizedTensor qa = quantized(format, a_rows, K, seed++), qb = quantized(format, b_rows, K, seed++);
       const auto value_of = [](const QuantizedTensor& q) {
         return [&q](int64_t r, int64_t k) {
           if (r >= q.rows || k >= q.cols) return 0.0f;
@@ -136,10 +123,7 @@ TEST(AmxBf16Emulated, Fp8PanelsHoldTheExactValues) {
   uint64_t seed = 500;
   for (const Format format : {Format::fp8_e4m3, Format::fp8_e5m2}) {
     const int64_t a_rows = 30, b_rows = 17, K = 70;
-    QuantOptions opt;
-    opt.format = format;
-    const QuantizedTensor qa = cpu::quantize(spread_values(a_rows, K, seed++), a_rows, K, opt);
-    const QuantizedTensor qb = cpu::quantize(spread_values(b_rows, K, seed++), b_rows, K, opt);
+    const QuantizedTensor qa = quantized(format, a_rows, K, seed++), qb = quantized(format, b_rows, K, seed++);
     const auto value_of = [](const QuantizedTensor& q) {
       return [&q](int64_t r, int64_t k) {
         if (r >= q.rows || k >= q.cols) return 0.0f;
