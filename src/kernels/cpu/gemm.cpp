@@ -170,7 +170,7 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
   if (family == Family::int8_blocks && isa == Isa::avx2)  // A biased, B signed (gemm_kernels.h)
     return {kMr, kNr, block_len, int8_biased_block_bytes(block_len, kMr), int8_signed_block_bytes(block_len, kNr),
             kChunkK / block_len, &pack_int8_biased_a_panel_simd, &pack_int8_signed_b_panel_simd,
-            int8_micro_kernel_avx2(block_len), Plan::Tiles::none};
+            int8_micro_kernel_avx2(block_len, tile_uniform(b)), Plan::Tiles::none};
   if (family == Family::int8_blocks) {  // A signed, B biased
     MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b))
                                            : int8_micro_kernel_scalar(block_len);

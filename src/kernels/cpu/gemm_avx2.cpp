@@ -18,9 +18,13 @@ namespace {
 // Each broadcast of A feeds Vecs products and the init sums are one vector per block for all rows:
 // 4 x 2 ran ~10 % faster than 4 x 1 passes over the A-signed layout, where each row broadcast its
 // init sum (Zen 2, an L1-resident micro-benchmark; the tile's ops per row are otherwise the same).
-template <int64_t Groups, int Rows, int Vecs>
+// UniformB: B is 16x16-tiled NVFP4 (the weights in fprop and dgrad), so the pass's 16 columns share
+// one scale per block: sA * sB is formed for the pass's rows at once and each row's epilogue is
+// cvt + fma, without the per-vector multiply (the same exact product as below, the same bits).
+template <int64_t Groups, int Rows, int Vecs, bool UniformB>
 inline void int8_pass_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float* acc, bool first, int r0,
                            int n0) {
+  static_assert(!UniformB || (Groups == 4 && Rows == 4 && Vecs == 2), "uniform B: NVFP4, 4 rows x 16 columns");
   constexpr int64_t block_len = Groups * 4;
   constexpr int64_t a_stride = int8_biased_block_bytes(block_len, kMr);
   constexpr int64_t b_stride = int8_signed_block_bytes(block_len, kNr);
@@ -42,6 +46,8 @@ inline void int8_pass_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks,
     const float* sa = reinterpret_cast<const float*>(a + block_len * kMr);
     const int32_t* init = reinterpret_cast<const int32_t*>(b + block_len * kNr);
     const float* sb = reinterpret_cast<const float*>(b + block_len * kNr + 4 * kNr);
+    alignas(16) float s[Rows];  // UniformB: sA * sB of each row
+    if constexpr (UniformB) _mm_store_ps(s, _mm_mul_ps(_mm_loadu_ps(sa + r0), _mm_set1_ps(sb[n0])));
 #pragma GCC unroll 8
     for (int m = r0; m < r0 + Rows; ++m) {
       // The group products of each vector summed in int16 as they come (at most 4608).
@@ -56,11 +62,15 @@ inline void int8_pass_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks,
           part[h] = g == 0 ? p : _mm256_add_epi16(part[h], p);
         }
       }
-      const __m256 sam = _mm256_set1_ps(sa[m]);
+      const __m256 sam = _mm256_set1_ps(UniformB ? s[m - r0] : sa[m]);
 #pragma GCC unroll 4
       for (int h = 0; h < Vecs; ++h) {
         const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(part[h], ones),
                                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + n0 + 8 * h)));
+        if constexpr (UniformB) {
+          c[m - r0][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sam, c[m - r0][h]);
+          continue;
+        }
         const __m256 sbv = _mm256_loadu_ps(sb + n0 + 8 * h);
         if constexpr (kScaleProductExact) {
           // sa * sb is exact, and so is dot * sa * sb: one rounding as below, one multiply less on
@@ -80,10 +90,10 @@ inline void int8_pass_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks,
     for (int h = 0; h < Vecs; ++h) _mm256_storeu_ps(acc + (r0 + m) * kNr + n0 + 8 * h, c[m][h]);
 }
 
-template <int64_t Groups>
+template <int64_t Groups, bool UniformB>
 void int8_blocks_avx2(const uint8_t* pa, const uint8_t* pb, int64_t blocks, float* acc, bool first) {
   for (int n0 = 0; n0 < kNr; n0 += 16)
-    for (int r0 = 0; r0 < kMr; r0 += 4) int8_pass_avx2<Groups, 4, 2>(pa, pb, blocks, acc, first, r0, n0);
+    for (int r0 = 0; r0 < kMr; r0 += 4) int8_pass_avx2<Groups, 4, 2, UniformB>(pa, pb, blocks, acc, first, r0, n0);
 }
 
 // One pass over the k chunk for Rows rows x 8*Vecs columns of the 8 x 32 tile, starting at (r0, n0).
@@ -266,8 +276,9 @@ void pack_f32_bf16_rounded_b_panel_avx2(const F32Operand& x, int64_t row0, uint8
   pack_f32_operand_panel<kNr, true>(x, row0, dst);
 }
 
-MicroKernel int8_micro_kernel_avx2(int64_t block_len) {
-  return block_len == 32 ? &int8_blocks_avx2<8> : &int8_blocks_avx2<4>;
+MicroKernel int8_micro_kernel_avx2(int64_t block_len, bool b_uniform) {
+  if (block_len == 32) return &int8_blocks_avx2<8, false>;
+  return b_uniform ? &int8_blocks_avx2<4, true> : &int8_blocks_avx2<4, false>;
 }
 MicroKernel f32_micro_kernel_avx2() { return &f32_avx2; }
 

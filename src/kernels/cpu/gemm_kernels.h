@@ -89,8 +89,8 @@ using MicroKernel = void (*)(const uint8_t* packed_a, const uint8_t* packed_b, i
 
 // Micro-kernels for the int8 family take `units` = blocks; block_len 16 or 32.
 MicroKernel int8_micro_kernel_scalar(int64_t block_len);
-MicroKernel int8_micro_kernel_avx2(int64_t block_len);
 // b_uniform: B is 16x16-tiled, so each 16-column half of a panel has one scale per block.
+MicroKernel int8_micro_kernel_avx2(int64_t block_len, bool b_uniform);
 MicroKernel int8_micro_kernel_avx512(int64_t block_len, bool b_uniform);
 // AMX: acc is 16x16 floats (stride 16, 64-byte aligned) and `first` only decides whether acc is
 // read. a_uniform / b_uniform: all 16 rows of each A block (columns of each B block) of a panel
