@@ -56,11 +56,11 @@ std::vector<Variant> variants() {
   // software model of its intrinsics (tests/emulated/avx512_quantize_intrinsics.h), so the AVX-512
   // kernels meet every test here on CPUs without AVX-512 too. They are its only variant.
   for (int t : {1, 2}) v.push_back({Isa::scalar, t, true});
-  return v;
-#endif
+#else
   for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
     if (isa <= cpu::detected_isa())
       for (int t : {1, 2}) v.push_back({isa, t});
+#endif
   return v;
 }
 

@@ -415,7 +415,7 @@ int run_speed(const BenchTrainOptions& o) {
   // Once more at the end, so a peak that fell in a slow moment of a shared machine at the start
   // (this happens: one run measured the BF16 kernel at half the FP32 kernel it is built on) does not
   // decide the ideal step.
-  for (const auto& [q, best] : peaks.best) peaks.measure(q);
+  for (const auto& entry : peaks.best) peaks.measure(entry.first);
   fmt::print("\nMFU(fp32): training FLOPs (6N + 12 L d T per token) per second over the FP32 GEMM peak;\n"
              "MFU(own): over the peak of the GEMM precision the recipe's forward uses.\n"
              "ideal: the step if every GEMM ran at the measured 1024^3 peak of its precision (the recipe's own kernel for\n"

@@ -171,13 +171,12 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
     return {kMr, kNr, block_len, int8_biased_block_bytes(block_len, kMr), int8_signed_block_bytes(block_len, kNr),
             kChunkK / block_len, &pack_int8_biased_a_panel_simd, &pack_int8_signed_b_panel_simd,
             int8_micro_kernel_avx2(block_len, tile_uniform(b)), Plan::Tiles::none};
-  if (family == Family::int8_blocks) {  // A signed, B biased
-    MicroKernel micro = isa >= Isa::avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b))
-                                           : int8_micro_kernel_scalar(block_len);
-    const bool simd_packing = isa >= Isa::avx512;
+  if (family == Family::int8_blocks) {  // A signed, B biased: the AVX-512 kernel, else the scalar one
+    const bool avx512 = isa >= Isa::avx512;
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
-            simd_packing ? &pack_int8_a_panel_simd : &pack_int8_a_panel,
-            simd_packing ? &pack_int8_b_panel_simd : &pack_int8_b_panel, micro, Plan::Tiles::none};
+            avx512 ? &pack_int8_a_panel_simd : &pack_int8_a_panel, avx512 ? &pack_int8_b_panel_simd : &pack_int8_b_panel,
+            avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b)) : int8_micro_kernel_scalar(block_len),
+            Plan::Tiles::none};
   }
   return f32_plan(isa, &pack_f32_a_panel, &pack_f32_b_panel);
 }
