@@ -10,7 +10,7 @@
 #include <string>
 
 #include "format/quantized_tensor.h"
-#include "train/checkpoint.h"
+#include "run/checkpoint.h"
 
 namespace {
 namespace fs = std::filesystem;

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "format/quantized_tensor.h"
-#include "train/config.h"
+#include "run/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nibble::train::RunConfig config;

@@ -4,7 +4,7 @@
 #include <span>
 
 #include "format/quantized_tensor.h"
-#include "train/shards.h"
+#include "data/shards.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nibble::train::TokenShard shard;

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "train/data.h"
+#include "data/data.h"
 
 namespace cli_test {
 

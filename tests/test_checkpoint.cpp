@@ -7,8 +7,8 @@
 
 #include "format/quantized_tensor.h"
 #include "io/safetensors.h"
-#include "train/checkpoint.h"
-#include "train/data.h"
+#include "run/checkpoint.h"
+#include "data/data.h"
 #include "train/trainer.h"
 
 using namespace nibble;

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "format/quantized_tensor.h"
-#include "train/config.h"
+#include "run/config.h"
 
 using namespace nibble;
 using namespace nibble::train;

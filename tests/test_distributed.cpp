@@ -18,7 +18,7 @@
 
 #include "sum_order_inputs.h"
 #include "format/quantized_tensor.h"
-#include "train/data.h"
+#include "data/data.h"
 #include "train/distributed.h"
 
 namespace fs = std::filesystem;

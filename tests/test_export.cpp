@@ -15,10 +15,10 @@
 #include "format/quantize.h"
 #include "io/safetensors.h"
 #include "cli_test_support.h"
-#include "train/data.h"
-#include "train/export.h"
-#include "train/run.h"
-#include "train/shards.h"
+#include "data/data.h"
+#include "export/export.h"
+#include "run/run.h"
+#include "data/shards.h"
 
 namespace fs = std::filesystem;
 using namespace nibble;

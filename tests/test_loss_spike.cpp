@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "train/loss_spike.h"
+#include "run/loss_spike.h"
 
 using nibble::train::LossSpikeDetector;
 using Event = LossSpikeDetector::Event;

@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "format/quantized_tensor.h"
-#include "train/data.h"
-#include "train/shards.h"
+#include "data/data.h"
+#include "data/shards.h"
 
 using namespace nibble;
 using namespace nibble::train;

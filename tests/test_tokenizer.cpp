@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "format/quantized_tensor.h"
-#include "train/data.h"
-#include "train/tokenizer.h"
+#include "data/data.h"
+#include "data/tokenizer.h"
 
 using namespace nibble;
 using namespace nibble::train;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/transformer.h"
-#include "train/data.h"
+#include "data/data.h"
 #include "train/experiment.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"

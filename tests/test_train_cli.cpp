@@ -23,10 +23,10 @@
 #include "model/kv_cache.h"
 #include "model/transformer.h"
 #include "cli_test_support.h"
-#include "train/data.h"
-#include "train/generate.h"
-#include "train/metrics.h"
-#include "train/run.h"
+#include "data/data.h"
+#include "run/generate.h"
+#include "run/metrics.h"
+#include "run/run.h"
 
 namespace fs = std::filesystem;
 using namespace nibble;

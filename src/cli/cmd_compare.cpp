@@ -5,7 +5,7 @@
 
 #include "cli/command.h"
 #include "format/quantized_tensor.h"  // UsageError
-#include "train/compare.h"
+#include "run/compare.h"
 
 namespace nibble::cli {
 namespace {

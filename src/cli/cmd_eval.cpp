@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "train/export.h"
-#include "train/run.h"
-#include "train/shards.h"
+#include "export/export.h"
+#include "run/run.h"
+#include "data/shards.h"
 
 namespace nibble::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "train/export.h"
+#include "export/export.h"
 
 namespace nibble::cli {
 namespace {

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "train/generate.h"
-#include "train/run.h"
+#include "run/generate.h"
+#include "run/run.h"
 
 namespace nibble::cli {
 namespace {

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "train/shards.h"
+#include "data/shards.h"
 
 namespace nibble::cli {
 namespace {

@@ -7,9 +7,9 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "train/config.h"
+#include "run/config.h"
 #include "train/distributed.h"
-#include "train/run.h"
+#include "run/run.h"
 
 namespace nibble::cli {
 namespace {

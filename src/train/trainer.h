@@ -8,7 +8,7 @@
 
 #include "model/transformer.h"
 #include "recipe/recipe.h"
-#include "train/data.h"
+#include "data/data.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "train/metrics.h"
+#include "run/metrics.h"
 
 namespace nibble::train {
 

@@ -1,4 +1,4 @@
-#include "train/config.h"
+#include "run/config.h"
 
 #include <fmt/format.h>
 // yaml-cpp 0.7's node headers trip GCC 12's -Wdangling-pointer (a false positive in their
@@ -14,7 +14,7 @@
 #include <functional>
 
 #include "format/quantized_tensor.h"
-#include "train/data.h"
+#include "data/data.h"
 
 namespace nibble::train {
 

@@ -1,4 +1,4 @@
-#include "train/compare.h"
+#include "run/compare.h"
 
 #include <cairo.h>
 #include <fmt/format.h>
@@ -8,8 +8,8 @@
 
 #include "format/quantized_tensor.h"
 #include "io/atomic_file.h"
-#include "train/config.h"
-#include "train/data.h"
+#include "run/config.h"
+#include "data/data.h"
 
 namespace nibble::train {
 

@@ -1,4 +1,4 @@
-#include "train/metrics.h"
+#include "run/metrics.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 #include <fmt/format.h>
 #include <sentencepiece_processor.h>
@@ -10,7 +10,7 @@
 #include "format/quantized_tensor.h"
 #include "io/atomic_file.h"
 #include "io/checksum.h"
-#include "train/data.h"
+#include "data/data.h"
 
 namespace nibble::train {
 

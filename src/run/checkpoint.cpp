@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "run/checkpoint.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

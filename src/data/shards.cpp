@@ -1,4 +1,4 @@
-#include "train/shards.h"
+#include "data/shards.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 #include "format/quantized_tensor.h"
 #include "io/atomic_file.h"
-#include "train/data.h"
+#include "data/data.h"
 
 namespace nibble::train {
 

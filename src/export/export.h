@@ -30,7 +30,7 @@
 
 #include "format/quantized_tensor.h"
 #include "model/transformer.h"
-#include "train/run.h"
+#include "run/run.h"
 
 namespace nibble::train {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace nibble::train {
 

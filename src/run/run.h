@@ -15,10 +15,10 @@
 
 #include "model/transformer.h"
 #include "recipe/recipe.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "run/checkpoint.h"
+#include "run/config.h"
 #include "train/distributed.h"
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace nibble::train {
 

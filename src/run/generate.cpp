@@ -1,4 +1,4 @@
-#include "train/generate.h"
+#include "run/generate.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "train/export.h"
+#include "export/export.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -13,9 +13,9 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "ops/backend.h"
-#include "train/data.h"
-#include "train/metrics.h"
-#include "train/shards.h"
+#include "data/data.h"
+#include "run/metrics.h"
+#include "data/shards.h"
 
 namespace nibble::train {
 

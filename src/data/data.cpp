@@ -1,4 +1,4 @@
-#include "train/data.h"
+#include "data/data.h"
 
 #include <algorithm>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "train/run.h"
+#include "run/run.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -15,12 +15,12 @@
 #include "io/atomic_file.h"
 #include "io/directory_lock.h"
 #include "ops/backend.h"
-#include "train/checkpoint.h"
-#include "train/data.h"
+#include "run/checkpoint.h"
+#include "data/data.h"
 #include "train/experiment.h"
-#include "train/loss_spike.h"
-#include "train/metrics.h"
-#include "train/shards.h"
+#include "run/loss_spike.h"
+#include "run/metrics.h"
+#include "data/shards.h"
 #include "train/trainer.h"
 
 namespace nibble::train {

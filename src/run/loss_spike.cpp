@@ -1,4 +1,4 @@
-#include "train/loss_spike.h"
+#include "run/loss_spike.h"
 
 #include <algorithm>
 #include <cmath>
