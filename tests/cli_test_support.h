@@ -17,10 +17,10 @@ struct Result {
   std::string output;
 };
 
-// `nibble ARGS` with stdout and stderr together; `env` is prefixed to the shell command line
-// (e.g. "ulimit -v 3000000;" or "NIBBLE_ISA=scalar").
-inline Result run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + std::string(NIBBLE_BINARY_DIR) + "/nibble " + args + " 2>&1";
+// A shell command line with stdout and stderr together; `env` is prefixed to it (e.g.
+// "ulimit -v 3000000;" or "NIBBLE_ISA=scalar").
+inline Result run_program(const std::string& command_line, const std::string& env = "") {
+  const std::string cmd = env + " " + command_line + " 2>&1";
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   char buffer[4096];
@@ -28,6 +28,17 @@ inline Result run(const std::string& args, const std::string& env = "") {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1000;
   return r;
+}
+
+// `nibble ARGS`.
+inline Result run(const std::string& args, const std::string& env = "") {
+  return run_program(std::string(NIBBLE_BINARY_DIR) + "/nibble " + args, env);
+}
+
+// The same through the tests' driver program (support/nibble_with_faults.cpp), which injects the
+// faults `faults` names (--fault NAME=VALUE words) into `nibble train`.
+inline Result run_with_faults(const std::string& faults, const std::string& args, const std::string& env = "") {
+  return run_program(std::string(NIBBLE_BINARY_DIR) + "/nibble_with_faults " + faults + " " + args, env);
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

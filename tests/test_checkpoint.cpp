@@ -17,6 +17,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// save_checkpoint's options: keep the newest `n`, and `also` whatever the rotation.
+CheckpointOptions keep_newest(int64_t n, std::optional<fs::path> also = std::nullopt) {
+  CheckpointOptions options;
+  options.keep = n;
+  options.also_keep = std::move(also);
+  return options;
+}
+
 fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::path(NIBBLE_BINARY_DIR) / "test_checkpoint_tmp" / name;
   fs::remove_all(d);
@@ -102,7 +110,7 @@ TEST(Checkpoint, SaveLoadRoundTripAndHuggingFaceReadable) {
   s.seed = 99;
   s.best_val_loss = 2.5;
   s.best_val_step = 10;
-  const fs::path path = save_checkpoint(run, a, &opt_a, s, 3);
+  const fs::path path = save_checkpoint(run, a, &opt_a, s, keep_newest(3));
   EXPECT_EQ(path, checkpoint_path(run, 12));
   EXPECT_TRUE(fs::exists(path / "config.json"));
 
@@ -129,7 +137,7 @@ TEST(Checkpoint, SaveLoadRoundTripAndHuggingFaceReadable) {
 TEST(Checkpoint, AnotherModelShapeIsRefusedNamingTheTensors) {
   const fs::path run = fresh_dir("mismatch");
   model::Transformer a(tiny_model());
-  save_checkpoint(run, a, nullptr, TrainingState{}, 1);
+  save_checkpoint(run, a, nullptr, TrainingState{}, keep_newest(1));
   auto wider = tiny_model();
   wider.width = 96;
   model::Transformer b(wider);
@@ -168,7 +176,7 @@ TEST(Checkpoint, KeepsTheNewestAndIgnoresCrashLeftovers) {
   for (int64_t step : {10, 20, 30, 40}) {
     TrainingState s;
     s.step = step;
-    save_checkpoint(run, a, nullptr, s, 2);
+    save_checkpoint(run, a, nullptr, s, keep_newest(2));
   }
   const auto all = list_checkpoints(run);
   ASSERT_EQ(all.size(), 2u);
@@ -179,7 +187,7 @@ TEST(Checkpoint, KeepsTheNewestAndIgnoresCrashLeftovers) {
   TrainingState s;
   s.step = 40;
   s.tokens = 777;
-  save_checkpoint(run, a, nullptr, s, 2);
+  save_checkpoint(run, a, nullptr, s, keep_newest(2));
   model::Transformer b(tiny_model());
   EXPECT_EQ(load_checkpoint(*latest_checkpoint(run), b, nullptr).tokens, 777);
 }
@@ -191,7 +199,7 @@ TEST(Checkpoint, RotationSparesTheCheckpointToKeepAlso) {
   for (int64_t step : {10, 20, 30, 40, 50}) {
     TrainingState s;
     s.step = step;
-    save_checkpoint(run, a, nullptr, s, 2, "", checkpoint_path(run, 20));
+    save_checkpoint(run, a, nullptr, s, keep_newest(2, checkpoint_path(run, 20)));
   }
   const auto all = list_checkpoints(run);
   ASSERT_EQ(all.size(), 3u);
@@ -206,7 +214,7 @@ TEST(Checkpoint, AbandonedCheckpointsAreMovedNeverDeleted) {
   for (int64_t step : {10, 20, 30}) {
     TrainingState s;
     s.step = step;
-    save_checkpoint(run, a, nullptr, s, 5);
+    save_checkpoint(run, a, nullptr, s, keep_newest(5));
   }
   const auto moved = abandon_checkpoints_after(run, 10);
   ASSERT_EQ(moved.size(), 2u);
@@ -220,7 +228,7 @@ TEST(Checkpoint, AbandonedCheckpointsAreMovedNeverDeleted) {
   // A second abandoned branch with the same step names: suffixed, the first one kept.
   TrainingState s;
   s.step = 20;
-  save_checkpoint(run, a, nullptr, s, 5);
+  save_checkpoint(run, a, nullptr, s, keep_newest(5));
   const auto again = abandon_checkpoints_after(run, 10);
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].to, abandoned_dir(run) / "step_00000020-2");
@@ -244,7 +252,7 @@ TEST(Checkpoint, ResumedTrainingIsBitwiseTheUninterruptedRun) {
       TrainingState s;
       s.step = 3;
       s.micro_batches = 3;
-      save_checkpoint(run, first.model(), &first.optimizer(), s, 2);
+      save_checkpoint(run, first.model(), &first.optimizer(), s, keep_newest(2));
     }
     Trainer second(config, corpus());
     load_checkpoint(checkpoint_path(run, 3), second.model(), &second.optimizer());

@@ -210,23 +210,19 @@ fs::path work_dir() {
 }
 std::string nibble() { return std::string(NIBBLE_BINARY_DIR) + "/nibble"; }
 
-// `nibble train` on `ranks` processes: one plain process for 1, mpirun for more. `env` (NAME=VALUE
-// words) reaches every rank. A hard timeout turns any hang into a failure instead of a stuck suite.
-Result train_on(int ranks, const fs::path& run_dir, const std::string& overrides, const std::string& env = "") {
+// `nibble train` on `ranks` processes: one plain process for 1, mpirun for more. With `faults`
+// (--fault NAME=VALUE words, tests/support/nibble_with_faults.cpp) the tests' driver program runs
+// instead of nibble, injecting them. A hard timeout turns any hang into a failure instead of a
+// stuck suite.
+Result train_on(int ranks, const fs::path& run_dir, const std::string& overrides, const std::string& faults = "") {
+  const std::string program = faults.empty() ? nibble() : std::string(NIBBLE_BINARY_DIR) + "/nibble_with_faults " + faults;
   const std::string args = " train " + (work_dir() / "tiny.yaml").string() + " run.dir=" + run_dir.string() + " " + overrides;
-  if (ranks == 1) return shell("timeout -k 5 120 env " + env + " " + nibble() + args);
-  std::string forward;
-  for (size_t at = 0; at < env.size();) {
-    const size_t end = std::min(env.find(' ', at), env.size());
-    const std::string word = env.substr(at, end - at);
-    if (!word.empty()) forward += " -x " + word.substr(0, word.find('='));
-    at = end + 1;
-  }
+  if (ranks == 1) return shell("timeout -k 5 120 " + program + args);
   // Each rank one thread: the 2-core test machine runs both ranks at once. Root in containers
   // needs --allow-run-as-root.
-  return shell("timeout -k 5 120 env " + env + " OMP_NUM_THREADS=1 " + std::string(NIBBLE_MPIEXEC) +
+  return shell("timeout -k 5 120 env OMP_NUM_THREADS=1 " + std::string(NIBBLE_MPIEXEC) +
                " --oversubscribe --bind-to none -np " + std::to_string(ranks) + (::geteuid() == 0 ? " --allow-run-as-root" : "") +
-               " -x OMP_NUM_THREADS" + forward + " " + nibble() + args + " threads=1");
+               " -x OMP_NUM_THREADS " + program + args + " threads=1");
 }
 
 std::vector<std::string> loss_curve(const fs::path& run_dir) {
@@ -332,7 +328,7 @@ TEST_F(MpiTrain, RowSplitMatchesOneRankWithinRounding) {
 TEST_F(MpiTrain, ResumeAcrossRankCountsIsBitwise) {
   // 2 ranks stop before step 3 (rank 1 dies: the fault path), 1 rank resumes from step 2 ...
   const fs::path two_then_one = work_dir() / "two-then-one";
-  const Result died = train_on(2, two_then_one, "", "NIBBLE_TEST_RANK_EXIT=1:3");
+  const Result died = train_on(2, two_then_one, "", "--fault rank_exits=1:3");
   EXPECT_NE(died.exit_code, 0) << died.output;
   ASSERT_TRUE(fs::exists(two_then_one / "checkpoints" / "step_00000002" / "state.json")) << died.output;
   const Result resumed1 = train_on(1, two_then_one, "resume=true");
@@ -341,7 +337,7 @@ TEST_F(MpiTrain, ResumeAcrossRankCountsIsBitwise) {
   expect_same_run(two_then_one, one_rank());
   // ... and 1 rank stops before step 5, 2 ranks resume from step 4.
   const fs::path one_then_two = work_dir() / "one-then-two";
-  const Result stopped = train_on(1, one_then_two, "", "NIBBLE_TEST_RANK_EXIT=0:5");
+  const Result stopped = train_on(1, one_then_two, "", "--fault rank_exits=0:5");
   EXPECT_EQ(stopped.exit_code, 17) << stopped.output;
   const Result resumed2 = train_on(2, one_then_two, "resume=true");
   ASSERT_EQ(resumed2.exit_code, 0) << resumed2.output;
@@ -353,7 +349,7 @@ TEST_F(MpiTrain, AStopOnAnyRankNamesTheSameLastGoodCheckpoint) {
   // Rank 1 alone meets non-finite activations in step 5: the message it ends the job with names the
   // step-4 checkpoint rank 0 wrote (it said "none" on rank 1 while rank 0 knew step 4).
   const fs::path run = work_dir() / "rank-fails";
-  const Result r = train_on(2, run, "", "NIBBLE_TEST_RANK_STEP_FAILS=1:5");
+  const Result r = train_on(2, run, "", "--fault rank_step_fails=1:5");
   EXPECT_NE(r.exit_code, 0) << r.output;
   const std::string want = "last good checkpoint: " + (run / "checkpoints" / "step_00000004").string();
   EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
@@ -361,12 +357,12 @@ TEST_F(MpiTrain, AStopOnAnyRankNamesTheSameLastGoodCheckpoint) {
 }
 
 TEST_F(MpiTrain, ALossSpikeFreezesTheSameLastGoodCheckpointOnEveryRank) {
-  // The loss spikes from step 25 on (test hook, on every rank); rank 1 alone fails at step 31. The
+  // The loss spikes from step 25 on (injected, on every rank); rank 1 alone fails at step 31. The
   // message it ends the job with names step 24's checkpoint, the one before the spike, as rank 0's
   // own warning does, not step 30's.
   const fs::path run = work_dir() / "spike-rank-fails";
   const Result r = train_on(2, run, "steps=40 eval.interval=100 checkpoint.keep=2",
-                            "NIBBLE_TEST_LOSS_SPIKE_FROM=25 NIBBLE_TEST_RANK_STEP_FAILS=1:31");
+                            "--fault loss_spike_from=25 --fault rank_step_fails=1:31");
   EXPECT_NE(r.exit_code, 0) << r.output;
   const std::string before_spike = (run / "checkpoints" / "step_00000024").string();
   EXPECT_NE(r.output.find("the last checkpoint before it is " + before_spike), std::string::npos) << r.output;
@@ -378,7 +374,7 @@ TEST_F(MpiTrain, ALossSpikeFreezesTheSameLastGoodCheckpointOnEveryRank) {
 
 TEST_F(MpiTrain, ARankThatDiesStopsTheJobWithItsName) {
   const fs::path run = work_dir() / "rank-dies";
-  const Result r = train_on(2, run, "", "NIBBLE_TEST_RANK_EXIT=1:2");
+  const Result r = train_on(2, run, "", "--fault rank_exits=1:2");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1 exits"), std::string::npos) << r.output;
   // mpirun's own report names the failed process of the job: "Process name: [[JOB,1],1]" (rank 1).

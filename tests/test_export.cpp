@@ -17,7 +17,7 @@
 #include "cli_test_support.h"
 #include "data/data.h"
 #include "export/export.h"
-#include "run/run.h"
+#include "run/open_run.h"
 #include "data/shards.h"
 
 namespace fs = std::filesystem;

@@ -26,6 +26,7 @@
 #include "data/data.h"
 #include "run/generate.h"
 #include "run/metrics.h"
+#include "run/open_run.h"
 #include "run/run.h"
 
 namespace fs = std::filesystem;
@@ -198,7 +199,7 @@ TEST_F(TrainCli, TrainWritesConfigMetricsCheckpointsAndReport) {
 
 TEST_F(TrainCli, KillDuringCheckpointKeepsThePreviousAndResumeIsBitwise) {
   const fs::path dir = work_dir() / "interrupted";
-  const Result killed = run(train(dir), "NIBBLE_TEST_KILL_DURING_CHECKPOINT=8");
+  const Result killed = run_with_faults("--fault kill_during_checkpoint=8", train(dir));
   // popen's shell reports the child's SIGKILL as exit status 128 + 9.
   ASSERT_TRUE(killed.exit_code == -SIGKILL || killed.exit_code == 128 + SIGKILL) << killed.output;
   // The step-8 checkpoint never appeared; step 4 is complete and loadable.
@@ -654,7 +655,10 @@ TEST_F(TrainCli, NonFiniteWeightsInACheckpointAreRefused) {
     // A checkpoint saved with a NaN weight and valid checksums: what the checksums cannot catch.
     auto loaded = train::load_run(dir, std::nullopt);
     loaded.model->params().values()[7] = std::nanf("");
-    train::save_checkpoint(dir, *loaded.model, nullptr, loaded.state, 5, loaded.tokenizer->identity());
+    train::CheckpointOptions options;
+    options.keep = 5;
+    options.tokenizer_identity = loaded.tokenizer->identity();
+    train::save_checkpoint(dir, *loaded.model, nullptr, loaded.state, options);
   }
   const Result eval = run("eval " + dir.string() + " --fp32");
   EXPECT_EQ(eval.exit_code, 2) << eval.output;  // was exit 0 with "loss nan"
@@ -866,12 +870,12 @@ TEST_F(TrainCli, ACheckpointThatIsNotTheRunsOrDoesNotVerifyIsRefusedWithoutDamag
 
 TEST_F(TrainCli, ALossSpikeKeepsTheCheckpointBeforeItAsTheLastGoodOne) {
   // Checkpoints every 2 steps, the newest 2 kept; the loss spikes from step 25 (10 added to it by
-  // the test hook) and is NaN at step 31. The last good checkpoint is step 24's, not the newest
+  // an injected fault) and is NaN at step 31. The last good checkpoint is step 24's, not the newest
   // (30), and rotation kept it although 26, 28 and 30 came after it.
   const std::string options = "steps=40 checkpoint.interval=2 checkpoint.keep=2 eval.interval=100";
   const fs::path dir = work_dir() / "spike";
   const fs::path before_spike = dir / "checkpoints" / "step_00000024";
-  const Result r = run(train(dir, options), "NIBBLE_TEST_LOSS_SPIKE_FROM=25 NIBBLE_TEST_LOSS_NAN_AT=31");
+  const Result r = run_with_faults("--fault loss_spike_from=25 --fault loss_nan_at=31", train(dir, options));
   ASSERT_EQ(r.exit_code, 3) << r.output;
   EXPECT_TRUE(contains(r.output, "warning: loss spike at step 25: ")) << r.output;
   EXPECT_TRUE(contains(r.output, "the last checkpoint before it is " + before_spike.string() + "\n")) << r.output;
@@ -883,7 +887,7 @@ TEST_F(TrainCli, ALossSpikeKeepsTheCheckpointBeforeItAsTheLastGoodOne) {
   EXPECT_EQ(kept, (std::vector<std::string>{"step_00000024", "step_00000028", "step_00000030"}));
   // The step that fails inside the model (non-finite activations) names it too.
   const fs::path failed = work_dir() / "spike-then-fails";
-  const Result f = run(train(failed, options), "NIBBLE_TEST_LOSS_SPIKE_FROM=25 NIBBLE_TEST_RANK_STEP_FAILS=0:31");
+  const Result f = run_with_faults("--fault loss_spike_from=25 --fault rank_step_fails=0:31", train(failed, options));
   ASSERT_EQ(f.exit_code, 3) << f.output;
   EXPECT_TRUE(contains(f.output, "last good checkpoint: " + (failed / "checkpoints" / "step_00000024").string() + "\n"))
       << f.output;

@@ -7,7 +7,7 @@
 
 #include "cli/command.h"
 #include "export/export.h"
-#include "run/run.h"
+#include "run/open_run.h"
 #include "data/shards.h"
 
 namespace nibble::cli {

@@ -5,7 +5,7 @@
 
 #include "cli/command.h"
 #include "run/generate.h"
-#include "run/run.h"
+#include "run/open_run.h"
 
 namespace nibble::cli {
 namespace {

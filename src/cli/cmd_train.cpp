@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "cli/app.h"
 #include "cli/command.h"
 #include "run/config.h"
 #include "train/distributed.h"
@@ -77,7 +78,7 @@ CommandRegistration train_command("train", [](CLI::App& app, int& exit_code) {
         config.resume_checkpoint = o->checkpoint;
         config.resume = true;
       }
-      exit_code = train::run_training(config, stdout, *comm);
+      exit_code = train::run_training(config, stdout, *comm, injected_faults());
     } catch (const std::exception& e) {
       // One rank alone may fail (a missing data directory on one host): end every rank rather than
       // leave the others waiting in a collective. One process reports as every command does.

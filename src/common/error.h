@@ -11,6 +11,13 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Non-finite numbers (NaN, infinity) met where a tensor must be finite, e.g. a quantizer's input. A
+// UsageError for the command that was given such a tensor; inside a training step, the sign that the
+// run diverged, which the run driver reports as such.
+struct NumericalError : UsageError {
+  using UsageError::UsageError;
+};
+
 [[noreturn]] void check_failed(const char* cond, const char* file, int line);
 
 }  // namespace nibble

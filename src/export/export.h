@@ -30,7 +30,7 @@
 
 #include "format/quantized_tensor.h"
 #include "model/transformer.h"
-#include "run/run.h"
+#include "run/open_run.h"
 
 namespace nibble::train {
 

@@ -308,7 +308,7 @@ void validate(std::span<const float> x, int64_t rows, int64_t cols, const QuantO
   if (is_4bit(o.format) && cols % 2 != 0) throw UsageError("4-bit formats need an even number of columns");
   for (size_t i = 0; i < x.size(); ++i)
     if (!std::isfinite(x[i]))
-      throw UsageError("non-finite value " + std::to_string(x[i]) + " at index [" + std::to_string(i / cols) + ", " +
+      throw NumericalError("non-finite value " + std::to_string(x[i]) + " at index [" + std::to_string(i / cols) + ", " +
                        std::to_string(i % cols) + "] (flat " + std::to_string(i) +
                        "): quantization needs finite input; fix the producer of the tensor");
 }

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -263,9 +262,14 @@ std::vector<MovedCheckpoint> abandon_checkpoints_after(const fs::path& run_dir, 
   return moves;
 }
 
+std::string checkpoint_names(const std::vector<fs::path>& checkpoints) {
+  std::string names;
+  for (const auto& c : checkpoints) names += (names.empty() ? "" : ", ") + c.filename().string();
+  return names.empty() ? "none" : names;
+}
+
 fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& model, const AdamW* optimizer,
-                         const TrainingState& state, int64_t keep, const std::string& tokenizer_identity,
-                         const std::optional<fs::path>& also_keep) {
+                         const TrainingState& state, const CheckpointOptions& options) {
   const fs::path dir = checkpoints_dir(run_dir), final_path = checkpoint_path(run_dir, state.step);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -283,9 +287,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
     weights.metadata["nibble.step"] = std::to_string(state.step);
     nlohmann::json checksums;
     checksums[kModelFile] = write_bytes(partial / kModelFile, io::serialize_safetensors(weights));
-    if (const char* kill_at = std::getenv("NIBBLE_TEST_KILL_DURING_CHECKPOINT");
-        kill_at && (*kill_at == '\0' || std::atoll(kill_at) == state.step))
-      std::raise(SIGKILL);
+    if (options.after_weights_written) options.after_weights_written(state.step);
     checksums[kHfConfigFile] = write_json(partial / kHfConfigFile, hf_config(model.config()));
     if (optimizer) {
       io::SafetensorsFile moments = arena_to_safetensors(model, optimizer->first_moments(), "exp_avg.");
@@ -303,7 +305,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
     s["best_val_step"] = state.best_val_step;
     s["best_val_loss"] = state.best_val_step >= 0 ? state.best_val_loss : 0.0;
     s["has_optimizer"] = optimizer != nullptr;
-    s[kTokenizerKey] = tokenizer_identity;
+    s[kTokenizerKey] = options.tokenizer_identity;
     s[kChecksumsKey] = checksums;
     s[kSelfChecksumKey] = state_checksum(s);
     write_json(partial / kStateFile, s);
@@ -324,9 +326,9 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
                                  final_path.string(), e.what()));
   }
   auto all = list_checkpoints(run_dir);
-  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) {
+  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(options.keep, 1)) < all.size(); ++i) {
     std::error_code ec;
-    if (also_keep && fs::equivalent(all[i], *also_keep, ec)) continue;
+    if (options.also_keep && fs::equivalent(all[i], *options.also_keep, ec)) continue;
     remove_quietly(all[i]);
   }
   return final_path;

@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,8 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, int6
 // Complete checkpoints, oldest first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& run_dir);
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
+// "step_00000100, step_00000200" (their directory names), or "none", for messages.
+std::string checkpoint_names(const std::vector<std::filesystem::path>& checkpoints);
 
 // RUN/abandoned/: checkpoints of a continuation that a resume from an older checkpoint gave up
 // (`nibble train ... --checkpoint`). Kept, not deleted, but out of RUN/checkpoints, so that nothing
@@ -70,17 +73,23 @@ struct MovedCheckpoint {
 // UsageError naming the checkpoint that could not be moved (nothing is ever deleted).
 std::vector<MovedCheckpoint> abandon_checkpoints_after(const std::filesystem::path& run_dir, int64_t step);
 
+// How save_checkpoint writes and rotates. `tokenizer_identity` (Tokenizer::identity) is stored for
+// load_checkpoint to compare.
+struct CheckpointOptions {
+  int64_t keep = 1;                                   // the newest `keep` checkpoints stay
+  std::string tokenizer_identity;
+  std::optional<std::filesystem::path> also_keep;     // never removed by the rotation
+  // Called after the weights file is written and before the checkpoint is renamed into place:
+  // where a test's fault plan (run/faults.h) kills the process, as a crash mid-checkpoint would.
+  std::function<void(int64_t step)> after_weights_written;
+};
+
 // Writes the checkpoint of `state.step` and removes all but the newest `keep`, and never
 // `also_keep` (the last checkpoint before a loss spike, which a divergence message would name).
 // Throws UsageError (disk full, permissions) with nothing of the previous checkpoints lost.
-// Test hook: with NIBBLE_TEST_KILL_DURING_CHECKPOINT=STEP (or empty: any step), the process kills
-// itself with SIGKILL after writing that checkpoint's weights and before the rename, as a crash
-// mid-checkpoint would.
-// `tokenizer_identity` (Tokenizer::identity) is stored for load_checkpoint to compare.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, const model::Transformer& model,
-                                      const AdamW* optimizer, const TrainingState& state, int64_t keep,
-                                      const std::string& tokenizer_identity = "",
-                                      const std::optional<std::filesystem::path>& also_keep = std::nullopt);
+                                      const AdamW* optimizer, const TrainingState& state,
+                                      const CheckpointOptions& options);
 
 // Loads weights (and the optimizer state when `optimizer` is given) into an already constructed
 // model, after verifying every file's checksum (DamagedCheckpoint, naming the file), checking every

@@ -53,6 +53,7 @@ class Trainer {
   int64_t steps_done() const { return optimizer_.steps(); }
   const TrainConfig& config() const { return config_; }
   model::Transformer& model() { return *model_; }
+  const model::Transformer& model() const { return *model_; }
   const Recipe& recipe() const { return *recipe_; }
   // Checkpoints save and restore the optimizer state (moments and step count); the data position
   // and stochastic-rounding streams follow from the step count.

@@ -1,0 +1,99 @@
+#include "run/open_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "data/data.h"
+#include "ops/backend.h"
+#include "run/run.h"
+
+namespace nibble::train {
+
+namespace fs = std::filesystem;
+
+LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& checkpoint, ops::Device device) {
+  ops::Backend& backend = ops::backend(device);  // no usable GPU: the fix, before anything is read
+  const fs::path config_path = run_dir / kRunConfigFile;
+  if (!fs::exists(config_path))
+    throw UsageError(fmt::format("'{}' is not a run directory: {} is missing (runs are made by `nibble train`)",
+                                 run_dir.string(), config_path.string()));
+  LoadedRun run;
+  apply_config_yaml(run.config, read_text_file(config_path.string()), config_path.string());
+  run.tokenizer = load_tokenizer(run_dir);
+  run.config.train.model.vocab = run.tokenizer->vocab_size();
+  run.config.train.model.validate();
+  if (checkpoint) {
+    // A bare name (step_00000100) is one of the run's checkpoints, as `nibble train --checkpoint` takes it.
+    run.checkpoint = *checkpoint;
+    std::error_code ec;
+    if (!checkpoint->has_parent_path() && !fs::exists(*checkpoint, ec)) run.checkpoint = checkpoints_dir(run_dir) / *checkpoint;
+    if (!fs::is_directory(run.checkpoint, ec))
+      throw UsageError(fmt::format("--checkpoint '{}': {} is not a checkpoint directory; run '{}' has the checkpoints "
+                                   "{} (in {})",
+                                   checkpoint->string(), run.checkpoint.string(), run_dir.string(),
+                                   checkpoint_names(list_checkpoints(run_dir)), checkpoints_dir(run_dir).string()));
+  } else {
+    auto latest = latest_checkpoint(run_dir);
+    if (!latest)
+      throw UsageError(fmt::format("run '{}' has no checkpoint yet: train it further (resume=true) first", run_dir.string()));
+    run.checkpoint = *latest;
+  }
+  run.model = std::make_unique<model::Transformer>(run.config.train.model, backend);
+  run.state = load_checkpoint(run.checkpoint, *run.model, nullptr, run.tokenizer->identity());
+  return run;
+}
+
+double EvalResult::perplexity() const { return std::exp(loss); }
+
+EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tokens, int64_t max_windows,
+                                 bool use_recipe, const std::function<void(const model::Transformer&)>& after_batch) {
+  const auto& c = run.config.train;
+  const int64_t seq = c.seq > 0 ? c.seq : c.model.context;
+  const int64_t vocab = run.model->config().vocab;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      throw UsageError(fmt::format("token {} at position {} is outside this run's vocabulary [0, {}): the token file "
+                                   "was made with another tokenizer",
+                                   tokens[i], i, vocab));
+  int64_t windows = tokens.size() > 1 ? static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(seq)) : 0;
+  if (windows == 0)
+    throw UsageError(fmt::format("the token file holds {} tokens, fewer than one window of {} + 1", tokens.size(), seq));
+  if (max_windows > 0) windows = std::min(windows, max_windows);
+  // Whole batches of the run's size only: a quantized recipe needs the token count of a micro-batch
+  // to fill its blocks, which the run's batch * seq does by construction.
+  const int64_t batch = std::min<int64_t>(std::max<int64_t>(1, c.batch), windows);
+  windows -= windows % batch;
+  Recipe recipe(c.recipe, static_cast<int>(c.model.layers), run.model->block_linear_shapes(), batch * seq,
+                run.model->backend());
+  model::ModelStep step;
+  step.recipe = use_recipe ? &recipe : nullptr;
+  step.progress = std::min(1.0, static_cast<double>(run.state.step) / static_cast<double>(c.schedule.total_steps));
+  step.run_seed = c.seed;
+  step.weight_version = run.state.step;
+  step.training = false;  // forward only: the linears keep nothing for a backward that never comes
+  EvalResult result;
+  double total = 0;
+  std::vector<int32_t> inputs, targets;
+  for (int64_t first = 0; first < windows; first += batch) {
+    const int64_t rows = std::min(batch, windows - first);
+    inputs.resize(static_cast<size_t>(rows * seq));
+    targets.resize(inputs.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < seq; ++t) {
+        const size_t at = static_cast<size_t>((first + r) * seq + t);
+        inputs[r * seq + t] = tokens[at];
+        targets[r * seq + t] = tokens[at + 1];
+      }
+    step.micro_step = -1 - first;
+    total += run.model->forward(inputs, targets, rows, seq, step) * static_cast<double>(rows * seq);
+    if (after_batch) after_batch(*run.model);
+    result.tokens += rows * seq;
+  }
+  result.windows = windows;
+  result.loss = total / static_cast<double>(result.tokens);
+  return result;
+}
+
+}  // namespace nibble::train

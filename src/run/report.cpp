@@ -1,0 +1,154 @@
+#include "run/report.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "ops/backend.h"
+#include "run/metrics.h"
+#include "train/experiment.h"
+
+namespace nibble::train {
+
+namespace {
+
+std::string bytes_text(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+  return fmt::format("{:.1f} KiB", b / 1024.0);
+}
+
+// Storage of one element of a saved wgrad input, codes plus block scales.
+double bytes_per_element(const GemmRecipe& g) {
+  switch (g.precision) {
+    case GemmPrecision::fp32: return 4;
+    case GemmPrecision::bf16: return 2;
+    case GemmPrecision::quantized: return stored_bytes_per_element(g.b.format);
+  }
+  return 4;
+}
+
+std::string operand_text(const QuantOptions& q, bool weight) {
+  std::string s(to_string(q.format));
+  if (q.format == Format::nvfp4 && weight) s += q.tile_16x16 ? "(16x16)" : "(1x16)";
+  if (q.rounding == Rounding::stochastic) s += "/SR";
+  if (q.rht) s += "/RHT";
+  if (q.four_over_six)
+    s += "/4over6(" + std::string(to_string(q.four_over_six_error)) + "," + std::to_string(q.four_over_six_e4m3_max) + ")";
+  return s;
+}
+
+std::string gemm_text(const GemmRecipe& g, GemmRole role) {
+  std::string s(to_string(role));
+  if (g.precision != GemmPrecision::quantized) return s + " " + std::string(to_string(g.precision));
+  // fprop multiplies X by W, dgrad dY by W^T, wgrad dY^T by X^T (recipe/recipe.h).
+  return s + " " + operand_text(g.a, false) + " x " + operand_text(g.b, role != GemmRole::wgrad);
+}
+
+std::string peak_note(double peak, const ops::Backend& backend) {
+  if (backend.device() == ops::Device::cpu)
+    return fmt::format("{:.1f} GFLOP/s = {} threads x FP32 FMA peak measured on this CPU", peak / 1e9,
+                       omp_get_max_threads());
+  return fmt::format("{:.1f} GFLOP/s = FP32 GEMM rate measured on {}", peak / 1e9, backend.describe());
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq) {
+  MemoryEstimate e;
+  int64_t params = 0;
+  {
+    const int64_t d = m.width, hd = m.head_dim(), f = m.hidden();
+    params = m.vocab * d + m.layers * (2 * d + (m.heads + 2 * m.kv_head_count()) * hd * d + d * m.heads * hd + 2 * f * d + d * f) + d +
+             (m.tied_embeddings ? 0 : m.vocab * d);
+  }
+  e.weights = 4 * params;
+  e.gradients = 4 * params;
+  e.optimizer = 8 * params;  // AdamW's two FP32 moments
+  const int64_t N = batch * seq, d = m.width, hd = m.head_dim(), f = m.hidden();
+  const int64_t qkv = (m.heads + 2 * m.kv_head_count()) * hd;
+  // Per block, kept by the model: residual input, x_mid, two rstd rows, post-RoPE qkv, softmax
+  // probabilities, gate_up.
+  const int64_t block_floats = N * d + N * d + 2 * N + N * qkv + batch * m.heads * seq * seq + N * 2 * f;
+  // The inputs each linear keeps for its wgrad GEMM: qkv and gate_up see [N, d], attn_out
+  // [N, heads*hd], down [N, f].
+  const int64_t linear_inputs = N * d + N * m.heads * hd + N * d + N * f;
+  const int64_t final_floats = N * d + N + N * d + N * m.vocab + N;
+  double recipe_bytes = 4.0 * static_cast<double>(m.layers * block_floats + final_floats);
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const GemmRecipe& w = recipe.for_layer(static_cast<int>(l), 0.0).wgrad;
+    recipe_bytes += bytes_per_element(w) * static_cast<double>(linear_inputs);
+  }
+  e.activations_fp32 = 4 * (m.layers * (block_floats + linear_inputs) + final_floats);
+  e.activations_recipe = static_cast<int64_t>(recipe_bytes);
+  return e;
+}
+
+std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers) {
+  std::vector<std::string> lines;
+  std::string previous;
+  int first = 0;
+  auto flush = [&](int last) {
+    if (previous.empty()) return;
+    lines.push_back(first == last ? fmt::format("block {}: {}", first, previous)
+                                  : fmt::format("blocks {}-{}: {}", first, last, previous));
+  };
+  for (int l = 0; l < layers; ++l) {
+    const LinearRecipe r = recipe.for_layer(l, 0.0);
+    std::string text;
+    for (GemmRole role : kGemmRoles) text += (text.empty() ? "" : " | ") + gemm_text(r[role], role);
+    if (text != previous) {
+      flush(l - 1);
+      previous = text;
+      first = l;
+    }
+  }
+  flush(layers - 1);
+  if (recipe.config().precision_switch_at < 1.0)
+    lines.push_back(fmt::format("after {:.0f}% of the steps every GEMM runs in BF16 (precision_switch_at)",
+                                100 * recipe.config().precision_switch_at));
+  lines.push_back(recipe.attention_bf16()
+                      ? "embedding, norms, softmax, LM head and loss: FP32; attention's QK^T and PV: BF16 operands, FP32 sums"
+                      : "embedding, norms, attention core, LM head and loss: FP32");
+  return lines;
+}
+
+std::string startup_report(const RunConfig& c, const model::Transformer& model, const Recipe& recipe,
+                           const Tokenizer& tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops) {
+  const auto& m = model.config();
+  const int64_t seq = c.train.seq > 0 ? c.train.seq : m.context;
+  const int64_t tokens_per_step = c.train.batch * seq * c.train.grad_accum;
+  const double flops_token = training_flops_per_token(m, seq);
+  const int64_t params = model.params().parameter_count();
+  const int64_t embedding = m.vocab * m.width;
+  const MemoryEstimate mem = estimate_memory(m, recipe, c.train.batch, seq);
+  std::string s;
+  s += fmt::format("model      {} blocks x width {} ({} heads, {} kv heads, head dim {}), SwiGLU hidden {}, context {}, "
+                   "vocab {} ({} tokenizer), {} embeddings\n",
+                   m.layers, m.width, m.heads, m.kv_head_count(), m.head_dim(), m.hidden(), m.context, m.vocab,
+                   to_string(tokenizer.kind()), m.tied_embeddings ? "tied" : "untied");
+  s += fmt::format("parameters {} ({:.2f}M; {:.2f}M without the embedding)\n", params, params / 1e6,
+                   (params - embedding) / 1e6);
+  s += fmt::format("data       {} train tokens, {} validation tokens; {} tokens/step = batch {} x seq {} x grad_accum "
+                   "{}; {} steps = {} tokens ({:.2f} epochs)\n",
+                   train_tokens, val_tokens, tokens_per_step, c.train.batch, seq, c.train.grad_accum,
+                   c.train.schedule.total_steps, format_si(static_cast<double>(tokens_per_step * c.train.schedule.total_steps)),
+                   static_cast<double>(tokens_per_step * c.train.schedule.total_steps) / static_cast<double>(train_tokens));
+  s += fmt::format("compute    {:.3g} training FLOPs/token (6N + 12 L d T), {:.3g} FLOPs/step, {:.3g} FLOPs in total\n",
+                   flops_token, flops_token * tokens_per_step,
+                   flops_token * tokens_per_step * static_cast<double>(c.train.schedule.total_steps));
+  s += fmt::format("MFU peak   {}\n", peak_note(peak_flops, model.backend()));
+  s += fmt::format("memory     weights {}, gradients {}, AdamW {}; activations per micro-batch {} in FP32, {} with the "
+                   "recipe's quantized saved activations; total {} (FP32 activations) / {} (quantized)\n",
+                   bytes_text(mem.weights), bytes_text(mem.gradients), bytes_text(mem.optimizer),
+                   bytes_text(mem.activations_fp32), bytes_text(mem.activations_recipe),
+                   bytes_text(mem.weights + mem.gradients + mem.optimizer + mem.activations_fp32),
+                   bytes_text(mem.weights + mem.gradients + mem.optimizer + mem.activations_recipe));
+  s += fmt::format("recipe     {}\n", describe(recipe.config()));
+  for (const auto& line : describe_recipe_per_layer(recipe, static_cast<int>(m.layers))) s += "           " + line + "\n";
+  s += fmt::format("kernels    {}\n", describe_kernels(recipe));
+  s += fmt::format("threads    {}\n", omp_get_max_threads());
+  s += fmt::format("device     {}\n", model.backend().describe());
+  return s;
+}
+
+}  // namespace nibble::train

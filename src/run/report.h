@@ -1,0 +1,32 @@
+// The start-up report of `nibble train`: the model, data, compute, memory and recipe of a run,
+// printed before its first step.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "model/transformer.h"
+#include "recipe/recipe.h"
+#include "run/config.h"
+
+namespace nibble::train {
+
+// Bytes of training state for one micro-batch, estimated from the shapes (model/transformer.h's
+// saved activations; scratch buffers that live only inside one layer are not counted).
+struct MemoryEstimate {
+  int64_t weights = 0, gradients = 0, optimizer = 0;
+  int64_t activations_fp32 = 0;       // every saved tensor in FP32
+  int64_t activations_recipe = 0;     // the linears' saved wgrad inputs in the recipe's formats
+};
+MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq);
+
+// One line per run of blocks that share a recipe, e.g.
+//   "blocks 1-2: fprop nvfp4 x nvfp4(16x16) | dgrad nvfp4/SR x nvfp4(16x16) | wgrad nvfp4/SR/RHT x nvfp4/RHT"
+std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers);
+
+// Everything printed before the first step.
+std::string startup_report(const RunConfig& config, const model::Transformer& model, const Recipe& recipe,
+                           const Tokenizer& tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops);
+
+}  // namespace nibble::train

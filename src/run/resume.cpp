@@ -1,0 +1,149 @@
+#include "run/resume.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "data/data.h"
+
+namespace nibble::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Keys whose change makes a resumed run differ from the run it continues.
+bool changes_the_math(const std::string& key) {
+  static const std::set<std::string> harmless = {"resume", "threads", "eval.interval", "checkpoint.interval",
+                                                 "checkpoint.keep", "log.interval", "run.dir", "data.dir"};
+  return !harmless.contains(key);
+}
+
+// The checkpoint among `checkpoints` (run_dir's own) that `requested` names: `nibble train
+// --checkpoint`'s value, a path or the bare name of a directory in RUN/checkpoints. Refused
+// (UsageError, naming the value and the run's checkpoints) when it is none of them.
+fs::path requested_checkpoint(const fs::path& run_dir, const std::string& requested,
+                              const std::vector<fs::path>& checkpoints) {
+  fs::path given(requested);
+  if (!given.has_filename()) given = given.parent_path();  // "step_00000100/"
+  const fs::path candidate = given.has_parent_path() ? given : checkpoints_dir(run_dir) / given;
+  for (const fs::path& c : checkpoints) {
+    std::error_code ec;
+    if (fs::equivalent(c, candidate, ec)) return c;
+  }
+  const std::string choices =
+      fmt::format("run.dir '{}' has the checkpoints {} (in {}): pass one of them, by name or path, or leave out "
+                  "--checkpoint to resume from the newest",
+                  run_dir.string(), checkpoint_names(checkpoints), checkpoints_dir(run_dir).string());
+  std::error_code ec;
+  if (!fs::exists(candidate, ec))
+    throw UsageError(fmt::format("--checkpoint '{}': {} does not exist; {}", requested, candidate.string(), choices));
+  if (fs::equivalent(candidate.parent_path(), abandoned_dir(run_dir), ec))
+    throw UsageError(fmt::format("--checkpoint '{}' was set aside in {} by an earlier --checkpoint, with the "
+                                 "continuation it belongs to. To go back to that continuation, move it into {} under "
+                                 "its step_NNNNNNNN name first (and the run's newer checkpoints out of the way); {}",
+                                 requested, abandoned_dir(run_dir).string(), checkpoints_dir(run_dir).string(), choices));
+  throw UsageError(fmt::format("--checkpoint '{}' is not a checkpoint of run.dir '{}'; {}. To continue another "
+                               "run from one of its checkpoints, pass that run's config.yaml",
+                               requested, run_dir.string(), choices));
+}
+
+// The checkpoint --checkpoint names, or nothing: falling back to another would continue a run
+// nobody chose.
+ResumePoint load_chosen(const RunConfig& config, const std::vector<fs::path>& all, Trainer& trainer,
+                        const std::string& tokenizer_identity) {
+  const fs::path chosen = requested_checkpoint(config.run_dir, config.resume_checkpoint, all);
+  ResumePoint point;
+  point.checkpoint = chosen;
+  try {
+    point.state = load_checkpoint(chosen, trainer.model(), &trainer.optimizer(), tokenizer_identity);
+  } catch (const DamagedCheckpoint& e) {
+    throw UsageError(fmt::format("--checkpoint '{}' does not verify: {}\nchoose another of the run's checkpoints "
+                                 "({}), or leave out --checkpoint to resume from the newest that verifies",
+                                 config.resume_checkpoint, e.what(), checkpoint_names(all)));
+  }
+  // Going back to a checkpoint at or past the last step trains nothing, yet would set the newer
+  // checkpoints aside: refused before anything moves.
+  const auto newer = std::count_if(all.begin(), all.end(), [&](const fs::path& c) { return c > chosen; });
+  if (point.state.step >= config.train.schedule.total_steps && newer > 0)
+    throw UsageError(fmt::format("--checkpoint '{}' is at step {}, and steps={} ends the run there: nothing would be "
+                                 "trained, yet its {} newer checkpoint(s) would be set aside. Pass a larger steps= "
+                                 "to continue from it",
+                                 config.resume_checkpoint, point.state.step, config.train.schedule.total_steps, newer));
+  const fs::path aside = abandoned_dir(config.run_dir);
+  std::error_code ec;
+  if (newer > 0 && fs::exists(aside, ec) && !fs::is_directory(aside, ec))
+    throw UsageError(fmt::format("--checkpoint '{}': the {} newer checkpoint(s) are set aside in {}, which is not a "
+                                 "directory: move that file out of the way and run again",
+                                 config.resume_checkpoint, newer, aside.string()));
+  return point;
+}
+
+// Newest first; a damaged checkpoint (flipped bytes, NaN weights) is named and passed over for the
+// newest one that verifies. A shape or tokenizer mismatch is not: every checkpoint shares it.
+ResumePoint load_newest_verifying(const fs::path& run_dir, const std::vector<fs::path>& all, Trainer& trainer,
+                                  const std::string& tokenizer_identity, const Console& console) {
+  std::vector<std::string> damaged;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      return {.state = load_checkpoint(*it, trainer.model(), &trainer.optimizer(), tokenizer_identity),
+              .checkpoint = *it,
+              .newer_damaged = damaged.size()};
+    } catch (const DamagedCheckpoint& e) {
+      damaged.push_back(e.what());
+      console.print(fmt::format("warning: not resuming from {}: {}\n", it->string(), e.what()));
+    }
+  }
+  throw UsageError(fmt::format("no checkpoint in '{}' verifies ({} damaged, named above): the run cannot be "
+                               "continued; start a new run.dir",
+                               run_dir.string(), damaged.size()));
+}
+
+}  // namespace
+
+ResumePoint load_resume_point(const RunConfig& config, Trainer& trainer, const std::string& tokenizer_identity,
+                              const Console& console) {
+  const auto all = list_checkpoints(config.run_dir);
+  ResumePoint point = config.resume_checkpoint.empty()
+                          ? load_newest_verifying(config.run_dir, all, trainer, tokenizer_identity, console)
+                          : load_chosen(config, all, trainer, tokenizer_identity);
+  if (point.state.micro_batches != point.state.step * config.train.grad_accum)
+    throw UsageError(fmt::format("{}: the checkpoint drew {} micro-batches in {} steps, which grad_accum={} cannot "
+                                 "continue: resume with the run's grad_accum",
+                                 point.checkpoint.string(), point.state.micro_batches, point.state.step,
+                                 config.train.grad_accum));
+  if (point.newer_damaged > 0)
+    console.print(fmt::format("warning: falling back to {} (step {}), the newest checkpoint that verifies; the {} newer "
+                              "damaged one(s) will be replaced as training passes their steps\n",
+                              point.checkpoint.string(), point.state.step, point.newer_damaged));
+  if (point.state.seed != config.train.seed)
+    console.print(fmt::format("note: the checkpoint was trained with seed={}, this config has seed={}: data order and "
+                              "rounding continue with the new seed\n",
+                              point.state.seed, config.train.seed));
+  point.state.seed = config.train.seed;
+  return point;
+}
+
+void note_config_changes(const RunConfig& config, const fs::path& saved_config, const Console& console) {
+  if (!fs::exists(saved_config)) return;
+  RunConfig before;
+  apply_config_yaml(before, read_text_file(saved_config.string()), saved_config.string());
+  const auto old_values = config_values(before), new_values = config_values(config);
+  if (before.train.device != config.train.device)  // (device=cpu is not written to config.yaml)
+    console.print(fmt::format("note: resuming on device={} (the run was started on {}): the checkpoint carries over, "
+                              "but the GEMMs sum in another order, so the continuation differs from an uninterrupted "
+                              "run\n",
+                              ops::to_string(config.train.device), ops::to_string(before.train.device)));
+  for (const auto& [key, value] : new_values) {
+    const std::string& name = key;  // C++20 lambdas cannot capture structured bindings in clang 14
+    auto it = std::find_if(old_values.begin(), old_values.end(), [&](const auto& kv) { return kv.first == name; });
+    const std::string old_value = it == old_values.end() ? "(unset)" : it->second;
+    if (old_value != value && changes_the_math(key))
+      console.print(fmt::format("note: resuming with {}={} (the run was started with {}): the continuation differs "
+                                "from an uninterrupted run\n",
+                                key, value, old_value));
+  }
+}
+
+}  // namespace nibble::train
