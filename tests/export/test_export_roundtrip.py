@@ -1,4 +1,4 @@
-"""`nibble export` read back by independent readers (issue 17).
+"""`nibble export` read back by independent readers.
 
   test_export_roundtrip.py SOURCE_DIR BUILD_DIR NIBBLE_BINARY
 
