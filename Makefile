@@ -58,8 +58,8 @@ fuzz: deps
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log build-fuzz build-fuzz.configure.log
 
-# The README's first command: installs what is missing, builds the nibble command, prepares the
-# shipped Shakespeare text, trains a small model in NVFP4 (under two minutes of training on 2 cores), samples
+# The README's second command: installs what is missing, builds the nibble command, prepares the
+# shipped Shakespeare text, trains a small model in NVFP4 (a few minutes on a 2-core machine), samples
 # it and plots its loss. Re-running continues (or reuses) the same run: resume=true.
 DEMO_RUN ?= runs/shakespeare-nvfp4
 .PHONY: demo
@@ -71,5 +71,5 @@ demo: configure
 	@$(BUILD)/nibble generate $(DEMO_RUN) --prompt "ROMEO:" --max-tokens 300 --seed 1
 	@$(BUILD)/nibble compare $(DEMO_RUN) -o $(DEMO_RUN)/loss.png
 	@echo "run directory: $(DEMO_RUN) (config.yaml, metrics.jsonl, checkpoints/, tokenizer.json); loss plot: $(DEMO_RUN)/loss.png"
-	@echo "next: nibble generate $(DEMO_RUN) --prompt \"JULIET:\"; a BF16 baseline to compare with:"
+	@echo "next: $(BUILD)/nibble generate $(DEMO_RUN) --prompt \"JULIET:\"; a BF16 baseline to compare with:"
 	@echo "  $(BUILD)/nibble train configs/shakespeare.yaml quantization=bf16 run.dir=runs/shakespeare-bf16 && $(BUILD)/nibble compare runs/shakespeare-bf16 $(DEMO_RUN)"

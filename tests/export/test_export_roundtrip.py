@@ -1,4 +1,4 @@
-"""`nibble export` read back by independent readers (issue 17).
+"""`nibble export` read back by independent readers.
 
   test_export_roundtrip.py SOURCE_DIR BUILD_DIR NIBBLE_BINARY
 
@@ -20,6 +20,9 @@ and transformers packages -- not with nibble's reader:
               windows; compared with `nibble eval --weights-only-quantized` (FP32 GEMMs on the same
               dequantized weights) within a derived tolerance, and reported next to the W4A4 recipe's
               eval and the FP32 checkpoint's.
+  the docs    docs/export.md's loading snippets (the code blocks after an `export_roundtrip runs this
+              block: NAME` marker) are read from the page and run as written, on this test's exports,
+              with only their `path = ...` line replaced: the documented arguments are the tested ones.
 Prints a summary table; exits non-zero on any failed check.
 """
 
@@ -76,6 +79,37 @@ def ulps(a, b):
     return np.abs(ia - ib)
 
 
+DOC = os.path.join(SRC, "docs", "export.md")
+
+
+def doc_snippet(name, path):
+    """The Python block docs/export.md marks `<!-- export_roundtrip runs this block: NAME -->`, with its
+    one `path = "..."` line pointed at `path`. Exits (a failed test) when the page no longer has it."""
+    import re
+    text = open(DOC).read()
+    marker = f"<!-- export_roundtrip runs this block: {name} -->"
+    found = re.search(re.escape(marker) + r"\s*```python\n(.*?)\n```", text, re.S)
+    if not found:
+        sys.exit(f"{DOC}: no ```python block after `{marker}`: the page and this test have drifted apart")
+    code = found.group(1)
+    lines = re.findall(r'^path = "[^"]*".*$', code, re.M)
+    if len(lines) != 1:
+        sys.exit(f"{DOC}, block {name}: expected one `path = \"...\"` line to point at the export, found {len(lines)}")
+    return code.replace(lines[0], f"path = {path!r}")
+
+
+def run_doc_snippet(name, path):
+    """Runs the documented block as a user would (its printed text captured) and returns its names."""
+    import contextlib
+    import io
+    namespace = {"__name__": f"docs_export_{name.replace('-', '_')}"}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(doc_snippet(name, path), f"{DOC}:{name}", "exec"), namespace)
+    namespace["printed"] = printed.getvalue()
+    return namespace
+
+
 # ---------------------------------------------------------------- a tiny NVFP4 run
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
@@ -100,7 +134,8 @@ L = config["num_hidden_layers"]
 exports = {}
 for name, fmt, extra in [("mo", "modelopt-nvfp4", ["--calibrate", "2"]),
                          ("mo_bf16", "modelopt-nvfp4", ["--calibrate", "2", "--dtype", "bf16"]),
-                         ("ct", "compressed-tensors-nvfp4", ["--calibrate", "2"])]:
+                         ("ct", "compressed-tensors-nvfp4", ["--calibrate", "2"]),
+                         ("hf", "hf", [])]:
     exports[name] = os.path.join(WORK, name)
     dtype = [] if "--dtype" in extra else ["--dtype", "fp32"]
     print(nibble("export", run_dir, "--format", fmt, "-o", exports[name], *extra, *dtype), end="")
@@ -257,6 +292,23 @@ model = AutoModelForCausalLM.from_pretrained(exports["ct"], dtype=torch.float32,
                                              quantization_config=CompressedTensorsConfig(dequantize=True))
 model.eval()
 loss_loaded = loss_of(model)  # as transformers + compressed-tensors decompress it
+
+# docs/export.md's snippets, run as written: the model they load is the one loaded above (the same
+# tensors; attention left at transformers' default), and they generate from the prompt.
+documented = run_doc_snippet("compressed-tensors", exports["ct"])
+doc_state, test_state = documented["model"].state_dict(), model.state_dict()
+check(doc_state.keys() == test_state.keys() and all(torch.equal(doc_state[k], test_state[k]) for k in doc_state)
+      and documented["printed"].startswith("ROMEO:"),
+      f"docs/export.md's compressed-tensors snippet loads the same weights ({len(doc_state)} tensors) and generates: "
+      f"{documented['printed'][:40]!r}...")
+loss_documented = loss_of(documented["model"])
+documented_hf = run_doc_snippet("hf", exports["hf"])
+hf_state = documented_hf["model"].state_dict()
+check(all(k in hf_state and torch.equal(hf_state[k], torch.from_numpy(fp32[k])) for k in fp32)
+      and documented_hf["printed"].startswith("ROMEO:"),
+      f"docs/export.md's hf snippet loads the FP32 checkpoint's {len(fp32)} tensors bit for bit (--dtype fp32) and "
+      f"generates: {documented_hf['printed'][:40]!r}...")
+del documented, documented_hf
 # compressed-tensors 0.20 unpacks to BF16 before dequantizing, so the dense weights transformers
 # gets are the 4-bit values rounded to BF16; the same model with compressed-tensors' dequantize
 # run in FP32 holds exactly the 4-bit values (ct_dense, checked against nibble's above).
@@ -327,6 +379,9 @@ check(abs(loss_w4a4 - loss_wq) > tol, f"the tolerance separates the W4A4 recipe'
 check(abs(loss_exact - loss_wq) < tol,
       f"transformers on the compressed-tensors export (exact 4-bit weights, FP32) {loss_exact:.7f} vs nibble eval "
       f"--weights-only-quantized {loss_wq:.7f}: |diff| {abs(loss_exact - loss_wq):.2e} < tol {tol:.2e}")
+check(abs(loss_documented - loss_loaded) < tol,
+      f"the documented load (default attention) {loss_documented:.7f} vs the eager one {loss_loaded:.7f}: "
+      f"|diff| {abs(loss_documented - loss_loaded):.2e} < tol {tol:.2e}")
 check(abs(loss_loaded - loss_exact) < 0.05,
       f"as transformers decompresses it (BF16-rounded 4-bit weights, max |dW| {loaded_vs_exact:.2e}) "
       f"{loss_loaded:.7f}: within 0.05 of the exact weights")
