@@ -37,6 +37,7 @@ namespace {
 using cli_test::contains;
 using cli_test::Result;
 using cli_test::run;
+using cli_test::run_with_faults;
 
 // The PID a backgrounded shell command writes to `pid_file` (`echo $! > FILE`), waiting up to 6 s
 // for it; 0 if it never appears.
