@@ -3,8 +3,9 @@
 // scripts/gpu-check.sh) has no nibble command. The model, the options and the recipes are
 // src/bench/train_bench.h's, as `nibble bench train`'s; random tokens (speed does not depend on them).
 // bench/torch_train.py --vs-nibble FILE prints PyTorch's rates on the same model next to these.
-//   nibble_bench_train [--recipes none,bf16,nvfp4] [--layers 6] [--width 384] [--heads 6] [--context 256]
-//                      [--batch 8] [--warmup 3] [--timed-steps 10] [--device cpu|cuda] [--json FILE]
+//   nibble_bench_train [--recipes LIST] [--layers N] [--width N] [--heads N] [--context N] [--batch N]
+//                      [--warmup N] [--timed-steps N] [--device cpu|cuda] [--json FILE]
+// (defaults: bench::standalone_defaults() and bench::kSpeedShape).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>

@@ -6,7 +6,7 @@
     make bench-torch                      # the same; TORCH_PYTHON=venv/bin/python for another PyTorch
     python3 bench/torch_train.py --device cuda --vs-nibble nibble.json   # after nibble_bench_train --device
                                           # cuda --json nibble.json: PyTorch on the same model and GPU, the ratios
-    python3 bench/torch_train.py --layers 6 --width 384 --heads 6 --context 256 --vocab 65 --batch 8
+    python3 bench/torch_train.py --layers L --width W --heads H --context T --vocab V --batch B
 
 The model's shape is not defined here: the C++ side that timed nibble passes it (`nibble bench train
 --vs-torch` as arguments; nibble_bench_train in its --json file's "model", read with --vs-nibble), so
