@@ -2,20 +2,23 @@
 """PyTorch training speed (CPU or GPU) on the model `nibble bench train` times, for the issues' targets
 (nibble's recipes against PyTorch's fp32 and bf16-autocast training on the same machine).
 
-    python3 bench/torch_train.py [--threads 2] [--modes fp32,bf16,bf16-compile] [--layers 6 --width 384 ...]
-    make bench-torch                      # Debian's python3-torch; TORCH_PYTHON=venv/bin/python for another
     nibble bench train --vs-torch         # nibble's recipes, then this script on the same model: the ratios
+    make bench-torch                      # the same; TORCH_PYTHON=venv/bin/python for another PyTorch
     python3 bench/torch_train.py --device cuda --vs-nibble nibble.json   # after nibble_bench_train --device
-                                          # cuda --json nibble.json: PyTorch on the GPU and the ratios
+                                          # cuda --json nibble.json: PyTorch on the same model and GPU, the ratios
+    python3 bench/torch_train.py --layers L --width W --heads H --context T --vocab V --batch B
+
+The model's shape is not defined here: the C++ side that timed nibble passes it (`nibble bench train
+--vs-torch` as arguments; nibble_bench_train in its --json file's "model", read with --vs-nibble), so
+both always run the model src/bench/train_bench.h defines.
 
 Modes: fp32 (eager), bf16 (eager under autocast), fp32-compile and bf16-compile (torch.compile, the
 Inductor CPU backend: needs a C++ compiler, compiles for a minute first). --json FILE also writes the
 results as JSON for `nibble bench train --vs-torch`.
 
 Same model as nibble's (tests/twin/torch_llama.py, the twin the model test checks nibble against):
-6 blocks x 384, 6 heads, context 256, SwiGLU hidden 1024, tied head, vocabulary 65 (char-level
-tinyshakespeare), batch 8 x 256 tokens; AdamW (betas 0.9/0.99, weight decay 0.1 on matrices but
-not on the embedding or norms, as nibble) with global-norm clipping at 1.0, on random tokens.
+SwiGLU, tied head; AdamW (betas 0.9/0.99, weight decay 0.1 on matrices but not on the embedding or
+norms, as nibble) with global-norm clipping at 1.0, on random tokens.
 The module stays float32; `bf16` runs forward and loss under torch.autocast("cpu", bfloat16), the
 way PyTorch users train in bf16 on CPUs. Attention is torch's fused scaled_dot_product_attention
 when the installed torch has it (>= 2.0), else the explicit softmax(QK^T) V.
@@ -43,6 +46,8 @@ def make_optimizer(model: Llama) -> torch.optim.Optimizer:
 
 
 MODES = ("fp32", "bf16", "fp32-compile", "bf16-compile")
+# The model's shape and batch: arguments (or --vs-nibble FILE's "model"), never defaults of this script.
+SHAPE = ("layers", "width", "heads", "kv_heads", "context", "vocab", "batch")
 
 
 def measure(mode: str, args: argparse.Namespace, config: LlamaConfig) -> tuple[float, float, float]:
@@ -82,13 +87,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--modes", default="fp32,bf16", help="comma-separated: " + ", ".join(MODES))
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (intra-op threads)")
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--width", type=int, default=384)
-    p.add_argument("--heads", type=int, default=6)
-    p.add_argument("--kv-heads", type=int, default=0, help="0: same as heads")
-    p.add_argument("--context", type=int, default=256)
-    p.add_argument("--vocab", type=int, default=65)
-    p.add_argument("--batch", type=int, default=8)
+    for name in SHAPE:
+        p.add_argument("--" + name.replace("_", "-"), type=int,
+                       help="model shape (from --vs-nibble FILE when not given)" + ("; 0: same as heads" if name == "kv_heads" else ""))
     p.add_argument("--warmup", type=int, default=3, help="untimed steps")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--seed", type=int, default=1337)
@@ -99,6 +100,19 @@ def main() -> int:
     p.add_argument("--vs-nibble", metavar="FILE",
                    help="nibble_bench_train --json FILE's results: print each recipe against PyTorch's modes")
     args = p.parse_args()
+    nibble = None
+    if args.vs_nibble:
+        with open(args.vs_nibble) as f:
+            nibble = json.load(f)
+        for name in SHAPE:
+            if getattr(args, name) is None and name in nibble.get("model", {}):
+                setattr(args, name, nibble["model"][name])
+    if args.kv_heads is None:
+        args.kv_heads = 0
+    missing = ["--" + n.replace("_", "-") for n in SHAPE if getattr(args, n) is None]
+    if missing:
+        p.error(f"the model's shape is missing ({', '.join(missing)}): give it, or --vs-nibble FILE from "
+                "nibble_bench_train --json FILE; `nibble bench train --vs-torch` runs this script with it")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(f"torch {torch.__version__} sees no CUDA device: --device cuda needs a GPU and a CUDA build of PyTorch",
               file=sys.stderr)
@@ -125,9 +139,7 @@ def main() -> int:
         tps, ms, loss = measure(mode, args, config)
         print(f"{mode:<13} {tps:>10.0f} {ms:>9.1f} {loss:>8.4f}", flush=True)
         results.append({"mode": mode, "tokens_per_s": tps, "step_ms": ms, "loss": loss})
-    if args.vs_nibble:
-        with open(args.vs_nibble) as f:
-            nibble = json.load(f)
+    if nibble is not None:
         bf16 = [r for r in results if r["mode"].startswith("bf16")]
         best_bf16 = max(bf16, key=lambda r: r["tokens_per_s"]) if bf16 else None
         best = max(results, key=lambda r: r["tokens_per_s"])

@@ -1,11 +1,13 @@
 // libFuzzer target for the safetensors reader: any byte string must either parse or raise
 // UsageError. A parsed file must serialize (its names are valid UTF-8, its sizes consistent) and
-// parse back to the same metadata and tensors.
+// parse back to the same metadata and tensors; read as a quantized tensor (io/quantized_safetensors.h),
+// it must be accepted or refused with UsageError, never crash.
 #include <cstdint>
 #include <cstdlib>
 #include <span>
 
 #include "format/quantized_tensor.h"
+#include "io/quantized_safetensors.h"
 #include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -31,6 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (it == reread.tensors.end() || it->second.dtype != tensor.dtype || it->second.shape != tensor.shape ||
         it->second.data != tensor.data)
       std::abort();
+  }
+  try {
+    (void)nibble::io::quantized_from_safetensors(file, "<fuzz>");
+  } catch (const nibble::UsageError&) {
   }
   return 0;
 }

@@ -131,71 +131,95 @@ std::vector<std::string> column_kernels() {
   return k;
 }
 
-// GFLOP/s of each column for one shape (NaN where not available).
-std::vector<double> bench_shape(const GemmShape& s, double min_seconds) {
-  const int64_t M = s.M, N = s.N, K = s.K;
-  const double flops = 2.0 * M * N * K;
-  std::vector<float> a = random_matrix(M, K, 1), b = random_matrix(N, K, 2);
-  std::vector<float> c(static_cast<size_t>(M * N));
-  auto quantized = [&](Format f, bool tile) {
+// One shape's operands (A [M,K] and B [N,K], both K-contiguous) and output, and the GFLOP/s of a call on them.
+struct ShapeBench {
+  int64_t M, N, K;
+  double min_seconds;
+  std::vector<float> a, b, c;
+
+  ShapeBench(const GemmShape& s, double min_seconds)
+      : M(s.M), N(s.N), K(s.K), min_seconds(min_seconds), a(random_matrix(M, K, 1)), b(random_matrix(N, K, 2)),
+        c(static_cast<size_t>(M * N)) {}
+  double rate(const std::function<void()>& fn) const { return 2.0 * M * N * K / best_seconds(fn, min_seconds) * 1e-9; }
+  // A as activations (1x16 / 1x32 blocks), B as weights (16x16 tiles where asked and N allows).
+  std::pair<QuantizedTensor, QuantizedTensor> quantized(Format f, bool tile) const {
     QuantOptions opt;
     opt.format = f;
     opt.tile_16x16 = tile && N % 16 == 0;
     return std::pair{cpu::quantize(a, M, K, {.format = f}), cpu::quantize(b, N, K, opt)};
-  };
-  std::vector<double> gflops(columns().size(), std::nan(""));
-  auto rate = [&](const std::function<void()>& fn) { return flops / best_seconds(fn, min_seconds) * 1e-9; };
+  }
+};
+
+// nibble's quantized GEMMs: nvfp4 (and its fp32sum and AVX-512 variants), mxfp4, fp8.
+void bench_quantized_columns(ShapeBench& s, std::vector<double>& gflops) {
+  const int64_t N = s.N;
+  float* c = s.c.data();
   const bool fp32sum = cpu::fp32_products_available(Format::nvfp4);
   {
     // The training recipe's forward GEMM: activations 1x16, weights 16x16 tiles.
-    auto [qa, qb] = quantized(Format::nvfp4, true);
-    gflops[kNvfp4] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+    auto [qa, qb] = s.quantized(Format::nvfp4, true);
+    gflops[kNvfp4] = s.rate([&] { cpu::gemm(qa, qb, c, N); });
     if (fp32sum)
-      gflops[kNvfp4Fp32Sum] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, cpu::Summation::fp32_products); });
+      gflops[kNvfp4Fp32Sum] = s.rate([&] { cpu::gemm(qa, qb, c, N, 1.0f, Output::overwrite, cpu::Summation::fp32_products); });
     if (cpu::active_isa() == cpu::Isa::amx) {
       // The same product on the AVX-512 VNNI kernel, to show what the tile unit adds (bitwise equal).
       cpu::set_isa_limit(cpu::Isa::avx512);
-      gflops[kNvfp4Avx512] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+      gflops[kNvfp4Avx512] = s.rate([&] { cpu::gemm(qa, qb, c, N); });
       cpu::set_isa_limit(cpu::Isa::amx);
     }
   }
   {
-    auto [qa, qb] = quantized(Format::mxfp4, false);
-    gflops[kMxfp4] = rate([&] { cpu::gemm(qa, qb, c.data(), N); });
+    auto [qa, qb] = s.quantized(Format::mxfp4, false);
+    gflops[kMxfp4] = s.rate([&] { cpu::gemm(qa, qb, c, N); });
   }
-  const cpu::Summation training = fp32sum ? cpu::Summation::fp32_products : cpu::Summation::block_exact;
   {
     // What the fp8 recipe runs (gemm_summation=auto).
     const cpu::Summation fp8_training = cpu::fp32_products_available(Format::fp8_e4m3) ? cpu::Summation::fp32_products
                                                                                        : cpu::Summation::block_exact;
-    auto [qa, qb] = quantized(Format::fp8_e4m3, false);
-    gflops[kFp8] = rate([&] { cpu::gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, fp8_training); });
+    auto [qa, qb] = s.quantized(Format::fp8_e4m3, false);
+    gflops[kFp8] = s.rate([&] { cpu::gemm(qa, qb, c, N, 1.0f, Output::overwrite, fp8_training); });
   }
-  // Same TN layout for the libraries: A [M,K] and B [N,K], both K-contiguous.
-  gflops[kOneDnnF32] = rate([&] {
-    cpu::gemm_f32_onednn(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+}
+
+// The FP32 and BF16 GEMMs: oneDNN's, nibble's and OpenBLAS's, in the same TN layout.
+void bench_dense_columns(ShapeBench& s, std::vector<double>& gflops) {
+  const int64_t M = s.M, N = s.N, K = s.K;
+  const float *a = s.a.data(), *b = s.b.data();
+  float* c = s.c.data();
+  gflops[kOneDnnF32] = s.rate([&] {
+    cpu::gemm_f32_onednn(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
   });
-  gflops[kNibbleF32] = rate([&] {
-    cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  gflops[kNibbleF32] = s.rate([&] {
+    cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
   });
-  gflops[kOneDnnBf16] = rate([&] {
-    cpu::gemm_bf16_onednn(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  gflops[kOneDnnBf16] = s.rate([&] {
+    cpu::gemm_bf16_onednn(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
   });
-  gflops[kNibbleBf16] = rate([&] {
-      cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
-    });
+  gflops[kNibbleBf16] = s.rate([&] {
+    cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::yes, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+  });
 #ifdef NIBBLE_HAVE_OPENBLAS
-  gflops[kOpenBlas] = rate([&] {
+  gflops[kOpenBlas] = s.rate([&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
-                1.0f, a.data(), static_cast<int>(K), b.data(), static_cast<int>(K), 0.0f, c.data(), static_cast<int>(N));
+                1.0f, a, static_cast<int>(K), b, static_cast<int>(K), 0.0f, c, static_cast<int>(N));
   });
 #endif
+}
+
+// GFLOP/s of each column for one shape (NaN where not available).
+std::vector<double> bench_shape(const GemmShape& shape, double min_seconds) {
+  ShapeBench s(shape, min_seconds);
+  std::vector<double> gflops(columns().size(), std::nan(""));
+  bench_quantized_columns(s, gflops);
+  bench_dense_columns(s, gflops);
   // What a training step pays per linear: quantize both FP32 operands, then the fastest summation.
-  gflops[kNvfp4QGemm] = rate([&] {
-    QuantOptions weights{.format = Format::nvfp4, .tile_16x16 = N % 16 == 0};
-    QuantizedTensor qa = cpu::quantize(a, M, K, {.format = Format::nvfp4});
-    QuantizedTensor qb = cpu::quantize(b, N, K, weights);
-    cpu::gemm(qa, qb, c.data(), N, 1.0f, Output::overwrite, training);
+  const cpu::Summation training =
+      cpu::fp32_products_available(Format::nvfp4) ? cpu::Summation::fp32_products : cpu::Summation::block_exact;
+  gflops[kNvfp4QGemm] = s.rate([&] {
+    QuantOptions weights{.format = Format::nvfp4, .tile_16x16 = s.N % 16 == 0};
+    QuantizedTensor qa = cpu::quantize(s.a, s.M, s.K, {.format = Format::nvfp4});
+    QuantizedTensor qb = cpu::quantize(s.b, s.N, s.K, weights);
+    cpu::gemm(qa, qb, s.c.data(), s.N, 1.0f, Output::overwrite, training);
   });
   return gflops;
 }
@@ -223,26 +247,29 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
   return sizes;
 }
 
-int run_bench_gemm(const BenchOptions& opt) {
-  const int threads = omp_get_max_threads();
-  fmt::print("nibble bench gemm: ISA {}, {} OpenMP threads, best of >= 3 calls per entry\n",
-             cpu::to_string(cpu::active_isa()), threads);
-  const cpu::InstructionPeak fma = cpu::measure_fma_f32_peak(opt.quick ? 0.1 : 0.3);
-  const cpu::InstructionPeak dot = cpu::measure_int8_dot_peak(opt.quick ? 0.1 : 0.3);
-  const cpu::InstructionPeak tile = cpu::measure_amx_int8_peak(opt.quick ? 0.1 : 0.3);
-  const cpu::InstructionPeak tile_bf16 = cpu::measure_amx_bf16_peak(opt.quick ? 0.1 : 0.3);
-  fmt::print("measured peaks per core: {} {:.0f} GFLOP/s, {} {:.0f} GOP/s; x{} threads: {:.0f} / {:.0f}\n",
-             fma.instruction, fma.giga_ops_per_s, dot.instruction, dot.giga_ops_per_s, threads,
-             fma.giga_ops_per_s * threads, dot.giga_ops_per_s * threads);
-  if (tile.giga_ops_per_s > 0)
-    fmt::print("AMX tile peak per core: {} {:.0f} GOP/s (a 16-element block uses K=16, a quarter of it: {:.0f})\n",
-               tile.instruction, tile.giga_ops_per_s, tile.giga_ops_per_s / 4);
-  if (tile_bf16.giga_ops_per_s > 0)
-    fmt::print("AMX-BF16 tile peak per core: {} {:.0f} GFLOP/s\n", tile_bf16.instruction, tile_bf16.giga_ops_per_s);
-  const std::vector<std::string> kernels = column_kernels();
-  fmt::print("columns (what each runs on this CPU; n/a: cannot run here):\n");
-  for (size_t j = 0; j < columns().size(); ++j) fmt::print("  {:<14} {}\n", columns()[j].name, kernels[j]);
+// The instruction peaks the tables judge the kernels against, measured here.
+struct InstructionPeaks {
+  cpu::InstructionPeak fma, dot, tile, tile_bf16;
+};
 
+InstructionPeaks measure_and_print_peaks(bool quick, int threads) {
+  InstructionPeaks p;
+  p.fma = cpu::measure_fma_f32_peak(quick ? 0.1 : 0.3);
+  p.dot = cpu::measure_int8_dot_peak(quick ? 0.1 : 0.3);
+  p.tile = cpu::measure_amx_int8_peak(quick ? 0.1 : 0.3);
+  p.tile_bf16 = cpu::measure_amx_bf16_peak(quick ? 0.1 : 0.3);
+  fmt::print("measured peaks per core: {} {:.0f} GFLOP/s, {} {:.0f} GOP/s; x{} threads: {:.0f} / {:.0f}\n",
+             p.fma.instruction, p.fma.giga_ops_per_s, p.dot.instruction, p.dot.giga_ops_per_s, threads,
+             p.fma.giga_ops_per_s * threads, p.dot.giga_ops_per_s * threads);
+  if (p.tile.giga_ops_per_s > 0)
+    fmt::print("AMX tile peak per core: {} {:.0f} GOP/s (a 16-element block uses K=16, a quarter of it: {:.0f})\n",
+               p.tile.instruction, p.tile.giga_ops_per_s, p.tile.giga_ops_per_s / 4);
+  if (p.tile_bf16.giga_ops_per_s > 0)
+    fmt::print("AMX-BF16 tile peak per core: {} {:.0f} GFLOP/s\n", p.tile_bf16.instruction, p.tile_bf16.giga_ops_per_s);
+  return p;
+}
+
+std::vector<GemmShape> shapes_of(const BenchOptions& opt) {
   std::vector<GemmShape> shapes;
   for (int64_t n : opt.sizes) shapes.push_back({fmt::format("{}^3", n), n, n, n});
   if (opt.transformer) {
@@ -252,17 +279,26 @@ int run_bench_gemm(const BenchOptions& opt) {
     shapes.push_back({"wgrad mlp-up", 768, 3072, 4096});
     shapes.push_back({"attn proj", 4096, 768, 768});
   }
-  const double min_seconds = opt.quick ? 0.1 : opt.min_seconds;
+  return shapes;
+}
 
-  fmt::print("\nGFLOP/s (2MNK / best time) and ratio to oneDNN FP32\n");
+void print_table_header() {
   fmt::print("{:<14} {:>16}", "shape", "M x N x K");
   for (const Column& col : columns()) fmt::print(" {:>15}", col.name);
   fmt::print("\n");
+}
+
+void print_shape_cell(const GemmShape& s) { fmt::print("{:<14} {:>16}", s.name, fmt::format("{}x{}x{}", s.M, s.N, s.K)); }
+
+// Measures every shape, printing each row as it is done; returns GFLOP/s [shape][column].
+std::vector<std::vector<double>> measure_and_print_gflops(const std::vector<GemmShape>& shapes, double min_seconds) {
+  fmt::print("\nGFLOP/s (2MNK / best time) and ratio to oneDNN FP32\n");
+  print_table_header();
   std::vector<std::vector<double>> all;
   for (const GemmShape& s : shapes) {
     std::vector<double> g = bench_shape(s, min_seconds);
     all.push_back(g);
-    fmt::print("{:<14} {:>16}", s.name, fmt::format("{}x{}x{}", s.M, s.N, s.K));
+    print_shape_cell(s);
     for (double v : g) {
       if (std::isnan(v))
         fmt::print(" {:>15}", kNotAvailable);
@@ -272,14 +308,18 @@ int run_bench_gemm(const BenchOptions& opt) {
     fmt::print("\n");
     std::fflush(stdout);
   }
-  fmt::print("\n% of the {}-thread peak (int8 kinds vs {}, others vs {})\n", threads, dot.instruction, fma.instruction);
-  fmt::print("{:<14} {:>16}", "shape", "M x N x K");
-  for (const Column& col : columns()) fmt::print(" {:>15}", col.name);
-  fmt::print("\n");
+  return all;
+}
+
+// Each entry's share of the all-thread peak of its kind.
+void print_peak_shares(const std::vector<GemmShape>& shapes, const std::vector<std::vector<double>>& all,
+                       const InstructionPeaks& p, int threads) {
+  fmt::print("\n% of the {}-thread peak (int8 kinds vs {}, others vs {})\n", threads, p.dot.instruction, p.fma.instruction);
+  print_table_header();
   for (size_t i = 0; i < shapes.size(); ++i) {
-    fmt::print("{:<14} {:>16}", shapes[i].name, fmt::format("{}x{}x{}", shapes[i].M, shapes[i].N, shapes[i].K));
+    print_shape_cell(shapes[i]);
     for (size_t j = 0; j < columns().size(); ++j) {
-      double peak = (columns()[j].int8_kind ? dot.giga_ops_per_s : fma.giga_ops_per_s) * threads;
+      double peak = (columns()[j].int8_kind ? p.dot.giga_ops_per_s : p.fma.giga_ops_per_s) * threads;
       if (std::isnan(all[i][j]) || !(peak > 0))
         fmt::print(" {:>15}", kNotAvailable);
       else
@@ -287,19 +327,32 @@ int run_bench_gemm(const BenchOptions& opt) {
     }
     fmt::print("\n");
   }
-  if (tile.giga_ops_per_s > 0 && cpu::active_isa() == cpu::Isa::amx) {
-    fmt::print("\n% of the {}-thread AMX tile peaks: the int8 kinds vs tdpbssd at K=16 ({:.0f} GOP/s), nvfp4 fp32sum vs "
-               "tdpbf16ps ({:.0f} GFLOP/s)\n", threads, tile.giga_ops_per_s / 4 * threads, tile_bf16.giga_ops_per_s * threads);
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      fmt::print("{:<14} {:>16}", shapes[i].name, fmt::format("{}x{}x{}", shapes[i].M, shapes[i].N, shapes[i].K));
-      for (size_t j : {size_t{kNvfp4}, size_t{kMxfp4}})
-        fmt::print("  {} {:.1f}%", columns()[j].name, 100.0 * all[i][j] / (tile.giga_ops_per_s / 4 * threads));
-      if (tile_bf16.giga_ops_per_s > 0)
-        fmt::print("  {} {:.1f}%", columns()[kNvfp4Fp32Sum].name,
-                   100.0 * all[i][kNvfp4Fp32Sum] / (tile_bf16.giga_ops_per_s * threads));
-      fmt::print("\n");
-    }
+  if (!(p.tile.giga_ops_per_s > 0 && cpu::active_isa() == cpu::Isa::amx)) return;
+  fmt::print("\n% of the {}-thread AMX tile peaks: the int8 kinds vs tdpbssd at K=16 ({:.0f} GOP/s), nvfp4 fp32sum vs "
+             "tdpbf16ps ({:.0f} GFLOP/s)\n", threads, p.tile.giga_ops_per_s / 4 * threads, p.tile_bf16.giga_ops_per_s * threads);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    print_shape_cell(shapes[i]);
+    for (size_t j : {size_t{kNvfp4}, size_t{kMxfp4}})
+      fmt::print("  {} {:.1f}%", columns()[j].name, 100.0 * all[i][j] / (p.tile.giga_ops_per_s / 4 * threads));
+    if (p.tile_bf16.giga_ops_per_s > 0)
+      fmt::print("  {} {:.1f}%", columns()[kNvfp4Fp32Sum].name,
+                 100.0 * all[i][kNvfp4Fp32Sum] / (p.tile_bf16.giga_ops_per_s * threads));
+    fmt::print("\n");
   }
+}
+
+int run_bench_gemm(const BenchOptions& opt) {
+  const int threads = omp_get_max_threads();
+  fmt::print("nibble bench gemm: ISA {}, {} OpenMP threads, best of >= 3 calls per entry\n",
+             cpu::to_string(cpu::active_isa()), threads);
+  const InstructionPeaks peaks = measure_and_print_peaks(opt.quick, threads);
+  const std::vector<std::string> kernels = column_kernels();
+  fmt::print("columns (what each runs on this CPU; n/a: cannot run here):\n");
+  for (size_t j = 0; j < columns().size(); ++j) fmt::print("  {:<14} {}\n", columns()[j].name, kernels[j]);
+
+  const std::vector<GemmShape> shapes = shapes_of(opt);
+  const auto all = measure_and_print_gflops(shapes, opt.quick ? 0.1 : opt.min_seconds);
+  print_peak_shares(shapes, all, peaks, threads);
   fmt::print("\nnvfp4 is the forward GEMM of the recipe (A 1x16, B 16x16 tiles) with Summation::block_exact (each\n"
              "16-block product exact, one FP32 rounding per block); nvfp4 avx512 is the same product on the VNNI\n"
              "kernel beside AMX-INT8 (bitwise equal). nvfp4 fp32sum is Summation::fp32_products (operands decoded\n"

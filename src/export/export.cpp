@@ -228,301 +228,374 @@ void check_nvfp4_exportable(const std::string& tensor, int64_t rows, int64_t col
                                  to_string(format), tensor, cols));
 }
 
-std::string export_run(const ExportOptions& opt) {
-  const bool quantized_format = opt.format != ExportFormat::hf;
+namespace {
+
+// What an export writes, decided before any file is: the run, its Hugging Face tensor layout and,
+// per block, the options its forward GEMM quantizes the weights with (nullopt: a dense block).
+struct ExportPlan {
+  const ExportOptions& opt;
+  bool quantized_format = false;
+  LoadedRun run;
+  std::vector<HfTensorSlot> layout;
+  std::vector<std::optional<QuantOptions>> layer_options;
+  std::vector<int> nvfp4_layers, bf16_layers;
+};
+
+// Static activation amax per (layer, linear) from calibration batches through the run's recipe.
+struct Calibration {
+  std::vector<float> input_amax;
+  int64_t windows = 0;
+  fs::path file;
+  bool static_inputs = false;  // input scales are written
+};
+
+struct ExportedWeights {
+  io::SafetensorsFile file;
+  std::vector<std::string> excluded_modules, quantized_modules;
+};
+
+// Refuses a bad request before loading anything: an output that is (or holds) the run would be
+// destroyed by --force.
+void validate_request(const ExportOptions& opt) {
   if (opt.output.empty()) throw UsageError("-o DIR is required: the directory to write the export into");
   if (opt.calibrate_batches < 0)
     throw UsageError(fmt::format("--calibrate {} is negative: give a batch count, or 0 for weight-only scales",
                                  opt.calibrate_batches));
-  // Refuse before loading anything: an output that is (or holds) the run would be destroyed by --force.
   if (is_within(opt.run_dir, opt.output))
     throw UsageError(fmt::format("-o {} is the run directory {} or holds it: choose an output outside the run",
                                  opt.output.string(), opt.run_dir.string()));
   if (fs::exists(opt.output) && !opt.force)
     throw UsageError(fmt::format("{} already exists: pass --force to replace it, or choose another -o",
                                  opt.output.string()));
+}
 
-  LoadedRun run = load_run(opt.run_dir, opt.checkpoint);
-  const auto& mc = run.config.train.model;
-  const int layers = static_cast<int>(mc.layers);
-  const auto layout = hf_tensor_layout(*run.model);
-  const Quantization q = run.config.train.recipe.quantization;
-
+// Opens the run and decides which blocks' weights are written as NVFP4; UsageError for a run or shape
+// the format cannot hold.
+ExportPlan plan_export(const ExportOptions& opt) {
+  ExportPlan p{opt, opt.format != ExportFormat::hf, load_run(opt.run_dir, opt.checkpoint), {}, {}, {}, {}};
+  const int layers = static_cast<int>(p.run.config.train.model.layers);
+  p.layout = hf_tensor_layout(*p.run.model);
+  const Quantization q = p.run.config.train.recipe.quantization;
   // Shapes first (the Recipe itself refuses them with a training-time message).
-  if (quantized_format) {
+  if (p.quantized_format) {
     if (q != Quantization::nvfp4)
       throw UsageError(fmt::format("--format {} writes the NVFP4 weights training used, but this run was trained with "
                                    "quantization={}, which has no NVFP4 weights: export it with --format hf",
                                    to_string(opt.format), to_string(q)));
-    for (const auto& slot : layout) {
+    for (const auto& slot : p.layout) {
       int layer = 0;
       if (block_linear_of(slot, layer) >= 0) check_nvfp4_exportable(slot.hf_name, slot.rows, slot.cols, opt.format);
     }
   }
   // Which blocks multiply NVFP4 weights (the recipe is not needed, nor built, for dense hf).
-  std::vector<std::optional<QuantOptions>> layer_options(static_cast<size_t>(layers));
-  std::vector<int> nvfp4_layers, bf16_layers;
-  if (quantized_format) {
-    const Recipe recipe = recipe_of(run);
-    const double progress = progress_of(run);
-    for (int l = 0; l < layers; ++l) layer_options[static_cast<size_t>(l)] = forward_weight_options(recipe, l, progress);
+  p.layer_options.resize(static_cast<size_t>(layers));
+  if (p.quantized_format) {
+    const Recipe recipe = recipe_of(p.run);
+    const double progress = progress_of(p.run);
+    for (int l = 0; l < layers; ++l) p.layer_options[static_cast<size_t>(l)] = forward_weight_options(recipe, l, progress);
   }
-  for (int l = 0; l < layers; ++l) (layer_options[static_cast<size_t>(l)] ? nvfp4_layers : bf16_layers).push_back(l);
-  if (quantized_format && nvfp4_layers.empty())
+  for (int l = 0; l < layers; ++l) (p.layer_options[static_cast<size_t>(l)] ? p.nvfp4_layers : p.bf16_layers).push_back(l);
+  if (p.quantized_format && p.nvfp4_layers.empty())
     throw UsageError(fmt::format(
         "--format {}: at step {} no layer of this run multiplies NVFP4 weights (precision_switch_at={} switched every "
         "GEMM to BF16, or every layer is kept in BF16): export it with --format hf",
-        to_string(opt.format), run.state.step, run.config.train.recipe.precision_switch_at));
+        to_string(opt.format), p.run.state.step, p.run.config.train.recipe.precision_switch_at));
+  return p;
+}
 
-  // Static activation amax per (layer, linear) from calibration batches through the run's recipe.
-  std::vector<float> input_amax(static_cast<size_t>(layers * model::kLinearsPerBlock), 0.0f);
-  int64_t calibrated_windows = 0;
-  fs::path calibration_file;
-  if (quantized_format && opt.calibrate_batches > 0) {
-    calibration_file = fs::path(run.config.data_dir) / kValShardFile;
-    if (!fs::exists(calibration_file))
-      throw UsageError(fmt::format("--calibrate reads the run's validation tokens, but {} is missing (the data "
-                                   "directory moved?): restore it, or pass --calibrate 0 for weight-only scales",
-                                   calibration_file.string()));
-    const auto shard = read_token_shard(calibration_file);
-    const int64_t batch = std::max<int64_t>(1, run.config.train.batch);
-    const auto r = evaluate_token_stream(run, shard.tokens, opt.calibrate_batches * batch, true,
-                                         [&](const model::Transformer& m) {
-                                           for (int l : nvfp4_layers)
-                                             for (int i = 0; i < model::kLinearsPerBlock; ++i) {
-                                               const float a = m.linear(l, static_cast<model::BlockLinear>(i)).fprop_input_amax();
-                                               float& slot = input_amax[static_cast<size_t>(l * model::kLinearsPerBlock + i)];
-                                               slot = std::max(slot, a);
-                                             }
-                                         });
-    calibrated_windows = r.windows;
+// --calibrate N: the largest input amax of every NVFP4 linear over N batches of validation windows.
+Calibration calibrate(ExportPlan& p) {
+  Calibration c;
+  c.input_amax.assign(static_cast<size_t>(p.layer_options.size() * model::kLinearsPerBlock), 0.0f);
+  c.static_inputs = p.quantized_format && p.opt.calibrate_batches > 0;
+  if (!c.static_inputs) return c;
+  c.file = fs::path(p.run.config.data_dir) / kValShardFile;
+  if (!fs::exists(c.file))
+    throw UsageError(fmt::format("--calibrate reads the run's validation tokens, but {} is missing (the data "
+                                 "directory moved?): restore it, or pass --calibrate 0 for weight-only scales",
+                                 c.file.string()));
+  const auto shard = read_token_shard(c.file);
+  const int64_t batch = std::max<int64_t>(1, p.run.config.train.batch);
+  const auto r = evaluate_token_stream(p.run, shard.tokens, p.opt.calibrate_batches * batch, true,
+                                       [&](const model::Transformer& m) {
+                                         for (int l : p.nvfp4_layers)
+                                           for (int i = 0; i < model::kLinearsPerBlock; ++i) {
+                                             const float a = m.linear(l, static_cast<model::BlockLinear>(i)).fprop_input_amax();
+                                             float& slot = c.input_amax[static_cast<size_t>(l * model::kLinearsPerBlock + i)];
+                                             slot = std::max(slot, a);
+                                           }
+                                       });
+  c.windows = r.windows;
+  return c;
+}
+
+// One NVFP4 module's tensors in the format's names: rows [row_begin, row_begin + rows) of the fused
+// weight w. Codes K/2 bytes a row, element 2i in the low nibble (nibble's packing,
+// format/quantized_tensor.h) -- the order compressed-tensors' unpack_fp4_from_uint8
+// (compressors/nvfp4/helpers.py: low nibble first) and ModelOpt/vLLM read; scales K/16 E4M3 bytes a
+// row, plain row-major (16x16 tile scales are already stored repeated per row), the [N, K/16] layout
+// of vLLM's ModelOptNvFp4LinearMethod.create_weights (swizzling happens in the loader's
+// process_weights_after_loading).
+void add_nvfp4_module(io::SafetensorsFile& weights, const std::string& m, const HfTensorSlot& slot,
+                      const QuantizedTensor& w, float x_amax, ExportFormat format, bool static_inputs) {
+  const int64_t K = slot.cols, N = slot.rows;
+  const auto codes = std::span<const uint8_t>(w.codes).subspan(static_cast<size_t>(slot.row_begin * K / 2),
+                                                               static_cast<size_t>(N * K / 2));
+  const auto scales = std::span<const uint8_t>(w.scales).subspan(static_cast<size_t>(slot.row_begin * K / 16),
+                                                                 static_cast<size_t>(N * K / 16));
+  const auto g = ref::nvfp4_global_scale(w.amax, nvfp4_global_numerator(w));
+  // Activations: engines quantize them at run time with their own 448-ceiling kernels, so the
+  // static global scale uses TE's numerator 2688 whatever the weights' Four Over Six setting.
+  const auto gx = ref::nvfp4_global_scale(x_amax, kNvfp4GlobalScaleNumerator);
+  if (format == ExportFormat::modelopt_nvfp4) {
+    // vllm/model_executor/layers/quantization/modelopt.py, ModelOptNvFp4LinearMethod: weight U8
+    // [N, K/2], weight_scale F8_E4M3 [N, K/16], weight_scale_2 and input_scale F32 scalars in the
+    // decode direction (amax / 2688: alpha = input_scale * weight_scale_2 multiplies the GEMM).
+    weights.tensors[m + ".weight"] = io::make_tensor(io::DType::U8, {N, K / 2}, codes);
+    weights.tensors[m + ".weight_scale"] = io::make_tensor(io::DType::F8_E4M3, {N, K / 16}, scales);
+    weights.tensors[m + ".weight_scale_2"] = scalar_f32(w.decode_scale, false);
+    if (static_inputs) weights.tensors[m + ".input_scale"] = scalar_f32(gx.decode, false);
+  } else {
+    // compressed_tensors/compressors/nvfp4/base.py (NVFP4PackedCompressor): weight_packed U8
+    // [N, K/2], weight_scale F8_E4M3 [N, K/16], weight_global_scale F32 [1] in the encode
+    // direction (2688 / amax: dequantize divides by it; compressed_tensors/entrypoints/convert/
+    // converters/modelopt_nvfp4.py maps ModelOpt's weight_scale_2 x to 1/x), input_global_scale likewise.
+    weights.tensors[m + ".weight_packed"] = io::make_tensor(io::DType::U8, {N, K / 2}, codes);
+    weights.tensors[m + ".weight_scale"] = io::make_tensor(io::DType::F8_E4M3, {N, K / 16}, scales);
+    weights.tensors[m + ".weight_global_scale"] = scalar_f32(g.encode, true);
+    if (static_inputs) weights.tensors[m + ".input_global_scale"] = scalar_f32(gx.encode, true);
   }
-  const bool static_inputs = quantized_format && opt.calibrate_batches > 0;
+}
 
-  // The tensors.
-  io::SafetensorsFile weights;
-  weights.metadata["format"] = "pt";  // transformers refuses a safetensors file without it
-  std::vector<std::string> excluded_modules;
+// Every tensor of the layout: dense, or (an NVFP4 block's linears) the training codes and scales.
+ExportedWeights export_weights(const ExportPlan& p, const Calibration& c) {
+  ExportedWeights out;
+  out.file.metadata["format"] = "pt";  // transformers refuses a safetensors file without it
   std::map<std::pair<int, int>, QuantizedTensor> quantized;  // (layer, linear) -> fused weight
-  std::vector<std::string> quantized_modules;
-  const auto& arena = run.model->params();
-  for (const auto& slot : layout) {
+  const auto& arena = p.run.model->params();
+  for (const auto& slot : p.layout) {
     const auto& info = arena.find(slot.arena_name);
     const std::span<const float> values(arena.value(info.offset) + slot.row_begin * slot.cols,
                                         static_cast<size_t>(slot.rows * slot.cols));
     int layer = -1;
     const int which = block_linear_of(slot, layer);
-    if (which < 0 || !layer_options[static_cast<size_t>(layer)]) {
-      weights.tensors[slot.hf_name] = dense_tensor(slot.shape, values, opt.bf16);
-      if (quantized_format && which >= 0) excluded_modules.push_back(module_of(slot.hf_name));
+    if (which < 0 || !p.layer_options[static_cast<size_t>(layer)]) {
+      out.file.tensors[slot.hf_name] = dense_tensor(slot.shape, values, p.opt.bf16);
+      if (p.quantized_format && which >= 0) out.excluded_modules.push_back(module_of(slot.hf_name));
       continue;
     }
     auto key = std::make_pair(layer, which);
     auto it = quantized.find(key);
     if (it == quantized.end())
-      it = quantized.emplace(key, quantize_weight(run, layer, static_cast<model::BlockLinear>(which),
-                                                  *layer_options[static_cast<size_t>(layer)])).first;
-    const QuantizedTensor& w = it->second;
-    // Rows [row_begin, row_begin + rows) of the fused weight: codes K/2 bytes a row, element 2i in
-    // the low nibble (nibble's packing, format/quantized_tensor.h) -- the order compressed-tensors'
-    // unpack_fp4_from_uint8 (compressors/nvfp4/helpers.py: low nibble first) and ModelOpt/vLLM
-    // read; scales K/16 E4M3 bytes a row, plain row-major (16x16 tile scales are already stored
-    // repeated per row), the [N, K/16] layout of vLLM's ModelOptNvFp4LinearMethod.create_weights
-    // (swizzling happens in the loader's process_weights_after_loading).
-    const int64_t K = slot.cols, N = slot.rows;
-    const auto codes = std::span<const uint8_t>(w.codes).subspan(static_cast<size_t>(slot.row_begin * K / 2),
-                                                                 static_cast<size_t>(N * K / 2));
-    const auto scales = std::span<const uint8_t>(w.scales).subspan(static_cast<size_t>(slot.row_begin * K / 16),
-                                                                   static_cast<size_t>(N * K / 16));
+      it = quantized.emplace(key, quantize_weight(p.run, layer, static_cast<model::BlockLinear>(which),
+                                                  *p.layer_options[static_cast<size_t>(layer)])).first;
     const std::string m = module_of(slot.hf_name);
-    quantized_modules.push_back(m);
-    const auto g = ref::nvfp4_global_scale(w.amax, nvfp4_global_numerator(w));
-    // Activations: engines quantize them at run time with their own 448-ceiling kernels, so the
-    // static global scale uses TE's numerator 2688 whatever the weights' Four Over Six setting.
-    const float x_amax = input_amax[static_cast<size_t>(layer * model::kLinearsPerBlock + which)];
-    const auto gx = ref::nvfp4_global_scale(x_amax, kNvfp4GlobalScaleNumerator);
-    if (opt.format == ExportFormat::modelopt_nvfp4) {
-      // vllm/model_executor/layers/quantization/modelopt.py, ModelOptNvFp4LinearMethod: weight U8
-      // [N, K/2], weight_scale F8_E4M3 [N, K/16], weight_scale_2 and input_scale F32 scalars in the
-      // decode direction (amax / 2688: alpha = input_scale * weight_scale_2 multiplies the GEMM).
-      weights.tensors[m + ".weight"] = io::make_tensor(io::DType::U8, {N, K / 2}, codes);
-      weights.tensors[m + ".weight_scale"] = io::make_tensor(io::DType::F8_E4M3, {N, K / 16}, scales);
-      weights.tensors[m + ".weight_scale_2"] = scalar_f32(w.decode_scale, false);
-      if (static_inputs) weights.tensors[m + ".input_scale"] = scalar_f32(gx.decode, false);
-    } else {
-      // compressed_tensors/compressors/nvfp4/base.py (NVFP4PackedCompressor): weight_packed U8
-      // [N, K/2], weight_scale F8_E4M3 [N, K/16], weight_global_scale F32 [1] in the encode
-      // direction (2688 / amax: dequantize divides by it; compressed_tensors/entrypoints/convert/
-      // converters/modelopt_nvfp4.py maps ModelOpt's weight_scale_2 x to 1/x), input_global_scale likewise.
-      weights.tensors[m + ".weight_packed"] = io::make_tensor(io::DType::U8, {N, K / 2}, codes);
-      weights.tensors[m + ".weight_scale"] = io::make_tensor(io::DType::F8_E4M3, {N, K / 16}, scales);
-      weights.tensors[m + ".weight_global_scale"] = scalar_f32(g.encode, true);
-      if (static_inputs) weights.tensors[m + ".input_global_scale"] = scalar_f32(gx.encode, true);
-    }
+    out.quantized_modules.push_back(m);
+    add_nvfp4_module(out.file, m, slot, it->second,
+                     c.input_amax[static_cast<size_t>(layer * model::kLinearsPerBlock + which)], p.opt.format,
+                     c.static_inputs);
   }
-  if (quantized_format) excluded_modules.push_back("lm_head");  // ModelOpt's exporter always lists it
+  if (p.quantized_format) out.excluded_modules.push_back("lm_head");  // ModelOpt's exporter always lists it
+  return out;
+}
 
-  // Output: a temporary directory beside the target, renamed into place when complete.
-  const fs::path out = opt.output;
-  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+// A temporary directory beside the output, renamed into place by publish() when complete.
+struct Staging {
+  fs::path out, parent, tmp;
+};
+
+Staging open_staging_directory(const fs::path& out) {
+  Staging s{out, out.parent_path().empty() ? fs::path(".") : out.parent_path(), {}};
   std::error_code ec;
-  fs::create_directories(parent, ec);
-  const fs::path tmp = parent / fmt::format("{}.tmp.{}", out.filename().string(), ::getpid());
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec))
-    throw UsageError(fmt::format("cannot create {} ({}): check the permissions of {}", tmp.string(),
-                                 ec ? ec.message() : "exists", parent.string()));
-  RemoveOnFailure guard{tmp};
+  fs::create_directories(s.parent, ec);
+  s.tmp = s.parent / fmt::format("{}.tmp.{}", out.filename().string(), ::getpid());
+  fs::remove_all(s.tmp, ec);
+  if (!fs::create_directory(s.tmp, ec))
+    throw UsageError(fmt::format("cannot create {} ({}): check the permissions of {}", s.tmp.string(),
+                                 ec ? ec.message() : "exists", s.parent.string()));
+  return s;
+}
 
-  io::write_safetensors(tmp / "model.safetensors", weights);
+// Into place: the old export (with --force) is removed only once the new one is complete.
+void publish(const Staging& s) {
+  std::error_code ec;
+  if (fs::exists(s.out)) {
+    const fs::path old = s.parent / fmt::format("{}.old.{}", s.out.filename().string(), ::getpid());
+    fs::rename(s.out, old);
+    fs::rename(s.tmp, s.out);
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(s.tmp, s.out);
+  }
+}
 
-  // config.json: the checkpoint's LlamaConfig, plus dtype, token ids and the quantization block.
-  json config = read_json(run.checkpoint / "config.json");
-  config["torch_dtype"] = opt.bf16 ? "bfloat16" : "float32";
-  const bool bpe = run.tokenizer->kind() == TokenizerKind::bpe;
+// ModelOpt: config.json's quantization_config, and the legacy hf_quant_config.json (written here)
+// that vLLM's ModelOptNvFp4Config requires group_size, kv_cache_quant_algo and exclude_modules in
+// (modelopt.py, _from_config), the same as ModelOpt's own exporter converts it
+// (modelopt/torch/export/unified_export_hf.py + convert_hf_config.py).
+json modelopt_quantization_config(const std::vector<std::string>& excluded_modules, bool static_inputs,
+                                  const fs::path& dir) {
+  const std::string producer_version = "nibble";
+  const std::string algo = static_inputs ? "NVFP4" : "W4A16_NVFP4";
+  const json hf_quant = {{"producer", {{"name", "nibble"}, {"version", producer_version}}},
+                         {"quantization",
+                          {{"quant_algo", algo}, {"group_size", 16}, {"kv_cache_quant_algo", nullptr},
+                           {"exclude_modules", excluded_modules}}}};
+  json groups = {{"weights", {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}}}};
+  if (static_inputs)
+    groups["input_activations"] = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
+  write_json(dir / "hf_quant_config.json", hf_quant);
+  return {{"config_groups", {{"group_0", groups}}},
+          {"ignore", excluded_modules},
+          {"quant_algo", algo},
+          {"producer", hf_quant["producer"]},
+          {"quant_method", "modelopt"},
+          {"quant_library", "modelopt"}};
+}
+
+// compressed_tensors/quantization/quant_scheme.py's NVFP4 preset (weights: 4-bit float,
+// tensor_group, group 16, static global scale; inputs the same with dynamic "local": per-block
+// scales at run time under the stored input_global_scale), NVFP4A16 without inputs; the
+// QuantizationConfig fields of quant_config.py.
+json compressed_tensors_quantization_config(const std::vector<std::string>& excluded_modules, bool static_inputs) {
+  const json args = {{"num_bits", 4},        {"type", "float"},     {"symmetric", true},  {"group_size", 16},
+                     {"strategy", "tensor_group"}, {"block_structure", nullptr}, {"dynamic", false},
+                     {"actorder", nullptr},  {"observer", "minmax"}, {"observer_kwargs", json::object()}};
+  json inputs = nullptr;
+  if (static_inputs) {
+    inputs = args;
+    inputs["dynamic"] = "local";
+    inputs["observer"] = "static_minmax";
+  }
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "nvfp4-pack-quantized"},
+          {"quantization_status", "compressed"},
+          {"global_compression_ratio", nullptr},
+          {"kv_cache_scheme", nullptr},
+          {"ignore", excluded_modules},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}},
+              {"weights", args},
+              {"input_activations", inputs},
+              {"output_activations", nullptr},
+              {"format", "nvfp4-pack-quantized"}}}}}};
+}
+
+// config.json (the checkpoint's LlamaConfig, plus dtype, token ids and the quantization block),
+// hf_quant_config.json for ModelOpt, and generation_config.json.
+void write_model_config(const ExportPlan& p, const ExportedWeights& w, bool static_inputs, const fs::path& dir) {
+  json config = read_json(p.run.checkpoint / "config.json");
+  config["torch_dtype"] = p.opt.bf16 ? "bfloat16" : "float32";
+  const bool bpe = p.run.tokenizer->kind() == TokenizerKind::bpe;
   if (bpe) {
     // sentencepiece's defaults, which `nibble prepare` keeps: <unk> 0, <s> 1, </s> 2.
     config["bos_token_id"] = 1;
     config["eos_token_id"] = 2;
   }
-  const std::string producer_version = "nibble";
-  json hf_quant;
-  if (opt.format == ExportFormat::modelopt_nvfp4) {
-    // The legacy hf_quant_config.json vLLM's ModelOptNvFp4Config requires group_size,
-    // kv_cache_quant_algo and exclude_modules in (modelopt.py, _from_config), and the same in
-    // config.json's quantization_config as ModelOpt's own exporter converts it
-    // (modelopt/torch/export/unified_export_hf.py + convert_hf_config.py).
-    const std::string algo = static_inputs ? "NVFP4" : "W4A16_NVFP4";
-    hf_quant = {{"producer", {{"name", "nibble"}, {"version", producer_version}}},
-                {"quantization",
-                 {{"quant_algo", algo}, {"group_size", 16}, {"kv_cache_quant_algo", nullptr},
-                  {"exclude_modules", excluded_modules}}}};
-    json groups = {{"weights", {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}}}};
-    if (static_inputs)
-      groups["input_activations"] = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
-    config["quantization_config"] = {{"config_groups", {{"group_0", groups}}},
-                                     {"ignore", excluded_modules},
-                                     {"quant_algo", algo},
-                                     {"producer", hf_quant["producer"]},
-                                     {"quant_method", "modelopt"},
-                                     {"quant_library", "modelopt"}};
-    write_json(tmp / "hf_quant_config.json", hf_quant);
-  } else if (opt.format == ExportFormat::compressed_tensors_nvfp4) {
-    // compressed_tensors/quantization/quant_scheme.py's NVFP4 preset (weights: 4-bit float,
-    // tensor_group, group 16, static global scale; inputs the same with dynamic "local": per-block
-    // scales at run time under the stored input_global_scale), NVFP4A16 without inputs; the
-    // QuantizationConfig fields of quant_config.py.
-    const json args = {{"num_bits", 4},        {"type", "float"},     {"symmetric", true},  {"group_size", 16},
-                       {"strategy", "tensor_group"}, {"block_structure", nullptr}, {"dynamic", false},
-                       {"actorder", nullptr},  {"observer", "minmax"}, {"observer_kwargs", json::object()}};
-    json inputs = nullptr;
-    if (static_inputs) {
-      inputs = args;
-      inputs["dynamic"] = "local";
-      inputs["observer"] = "static_minmax";
-    }
-    config["quantization_config"] = {
-        {"quant_method", "compressed-tensors"},
-        {"format", "nvfp4-pack-quantized"},
-        {"quantization_status", "compressed"},
-        {"global_compression_ratio", nullptr},
-        {"kv_cache_scheme", nullptr},
-        {"ignore", excluded_modules},
-        {"config_groups",
-         {{"group_0",
-           {{"targets", {"Linear"}},
-            {"weights", args},
-            {"input_activations", inputs},
-            {"output_activations", nullptr},
-            {"format", "nvfp4-pack-quantized"}}}}}};
-  }
-  write_json(tmp / "config.json", config);
-  json generation = {{"max_length", mc.context}};
+  if (p.opt.format == ExportFormat::modelopt_nvfp4)
+    config["quantization_config"] = modelopt_quantization_config(w.excluded_modules, static_inputs, dir);
+  else if (p.opt.format == ExportFormat::compressed_tensors_nvfp4)
+    config["quantization_config"] = compressed_tensors_quantization_config(w.excluded_modules, static_inputs);
+  write_json(dir / "config.json", config);
+  json generation = {{"max_length", p.run.config.train.model.context}};
   if (bpe) {
     generation["bos_token_id"] = 1;
     generation["eos_token_id"] = 2;
   }
-  write_json(tmp / "generation_config.json", generation);
+  write_json(dir / "generation_config.json", generation);
+}
 
-  // The tokenizer.
-  std::string tokenizer_note;
-  if (bpe) {
-    // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
-    // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).
-    const auto model_bytes = io::read_file_bytes(opt.run_dir / "tokenizer.model");
-    io::write_file_atomically(tmp / "tokenizer.model", model_bytes);
-    write_json(tmp / "tokenizer_config.json",
-               {{"tokenizer_class", "LlamaTokenizer"},
-                {"add_bos_token", false},
-                {"add_eos_token", false},
-                {"add_prefix_space", false},
-                {"legacy", true},
-                {"bos_token", "<s>"},
-                {"eos_token", "</s>"},
-                {"unk_token", "<unk>"},
-                {"clean_up_tokenization_spaces", false},
-                {"model_max_length", mc.context}});
-    tokenizer_note = "tokenizer.model (sentencepiece BPE, byte fallback) + tokenizer_config.json (LlamaTokenizer, "
-                     "no BOS added, as nibble trained)";
-  } else {
-    tokenizer_note = write_char_tokenizer(opt.run_dir, tmp, mc.context);
-  }
+// The tokenizer in the form transformers reads; returns the model card's sentence about it.
+std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
+  const int64_t context = p.run.config.train.model.context;
+  if (p.run.tokenizer->kind() != TokenizerKind::bpe) return write_char_tokenizer(p.opt.run_dir, dir, context);
+  // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
+  // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).
+  const auto model_bytes = io::read_file_bytes(p.opt.run_dir / "tokenizer.model");
+  io::write_file_atomically(dir / "tokenizer.model", model_bytes);
+  write_json(dir / "tokenizer_config.json",
+             {{"tokenizer_class", "LlamaTokenizer"},
+              {"add_bos_token", false},
+              {"add_eos_token", false},
+              {"add_prefix_space", false},
+              {"legacy", true},
+              {"bos_token", "<s>"},
+              {"eos_token", "</s>"},
+              {"unk_token", "<unk>"},
+              {"clean_up_tokenization_spaces", false},
+              {"model_max_length", context}});
+  return "tokenizer.model (sentencepiece BPE, byte fallback) + tokenizer_config.json (LlamaTokenizer, "
+         "no BOS added, as nibble trained)";
+}
 
-  // The model card.
-  const auto history = read_metrics(opt.run_dir / "metrics.jsonl");
+// The model card's "Final losses" list.
+std::string final_losses_text(const ExportPlan& p) {
+  const auto history = read_metrics(p.opt.run_dir / "metrics.jsonl");
   std::string losses;
   if (!history.steps.empty())
     losses += fmt::format("- final train loss {} (step {})\n", fmt_loss(history.steps.back().loss), history.steps.back().step);
   if (!history.evals.empty())
     losses += fmt::format("- final validation loss {} (step {})\n", fmt_loss(history.evals.back().val_loss),
                           history.evals.back().step);
-  if (run.state.best_val_step >= 0)
-    losses += fmt::format("- best validation loss {} (step {})\n", fmt_loss(run.state.best_val_loss), run.state.best_val_step);
+  if (p.run.state.best_val_step >= 0)
+    losses += fmt::format("- best validation loss {} (step {})\n", fmt_loss(p.run.state.best_val_loss),
+                          p.run.state.best_val_step);
   if (losses.empty()) losses = "- no metrics recorded (metrics.jsonl is missing or empty)\n";
+  return losses;
+}
 
-  std::string quant_text;
-  if (!quantized_format) {
-    quant_text = fmt::format("Dense {} weights (the FP32 master weights{}); no quantization_config: an engine serves "
-                             "them unquantized. The run's recipe was `{}`.\n",
-                             opt.bf16 ? "BF16" : "FP32", opt.bf16 ? " rounded to nearest BF16" : ", exactly",
-                             describe(run.config.train.recipe));
-  } else {
-    const QuantOptions& o = *layer_options[static_cast<size_t>(nvfp4_layers.front())];
-    auto list = [](const std::vector<int>& v) {
-      std::string s;
-      for (int l : v) s += (s.empty() ? "" : ", ") + std::to_string(l);
-      return s.empty() ? std::string("none") : s;
-    };
-    quant_text = fmt::format(
-        "NVFP4 linears in blocks {} ({} weight scales{}); blocks {} were kept in BF16 by the recipe and are "
-        "written dense ({}), as are the embeddings, norms and LM head. Excluded modules: {}.\n\n"
-        "**Exactness.** The weight codes and E4M3 block scales are the ones the run's forward pass multiplied at "
-        "step {}: the recipe's forward weight quantization is deterministic (round to nearest, no stochastic "
-        "rounding, no Hadamard transform for weights), so quantizing the checkpoint's FP32 master weights with "
-        "exactly that quantizer reproduces the training codes bit for bit.{} nibble trains q/k/v as one fused "
-        "linear and gate/up as one, so each group already has one global amax: q_proj, k_proj and v_proj (and "
-        "gate_proj, up_proj) carry the same global scale, as vLLM's fused layers need, and their codes are exact, "
-        "not re-quantized.\n\n"
-        "**Activations.** {}\n",
-        list(nvfp4_layers), o.tile_16x16 ? "16x16 tile" : "1x16 block",
-        o.tile_16x16 ? ", stored repeated per row as a valid 1x16 layout" : "", list(bf16_layers),
-        opt.bf16 ? "BF16" : "FP32", fmt::join(excluded_modules, ", "), run.state.step,
-        o.four_over_six ? fmt::format(" The recipe uses Four Over Six (E4M3 ceiling {}), so the weights' global "
-                                      "scale is amax / {:g}, not amax / 2688.",
-                                      o.four_over_six_e4m3_max, nvfp4_global_numerator(o))
-                        : std::string(),
-        static_inputs
-            ? fmt::format("Static input global scales from `--calibrate {}`: the input amax of every NVFP4 linear "
-                          "over {} validation windows of {} run through the run's recipe forward (scale = amax / "
-                          "2688). Training quantized activations with the current amax of each micro-batch; a "
-                          "static scale is what these loaders take (a running amax recorded during training would "
-                          "need trainer changes and is not recorded).",
-                          opt.calibrate_batches, calibrated_windows, calibration_file.string())
-            : std::string("No activation scales (`--calibrate 0`): the export is weight-only (ModelOpt "
-                          "W4A16_NVFP4 / compressed-tensors NVFP4A16); engines keep activations in BF16/FP16."));
-  }
+// The model card's "Weights" section for an NVFP4 format: which blocks, what is exact, activations.
+std::string nvfp4_weights_text(const ExportPlan& p, const Calibration& c, const ExportedWeights& w) {
+  const QuantOptions& o = *p.layer_options[static_cast<size_t>(p.nvfp4_layers.front())];
+  auto list = [](const std::vector<int>& v) {
+    std::string s;
+    for (int l : v) s += (s.empty() ? "" : ", ") + std::to_string(l);
+    return s.empty() ? std::string("none") : s;
+  };
+  return fmt::format(
+      "NVFP4 linears in blocks {} ({} weight scales{}); blocks {} were kept in BF16 by the recipe and are "
+      "written dense ({}), as are the embeddings, norms and LM head. Excluded modules: {}.\n\n"
+      "**Exactness.** The weight codes and E4M3 block scales are the ones the run's forward pass multiplied at "
+      "step {}: the recipe's forward weight quantization is deterministic (round to nearest, no stochastic "
+      "rounding, no Hadamard transform for weights), so quantizing the checkpoint's FP32 master weights with "
+      "exactly that quantizer reproduces the training codes bit for bit.{} nibble trains q/k/v as one fused "
+      "linear and gate/up as one, so each group already has one global amax: q_proj, k_proj and v_proj (and "
+      "gate_proj, up_proj) carry the same global scale, as vLLM's fused layers need, and their codes are exact, "
+      "not re-quantized.\n\n"
+      "**Activations.** {}\n",
+      list(p.nvfp4_layers), o.tile_16x16 ? "16x16 tile" : "1x16 block",
+      o.tile_16x16 ? ", stored repeated per row as a valid 1x16 layout" : "", list(p.bf16_layers),
+      p.opt.bf16 ? "BF16" : "FP32", fmt::join(w.excluded_modules, ", "), p.run.state.step,
+      o.four_over_six ? fmt::format(" The recipe uses Four Over Six (E4M3 ceiling {}), so the weights' global "
+                                    "scale is amax / {:g}, not amax / 2688.",
+                                    o.four_over_six_e4m3_max, nvfp4_global_numerator(o))
+                      : std::string(),
+      c.static_inputs
+          ? fmt::format("Static input global scales from `--calibrate {}`: the input amax of every NVFP4 linear "
+                        "over {} validation windows of {} run through the run's recipe forward (scale = amax / "
+                        "2688). Training quantized activations with the current amax of each micro-batch; a "
+                        "static scale is what these loaders take (a running amax recorded during training would "
+                        "need trainer changes and is not recorded).",
+                        p.opt.calibrate_batches, c.windows, c.file.string())
+          : std::string("No activation scales (`--calibrate 0`): the export is weight-only (ModelOpt "
+                        "W4A16_NVFP4 / compressed-tensors NVFP4A16); engines keep activations in BF16/FP16."));
+}
+
+// README.md, the model card: the model, final losses, weights, tokenizer, serving, training config.
+std::string model_card(const ExportPlan& p, const Calibration& c, const ExportedWeights& w,
+                       const std::string& tokenizer_note) {
+  const auto& mc = p.run.config.train.model;
+  const ExportOptions& opt = p.opt;
+  const std::string quant_text =
+      p.quantized_format
+          ? nvfp4_weights_text(p, c, w)
+          : fmt::format("Dense {} weights (the FP32 master weights{}); no quantization_config: an engine serves "
+                        "them unquantized. The run's recipe was `{}`.\n",
+                        opt.bf16 ? "BF16" : "FP32", opt.bf16 ? " rounded to nearest BF16" : ", exactly",
+                        describe(p.run.config.train.recipe));
   const std::string config_yaml = read_text_file((opt.run_dir / "config.yaml").string());
-  const std::string card = fmt::format(
+  return fmt::format(
       "# {} (exported by nibble)\n\n"
       "A {}-layer Llama-style model (width {}, {} heads, {} KV heads, MLP {}, context {}, vocabulary {}) trained with "
       "nibble, exported as `{}` from {} (step {}, {} tokens).\n\n"
@@ -532,8 +605,8 @@ std::string export_run(const ExportOptions& opt) {
       "## Serving\n\n{}\n"
       "## Training configuration (config.yaml)\n\n```yaml\n{}```\n",
       opt.run_dir.filename().string(), mc.layers, mc.width, mc.heads, mc.kv_head_count(), mc.hidden(), mc.context,
-      mc.vocab, to_string(opt.format), run.checkpoint.string(), run.state.step, run.state.tokens, losses, quant_text,
-      tokenizer_note,
+      mc.vocab, to_string(opt.format), p.run.checkpoint.string(), p.run.state.step, p.run.state.tokens,
+      final_losses_text(p), quant_text, tokenizer_note,
       opt.format == ExportFormat::modelopt_nvfp4
           ? "`vllm serve DIR --quantization modelopt_fp4` (vLLM reads hf_quant_config.json); TensorRT-LLM and "
             "SGLang read the same unified checkpoint. NVFP4 GEMMs need a Blackwell GPU (vLLM falls back to Marlin "
@@ -544,35 +617,47 @@ std::string export_run(const ExportOptions& opt) {
                   "`quantization_config=CompressedTensorsConfig(run_compressed=False)` decompresses to dense).\n"
                 : "`vllm serve DIR` or `AutoModelForCausalLM.from_pretrained(DIR)`.\n",
       config_yaml);
-  write_text(tmp / "README.md", card);
+}
 
-  // Into place: the old export (with --force) is removed only once the new one is complete.
-  if (fs::exists(out)) {
-    const fs::path old = parent / fmt::format("{}.old.{}", out.filename().string(), ::getpid());
-    fs::rename(out, old);
-    fs::rename(tmp, out);
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(tmp, out);
-  }
-  guard.armed = false;
-
-  std::string note = fmt::format("exported {} (step {}) as {} to {}\n", run.checkpoint.string(), run.state.step,
-                                 to_string(opt.format), out.string());
-  if (quantized_format) {
+// What export_run prints: what was written, what is exact, what is not.
+std::string export_note(const ExportPlan& p, const Calibration& c, const ExportedWeights& w,
+                        const std::string& tokenizer_note) {
+  const ExportOptions& opt = p.opt;
+  std::string note = fmt::format("exported {} (step {}) as {} to {}\n", p.run.checkpoint.string(), p.run.state.step,
+                                 to_string(opt.format), opt.output.string());
+  if (p.quantized_format) {
     note += fmt::format("  NVFP4 linears: blocks {} ({} modules) with the training codes and scales, bit for bit; "
                         "q/k/v and gate/up share one global scale per group (nibble trains them fused)\n",
-                        fmt::join(nvfp4_layers, ", "), quantized_modules.size());
-    note += fmt::format("  excluded (dense {}): {}\n", opt.bf16 ? "BF16" : "FP32", fmt::join(excluded_modules, ", "));
-    note += static_inputs ? fmt::format("  activation scales: static, calibrated on {} validation windows of {} "
-                                        "(training used each micro-batch's current amax)\n",
-                                        calibrated_windows, calibration_file.string())
-                          : std::string("  activation scales: none (--calibrate 0): weight-only W4A16\n");
+                        fmt::join(p.nvfp4_layers, ", "), w.quantized_modules.size());
+    note += fmt::format("  excluded (dense {}): {}\n", opt.bf16 ? "BF16" : "FP32", fmt::join(w.excluded_modules, ", "));
+    note += c.static_inputs ? fmt::format("  activation scales: static, calibrated on {} validation windows of {} "
+                                          "(training used each micro-batch's current amax)\n",
+                                          c.windows, c.file.string())
+                            : std::string("  activation scales: none (--calibrate 0): weight-only W4A16\n");
   } else {
     note += fmt::format("  dense {} weights\n", opt.bf16 ? "BF16" : "FP32");
   }
   note += "  tokenizer: " + tokenizer_note + "\n";
   return note;
+}
+
+}  // namespace
+
+std::string export_run(const ExportOptions& opt) {
+  validate_request(opt);
+  ExportPlan plan = plan_export(opt);
+  const Calibration calibration = calibrate(plan);
+  const ExportedWeights weights = export_weights(plan, calibration);
+
+  const Staging staging = open_staging_directory(opt.output);
+  RemoveOnFailure guard{staging.tmp};
+  io::write_safetensors(staging.tmp / "model.safetensors", weights.file);
+  write_model_config(plan, weights, calibration.static_inputs, staging.tmp);
+  const std::string tokenizer_note = write_tokenizer(plan, staging.tmp);
+  write_text(staging.tmp / "README.md", model_card(plan, calibration, weights, tokenizer_note));
+  publish(staging);
+  guard.armed = false;
+  return export_note(plan, calibration, weights, tokenizer_note);
 }
 
 }  // namespace nibble::train

@@ -99,84 +99,88 @@ cairo_status_t append_png(void* closure, const unsigned char* data, unsigned int
 constexpr double kPalette[][3] = {{0.12, 0.47, 0.71}, {0.84, 0.15, 0.16}, {0.17, 0.63, 0.17}, {1.0, 0.5, 0.05},
                                   {0.58, 0.4, 0.74},  {0.55, 0.34, 0.29}, {0.89, 0.47, 0.76}, {0.5, 0.5, 0.5}};
 
-}  // namespace
-
-void plot_loss_curves(const std::vector<RunSummary>& runs, const fs::path& png_path) {
-  if (runs.empty()) throw UsageError("nothing to plot: give at least one run directory");
-  const int width = 1000, height = 620;
-  const double left = 80, right = 30, top = 50, bottom = 70;
+// The plot's geometry: the image, the plot area inside its margins, and the data ranges it spans.
+struct PlotFrame {
+  int width = 1000, height = 620;
+  double left = 80, right = 30, top = 50, bottom = 70;
   double x_max = 0, y_min = INFINITY, y_max = -INFINITY;
+  double plot_w = 0, plot_h = 0;
+  double px(double tokens) const { return left + plot_w * tokens / x_max; }
+  double py(double loss) const { return top + plot_h * (1.0 - (loss - y_min) / (y_max - y_min)); }
+};
+
+// Tokens from 0 to the last recorded; losses over every finite train and validation point, padded.
+PlotFrame frame_for(const std::vector<RunSummary>& runs) {
+  PlotFrame f;
   for (const auto& r : runs) {
     for (const auto& s : r.history.steps)
       if (std::isfinite(s.loss)) {
-        x_max = std::max(x_max, static_cast<double>(s.tokens));
-        y_min = std::min(y_min, s.loss);
-        y_max = std::max(y_max, s.loss);
+        f.x_max = std::max(f.x_max, static_cast<double>(s.tokens));
+        f.y_min = std::min(f.y_min, s.loss);
+        f.y_max = std::max(f.y_max, s.loss);
       }
     for (const auto& e : r.history.evals)
       if (std::isfinite(e.val_loss)) {
-        x_max = std::max(x_max, static_cast<double>(e.tokens));
-        y_min = std::min(y_min, e.val_loss);
-        y_max = std::max(y_max, e.val_loss);
+        f.x_max = std::max(f.x_max, static_cast<double>(e.tokens));
+        f.y_min = std::min(f.y_min, e.val_loss);
+        f.y_max = std::max(f.y_max, e.val_loss);
       }
   }
-  if (!(x_max > 0) || !std::isfinite(y_min)) throw UsageError("the runs have no finite loss to plot");
-  if (y_max - y_min < 1e-6) {
-    y_min -= 0.5;
-    y_max += 0.5;
+  if (!(f.x_max > 0) || !std::isfinite(f.y_min)) throw UsageError("the runs have no finite loss to plot");
+  if (f.y_max - f.y_min < 1e-6) {
+    f.y_min -= 0.5;
+    f.y_max += 0.5;
   }
-  const double pad = 0.04 * (y_max - y_min);
-  y_min -= pad;
-  y_max += pad;
-  const double plot_w = width - left - right, plot_h = height - top - bottom;
-  auto px = [&](double tokens) { return left + plot_w * tokens / x_max; };
-  auto py = [&](double loss) { return top + plot_h * (1.0 - (loss - y_min) / (y_max - y_min)); };
+  const double pad = 0.04 * (f.y_max - f.y_min);
+  f.y_min -= pad;
+  f.y_max += pad;
+  f.plot_w = f.width - f.left - f.right;
+  f.plot_h = f.height - f.top - f.bottom;
+  return f;
+}
 
-  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height);
-  cairo_t* cr = cairo_create(surface);
-  cairo_set_source_rgb(cr, 1, 1, 1);
-  cairo_paint(cr);
-  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_font_size(cr, 13);
-
-  // Grid and tick labels.
-  const double ys = tick_step(y_min, y_max, 8), xs = tick_step(0, x_max, 8);
+// Grid and tick labels, the frame, the axis labels and the title.
+void draw_axes(cairo_t* cr, const PlotFrame& f) {
+  const double ys = tick_step(f.y_min, f.y_max, 8), xs = tick_step(0, f.x_max, 8);
   cairo_set_line_width(cr, 1);
-  for (double y = std::ceil(y_min / ys) * ys; y <= y_max; y += ys) {
+  for (double y = std::ceil(f.y_min / ys) * ys; y <= f.y_max; y += ys) {
     cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-    cairo_move_to(cr, left, py(y));
-    cairo_line_to(cr, left + plot_w, py(y));
+    cairo_move_to(cr, f.left, f.py(y));
+    cairo_line_to(cr, f.left + f.plot_w, f.py(y));
     cairo_stroke(cr);
     cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
     const std::string label = fmt::format("{:.2f}", y);
-    cairo_move_to(cr, left - 45, py(y) + 4);
+    cairo_move_to(cr, f.left - 45, f.py(y) + 4);
     cairo_show_text(cr, label.c_str());
   }
-  for (double x = 0; x <= x_max * 1.0001; x += xs) {
+  for (double x = 0; x <= f.x_max * 1.0001; x += xs) {
     cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-    cairo_move_to(cr, px(x), top);
-    cairo_line_to(cr, px(x), top + plot_h);
+    cairo_move_to(cr, f.px(x), f.top);
+    cairo_line_to(cr, f.px(x), f.top + f.plot_h);
     cairo_stroke(cr);
     cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
     const std::string label = format_si(x);
-    cairo_move_to(cr, px(x) - 12, top + plot_h + 18);
+    cairo_move_to(cr, f.px(x) - 12, f.top + f.plot_h + 18);
     cairo_show_text(cr, label.c_str());
   }
   cairo_set_source_rgb(cr, 0, 0, 0);
-  cairo_rectangle(cr, left, top, plot_w, plot_h);
+  cairo_rectangle(cr, f.left, f.top, f.plot_w, f.plot_h);
   cairo_stroke(cr);
-  cairo_move_to(cr, left + plot_w / 2 - 40, height - 25);
+  cairo_move_to(cr, f.left + f.plot_w / 2 - 40, f.height - 25);
   cairo_show_text(cr, "training tokens");
   cairo_save(cr);
-  cairo_move_to(cr, 22, top + plot_h / 2 + 15);
+  cairo_move_to(cr, 22, f.top + f.plot_h / 2 + 15);
   cairo_rotate(cr, -M_PI / 2);
   cairo_show_text(cr, "loss");
   cairo_restore(cr);
   cairo_set_font_size(cr, 16);
-  cairo_move_to(cr, left, 30);
+  cairo_move_to(cr, f.left, 30);
   cairo_show_text(cr, "loss vs training tokens (thin: train, thick with points: validation)");
+}
 
-  cairo_rectangle(cr, left, top, plot_w, plot_h);
+// Each run's curves, clipped to the plot area: train thin and translucent, validation thick with points.
+void draw_curves(cairo_t* cr, const PlotFrame& f, const std::vector<RunSummary>& runs) {
+  cairo_rectangle(cr, f.left, f.top, f.plot_w, f.plot_h);
   cairo_clip(cr);
   for (size_t i = 0; i < runs.size(); ++i) {
     const double* c = kPalette[i % std::size(kPalette)];
@@ -185,8 +189,8 @@ void plot_loss_curves(const std::vector<RunSummary>& runs, const fs::path& png_p
     bool started = false;
     for (const auto& s : runs[i].history.steps) {
       if (!std::isfinite(s.loss)) continue;
-      if (started) cairo_line_to(cr, px(static_cast<double>(s.tokens)), py(s.loss));
-      else cairo_move_to(cr, px(static_cast<double>(s.tokens)), py(s.loss));
+      if (started) cairo_line_to(cr, f.px(static_cast<double>(s.tokens)), f.py(s.loss));
+      else cairo_move_to(cr, f.px(static_cast<double>(s.tokens)), f.py(s.loss));
       started = true;
     }
     cairo_stroke(cr);
@@ -195,34 +199,52 @@ void plot_loss_curves(const std::vector<RunSummary>& runs, const fs::path& png_p
     started = false;
     for (const auto& e : runs[i].history.evals) {
       if (!std::isfinite(e.val_loss)) continue;
-      if (started) cairo_line_to(cr, px(static_cast<double>(e.tokens)), py(e.val_loss));
-      else cairo_move_to(cr, px(static_cast<double>(e.tokens)), py(e.val_loss));
+      if (started) cairo_line_to(cr, f.px(static_cast<double>(e.tokens)), f.py(e.val_loss));
+      else cairo_move_to(cr, f.px(static_cast<double>(e.tokens)), f.py(e.val_loss));
       started = true;
     }
     cairo_stroke(cr);
     for (const auto& e : runs[i].history.evals) {
       if (!std::isfinite(e.val_loss)) continue;
-      cairo_arc(cr, px(static_cast<double>(e.tokens)), py(e.val_loss), 3.5, 0, 2 * M_PI);
+      cairo_arc(cr, f.px(static_cast<double>(e.tokens)), f.py(e.val_loss), 3.5, 0, 2 * M_PI);
       cairo_fill(cr);
     }
   }
   cairo_reset_clip(cr);
+}
 
-  // Legend, top right.
+// Legend, top right: each run's colour, name, recipe and final validation loss.
+void draw_legend(cairo_t* cr, const PlotFrame& f, const std::vector<RunSummary>& runs) {
   cairo_set_font_size(cr, 13);
   for (size_t i = 0; i < runs.size(); ++i) {
     const double* c = kPalette[i % std::size(kPalette)];
-    const double y = top + 20 + 20 * static_cast<double>(i);
+    const double y = f.top + 20 + 20 * static_cast<double>(i);
     cairo_set_source_rgb(cr, c[0], c[1], c[2]);
-    cairo_rectangle(cr, left + plot_w - 300, y - 9, 18, 10);
+    cairo_rectangle(cr, f.left + f.plot_w - 300, y - 9, 18, 10);
     cairo_fill(cr);
     cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
     const std::string label = runs[i].has_val ? fmt::format("{} ({}) val {:.4f}", runs[i].name, runs[i].quantization,
                                                             runs[i].final_val_loss)
                                               : fmt::format("{} ({})", runs[i].name, runs[i].quantization);
-    cairo_move_to(cr, left + plot_w - 275, y);
+    cairo_move_to(cr, f.left + f.plot_w - 275, y);
     cairo_show_text(cr, label.c_str());
   }
+}
+
+}  // namespace
+
+void plot_loss_curves(const std::vector<RunSummary>& runs, const fs::path& png_path) {
+  if (runs.empty()) throw UsageError("nothing to plot: give at least one run directory");
+  const PlotFrame frame = frame_for(runs);
+  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, frame.width, frame.height);
+  cairo_t* cr = cairo_create(surface);
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_paint(cr);
+  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  cairo_set_font_size(cr, 13);
+  draw_axes(cr, frame);
+  draw_curves(cr, frame, runs);
+  draw_legend(cr, frame, runs);
 
   std::vector<uint8_t> png;
   cairo_surface_flush(surface);
