@@ -75,7 +75,6 @@ Matrix read_matrix(const std::string& path) {
 }
 
 bool is_mx(Format f) { return f == Format::mxfp4 || f == Format::mxfp8; }
-bool is_per_tensor_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
 
 // The one block shape each format stores, or the two nvfp4 can use.
 std::string valid_blocks_of(Format f) {
