@@ -1,6 +1,8 @@
 // The run configuration: YAML + dotted overrides, refusal messages, and the printed form.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "format/quantized_tensor.h"
 #include "run/config.h"
 
@@ -107,7 +109,35 @@ TEST(Config, ValidationNamesTheKeyAndTheFix) {
   EXPECT_NE(error_of([&] { c.validate(); }).find("checkpoint.keep=0"), std::string::npos);
   c.checkpoint_keep = 2;
   apply_config_overrides(c, {"model.width=100", "model.heads=3"});
-  EXPECT_NE(error_of([&] { c.validate(); }).find("width=100"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.validate(); }).find("model.width=100 must be a positive multiple of model.heads=3"),
+            std::string::npos);
+  // Each message names the key as the config spells it (section included).
+  const auto refusal = [](const std::vector<std::string>& overrides) {
+    RunConfig r;
+    r.data_dir = "d";
+    apply_config_overrides(r, overrides);
+    return error_of([&] { r.validate(); });
+  };
+  EXPECT_NE(refusal({"steps=40"}).find("schedule.warmup_steps=100 must lie in [0, steps=40]"), std::string::npos)
+      << refusal({"steps=40"});
+  EXPECT_NE(refusal({"schedule.min_lr=1"}).find("schedule.min_lr="), std::string::npos);
+  EXPECT_NE(refusal({"eval.batches=0"}).find("eval.batches=0"), std::string::npos);
+  EXPECT_NE(refusal({"model.kv_heads=3"}).find("model.kv_heads=3 must divide model.heads="), std::string::npos);
+  EXPECT_NE(refusal({"seq=512", "model.context=256"}).find("seq=512 exceeds model.context=256"), std::string::npos);
+}
+
+// The recipe's keys come from the recipe's own table (recipe_keys()), in its order and with its help.
+TEST(Config, RecipeKeysAreTheRecipeTable) {
+  const auto keys = config_keys();
+  const auto first = std::find_if(keys.begin(), keys.end(), [](const auto& k) { return k.name == "quantization"; });
+  ASSERT_NE(first, keys.end());
+  ASSERT_GE(keys.end() - first, static_cast<std::ptrdiff_t>(recipe_keys().size()));
+  for (size_t i = 0; i < recipe_keys().size(); ++i) {
+    const RecipeKey& r = recipe_keys()[i];
+    EXPECT_EQ(first[i].name, r.name);
+    EXPECT_EQ(first[i].help, r.help);
+    EXPECT_EQ(first[i].kind, r.kind) << r.name;
+  }
 }
 
 TEST(Config, PrintedYamlLoadsBackToTheSameConfig) {

@@ -163,6 +163,34 @@ TEST(Recipe, ParsesKeyValuePairs) {
   EXPECT_FALSE(apply_recipe_option(other, "lr", "1e-3"));  // left for other config layers
 }
 
+// The recipe keys are one table: parsing, the refusal lists and printing all read it.
+TEST(Recipe, KeyTableParsesPrintsAndListsEveryKey) {
+  RecipeConfig c;
+  c.quantization = Quantization::nvfp4;
+  for (const RecipeKey& k : recipe_keys()) {
+    RecipeConfig back;
+    EXPECT_TRUE(apply_recipe_option(back, k.name, k.print(c))) << k.name;  // the printed form parses back
+    EXPECT_EQ(k.print(back), k.print(c)) << k.name;
+    EXPECT_FALSE(k.help.empty()) << k.name;
+  }
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_recipe(text);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error_of("nvfp4.sr=true").find("the nvfp4 knobs are nvfp4.rht, nvfp4.stochastic_rounding, nvfp4.weight_2d, "
+                                           "nvfp4.four_over_six, nvfp4.four_over_six_error, "
+                                           "nvfp4.four_over_six_e4m3_max, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers"),
+            std::string::npos);
+  EXPECT_NE(error_of("learning_rate=3").find("use quantization, precision_switch_at, gemm_summation, attention or nvfp4.*"),
+            std::string::npos);
+  EXPECT_NE(error_of("quantization=nvfp4 nvfp4.weight_2d=maybe").find("nvfp4.weight_2d=maybe is not a boolean"),
+            std::string::npos);
+}
+
 TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
   auto refuses = [](const std::string& text, int layers, int64_t tokens, const std::string& reason) {
     try {
@@ -180,6 +208,8 @@ TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
   refuses("quantization=nvfp4", 4, 760, "multiple of 16");
   refuses("quantization=mxfp4", 4, 784, "multiple of 32");
   refuses("quantization=nvfp4 nvfp4.bf16_first_layers=-3", 4, 768, ">= 0");
+  refuses("quantization=nvfp4 nvfp4.bf16_first_layers=-3", 4, 768, "nvfp4.bf16_first_layers and nvfp4.bf16_last_layers");
+  refuses("quantization=nvfp4", 4, 760, "(batch x seq)");
   Recipe ok(parse_recipe("quantization=mxfp8"), 4, kShapes, 768);
   std::vector<LinearShape> odd = {{"qkv", 100, 300}};
   EXPECT_THROW(Recipe(parse_recipe("quantization=nvfp4"), 4, odd, 768), UsageError);

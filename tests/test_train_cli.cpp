@@ -495,7 +495,9 @@ TEST_F(TrainCli, ARunStartedOnAGpuContinuesOnTheCpu) {
     const Result on_gpu = run(command);
     if (on_gpu.exit_code != 0) {
       EXPECT_EQ(on_gpu.exit_code, 2) << on_gpu.output;
-      EXPECT_NE(on_gpu.output.find("device=cpu"), std::string::npos) << on_gpu.output;
+      // The command's flag, not the config key of `nibble train`.
+      EXPECT_NE(on_gpu.output.find("--device cpu"), std::string::npos) << on_gpu.output;
+      EXPECT_EQ(on_gpu.output.find("device="), std::string::npos) << on_gpu.output;
     }
   }
   const Result resumed =
@@ -751,6 +753,10 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
       {train(work_dir() / "rope", "model.rope_theta=0"), "rope_theta=0"},
       {train(work_dir() / "rope", "model.rope_theta=-5"), "rope_theta=-5"},
       {train(work_dir() / "init", "model.init_std=0"), "init_std=0"},
+      {train(work_dir() / "warmup", "steps=1"), "schedule.warmup_steps=2 must lie in [0, steps=1]"},
+      {train(work_dir() / "kv", "model.kv_heads=3"), "model.kv_heads=3 must divide model.heads=2"},
+      {"prepare " + run_copy.string() + " -o " + (work_dir() / "prepared").string(),
+       "'" + run_copy.string() + "' is a directory: `nibble prepare` takes text files"},
       {"generate " + run_copy.string() + " --top-k -5", "--top-k -5"},
       {"eval " + run_copy.string() + " --max-windows -3", "--max-windows -3"},
       {"quantize " + npy.string() + " -o " + (work_dir() / "y.st").string() + " --format nvfp4 --rounding sr --seed -1", "-1"},
@@ -773,6 +779,8 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
   EXPECT_EQ(file_bytes(st), st_bytes);
   EXPECT_FALSE(fs::exists(work_dir() / "rope"));
   EXPECT_FALSE(fs::exists(work_dir() / "init"));
+  EXPECT_FALSE(fs::exists(work_dir() / "warmup"));
+  EXPECT_FALSE(fs::exists(work_dir() / "prepared"));
   EXPECT_FALSE(fs::exists(work_dir() / "y.st"));
 }
 

@@ -46,7 +46,7 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
                        "runs FP32 GEMMs (on the dequantized 4-bit weights)");
     auto run = train::load_run(o->run,
                                o->checkpoint.empty() ? std::nullopt : std::optional<std::filesystem::path>(o->checkpoint),
-                               ops::parse_device(o->device));
+                               device_from_flag(o->device));
     int replaced = 0;
     if (o->weights_only_quantized) replaced = train::apply_weight_only_quantization(run);
     const std::filesystem::path tokens_path =

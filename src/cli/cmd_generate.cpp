@@ -33,7 +33,7 @@ CommandRegistration generate_command("generate", [](CLI::App& app, int& exit_cod
     o->sampling.validate();
     auto run = train::load_run(o->run,
                                o->checkpoint.empty() ? std::nullopt : std::optional<std::filesystem::path>(o->checkpoint),
-                               ops::parse_device(o->device));
+                               device_from_flag(o->device));
     std::vector<int32_t> prompt;
     try {
       prompt = run.tokenizer->encode(o->prompt);

@@ -7,7 +7,11 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "common/error.h"
+#include "ops/backend.h"
 
 namespace nibble::cli {
 
@@ -61,6 +65,23 @@ inline CLI::Validator integer_at_least(long long minimum, const std::string& mea
         return "";
       },
       "INT>=" + std::to_string(minimum));
+}
+
+// The device of a command's --device flag, once its backend can run here. The backend layer words
+// its refusals as the run config's key (device=cuda, "use device=cpu"); they are reworded to name
+// the flag the user typed (--device cuda, --device cpu).
+inline ops::Device device_from_flag(const std::string& flag_value) {
+  const ops::Device device = ops::parse_device(flag_value);
+  try {
+    ops::backend(device);
+  } catch (const UsageError& e) {
+    std::string message = e.what();
+    for (const auto& [key, flag] : {std::pair{"device=cuda", "--device cuda"}, std::pair{"device=cpu", "--device cpu"}})
+      for (size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + 1))
+        message.replace(at, std::string_view(key).size(), flag);
+    throw UsageError(message);
+  }
+  return device;
 }
 
 // Whether `a` and `b` name one file (the same path spelled differently, or a hard or symbolic link):

@@ -1,21 +1,14 @@
 #include "data/data.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "common/hash.h"
 #include "format/quantized_tensor.h"
 
 namespace nibble::train {
-
-namespace {
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 CharTokenizer::CharTokenizer(std::string_view text) {
   bool present[256] = {};
@@ -48,6 +41,9 @@ std::string CharTokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError("'" + path + "' is a directory, not a file: give the path of a file in it");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw UsageError("cannot open corpus '" + path + "': check the path");
   std::stringstream ss;

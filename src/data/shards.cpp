@@ -89,7 +89,14 @@ TokenShard read_token_shard(const std::filesystem::path& path) {
 PrepareResult prepare_dataset(const PrepareOptions& options) {
   if (options.inputs.empty()) throw UsageError("prepare needs at least one text file");
   std::string text;
-  for (const auto& input : options.inputs) text += read_text_file(input.string());
+  for (const auto& input : options.inputs) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(input, ec))
+      throw UsageError(fmt::format("'{}' is a directory: `nibble prepare` takes text files; pass the files in it "
+                                   "(e.g. {}/*.txt)",
+                                   input.string(), input.string()));
+    text += read_text_file(input.string());
+  }
   if (text.empty()) throw UsageError("the input text is empty: prepare needs a corpus");
   std::error_code ec;
   std::filesystem::create_directories(options.output_dir, ec);

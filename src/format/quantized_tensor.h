@@ -69,6 +69,11 @@ struct QuantizedTensor : QuantizedLayout {
 
 // Formats whose elements are E2M1 codes packed two per byte.
 inline bool is_4bit(Format f) { return f == Format::nvfp4 || f == Format::mxfp4; }
+// The FP8 formats with one scale per tensor (fp8_e4m3, fp8_e5m2); mxfp8's E4M3 elements carry
+// 1x32 block scales and are not among them.
+inline bool is_per_tensor_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
+// The OCP microscaling formats: one E8M0 scale per 32 elements.
+inline bool is_mx(Format f) { return f == Format::mxfp4 || f == Format::mxfp8; }
 // Storage per element of a tensor in format f: its code plus its share of the block scale
 // (NVFP4: one E4M3 per 16, MX: one E8M0 per 32, FP8: one FP32 per tensor, counted as none).
 inline double stored_bytes_per_element(Format f) {

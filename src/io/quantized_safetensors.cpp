@@ -18,9 +18,6 @@ namespace nibble::io {
 
 namespace {
 
-bool is_mx(Format f) { return f == Format::mxfp4 || f == Format::mxfp8; }
-bool is_per_tensor_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
-
 std::string shape_text(std::span<const int64_t> shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

@@ -49,25 +49,28 @@ std::string number_text(double v) {
 }  // namespace
 
 void ModelConfig::validate() const {
-  auto bad = [](const std::string& what) { throw UsageError("model: " + what); };
-  if (vocab <= 0) bad("vocab=" + std::to_string(vocab) + " must be positive");
-  if (layers <= 0) bad("layers=" + std::to_string(layers) + " must be positive");
+  // Messages name the run config's keys (model.*); vocab is set by the data's tokenizer.
+  auto bad = [](const std::string& what) { throw UsageError(what); };
+  if (vocab <= 0) bad("the model's vocabulary (vocab=" + std::to_string(vocab) + ", from the tokenizer) must be positive");
+  if (layers <= 0) bad("model.layers=" + std::to_string(layers) + " must be positive");
   if (heads <= 0 || width <= 0 || width % heads != 0)
-    bad("width=" + std::to_string(width) + " must be a positive multiple of heads=" + std::to_string(heads));
+    bad("model.width=" + std::to_string(width) + " must be a positive multiple of model.heads=" + std::to_string(heads));
   if (head_dim() % 2 != 0)
-    bad("head dimension width/heads=" + std::to_string(head_dim()) + " must be even for RoPE: change width or heads");
+    bad("the head dimension model.width/model.heads=" + std::to_string(head_dim()) +
+        " must be even for RoPE: change model.width or model.heads");
   if (kv_heads < 0 || heads % kv_head_count() != 0)
-    bad("kv_heads=" + std::to_string(kv_heads) + " must divide heads=" + std::to_string(heads) + " (0 means no GQA)");
-  if (mlp_hidden < 0) bad("mlp_hidden=" + std::to_string(mlp_hidden) + " must be >= 0 (0 picks 8/3 width)");
-  if (context <= 0) bad("context=" + std::to_string(context) + " must be positive");
-  if (!(norm_eps > 0)) bad("norm_eps must be positive");
+    bad("model.kv_heads=" + std::to_string(kv_heads) + " must divide model.heads=" + std::to_string(heads) +
+        " (0 means no GQA)");
+  if (mlp_hidden < 0) bad("model.mlp_hidden=" + std::to_string(mlp_hidden) + " must be >= 0 (0 picks 8/3 width)");
+  if (context <= 0) bad("model.context=" + std::to_string(context) + " must be positive");
+  if (!(norm_eps > 0)) bad("model.norm_eps=" + number_text(norm_eps) + " must be positive");
   // RoPE's frequencies are theta^(-2i/d): theta <= 0 gives NaN angles (reported later as divergence),
   // theta = 1 none at all. Typical values are 10000 (Llama 2) to 500000 (Llama 3).
   if (!(rope_theta > 1) || !std::isfinite(rope_theta))
-    bad("rope_theta=" + number_text(rope_theta) + " must be a finite number > 1 (typically 10000)");
+    bad("model.rope_theta=" + number_text(rope_theta) + " must be a finite number > 1 (typically 10000)");
   // init_std = 0 makes every weight zero: the gradients of the matrices vanish and nothing trains.
   if (!(init_std > 0) || !std::isfinite(init_std))
-    bad("init_std=" + number_text(init_std) + " must be a finite number > 0 (typically 0.02)");
+    bad("model.init_std=" + number_text(init_std) + " must be a finite number > 0 (typically 0.02)");
 }
 
 Transformer::Transformer(const ModelConfig& config, ops::Backend& backend, uint64_t init_seed)

@@ -71,7 +71,7 @@ class CpuBackend final : public Backend {
   bool fp32_products_available(Format format) const override { return cpu::fp32_products_available(format); }
   bool block_exact_available() const override { return true; }
   std::string describe_summation(Format format, Summation summation) const override {
-    const bool fp8 = format == Format::fp8_e4m3 || format == Format::fp8_e5m2;
+    const bool fp8 = is_per_tensor_fp8(format);
     if (summation == Summation::block_exact)
       return fp8 ? "GEMMs sum exact FP8 products in k order with FMA (gemm_summation=block_exact)"
                  : "GEMMs sum exact 16-block products in FP32 (gemm_summation=block_exact)";

@@ -153,7 +153,7 @@ class CudaBackend final : public Backend {
     const auto& d = ctx_.device();
     const GemmShapeName path = format == Format::nvfp4 && cuda::has_native_nvfp4_gemm(d.cc_major, d.cc_minor)
                                    ? "native NVFP4 tensor cores"
-                               : (format == Format::fp8_e4m3 || format == Format::fp8_e5m2) &&
+                               : is_per_tensor_fp8(format) &&
                                        cuda::has_fp8_gemm(d.cc_major, d.cc_minor)
                                    ? "FP8 tensor cores"
                                    : "BF16 tensor cores on the exactly decoded operands";

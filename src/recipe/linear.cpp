@@ -83,75 +83,90 @@ int64_t Linear::saved_activation_bytes() const {
   return b;
 }
 
+bool Linear::reusable(bool valid, int64_t version, const QuantOptions& kept, const QuantOptions& wanted) const {
+  return valid && version == step_.weight_version && step_.weight_version >= 0 && same_options(wanted, kept);
+}
+
+// The one switch over a GEMM's precision: fp32 and bf16 run `dense` through the backend's GEMMs on
+// FP32 operands (gemm_bf16 rounds them to BF16), quantized runs `quantized`.
+template <typename QuantizedGemm>
+void Linear::run_gemm(const GemmRecipe& recipe, const DenseGemm& g, QuantizedGemm&& quantized) {
+  switch (recipe.precision) {
+    case GemmPrecision::fp32: {
+      ScopedTimer timer(times_.gemm_s);
+      ops_.gemm_f32(g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc);
+      break;
+    }
+    case GemmPrecision::bf16: {
+      ScopedTimer timer(times_.gemm_s);
+      ops_.gemm_bf16(g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc);
+      break;
+    }
+    case GemmPrecision::quantized: quantized(); break;
+  }
+}
+
 void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y) {
   NIBBLE_CHECK(tokens > 0);
   step_ = step;
   tokens_ = tokens;
   if (step.collect_stats) stats_.clear();
-  const size_t nx = static_cast<size_t>(tokens * in_);
-
-  // Fprop: Y = X W^T. When wgrad quantizes X^T too, both are made in one call (quantize_both_into
-  // reads X once less).
-  const GemmRecipe& f = step.recipe.fprop;
-  const GemmRecipe& g = step.recipe.wgrad;
   saved_xt_valid_ = false;
   fprop_input_quantized_ = false;
-  switch (f.precision) {
-    case GemmPrecision::fp32:
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_f32(Trans::no, Trans::yes, tokens, out_, in_, 1.0f, x, in_, w, in_, 0.0f, y, out_);
-      }
-      break;
-    case GemmPrecision::bf16:
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_bf16(Trans::no, Trans::yes, tokens, out_, in_, 1.0f, x, in_, w, in_, 0.0f, y, out_);
-      }
-      break;
-    case GemmPrecision::quantized: {
-      ops::Quantized& xq = slot(x_q_);
-      {
-        ScopedTimer timer(times_.quantize_s);
-        if (step.save_for_backward && g.precision == GemmPrecision::quantized) {
-          ops_.quantize_both(x, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
-                             seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_));
-          saved_xt_valid_ = true;
-        } else {
-          ops_.quantize(x, tokens, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);
-        }
-      }
-      fprop_input_quantized_ = true;
-      QuantOptions wo = seeded(f.b, step, GemmRole::fprop, 1);
-      if (!w_q_valid_ || w_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, w_q_options_)) {
-        {
-          ScopedTimer timer(times_.quantize_s);
-          w_q_valid_ = false;  // stays false if quantize throws
-          ops_.quantize(w, out_, in_, wo, slot(w_q_));
-          w_q_valid_ = true;
-        }
-        w_q_version_ = step.weight_version;
-        w_q_options_ = wo;
-      }
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm(xq, *w_q_, y, out_, 1.0f, Output::overwrite, f.summation);
-      }
-      if (step.collect_stats) {
-        record("fprop.X", x, tokens, in_, false, xq);
-        record("fprop.W", w, out_, in_, false, *w_q_);
-      }
-      break;
-    }
-  }
-
-  // What wgrad needs of X, in the form wgrad multiplies it.
+  // Fprop: Y = X W^T.
+  run_gemm(step.recipe.fprop, {Trans::no, Trans::yes, tokens, out_, in_, x, in_, w, in_, 0.0f, y, out_},
+           [&] { fprop_quantized(x, w, y); });
   saved_x_f32_.clear();
   saved_x_bf16_.clear();
   if (!step.save_for_backward) {
     tokens_ = 0;  // backward without a training forward is an internal error
     return;
   }
+  save_for_wgrad(x);
+}
+
+void Linear::fprop_quantized(const float* x, const float* w, float* y) {
+  const LinearStep& step = step_;
+  const GemmRecipe& f = step.recipe.fprop;
+  const GemmRecipe& g = step.recipe.wgrad;
+  ops::Quantized& xq = slot(x_q_);
+  {
+    // When wgrad quantizes X^T too, both are made in one call (quantize_both reads X once less).
+    ScopedTimer timer(times_.quantize_s);
+    if (step.save_for_backward && g.precision == GemmPrecision::quantized) {
+      ops_.quantize_both(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
+                         seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_));
+      saved_xt_valid_ = true;
+    } else {
+      ops_.quantize(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);
+    }
+  }
+  fprop_input_quantized_ = true;
+  const QuantOptions wo = seeded(f.b, step, GemmRole::fprop, 1);
+  if (!reusable(w_q_valid_, w_q_version_, w_q_options_, wo)) {
+    {
+      ScopedTimer timer(times_.quantize_s);
+      w_q_valid_ = false;  // stays false if quantize throws
+      ops_.quantize(w, out_, in_, wo, slot(w_q_));
+      w_q_valid_ = true;
+    }
+    w_q_version_ = step.weight_version;
+    w_q_options_ = wo;
+  }
+  {
+    ScopedTimer timer(times_.gemm_s);
+    ops_.gemm(xq, *w_q_, y, out_, 1.0f, Output::overwrite, f.summation);
+  }
+  if (step.collect_stats) {
+    record("fprop.X", x, tokens_, in_, false, xq);
+    record("fprop.W", w, out_, in_, false, *w_q_);
+  }
+}
+
+// What wgrad needs of X, in the form wgrad multiplies it.
+void Linear::save_for_wgrad(const float* x) {
+  const GemmRecipe& g = step_.recipe.wgrad;
+  const size_t nx = static_cast<size_t>(tokens_ * in_);
   switch (g.precision) {
     case GemmPrecision::fp32: saved_x_f32_.assign_copy(x, nx); break;
     case GemmPrecision::bf16:
@@ -163,10 +178,10 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
       {
         ScopedTimer timer(times_.quantize_s);
         if (!saved_xt_valid_)
-          ops_.quantize_transposed(x, tokens, in_, seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_));
+          ops_.quantize_transposed(x, tokens_, in_, seeded(g.b, step_, GemmRole::wgrad, 1), slot(saved_xt_q_));
         saved_xt_valid_ = true;
       }
-      if (step.collect_stats) record("wgrad.X^T", x, tokens, in_, true, *saved_xt_q_);
+      if (step_.collect_stats) record("wgrad.X^T", x, tokens_, in_, true, *saved_xt_q_);
       break;
     }
   }
@@ -175,109 +190,85 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
 void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
   NIBBLE_CHECK(tokens_ > 0);
   const int64_t tokens = tokens_;
-  const LinearStep& step = step_;
+  const LinearRecipe& r = step_.recipe;
   grad_t_valid_ = false;
-
   // Dgrad: dX = dY W.
-  const GemmRecipe& d = step.recipe.dgrad;
-  switch (d.precision) {
-    case GemmPrecision::fp32:
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_f32(Trans::no, Trans::no, tokens, in_, out_, 1.0f, dy, out_, w, in_, 0.0f, dx, in_);
-      }
-      break;
-    case GemmPrecision::bf16:
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_bf16(Trans::no, Trans::no, tokens, in_, out_, 1.0f, dy, out_, w, in_, 0.0f, dx, in_);
-      }
-      break;
-    case GemmPrecision::quantized: {
-      ops::Quantized& dyq = slot(grad_q_);
-      {
-        ScopedTimer timer(times_.quantize_s);
-        if (step.recipe.wgrad.precision == GemmPrecision::quantized) {
-          ops_.quantize_both(dy, tokens, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq,
-                             seeded(step.recipe.wgrad.a, step, GemmRole::wgrad, 0), slot(grad_t_q_));
-          grad_t_valid_ = true;
-        } else {
-          ops_.quantize(dy, tokens, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq);
-        }
-      }
-      QuantOptions wo = seeded(d.b, step, GemmRole::dgrad, 1);
-      if (!wt_q_valid_ || wt_q_version_ != step.weight_version || step.weight_version < 0 || !same_options(wo, wt_q_options_)) {
-        // With 16x16 tiles (weight_shared_by_fprop_and_dgrad) one amax and one scale per tile serve
-        // both orientations: when fprop quantized this very weight with these options, dgrad takes
-        // the exact transpose of its codes and scales instead of quantizing W again (tests compare it
-        // with ref::transpose_tiles of fprop's weight bit for bit).
-        const bool fprop_weight_current = w_q_valid_ && w_q_version_ == step.weight_version && step.weight_version >= 0 &&
-                                          same_options(wo, w_q_options_) && !wo.rht &&
-                                          w_q_->layout().block == BlockShape::tile_16x16 && out_ % 16 == 0;
-        {
-          ScopedTimer timer(times_.quantize_s);
-          wt_q_valid_ = false;
-          if (fprop_weight_current)
-            ops_.transpose_tiles(*w_q_, slot(wt_q_));
-          else
-            ops_.quantize_transposed(w, out_, in_, wo, slot(wt_q_));
-          wt_q_valid_ = true;
-        }
-        wt_q_version_ = step.weight_version;
-        wt_q_options_ = wo;
-      }
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm(dyq, *wt_q_, dx, in_, 1.0f, Output::overwrite, d.summation);
-      }
-      if (step.collect_stats) {
-        record("dgrad.dY", dy, tokens, out_, false, dyq);
-        record("dgrad.W^T", w, out_, in_, true, *wt_q_);
-      }
-      break;
-    }
+  run_gemm(r.dgrad, {Trans::no, Trans::no, tokens, in_, out_, dy, out_, w, in_, 0.0f, dx, in_},
+           [&] { dgrad_quantized(dy, w, dx); });
+  // Wgrad: dW += dY^T X, with X as forward saved it (BF16 widened back to FP32 for gemm_bf16).
+  const float* x = saved_x_f32_.data();
+  if (r.wgrad.precision == GemmPrecision::bf16) {
+    bf16_x_f32_.resize(saved_x_bf16_.size());
+    ops_.widen_bf16(saved_x_bf16_.data(), bf16_x_f32_.data(), static_cast<int64_t>(bf16_x_f32_.size()));
+    x = bf16_x_f32_.data();
   }
-
-  // Wgrad: dW += dY^T X.
-  const GemmRecipe& g = step.recipe.wgrad;
-  switch (g.precision) {
-    case GemmPrecision::fp32:
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_f32(Trans::yes, Trans::no, out_, in_, tokens, 1.0f, dy, out_, saved_x_f32_.data(), in_, 1.0f, dw, in_);
-      }
-      break;
-    case GemmPrecision::bf16: {
-      ops::Array<float>& x = bf16_x_f32_;
-      x.resize(saved_x_bf16_.size());
-      ops_.widen_bf16(saved_x_bf16_.data(), x.data(), static_cast<int64_t>(x.size()));
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_bf16(Trans::yes, Trans::no, out_, in_, tokens, 1.0f, dy, out_, x.data(), in_, 1.0f, dw, in_);
-      }
-      break;
-    }
-    case GemmPrecision::quantized: {
-      NIBBLE_CHECK(saved_xt_valid_);
-      ops::Quantized& dyt = slot(grad_t_q_);
-      if (!grad_t_valid_) {
-        ScopedTimer timer(times_.quantize_s);
-        ops_.quantize_transposed(dy, tokens, out_, seeded(g.a, step, GemmRole::wgrad, 0), dyt);
-      }
-      {
-        ScopedTimer timer(times_.gemm_s);
-        ops_.gemm(dyt, *saved_xt_q_, dw, in_, 1.0f, Output::accumulate, g.summation);
-      }
-      if (step.collect_stats) record("wgrad.dY^T", dy, tokens, out_, true, dyt);
-      break;
-    }
-  }
+  run_gemm(r.wgrad, {Trans::yes, Trans::no, out_, in_, tokens, dy, out_, x, in_, 1.0f, dw, in_},
+           [&] { wgrad_quantized(dy, dw); });
   grad_t_valid_ = false;
   // Capacity is kept for the next micro-step (no reallocation per step); the contents are dead.
   saved_x_f32_.clear();
   saved_x_bf16_.clear();
   saved_xt_valid_ = false;
   tokens_ = 0;
+}
+
+void Linear::dgrad_quantized(const float* dy, const float* w, float* dx) {
+  const LinearStep& step = step_;
+  const GemmRecipe& d = step.recipe.dgrad;
+  ops::Quantized& dyq = slot(grad_q_);
+  {
+    ScopedTimer timer(times_.quantize_s);
+    if (step.recipe.wgrad.precision == GemmPrecision::quantized) {
+      ops_.quantize_both(dy, tokens_, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq,
+                         seeded(step.recipe.wgrad.a, step, GemmRole::wgrad, 0), slot(grad_t_q_));
+      grad_t_valid_ = true;
+    } else {
+      ops_.quantize(dy, tokens_, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq);
+    }
+  }
+  const QuantOptions wo = seeded(d.b, step, GemmRole::dgrad, 1);
+  if (!reusable(wt_q_valid_, wt_q_version_, wt_q_options_, wo)) {
+    // With 16x16 tiles (weight_shared_by_fprop_and_dgrad) one amax and one scale per tile serve
+    // both orientations: when fprop quantized this very weight with these options, dgrad takes
+    // the exact transpose of its codes and scales instead of quantizing W again (tests compare it
+    // with ref::transpose_tiles of fprop's weight bit for bit).
+    const bool fprop_weight_current = reusable(w_q_valid_, w_q_version_, w_q_options_, wo) && !wo.rht &&
+                                      w_q_->layout().block == BlockShape::tile_16x16 && out_ % 16 == 0;
+    {
+      ScopedTimer timer(times_.quantize_s);
+      wt_q_valid_ = false;
+      if (fprop_weight_current)
+        ops_.transpose_tiles(*w_q_, slot(wt_q_));
+      else
+        ops_.quantize_transposed(w, out_, in_, wo, slot(wt_q_));
+      wt_q_valid_ = true;
+    }
+    wt_q_version_ = step.weight_version;
+    wt_q_options_ = wo;
+  }
+  {
+    ScopedTimer timer(times_.gemm_s);
+    ops_.gemm(dyq, *wt_q_, dx, in_, 1.0f, Output::overwrite, d.summation);
+  }
+  if (step.collect_stats) {
+    record("dgrad.dY", dy, tokens_, out_, false, dyq);
+    record("dgrad.W^T", w, out_, in_, true, *wt_q_);
+  }
+}
+
+void Linear::wgrad_quantized(const float* dy, float* dw) {
+  NIBBLE_CHECK(saved_xt_valid_);
+  const GemmRecipe& g = step_.recipe.wgrad;
+  ops::Quantized& dyt = slot(grad_t_q_);
+  if (!grad_t_valid_) {
+    ScopedTimer timer(times_.quantize_s);
+    ops_.quantize_transposed(dy, tokens_, out_, seeded(g.a, step_, GemmRole::wgrad, 0), dyt);
+  }
+  {
+    ScopedTimer timer(times_.gemm_s);
+    ops_.gemm(dyt, *saved_xt_q_, dw, in_, 1.0f, Output::accumulate, g.summation);
+  }
+  if (step_.collect_stats) record("wgrad.dY^T", dy, tokens_, out_, true, dyt);
 }
 
 }  // namespace nibble

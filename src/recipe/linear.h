@@ -75,6 +75,31 @@ class Linear {
   void record(std::string operand, const float* x, int64_t rows, int64_t cols, bool transposed, const ops::Quantized& q);
   // The quantized tensor in `slot`, made on first use.
   ops::Quantized& slot(std::unique_ptr<ops::Quantized>& q);
+  // Whether a quantized weight kept as (valid, version, kept) serves this step's `wanted` options.
+  bool reusable(bool valid, int64_t version, const QuantOptions& kept, const QuantOptions& wanted) const;
+
+  // A GEMM on FP32 operands, as ops::TensorOps::gemm_f32 takes it (alpha = 1):
+  // C[m,n] = op(A) op(B) + beta C.
+  struct DenseGemm {
+    ops::Trans ta, tb;
+    int64_t m, n, k;
+    const float* a;
+    int64_t lda;
+    const float* b;
+    int64_t ldb;
+    float beta;
+    float* c;
+    int64_t ldc;
+  };
+  // Runs one GEMM of the recipe: `dense` at fp32 or bf16 precision, `quantized()` when quantized.
+  template <typename QuantizedGemm>
+  void run_gemm(const GemmRecipe& recipe, const DenseGemm& dense, QuantizedGemm&& quantized);
+  // The quantized GEMMs of fprop, dgrad and wgrad, with their operands' quantization and telemetry.
+  void fprop_quantized(const float* x, const float* w, float* y);
+  void dgrad_quantized(const float* dy, const float* w, float* dx);
+  void wgrad_quantized(const float* dy, float* dw);
+  // Keeps what wgrad needs of X (forward, when training).
+  void save_for_wgrad(const float* x);
 
   std::string name_;
   int64_t in_, out_;

@@ -1,9 +1,14 @@
 #include "recipe/recipe.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <utility>
 
+#include "common/hash.h"
 
 namespace nibble {
 
@@ -11,6 +16,11 @@ namespace {
 // The operand format whose GEMM kernels decide what gemm_summation=auto resolves to.
 Format gemm_format(Quantization q) {
   return q == Quantization::fp8 ? Format::fp8_e4m3 : q == Quantization::mxfp4 ? Format::mxfp4 : Format::nvfp4;
+}
+
+// The quantizations whose GEMMs gemm_summation chooses the summation of.
+bool has_gemm_summation(Quantization q) {
+  return q == Quantization::nvfp4 || q == Quantization::mxfp4 || q == Quantization::fp8;
 }
 
 constexpr std::string_view kQuantizationNames = "none, bf16, fp8, mxfp8, mxfp4, nvfp4";
@@ -46,14 +56,6 @@ QuantOptions options(Format f, Rounding r = Rounding::nearest) {
 }
 
 GemmRecipe quantized(QuantOptions a, QuantOptions b) { return {GemmPrecision::quantized, a, b}; }
-
-// Mixes 64 bits (splitmix64's finaliser): consecutive inputs give unrelated outputs.
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -95,6 +97,15 @@ std::string_view to_string(GemmPrecision p) {
   return "?";
 }
 
+std::string_view to_string(AttentionPrecision a) {
+  switch (a) {
+    case AttentionPrecision::automatic: return "auto";
+    case AttentionPrecision::fp32: return "fp32";
+    case AttentionPrecision::bf16: return "bf16";
+  }
+  return "?";
+}
+
 std::string_view to_string(GemmSummation s) {
   switch (s) {
     case GemmSummation::automatic: return "auto";
@@ -119,62 +130,111 @@ bool LinearRecipe::weight_shared_by_fprop_and_dgrad() const {
          fprop.b.rounding == Rounding::nearest && dgrad.b.rounding == Rounding::nearest;
 }
 
+namespace {
+
+GemmSummation parse_gemm_summation(std::string_view value) {
+  for (GemmSummation s : {GemmSummation::automatic, GemmSummation::block_exact, GemmSummation::fp32_products})
+    if (value == to_string(s)) return s;
+  throw UsageError("gemm_summation=" + std::string(value) +
+                   " is unknown: use auto, block_exact (each 16-block product exact, one FP32 rounding per "
+                   "block) or fp32_products (BF16-decoded operands, FP32 accumulation; AMX-BF16 CPUs)");
+}
+
+AttentionPrecision parse_attention(std::string_view value) {
+  for (AttentionPrecision a : {AttentionPrecision::automatic, AttentionPrecision::fp32, AttentionPrecision::bf16})
+    if (value == to_string(a)) return a;
+  throw UsageError("attention=" + std::string(value) +
+                   " is unknown: use auto (bf16 for every quantization but none), fp32 or bf16");
+}
+
+std::string boolean_text(bool b) { return b ? "true" : "false"; }
+
+bool always_printed(const RecipeConfig&) { return true; }
+bool nvfp4_knob_printed(const RecipeConfig& c) { return c.quantization == Quantization::nvfp4 || c.nvfp4_knobs_given; }
+// The two Four Over Six knobs: only with four_over_six on (or set to other than the defaults, which
+// the recipe then refuses).
+bool four_over_six_knob_printed(const RecipeConfig& c) {
+  return nvfp4_knob_printed(c) && (c.nvfp4.four_over_six || c.nvfp4.four_over_six_error != FourOverSixError::mae ||
+                                   c.nvfp4.four_over_six_e4m3_max != 448);
+}
+
+// Rows for the nvfp4 knobs that are a plain bool or int member of Nvfp4Knobs.
+template <bool Nvfp4Knobs::*knob>
+constexpr RecipeKey bool_knob(std::string_view name, std::string_view help) {
+  return {name, KeyValueKind::boolean, help,
+          [](RecipeConfig& c, std::string_view k, std::string_view v) { c.nvfp4.*knob = parse_bool(k, v); },
+          [](const RecipeConfig& c) { return boolean_text(c.nvfp4.*knob); }, nvfp4_knob_printed};
+}
+template <int Nvfp4Knobs::*knob>
+constexpr RecipeKey int_knob(std::string_view name, std::string_view help) {
+  return {name, KeyValueKind::integer, help,
+          [](RecipeConfig& c, std::string_view k, std::string_view v) { c.nvfp4.*knob = parse_int(k, v); },
+          [](const RecipeConfig& c) { return std::to_string(c.nvfp4.*knob); }, nvfp4_knob_printed};
+}
+
+using Config = RecipeConfig;
+using Text = std::string_view;
+
+constexpr RecipeKey kRecipeKeys[] = {
+    {"quantization", KeyValueKind::text, "none, bf16, fp8, mxfp8, mxfp4 or nvfp4",
+     [](Config& c, Text, Text v) { c.quantization = parse_quantization(v); },
+     [](const Config& c) { return std::string(to_string(c.quantization)); }, always_printed},
+    {"precision_switch_at", KeyValueKind::real, "fraction of training after which GEMMs run in BF16",
+     [](Config& c, Text k, Text v) { c.precision_switch_at = parse_double(k, v); },
+     [](const Config& c) { return fmt::format("{}", c.precision_switch_at); }, always_printed},
+    {"gemm_summation", KeyValueKind::text,
+     "NVFP4/MXFP4/FP8 GEMM sums: auto, block_exact (each 16-block product exact) or fp32_products (AMX-BF16)",
+     [](Config& c, Text, Text v) {
+       c.gemm_summation = parse_gemm_summation(v);
+       // `auto` is the default and what a resolved config writes back: not a request to refuse.
+       c.gemm_summation_given = c.gemm_summation != GemmSummation::automatic;
+     },
+     [](const Config& c) { return std::string(to_string(c.gemm_summation)); }, always_printed},
+    {"attention", KeyValueKind::text, "attention products: auto (bf16 unless quantization=none), fp32, bf16",
+     [](Config& c, Text, Text v) { c.attention = parse_attention(v); },
+     [](const Config& c) { return std::string(to_string(c.attention)); }, always_printed},
+    bool_knob<&Nvfp4Knobs::rht>("nvfp4.rht", "random Hadamard transform on wgrad operands"),
+    bool_knob<&Nvfp4Knobs::stochastic_rounding>("nvfp4.stochastic_rounding", "stochastic rounding of gradients"),
+    bool_knob<&Nvfp4Knobs::weight_2d>("nvfp4.weight_2d", "16x16 weight scale tiles"),
+    bool_knob<&Nvfp4Knobs::four_over_six>(
+        "nvfp4.four_over_six", "Four Over Six: per block (weights: per 16x16 tile) scale to 4 or 6, whichever errs less"),
+    {"nvfp4.four_over_six_error", KeyValueKind::text,
+     "with four_over_six: mae (sum of |error|, TE's default) or mse (sum of squares)",
+     [](Config& c, Text k, Text v) { c.nvfp4.four_over_six_error = parse_four_over_six_error(v, k); },
+     [](const Config& c) { return std::string(to_string(c.nvfp4.four_over_six_error)); }, four_over_six_knob_printed},
+    {"nvfp4.four_over_six_e4m3_max", KeyValueKind::integer,
+     "with four_over_six: E4M3 ceiling of the global scale, 448 (TE's default, 2688/amax) or 256 (the paper's, "
+     "1536/amax)",
+     [](Config& c, Text k, Text v) { c.nvfp4.four_over_six_e4m3_max = parse_four_over_six_e4m3_max(v, k); },
+     [](const Config& c) { return std::to_string(c.nvfp4.four_over_six_e4m3_max); }, four_over_six_knob_printed},
+    int_knob<&Nvfp4Knobs::bf16_first_layers>("nvfp4.bf16_first_layers", "first blocks kept in BF16 (-1: paper's share)"),
+    int_knob<&Nvfp4Knobs::bf16_last_layers>("nvfp4.bf16_last_layers", "last blocks kept in BF16 (-1: paper's share)"),
+};
+
+constexpr std::string_view kKnobPrefix = "nvfp4.";
+
+// The recipe keys with (or without) the nvfp4. prefix, comma-separated, for refusal messages.
+std::string key_names(bool knobs) {
+  std::string out;
+  for (const RecipeKey& k : kRecipeKeys)
+    if (k.name.starts_with(kKnobPrefix) == knobs) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
+}  // namespace
+
+std::span<const RecipeKey> recipe_keys() { return kRecipeKeys; }
+
 bool apply_recipe_option(RecipeConfig& c, std::string_view key, std::string_view value) {
-  if (key == "quantization") {
-    c.quantization = parse_quantization(value);
-  } else if (key == "precision_switch_at") {
-    c.precision_switch_at = parse_double(key, value);
-  } else if (key == "gemm_summation") {
-    if (value == "auto") {
-      c.gemm_summation = GemmSummation::automatic;
-    } else if (value == "block_exact") {
-      c.gemm_summation = GemmSummation::block_exact;
-    } else if (value == "fp32_products") {
-      c.gemm_summation = GemmSummation::fp32_products;
-    } else {
-      throw UsageError("gemm_summation=" + std::string(value) +
-                       " is unknown: use auto, block_exact (each 16-block product exact, one FP32 rounding per "
-                       "block) or fp32_products (BF16-decoded operands, FP32 accumulation; AMX-BF16 CPUs)");
-    }
-    // `auto` is the default and what a resolved config writes back: not a request to refuse.
-    c.gemm_summation_given = c.gemm_summation != GemmSummation::automatic;
-  } else if (key == "attention") {
-    if (value == "auto") {
-      c.attention = AttentionPrecision::automatic;
-    } else if (value == "fp32") {
-      c.attention = AttentionPrecision::fp32;
-    } else if (value == "bf16") {
-      c.attention = AttentionPrecision::bf16;
-    } else {
-      throw UsageError("attention=" + std::string(value) +
-                       " is unknown: use auto (bf16 for every quantization but none), fp32 or bf16");
-    }
-  } else if (key == "nvfp4.rht") {
-    c.nvfp4.rht = parse_bool(key, value);
-  } else if (key == "nvfp4.stochastic_rounding") {
-    c.nvfp4.stochastic_rounding = parse_bool(key, value);
-  } else if (key == "nvfp4.weight_2d") {
-    c.nvfp4.weight_2d = parse_bool(key, value);
-  } else if (key == "nvfp4.four_over_six") {
-    c.nvfp4.four_over_six = parse_bool(key, value);
-  } else if (key == "nvfp4.four_over_six_error") {
-    c.nvfp4.four_over_six_error = parse_four_over_six_error(value, "nvfp4.four_over_six_error");
-  } else if (key == "nvfp4.four_over_six_e4m3_max") {
-    c.nvfp4.four_over_six_e4m3_max = parse_four_over_six_e4m3_max(value, "nvfp4.four_over_six_e4m3_max");
-  } else if (key == "nvfp4.bf16_first_layers") {
-    c.nvfp4.bf16_first_layers = parse_int(key, value);
-  } else if (key == "nvfp4.bf16_last_layers") {
-    c.nvfp4.bf16_last_layers = parse_int(key, value);
-  } else if (key.starts_with("nvfp4.")) {
-    throw UsageError("unknown recipe key '" + std::string(key) +
-                     "': the nvfp4 knobs are nvfp4.rht, nvfp4.stochastic_rounding, nvfp4.weight_2d, "
-                     "nvfp4.four_over_six, nvfp4.four_over_six_error, nvfp4.four_over_six_e4m3_max, "
-                     "nvfp4.bf16_first_layers, nvfp4.bf16_last_layers");
-  } else {
-    return false;
+  for (const RecipeKey& k : kRecipeKeys) {
+    if (k.name != key) continue;
+    k.parse(c, key, value);
+    if (key.starts_with(kKnobPrefix)) c.nvfp4_knobs_given = true;
+    return true;
   }
-  if (key.starts_with("nvfp4.")) c.nvfp4_knobs_given = true;
-  return true;
+  if (key.starts_with(kKnobPrefix))
+    throw UsageError("unknown recipe key '" + std::string(key) + "': the nvfp4 knobs are " + key_names(true));
+  return false;
 }
 
 RecipeConfig parse_recipe(std::string_view text) {
@@ -190,8 +250,8 @@ RecipeConfig parse_recipe(std::string_view text) {
     if (eq == std::string_view::npos)
       throw UsageError("'" + std::string(pair) + "' is not key=value (example: quantization=nvfp4)");
     if (!apply_recipe_option(c, pair.substr(0, eq), pair.substr(eq + 1)))
-      throw UsageError("unknown recipe key '" + std::string(pair.substr(0, eq)) +
-                       "': use quantization, precision_switch_at, gemm_summation, attention or nvfp4.*");
+      throw UsageError("unknown recipe key '" + std::string(pair.substr(0, eq)) + "': use " + key_names(false) +
+                       " or nvfp4.*");
     i = j;
   }
   return c;
@@ -212,8 +272,7 @@ std::string describe(const RecipeConfig& c) {
          " gemm_summation=" + std::string(to_string(c.gemm_summation));
   }
   if (c.precision_switch_at < 1.0) s += " precision_switch_at=" + std::to_string(c.precision_switch_at);
-  if (c.attention != AttentionPrecision::automatic)
-    s += c.attention == AttentionPrecision::bf16 ? " attention=bf16" : " attention=fp32";
+  if (c.attention != AttentionPrecision::automatic) s += " attention=" + std::string(to_string(c.attention));
   return s;
 }
 
@@ -271,6 +330,52 @@ LinearRecipe Recipe::operands(Quantization q, const Nvfp4Knobs& k) {
   return r;
 }
 
+namespace {
+
+// The BF16 blocks of an nvfp4 recipe over `layers` blocks: {first, last}.
+std::pair<int, int> nvfp4_bf16_layers(const Nvfp4Knobs& k, int layers) {
+  int first = k.bf16_first_layers >= 0 ? k.bf16_first_layers : static_cast<int>(std::lround(2.0 / 62.0 * layers));
+  int last = k.bf16_last_layers >= 0 ? k.bf16_last_layers
+                                     : std::max(1, static_cast<int>(std::lround(8.0 / 62.0 * layers)));
+  if (!k.four_over_six && (k.four_over_six_error != FourOverSixError::mae || k.four_over_six_e4m3_max != 448))
+    throw UsageError("nvfp4.four_over_six_error=" + std::string(to_string(k.four_over_six_error)) +
+                     " / nvfp4.four_over_six_e4m3_max=" + std::to_string(k.four_over_six_e4m3_max) +
+                     " apply only with nvfp4.four_over_six=true: set it or drop them");
+  if (k.bf16_first_layers < -1 || k.bf16_last_layers < -1)
+    throw UsageError("nvfp4.bf16_first_layers and nvfp4.bf16_last_layers must be >= 0, or -1 for the paper's share "
+                     "(got " + std::to_string(k.bf16_first_layers) + ", " + std::to_string(k.bf16_last_layers) + ")");
+  if (first + last >= layers) {
+    if (k.bf16_first_layers >= 0 || k.bf16_last_layers >= 0)
+      throw UsageError("nvfp4.bf16_first_layers=" + std::to_string(first) + " plus nvfp4.bf16_last_layers=" +
+                       std::to_string(last) + " covers all " + std::to_string(layers) +
+                       " layers, leaving none in NVFP4: lower them or use quantization=bf16");
+    first = 0;
+    last = layers > 1 ? 1 : 0;  // the default never leaves a small model without NVFP4 layers
+  }
+  return {first, last};
+}
+
+// Every GEMM of a quantized recipe needs its reduction dimension to be a whole number of blocks:
+// in (fprop), out (dgrad), tokens (wgrad).
+void check_block_sizes(Quantization q, const std::vector<LinearShape>& linears, int64_t tokens_per_micro_batch) {
+  if (q == Quantization::none || q == Quantization::bf16) return;
+  const int64_t block = q == Quantization::nvfp4 ? 16 : (q == Quantization::mxfp4 || q == Quantization::mxfp8) ? 32 : 1;
+  const std::string qs(to_string(q));
+  if (tokens_per_micro_batch % block != 0)
+    throw UsageError("quantization=" + qs + " quantizes the weight-gradient operands along the tokens in blocks of " +
+                     std::to_string(block) + ", but a micro-batch has " + std::to_string(tokens_per_micro_batch) +
+                     " tokens (batch x seq): make it a multiple of " + std::to_string(block));
+  for (const auto& l : linears) {
+    for (int64_t dim : {l.in_features, l.out_features})
+      if (dim % block != 0)
+        throw UsageError("quantization=" + qs + " needs every linear dimension to be a multiple of its block size " +
+                         std::to_string(block) + ", but " + l.name + " is " + std::to_string(l.out_features) + " x " +
+                         std::to_string(l.in_features) + ": change model.width or model.mlp_hidden");
+  }
+}
+
+}  // namespace
+
 Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearShape>& linears,
                int64_t tokens_per_micro_batch, const ops::TensorOps& ops)
     : config_(config), ops_(&ops), layers_(layers) {
@@ -288,7 +393,7 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
                      std::string(to_string(q)) + ": drop it or choose fp8/mxfp8/mxfp4/nvfp4");
   attention_bf16_ = config.attention == AttentionPrecision::bf16 ||
                     (config.attention == AttentionPrecision::automatic && q != Quantization::none);
-  if (config.gemm_summation_given && q != Quantization::nvfp4 && q != Quantization::mxfp4 && q != Quantization::fp8)
+  if (config.gemm_summation_given && !has_gemm_summation(q))
     throw UsageError("gemm_summation chooses how NVFP4, MXFP4 and FP8 GEMMs sum, but quantization=" +
                      std::string(to_string(q)) + ": set one of those or drop gemm_summation");
   if (config.gemm_summation == GemmSummation::block_exact && !ops.block_exact_available())
@@ -297,45 +402,8 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
   if (config.gemm_summation == GemmSummation::fp32_products || !ops.block_exact_available() ||
       (config.gemm_summation == GemmSummation::automatic && ops.fp32_products_available(gemm_format(q))))
     summation_ = ops::Summation::fp32_products;
-  if (q == Quantization::nvfp4) {
-    const auto& k = config.nvfp4;
-    bf16_first_ = k.bf16_first_layers >= 0 ? k.bf16_first_layers
-                                           : static_cast<int>(std::lround(2.0 / 62.0 * layers));
-    bf16_last_ = k.bf16_last_layers >= 0 ? k.bf16_last_layers
-                                         : std::max(1, static_cast<int>(std::lround(8.0 / 62.0 * layers)));
-    if (!k.four_over_six && (k.four_over_six_error != FourOverSixError::mae || k.four_over_six_e4m3_max != 448))
-      throw UsageError("nvfp4.four_over_six_error=" + std::string(to_string(k.four_over_six_error)) +
-                       " / nvfp4.four_over_six_e4m3_max=" + std::to_string(k.four_over_six_e4m3_max) +
-                       " apply only with nvfp4.four_over_six=true: set it or drop them");
-    if (k.bf16_first_layers < -1 || k.bf16_last_layers < -1)
-      throw UsageError("nvfp4.bf16_first_layers/bf16_last_layers must be >= 0 (got " +
-                       std::to_string(k.bf16_first_layers) + ", " + std::to_string(k.bf16_last_layers) + ")");
-    if (bf16_first_ + bf16_last_ >= layers) {
-      if (k.bf16_first_layers < 0 && k.bf16_last_layers < 0) {
-        bf16_first_ = 0;
-        bf16_last_ = layers > 1 ? 1 : 0;  // the default never leaves a small model without NVFP4 layers
-      } else {
-        throw UsageError("nvfp4.bf16_first_layers=" + std::to_string(bf16_first_) + " plus nvfp4.bf16_last_layers=" +
-                         std::to_string(bf16_last_) + " covers all " + std::to_string(layers) +
-                         " layers, leaving none in NVFP4: lower them or use quantization=bf16");
-      }
-    }
-  }
-  if (q == Quantization::none || q == Quantization::bf16) return;
-  // Block sizes along each GEMM's reduction dimension: in (fprop), out (dgrad), tokens (wgrad).
-  const int64_t block = q == Quantization::nvfp4 ? 16 : (q == Quantization::mxfp4 || q == Quantization::mxfp8) ? 32 : 1;
-  const std::string qs(to_string(q));
-  if (tokens_per_micro_batch % block != 0)
-    throw UsageError("quantization=" + qs + " quantizes the weight-gradient operands along the tokens in blocks of " +
-                     std::to_string(block) + ", but a micro-batch has " + std::to_string(tokens_per_micro_batch) +
-                     " tokens (batch x context): make it a multiple of " + std::to_string(block));
-  for (const auto& l : linears) {
-    for (int64_t dim : {l.in_features, l.out_features})
-      if (dim % block != 0)
-        throw UsageError("quantization=" + qs + " needs every linear dimension to be a multiple of its block size " +
-                         std::to_string(block) + ", but " + l.name + " is " + std::to_string(l.out_features) + " x " +
-                         std::to_string(l.in_features) + ": change the model width/hidden size");
-  }
+  if (q == Quantization::nvfp4) std::tie(bf16_first_, bf16_last_) = nvfp4_bf16_layers(config.nvfp4, layers);
+  check_block_sizes(q, linears, tokens_per_micro_batch);
 }
 
 LinearRecipe Recipe::for_layer(int layer, double progress) const {
@@ -352,7 +420,7 @@ LinearRecipe Recipe::for_layer(int layer, double progress) const {
 std::string describe_kernels(const Recipe& recipe) {
   const Quantization q = recipe.config().quantization;
   std::string s;
-  if (q == Quantization::nvfp4 || q == Quantization::mxfp4 || q == Quantization::fp8)
+  if (has_gemm_summation(q))
     s += recipe.ops().describe_summation(gemm_format(q), recipe.summation()) + "; ";
   s += recipe.attention_bf16() ? "attention products in BF16" : "attention products in FP32";
   return s;

@@ -4,6 +4,7 @@
 // start-up with messages that say why a combination is refused (spec section 5).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +75,7 @@ struct Nvfp4Knobs {
 // with FP32 accumulation for every recipe but `none` (Transformer Engine keeps attention in BF16
 // under its FP8/NVFP4 recipes), FP32 for `none`. Softmax is FP32 in all cases.
 enum class AttentionPrecision : uint8_t { automatic, fp32, bf16 };
+std::string_view to_string(AttentionPrecision a);
 
 struct RecipeConfig {
   Quantization quantization = Quantization::none;
@@ -87,11 +89,30 @@ struct RecipeConfig {
   bool gemm_summation_given = false;
 };
 
-// key=value overrides: quantization, precision_switch_at, gemm_summation, attention, nvfp4.rht, nvfp4.stochastic_rounding,
-// nvfp4.weight_2d, nvfp4.four_over_six, nvfp4.four_over_six_error, nvfp4.four_over_six_e4m3_max,
-// nvfp4.bf16_first_layers, nvfp4.bf16_last_layers.
+// The kind of value a configuration key takes (what `nibble train --keys` prints as its type).
+enum class KeyValueKind : uint8_t { integer, real, boolean, text };
+
+// One recipe key. recipe_keys() is the only place a recipe key is written: apply_recipe_option and
+// parse_recipe read it, and the run config (run/config.cpp) takes its rows as config keys, which
+// config.yaml, its resume diff and `nibble train --keys` print. A new recipe knob is one row there.
+struct RecipeKey {
+  std::string_view name;  // "nvfp4.rht"
+  KeyValueKind kind;
+  std::string_view help;  // one line: `nibble train --keys` and the comment in config.yaml
+  // Sets the key from its text (`key` is `name`); UsageError naming the key for a bad value.
+  void (*parse)(RecipeConfig& config, std::string_view key, std::string_view value);
+  // The value as a resolved config writes it, re-readable by parse.
+  std::string (*print)(const RecipeConfig& config);
+  // Whether a resolved config writes the key: the nvfp4 knobs only under nvfp4 (another
+  // quantization would refuse them when the saved file is loaded again).
+  bool (*printed)(const RecipeConfig& config);
+};
+// Every recipe key, in the order a config prints them.
+std::span<const RecipeKey> recipe_keys();
+
+// One key=value override of a key in recipe_keys().
 // Returns false when `key` is not a recipe key (so a config layer can try others); throws
-// UsageError for a recipe key with a bad value.
+// UsageError for a recipe key with a bad value, or an unknown nvfp4.* key (listing the knobs).
 bool apply_recipe_option(RecipeConfig& config, std::string_view key, std::string_view value);
 // "quantization=nvfp4 nvfp4.rht=false": whitespace- or comma-separated key=value pairs.
 RecipeConfig parse_recipe(std::string_view text);

@@ -106,11 +106,11 @@ KeyEntry text_key(std::string name, std::string help, std::function<std::string&
   return e;
 }
 
-// Recipe keys go through the recipe's own parser so that its rules (e.g. nvfp4.* knobs refused
-// under another quantization) stay in one place; the message gains the origin.
-KeyEntry recipe_key(std::string name, ConfigValueKind kind, std::string help,
-                    std::function<std::string(const RecipeConfig&)> get) {
-  KeyEntry e{{name, kind, std::move(help)}, {}, {}};
+// A recipe key (recipe/recipe.h's table, which owns its name, parser, printer and help): its parser
+// keeps the recipe's rules (e.g. the nvfp4.* knobs marked as given) in one place; the message gains
+// the origin.
+KeyEntry recipe_key(const RecipeKey& key) {
+  KeyEntry e{{std::string(key.name), key.kind, std::string(key.help)}, {}, {}};
   e.set = [](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
     try {
       apply_recipe_option(c.train.recipe, k, v);
@@ -118,15 +118,25 @@ KeyEntry recipe_key(std::string name, ConfigValueKind kind, std::string help,
       throw UsageError(fmt::format("{}: {}", o, err.what()));
     }
   };
-  e.get = [get](const RunConfig& c) { return get(c.train.recipe); };
-  if (name.starts_with("nvfp4."))
-    e.printed = [](const RunConfig& c) {
-      return c.train.recipe.quantization == Quantization::nvfp4 || c.train.recipe.nvfp4_knobs_given;
-    };
+  e.get = [&key](const RunConfig& c) { return key.print(c.train.recipe); };
+  e.printed = [&key](const RunConfig& c) { return key.printed(c.train.recipe); };
   return e;
 }
 
-std::string boolean_text(bool b) { return b ? "true" : "false"; }
+// A text key whose value a library parser reads (device, schedule.kind): its message gains the key.
+template <typename T>
+KeyEntry parsed_key(std::string name, std::string help, T (*parse)(std::string_view), std::function<T&(RunConfig&)> field,
+                    std::function<std::string(const RunConfig&)> get) {
+  KeyEntry e{{name, ConfigValueKind::text, std::move(help)}, {}, std::move(get)};
+  e.set = [parse, field](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
+    try {
+      field(c) = parse(v);
+    } catch (const UsageError& err) {
+      throw UsageError(fmt::format("{}: {}", where(o, k), err.what()));
+    }
+  };
+  return e;
+}
 
 std::string schedule_name(Schedule s) {
   switch (s) {
@@ -137,125 +147,85 @@ std::string schedule_name(Schedule s) {
   return "cosine";
 }
 
+using C = RunConfig;
+
+// run.dir .. resume: where the run lives and how it steps.
+void add_run_keys(std::vector<KeyEntry>& t) {
+  t.push_back(text_key("run.dir", "directory for config, metrics, checkpoints, tokenizer", [](C& c) -> std::string& { return c.run_dir; }));
+  t.push_back(text_key("data.dir", "directory written by `nibble prepare`", [](C& c) -> std::string& { return c.data_dir; }));
+  {
+    KeyEntry e{{"seed", ConfigValueKind::integer, "initialisation, data order and stochastic rounding"}, {}, {}};
+    e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
+      const int64_t seed = parse_integer(k, v, o);
+      if (seed < 0) throw UsageError(fmt::format("{}={} must be >= 0", where(o, k), seed));
+      c.train.seed = static_cast<uint64_t>(seed);
+    };
+    e.get = [](const C& c) { return std::to_string(c.train.seed); };
+    t.push_back(std::move(e));
+  }
+  t.push_back(int_key("steps", "optimizer steps", [](C& c) -> int64_t& { return c.train.schedule.total_steps; }));
+  t.push_back(int_key("batch", "sequences per micro-batch", [](C& c) -> int64_t& { return c.train.batch; }));
+  t.push_back(int_key("seq", "tokens per sequence (0: model.context)", [](C& c) -> int64_t& { return c.train.seq; }));
+  t.push_back(int_key("grad_accum", "micro-batches per optimizer step", [](C& c) -> int64_t& { return c.train.grad_accum; }));
+  t.push_back(int_key("threads", "OpenMP threads (0: all)", [](C& c) -> int64_t& { return c.threads; }));
+  KeyEntry device = parsed_key<ops::Device>(
+      "device", "where the model trains: cpu, or cuda (one NVIDIA GPU)", ops::parse_device,
+      [](C& c) -> ops::Device& { return c.train.device; },
+      [](const C& c) { return std::string(ops::to_string(c.train.device)); });
+  // Written to a run's config.yaml only when not the default, so CPU runs read as before.
+  device.printed = [](const C& c) { return c.train.device != ops::Device::cpu; };
+  t.push_back(std::move(device));
+  t.push_back(bool_key("resume", "continue from the newest checkpoint in run.dir that verifies (`nibble train --checkpoint STEP` picks another)", [](C& c) -> bool& { return c.resume; }));
+}
+
+void add_model_keys(std::vector<KeyEntry>& t) {
+  t.push_back(int_key("model.layers", "transformer blocks", [](C& c) -> int64_t& { return c.train.model.layers; }));
+  t.push_back(int_key("model.heads", "attention heads", [](C& c) -> int64_t& { return c.train.model.heads; }));
+  t.push_back(int_key("model.kv_heads", "key/value heads (0: heads, no GQA)", [](C& c) -> int64_t& { return c.train.model.kv_heads; }));
+  t.push_back(int_key("model.width", "residual width", [](C& c) -> int64_t& { return c.train.model.width; }));
+  t.push_back(int_key("model.mlp_hidden", "SwiGLU hidden size (0: 8/3 width)", [](C& c) -> int64_t& { return c.train.model.mlp_hidden; }));
+  t.push_back(int_key("model.context", "maximum sequence length", [](C& c) -> int64_t& { return c.train.model.context; }));
+  t.push_back(bool_key("model.tied_embeddings", "LM head shares the embedding matrix", [](C& c) -> bool& { return c.train.model.tied_embeddings; }));
+  t.push_back(double_key("model.rope_theta", "RoPE base", [](C& c) -> double& { return c.train.model.rope_theta; }));
+  t.push_back(float_key("model.norm_eps", "RMSNorm epsilon", [](C& c) -> float& { return c.train.model.norm_eps; }));
+  t.push_back(float_key("model.init_std", "initialisation standard deviation", [](C& c) -> float& { return c.train.model.init_std; }));
+}
+
+// optimizer.* and schedule.*: AdamW and its learning rate.
+void add_optimizer_keys(std::vector<KeyEntry>& t) {
+  t.push_back(float_key("optimizer.beta1", "AdamW beta1", [](C& c) -> float& { return c.train.optimizer.beta1; }));
+  t.push_back(float_key("optimizer.beta2", "AdamW beta2", [](C& c) -> float& { return c.train.optimizer.beta2; }));
+  t.push_back(float_key("optimizer.eps", "AdamW epsilon", [](C& c) -> float& { return c.train.optimizer.eps; }));
+  t.push_back(float_key("optimizer.weight_decay", "decoupled weight decay", [](C& c) -> float& { return c.train.optimizer.weight_decay; }));
+  t.push_back(float_key("optimizer.clip_norm", "global gradient-norm clip (<= 0: off)", [](C& c) -> float& { return c.train.optimizer.clip_norm; }));
+  t.push_back(parsed_key<Schedule>("schedule.kind", "cosine, wsd or constant", parse_schedule,
+                                   [](C& c) -> Schedule& { return c.train.schedule.kind; },
+                                   [](const C& c) { return schedule_name(c.train.schedule.kind); }));
+  t.push_back(float_key("schedule.lr", "peak learning rate", [](C& c) -> float& { return c.train.schedule.lr; }));
+  t.push_back(float_key("schedule.min_lr", "final learning rate", [](C& c) -> float& { return c.train.schedule.min_lr; }));
+  t.push_back(int_key("schedule.warmup_steps", "linear warmup steps", [](C& c) -> int64_t& { return c.train.schedule.warmup_steps; }));
+  t.push_back(float_key("schedule.wsd_decay_fraction", "WSD: final fraction of steps that decays", [](C& c) -> float& { return c.train.schedule.wsd_decay_fraction; }));
+}
+
+// eval.*, checkpoint.*, log.*: what the run writes and when.
+void add_output_keys(std::vector<KeyEntry>& t) {
+  t.push_back(int_key("eval.interval", "steps between validation evaluations", [](C& c) -> int64_t& { return c.eval_interval; }));
+  t.push_back(int_key("eval.batches", "validation batches per evaluation", [](C& c) -> int64_t& { return c.train.eval_batches; }));
+  t.push_back(int_key("checkpoint.interval", "steps between checkpoints", [](C& c) -> int64_t& { return c.checkpoint_interval; }));
+  t.push_back(int_key("checkpoint.keep", "newest checkpoints kept", [](C& c) -> int64_t& { return c.checkpoint_keep; }));
+  t.push_back(int_key("log.interval", "steps between log lines and metrics records", [](C& c) -> int64_t& { return c.log_interval; }));
+  t.push_back(bool_key("log.tensorboard", "also write TensorBoard event files to RUN/tensorboard", [](C& c) -> bool& { return c.tensorboard; }));
+}
+
+// Every config key in the order config.yaml and `nibble train --keys` print them.
 const std::vector<KeyEntry>& key_table() {
   static const std::vector<KeyEntry> table = [] {
-    using C = RunConfig;
     std::vector<KeyEntry> t;
-    t.push_back(text_key("run.dir", "directory for config, metrics, checkpoints, tokenizer", [](C& c) -> std::string& { return c.run_dir; }));
-    t.push_back(text_key("data.dir", "directory written by `nibble prepare`", [](C& c) -> std::string& { return c.data_dir; }));
-    {
-      KeyEntry e{{"seed", ConfigValueKind::integer, "initialisation, data order and stochastic rounding"}, {}, {}};
-      e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
-        const int64_t seed = parse_integer(k, v, o);
-        if (seed < 0) throw UsageError(fmt::format("{}={} must be >= 0", where(o, k), seed));
-        c.train.seed = static_cast<uint64_t>(seed);
-      };
-      e.get = [](const C& c) { return std::to_string(c.train.seed); };
-      t.push_back(std::move(e));
-    }
-    t.push_back(int_key("steps", "optimizer steps", [](C& c) -> int64_t& { return c.train.schedule.total_steps; }));
-    t.push_back(int_key("batch", "sequences per micro-batch", [](C& c) -> int64_t& { return c.train.batch; }));
-    t.push_back(int_key("seq", "tokens per sequence (0: model.context)", [](C& c) -> int64_t& { return c.train.seq; }));
-    t.push_back(int_key("grad_accum", "micro-batches per optimizer step", [](C& c) -> int64_t& { return c.train.grad_accum; }));
-    t.push_back(int_key("threads", "OpenMP threads (0: all)", [](C& c) -> int64_t& { return c.threads; }));
-    {
-      KeyEntry e{{"device", ConfigValueKind::text, "where the model trains: cpu, or cuda (one NVIDIA GPU)"}, {}, {}};
-      e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
-        try {
-          c.train.device = ops::parse_device(v);
-        } catch (const UsageError& err) {
-          throw UsageError(fmt::format("{}: {}", where(o, k), err.what()));
-        }
-      };
-      e.get = [](const C& c) { return std::string(ops::to_string(c.train.device)); };
-      // Written to a run's config.yaml only when not the default, so CPU runs read as before.
-      e.printed = [](const C& c) { return c.train.device != ops::Device::cpu; };
-      t.push_back(std::move(e));
-    }
-    t.push_back(bool_key("resume", "continue from the newest checkpoint in run.dir that verifies (`nibble train --checkpoint STEP` picks another)", [](C& c) -> bool& { return c.resume; }));
-    t.push_back(recipe_key("quantization", ConfigValueKind::text, "none, bf16, fp8, mxfp8, mxfp4 or nvfp4",
-                           [](const RecipeConfig& r) { return std::string(to_string(r.quantization)); }));
-    t.push_back(recipe_key("precision_switch_at", ConfigValueKind::real, "fraction of training after which GEMMs run in BF16",
-                           [](const RecipeConfig& r) { return fmt::format("{}", r.precision_switch_at); }));
-    t.push_back(recipe_key("gemm_summation", ConfigValueKind::text,
-                           "NVFP4/MXFP4/FP8 GEMM sums: auto, block_exact (each 16-block product exact) or fp32_products (AMX-BF16)",
-                           [](const RecipeConfig& r) { return std::string(to_string(r.gemm_summation)); }));
-    t.push_back(recipe_key("attention", ConfigValueKind::text, "attention products: auto (bf16 unless quantization=none), fp32, bf16",
-                           [](const RecipeConfig& r) {
-                             return std::string(r.attention == AttentionPrecision::automatic ? "auto"
-                                                : r.attention == AttentionPrecision::fp32  ? "fp32"
-                                                                                           : "bf16");
-                           }));
-    t.push_back(recipe_key("nvfp4.rht", ConfigValueKind::boolean, "random Hadamard transform on wgrad operands",
-                           [](const RecipeConfig& r) { return boolean_text(r.nvfp4.rht); }));
-    t.push_back(recipe_key("nvfp4.stochastic_rounding", ConfigValueKind::boolean, "stochastic rounding of gradients",
-                           [](const RecipeConfig& r) { return boolean_text(r.nvfp4.stochastic_rounding); }));
-    t.push_back(recipe_key("nvfp4.weight_2d", ConfigValueKind::boolean, "16x16 weight scale tiles",
-                           [](const RecipeConfig& r) { return boolean_text(r.nvfp4.weight_2d); }));
-    t.push_back(recipe_key("nvfp4.four_over_six", ConfigValueKind::boolean,
-                           "Four Over Six: per block (weights: per 16x16 tile) scale to 4 or 6, whichever errs less",
-                           [](const RecipeConfig& r) { return boolean_text(r.nvfp4.four_over_six); }));
-    // The two Four Over Six knobs are printed only with four_over_six on (or when set to other than
-    // the defaults, which the recipe then refuses), like the nvfp4 knobs under another quantization.
-    auto four_over_six_key = [](std::string name, ConfigValueKind kind, std::string help,
-                                std::function<std::string(const RecipeConfig&)> get) {
-      KeyEntry e = recipe_key(std::move(name), kind, std::move(help), std::move(get));
-      e.printed = [](const RunConfig& c) {
-        const RecipeConfig& r = c.train.recipe;
-        return (r.quantization == Quantization::nvfp4 || r.nvfp4_knobs_given) &&
-               (r.nvfp4.four_over_six || r.nvfp4.four_over_six_error != FourOverSixError::mae ||
-                r.nvfp4.four_over_six_e4m3_max != 448);
-      };
-      return e;
-    };
-    t.push_back(four_over_six_key("nvfp4.four_over_six_error", ConfigValueKind::text,
-                                  "with four_over_six: mae (sum of |error|, TE's default) or mse (sum of squares)",
-                                  [](const RecipeConfig& r) { return std::string(to_string(r.nvfp4.four_over_six_error)); }));
-    t.push_back(four_over_six_key("nvfp4.four_over_six_e4m3_max", ConfigValueKind::integer,
-                                  "with four_over_six: E4M3 ceiling of the global scale, 448 (TE's default, 2688/amax) "
-                                  "or 256 (the paper's, 1536/amax)",
-                                  [](const RecipeConfig& r) { return std::to_string(r.nvfp4.four_over_six_e4m3_max); }));
-    t.push_back(recipe_key("nvfp4.bf16_first_layers", ConfigValueKind::integer, "first blocks kept in BF16 (-1: paper's share)",
-                           [](const RecipeConfig& r) { return std::to_string(r.nvfp4.bf16_first_layers); }));
-    t.push_back(recipe_key("nvfp4.bf16_last_layers", ConfigValueKind::integer, "last blocks kept in BF16 (-1: paper's share)",
-                           [](const RecipeConfig& r) { return std::to_string(r.nvfp4.bf16_last_layers); }));
-    t.push_back(int_key("model.layers", "transformer blocks", [](C& c) -> int64_t& { return c.train.model.layers; }));
-    t.push_back(int_key("model.heads", "attention heads", [](C& c) -> int64_t& { return c.train.model.heads; }));
-    t.push_back(int_key("model.kv_heads", "key/value heads (0: heads, no GQA)", [](C& c) -> int64_t& { return c.train.model.kv_heads; }));
-    t.push_back(int_key("model.width", "residual width", [](C& c) -> int64_t& { return c.train.model.width; }));
-    t.push_back(int_key("model.mlp_hidden", "SwiGLU hidden size (0: 8/3 width)", [](C& c) -> int64_t& { return c.train.model.mlp_hidden; }));
-    t.push_back(int_key("model.context", "maximum sequence length", [](C& c) -> int64_t& { return c.train.model.context; }));
-    t.push_back(bool_key("model.tied_embeddings", "LM head shares the embedding matrix", [](C& c) -> bool& { return c.train.model.tied_embeddings; }));
-    t.push_back(double_key("model.rope_theta", "RoPE base", [](C& c) -> double& { return c.train.model.rope_theta; }));
-    t.push_back(float_key("model.norm_eps", "RMSNorm epsilon", [](C& c) -> float& { return c.train.model.norm_eps; }));
-    t.push_back(float_key("model.init_std", "initialisation standard deviation", [](C& c) -> float& { return c.train.model.init_std; }));
-    t.push_back(float_key("optimizer.beta1", "AdamW beta1", [](C& c) -> float& { return c.train.optimizer.beta1; }));
-    t.push_back(float_key("optimizer.beta2", "AdamW beta2", [](C& c) -> float& { return c.train.optimizer.beta2; }));
-    t.push_back(float_key("optimizer.eps", "AdamW epsilon", [](C& c) -> float& { return c.train.optimizer.eps; }));
-    t.push_back(float_key("optimizer.weight_decay", "decoupled weight decay", [](C& c) -> float& { return c.train.optimizer.weight_decay; }));
-    t.push_back(float_key("optimizer.clip_norm", "global gradient-norm clip (<= 0: off)", [](C& c) -> float& { return c.train.optimizer.clip_norm; }));
-    {
-      KeyEntry e{{"schedule.kind", ConfigValueKind::text, "cosine, wsd or constant"}, {}, {}};
-      e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
-        try {
-          c.train.schedule.kind = parse_schedule(v);
-        } catch (const UsageError& err) {
-          throw UsageError(fmt::format("{}: {}", where(o, k), err.what()));
-        }
-      };
-      e.get = [](const C& c) { return schedule_name(c.train.schedule.kind); };
-      t.push_back(std::move(e));
-    }
-    t.push_back(float_key("schedule.lr", "peak learning rate", [](C& c) -> float& { return c.train.schedule.lr; }));
-    t.push_back(float_key("schedule.min_lr", "final learning rate", [](C& c) -> float& { return c.train.schedule.min_lr; }));
-    t.push_back(int_key("schedule.warmup_steps", "linear warmup steps", [](C& c) -> int64_t& { return c.train.schedule.warmup_steps; }));
-    t.push_back(float_key("schedule.wsd_decay_fraction", "WSD: final fraction of steps that decays", [](C& c) -> float& { return c.train.schedule.wsd_decay_fraction; }));
-    t.push_back(int_key("eval.interval", "steps between validation evaluations", [](C& c) -> int64_t& { return c.eval_interval; }));
-    t.push_back(int_key("eval.batches", "validation batches per evaluation", [](C& c) -> int64_t& { return c.train.eval_batches; }));
-    t.push_back(int_key("checkpoint.interval", "steps between checkpoints", [](C& c) -> int64_t& { return c.checkpoint_interval; }));
-    t.push_back(int_key("checkpoint.keep", "newest checkpoints kept", [](C& c) -> int64_t& { return c.checkpoint_keep; }));
-    t.push_back(int_key("log.interval", "steps between log lines and metrics records", [](C& c) -> int64_t& { return c.log_interval; }));
-    t.push_back(bool_key("log.tensorboard", "also write TensorBoard event files to RUN/tensorboard", [](C& c) -> bool& { return c.tensorboard; }));
+    add_run_keys(t);
+    for (const RecipeKey& k : recipe_keys()) t.push_back(recipe_key(k));
+    add_model_keys(t);
+    add_optimizer_keys(t);
+    add_output_keys(t);
     return t;
   }();
   return table;

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "recipe/recipe.h"
 #include "train/trainer.h"
 
 namespace nibble::train {
@@ -32,7 +33,8 @@ struct RunConfig {
   void validate() const;
 };
 
-enum class ConfigValueKind : uint8_t { integer, real, boolean, text };
+// The recipe's keys (recipe/recipe.h: recipe_keys()) are config keys too and share their kinds.
+using ConfigValueKind = KeyValueKind;
 
 struct ConfigKeyInfo {
   std::string name;  // dotted: "model.layers"

@@ -14,10 +14,11 @@ double global_grad_norm(std::span<const float> g, ops::Backend& backend) {
 AdamW::AdamW(const model::ParamArena& params, const AdamWConfig& config, ops::Backend& backend)
     : config_(config), backend_(backend), m_(backend), v_(backend), decay_(backend) {
   if (!(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1))
-    throw UsageError("AdamW betas (" + std::to_string(config.beta1) + ", " + std::to_string(config.beta2) +
-                     ") must lie in [0, 1)");
-  if (!(config.eps > 0)) throw UsageError("AdamW eps must be positive");
-  if (!(config.weight_decay >= 0)) throw UsageError("weight_decay must be >= 0");
+    throw UsageError("optimizer.beta1=" + std::to_string(config.beta1) + " and optimizer.beta2=" +
+                     std::to_string(config.beta2) + " must lie in [0, 1)");
+  if (!(config.eps > 0)) throw UsageError("optimizer.eps=" + std::to_string(config.eps) + " must be positive");
+  if (!(config.weight_decay >= 0))
+    throw UsageError("optimizer.weight_decay=" + std::to_string(config.weight_decay) + " must be >= 0");
   const size_t n = params.values().size();
   m_.resize_zeroed(n);
   v_.resize_zeroed(n);
@@ -62,15 +63,17 @@ Schedule parse_schedule(std::string_view s) {
 }
 
 void ScheduleConfig::validate() const {
-  if (!(lr > 0)) throw UsageError("lr=" + std::to_string(lr) + " must be positive");
+  // Messages name the run config's keys (schedule.*, steps).
+  if (!(lr > 0)) throw UsageError("schedule.lr=" + std::to_string(lr) + " must be positive");
   if (!(min_lr >= 0 && min_lr <= lr))
-    throw UsageError("min_lr=" + std::to_string(min_lr) + " must lie in [0, lr=" + std::to_string(lr) + "]");
-  if (total_steps <= 0) throw UsageError("total steps=" + std::to_string(total_steps) + " must be positive");
+    throw UsageError("schedule.min_lr=" + std::to_string(min_lr) + " must lie in [0, schedule.lr=" +
+                     std::to_string(lr) + "]");
+  if (total_steps <= 0) throw UsageError("steps=" + std::to_string(total_steps) + " must be positive");
   if (warmup_steps < 0 || warmup_steps > total_steps)
-    throw UsageError("warmup_steps=" + std::to_string(warmup_steps) + " must lie in [0, steps=" +
+    throw UsageError("schedule.warmup_steps=" + std::to_string(warmup_steps) + " must lie in [0, steps=" +
                      std::to_string(total_steps) + "]");
   if (!(wsd_decay_fraction >= 0 && wsd_decay_fraction <= 1))
-    throw UsageError("wsd_decay_fraction=" + std::to_string(wsd_decay_fraction) + " must lie in [0, 1]");
+    throw UsageError("schedule.wsd_decay_fraction=" + std::to_string(wsd_decay_fraction) + " must lie in [0, 1]");
 }
 
 float learning_rate(const ScheduleConfig& s, int64_t step) {

@@ -28,10 +28,11 @@ void TrainConfig::validate() const {
   schedule.validate();
   const int64_t s = seq > 0 ? seq : model.context;
   if (s > model.context)
-    throw UsageError("seq=" + std::to_string(seq) + " exceeds the model context " + std::to_string(model.context));
+    throw UsageError("seq=" + std::to_string(seq) + " exceeds model.context=" + std::to_string(model.context) +
+                     ": lower seq or raise model.context");
   if (batch <= 0) throw UsageError("batch=" + std::to_string(batch) + " must be positive");
   if (grad_accum <= 0) throw UsageError("grad_accum=" + std::to_string(grad_accum) + " must be positive");
-  if (eval_batches <= 0) throw UsageError("eval_batches=" + std::to_string(eval_batches) + " must be positive");
+  if (eval_batches <= 0) throw UsageError("eval.batches=" + std::to_string(eval_batches) + " must be positive");
   if (telemetry_interval < 0) throw UsageError("telemetry_interval must be >= 0");
 }
 
