@@ -33,7 +33,7 @@
 #include "format/quant_stats.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/quantize/quantize.h"
 
 #ifndef NIBBLE_VERSION_STRING
 #define NIBBLE_VERSION_STRING "unknown"
