@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/layers/attention.h"
 #include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/layers/attention.h"
 
 namespace nibble::cpu {
 namespace {

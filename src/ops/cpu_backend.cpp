@@ -7,18 +7,18 @@
 #include <map>
 #include <mutex>
 
-#include "kernels/cpu/layers/adamw.h"
-#include "kernels/cpu/layers/attention.h"
 #include "kernels/cpu/common/cpu_features.h"
-#include "kernels/cpu/layers/cross_entropy.h"
-#include "kernels/cpu/layers/embedding.h"
+#include "kernels/cpu/common/parallel.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_peaks.h"
-#include "kernels/cpu/common/parallel.h"
-#include "kernels/cpu/quantize/quantize.h"
+#include "kernels/cpu/layers/adamw.h"
+#include "kernels/cpu/layers/attention.h"
+#include "kernels/cpu/layers/cross_entropy.h"
+#include "kernels/cpu/layers/embedding.h"
 #include "kernels/cpu/layers/rmsnorm.h"
 #include "kernels/cpu/layers/rope.h"
 #include "kernels/cpu/layers/swiglu.h"
+#include "kernels/cpu/quantize/quantize.h"
 #include "ops/backend.h"
 #include "ops/host_quantized.h"
 

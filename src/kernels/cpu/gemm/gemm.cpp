@@ -14,9 +14,10 @@
 
 #include "format/gemm_rules.h"
 #include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/common/simd_clones.h"
+#include "kernels/cpu/common/workspace.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_kernels.h"
-#include "kernels/cpu/common/workspace.h"
 
 namespace nibble::cpu {
 namespace gemm_detail {
@@ -160,9 +161,9 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
     return family == Family::f32 ? bf16_plan(&pack_bf16_fp8_a_panel, &pack_bf16_fp8_b_panel)
                                  : bf16_plan(&pack_bf16_a_panel, &pack_bf16_b_panel);
   if (family == Family::int8_blocks && isa == Isa::amx) {
-    // (Computing C^T = B . A^T when only B is 16x16-tiled, to put the uniform scale on the tile's
-    // rows, measured 10-15% slower on the recipe's forward shapes: the transposed write-back cost
-    // more than the broadcast loads it saved.)
+    // (Not C^T = B . A^T when only B is 16x16-tiled, to put the uniform scale on the tile's rows:
+    // on the recipe's forward shapes the transposed write-back costs more than the broadcast loads
+    // it saves.)
     return {kAmxTile, kAmxTile, block_len, amx_block_bytes(block_len), amx_block_bytes(block_len), kChunkK / block_len,
             &pack_amx_a_panel, &pack_amx_b_panel, int8_micro_kernel_amx(block_len, tile_uniform(a), tile_uniform(b)),
             Plan::Tiles::int8};
@@ -181,9 +182,9 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
   return f32_plan(isa, &pack_f32_a_panel, &pack_f32_b_panel);
 }
 
-// out = scale * in (+ out). Cloned per ISA (chosen by the loader from cpuid) because the scalar
-// loop of the baseline x86-64 build cost ~10% of a 1024^3 NVFP4 GEMM on one core.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void write_scaled(const float* __restrict in, int64_t cols, float scale, bool accumulate, float* __restrict out) {
+// out = scale * in (+ out). Cloned per ISA (chosen by the loader from cpuid) because it runs over
+// every output of every K chunk, and the baseline x86-64 build runs it scalar.
+NIBBLE_SIMD_CLONES void write_scaled(const float* __restrict in, int64_t cols, float scale, bool accumulate, float* __restrict out) {
   if (accumulate) {
 #pragma omp simd
     for (int64_t j = 0; j < cols; ++j) out[j] = scale * in[j] + out[j];
@@ -227,7 +228,7 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
   const int64_t tile_cols = (b_panels + tile_col_panels - 1) / tile_col_panels;
   const int64_t micro_tile_floats = mr * nr;
   // A team only pays off with two macro tiles or more and enough work to hide its start and
-  // barriers (measured: the waits of a 2-thread team were ~70 % of a tiny model's training step).
+  // barriers (on a tiny model the waits of a 2-thread team would dominate the training step).
   // Either way each output is summed by one thread in the same order.
   const bool parallel = tile_rows * tile_cols > 1 && M * N * units * plan.unit_k >= kParallelMinMacs;
 

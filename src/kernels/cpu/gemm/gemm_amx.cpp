@@ -6,10 +6,9 @@
 // so no +12 shift) on the tile unit, off the vector ports. What remains on the vector ports is the
 // per-block epilogue: for each of the 16 rows, cvt + fma (2 ops) when one operand's scale is
 // uniform over the tile (NVFP4 16x16 weights; from a register when it is A's, from a broadcast
-// load when it is B's), cvt + mul + fma (3 ops) otherwise. Measured on Sapphire Rapids, the tile
-// work (loads, tdpbssd, the store of each 16x16 int32 product) and the epilogue do not overlap
-// much: ~11 + ~6..9 ns per block and core. In full GEMMs that makes NVFP4 0-10% faster than the
-// VNNI kernel and MXFP4 (half as many blocks per element) ~1.4x.
+// load when it is B's), cvt + mul + fma (3 ops) otherwise. The tile work (loads, tdpbssd, the store
+// of each 16x16 int32 product) and the epilogue do not overlap much, so the gain over the VNNI kernel
+// is small for NVFP4 and larger for MXFP4 (half as many blocks, so epilogues, per element).
 //
 // The epilogue performs exactly the VNNI kernel's arithmetic: the block's exact int32 becomes a
 // float, is multiplied by sA*sB (both exact products, see gemm_kernels.h) and added to the FP32
@@ -149,7 +148,7 @@ MicroKernel pick(bool a_uniform, bool b_uniform) {
 }
 
 // 8 packed bytes -> the 16 doubled E2M1 values as int8, low nibble first (two SSSE3 lookups' worth
-// in one pshufb). The table lookup per byte this replaces cost ~9% of a 1024^3 GEMM on one core.
+// in one pshufb), instead of a table lookup per byte in the packer.
 #include "kernels/cpu/gemm/e2m1_nibbles_sse.inc"
 inline __m128i doubled_e2m1x16(const uint8_t* packed) {
   return e2m1x16(packed, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1TimesTwo)));

@@ -16,8 +16,8 @@ namespace {
 
 // One pass over the blocks for rows [r0, r0 + Rows) x columns [n0, n0 + 8 Vecs) of the 8 x 32 tile.
 // Each broadcast of A feeds Vecs products and the init sums are one vector per block for all rows:
-// 4 x 2 ran ~10 % faster than 4 x 1 passes over the A-signed layout, where each row broadcast its
-// init sum (Zen 2, an L1-resident micro-benchmark; the tile's ops per row are otherwise the same).
+// 4 x 2 passes beat 4 x 1 passes over the A-signed layout, where each row broadcast its init sum
+// (the tile's ops per row are otherwise the same).
 // UniformB: B is 16x16-tiled NVFP4 (the weights in fprop and dgrad), so the pass's 16 columns share
 // one scale per block: sA * sB is formed for the pass's rows at once and each row's epilogue is
 // cvt + fma, without the per-vector multiply (the same exact product as below, the same bits).
@@ -129,8 +129,8 @@ inline void f32_pass_avx2(const float* pa, const float* pb, int64_t ks, float* a
 // The 8 x 32 tile in three passes: rows 0-3 and 4-7 of columns 0-23 (12 accumulators, three B
 // loads and four broadcasts per k: all 16 ymm registers), then all 8 rows of columns 24-31 (8
 // accumulators). With FMA latency 4 on two pipes, 8 independent accumulators are exactly enough
-// in theory and in practice ran at ~56 % of the FMA peak (four passes of 4 x 16 before); 12 keep
-// both pipes busy through load hiccups. Each output is still one FMA per k, in k order.
+// in theory but leave the pipes idle at every load hiccup (as four passes of 4 x 16 would); 12 keep
+// both pipes busy through them. Each output is still one FMA per k, in k order.
 void f32_avx2(const uint8_t* pa, const uint8_t* pb, int64_t ks, float* acc, bool first) {
   const float* a = reinterpret_cast<const float*>(pa);
   const float* b = reinterpret_cast<const float*>(pb);
@@ -211,8 +211,8 @@ inline __m256 load_first(const float* p, int64_t n) {
 // The f32 panel of gemm_kernels.h with Width rows (kMr for A, kNr for B): element r of every k is
 // x(row0 + r, k), rounded to BF16 when Bf16, 0 past the edge -- the bytes of the scalar packers in
 // gemm_pack.cpp. A K-contiguous operand is read 8 rows x 8 k at a time and transposed in
-// registers; the scalar packer's strided stores, one float at a time, were ~16 % of the time of the
-// BF16-kept layers' GEMMs on the bench model (K = 384).
+// registers instead of the scalar packer's strided stores, one float at a time, which weigh on the
+// BF16-kept layers' GEMMs at small K.
 template <int Width, bool Bf16>
 void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
   static_assert(Width % 8 == 0);

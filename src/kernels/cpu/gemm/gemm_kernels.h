@@ -39,8 +39,8 @@ inline constexpr int kNrVectors = kNr / 16;
 // vpmaddubsw / vpdpbusd multiply u8 x s8, so one side is biased and the other's init sums cancel
 // the bias. The scalar and AVX-512 kernels take A signed (the broadcast side) and B biased; the AVX2
 // kernel takes A biased and B signed, so that B's vectors are vpmaddubsw's memory operand and the
-// correction is one vector per block shared by every row (~10 % faster on Zen 2 than a broadcast
-// per row). Rows/columns past the matrix edge are packed as code 0 with scale 0: they contribute 0.
+// correction is one vector per block shared by every row instead of a broadcast per row.
+// Rows/columns past the matrix edge are packed as code 0 with scale 0: they contribute 0.
 inline constexpr int64_t int8_signed_block_bytes(int64_t block_len, int64_t rows) { return block_len * rows + 8 * rows; }
 inline constexpr int64_t int8_biased_block_bytes(int64_t block_len, int64_t rows) { return block_len * rows + 4 * rows; }
 // The scalar / AVX-512 layout: A signed, B biased.
@@ -119,7 +119,7 @@ Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, con
 // Packing (gemm_pack.cpp). `row0` is the first row of the panel; rows beyond q.rows are padding.
 // pack_int8_*_panel: table lookups, one per byte (two codes), for CPUs below AVX2;
 // pack_int8_*_panel_simd: the same bytes, 16 codes per pshufb and 4 x 4 word transposes into the
-// panel order (gemm_avx2.cpp; AVX2 and AVX-512 CPUs). Packing was ~3.5 % of an NVFP4 step on AVX2.
+// panel order (gemm_avx2.cpp; AVX2 and AVX-512 CPUs), since packing runs on every GEMM's operands.
 // a / b: the scalar and AVX-512 layout (A signed, B biased); biased_a / signed_b: the AVX2 one.
 void pack_int8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_int8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/common/parallel.h"
+#include "kernels/cpu/common/simd_clones.h"
 
 namespace nibble::cpu {
 
@@ -13,8 +14,8 @@ constexpr int64_t kChunk = 1 << 14;
 
 // The update of n consecutive elements. Element-wise and IEEE (vdivps/vsqrtps round like their
 // scalar forms), so the vector clones give the scalar loop's bits; cloned per ISA because the
-// baseline x86-64 build ran it scalar (~4% of an NVFP4 training step).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_range(
+// baseline x86-64 build runs it scalar, and it touches every parameter each step.
+NIBBLE_SIMD_CLONES void adamw_range(
     const AdamWConstants& k, const float* __restrict g_in, float* __restrict mp, float* __restrict vp,
     float* __restrict wp, const uint8_t* __restrict dp, int64_t n) {
   const float clip = k.clip, b1 = k.b1, b2 = k.b2, bias1 = k.bias1, bias2 = k.bias2, decay = k.decay, lr = k.lr,

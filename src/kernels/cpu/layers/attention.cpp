@@ -35,7 +35,7 @@ constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
 // The element-wise loops around the products are cloned per ISA (simd_clones.h): the baseline
-// x86-64 build ran them one float or four at a time, ~6 % of an NVFP4 training step on an AVX2 CPU.
+// x86-64 build runs them one float or four at a time, a visible share of a training step.
 // Reductions stay in order, unvectorised.
 #define NIBBLE_ELEMENTWISE NIBBLE_SIMD_CLONES
 
@@ -156,8 +156,7 @@ struct Dims {
   // Row stride of the key-indexed buffers (K^T, V^T, P, dP): S rounded up to 16 floats, plus 16, so
   // that consecutive rows start in different L1 sets. With S a multiple of 1024 floats the rows sit
   // 4 KiB apart, all in one set, and the products that walk down a column (K^T's and V^T's rows per k;
-  // dS^T and P^T for dK and dV) evict their own lines: at S = 1024 forward took 5 % and backward 8 %
-  // longer on a Zen 2.
+  // dS^T and P^T for dK and dV) evict their own lines, and forward and backward slow down.
   int64_t ld;
   float scale;  // 1 / sqrt(head_dim)
   bool bf16;

@@ -51,7 +51,7 @@ Matmul active_matmul();  // from active_isa()
 
 // dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols: a head's rows of qkv
 // into the column layout the products read. A copy, so every variant gives the same bits; the
-// vector one moves 8 x 8 blocks through registers (the scalar strided loop was ~1 % of a step).
+// vector one moves 8 x 8 blocks through registers instead of the scalar loop's strided stores.
 using Transpose = void (*)(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
                            int64_t dst_stride);
 void transpose_scalar(const float*, int64_t, int64_t, int64_t, float*, int64_t);

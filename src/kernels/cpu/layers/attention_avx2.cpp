@@ -1,6 +1,7 @@
 // Fused attention's product with AVX2 + FMA: 6 rows x 2 vectors of 8 accumulators (12 of the 16
 // ymm registers), one broadcast of A per row and two loads of B per k. FMA latency 4 on two pipes
-// wants more than 8 independent accumulators (the FP32 GEMM kernel ran at ~56 % of the peak with 8).
+// wants more than 8 independent accumulators (8 leave the pipes idle at every load hiccup, as in the
+// FP32 GEMM kernel, gemm_avx2.cpp).
 #include <immintrin.h>
 
 #include <cmath>

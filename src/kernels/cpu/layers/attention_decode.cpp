@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "kernels/cpu/layers/attention.h"
 #include "kernels/cpu/common/parallel.h"
+#include "kernels/cpu/layers/attention.h"
 
 namespace nibble::cpu {
 

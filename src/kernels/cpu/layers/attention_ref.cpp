@@ -1,5 +1,5 @@
-#include "kernels/cpu/layers/attention_ref.h"
 #include "kernels/cpu/common/parallel.h"
+#include "kernels/cpu/layers/attention_ref.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-#include "kernels/cpu/layers/embedding.h"
 #include "kernels/cpu/common/parallel.h"
+#include "kernels/cpu/layers/embedding.h"
 
 #include <algorithm>
 

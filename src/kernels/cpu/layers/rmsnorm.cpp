@@ -1,7 +1,7 @@
-#include "kernels/cpu/layers/rmsnorm.h"
 #include "kernels/cpu/common/lane_sum.h"
 #include "kernels/cpu/common/parallel.h"
 #include "kernels/cpu/common/simd_clones.h"
+#include "kernels/cpu/layers/rmsnorm.h"
 
 #include <algorithm>
 #include <cmath>

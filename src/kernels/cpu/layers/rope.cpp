@@ -1,6 +1,6 @@
-#include "kernels/cpu/layers/rope.h"
 #include "kernels/cpu/common/parallel.h"
 #include "kernels/cpu/common/simd_clones.h"
+#include "kernels/cpu/layers/rope.h"
 
 #include <cmath>
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "kernels/cpu/common/cpu_features.h"
-#include "kernels/cpu/quantize/quantize_kernels.h"
 #include "kernels/cpu/common/workspace.h"
+#include "kernels/cpu/quantize/quantize_kernels.h"
 
 namespace nibble::cpu {
 namespace {
@@ -245,8 +245,8 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
   // L1/L2 and consumed at once: once for the RHT amax, once for the encode pass. Tiles run band by
   // band, the strips of a band in column order, so the rows of x being read advance sequentially
   // (pages stay in the TLB, the prefetchers follow). Strip by strip down all the tokens instead,
-  // each 128-byte read jumped a row stride, a new page per row on training shapes: the transposes
-  // were ~6% of an NVFP4 training step on AVX2. Each block's bytes depend only on its values and
+  // each 128-byte read would jump a row stride, a new page per row on training shapes, and the
+  // transposes would wait on the TLB. Each block's bytes depend only on its values and
   // stream position, so the tiling changes no result.
   constexpr int64_t kStrip = 64, kBand = 256;  // 64 x 256 x 4 bytes = 64 KB
   const int64_t n = rows * cols;
