@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/quantize/quantize.h"
 
 namespace {
 

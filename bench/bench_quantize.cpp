@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/quantize/quantize.h"
 
 using namespace nibble;
 

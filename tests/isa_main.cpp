@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/common/cpu_features.h"
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);

@@ -1,4 +1,4 @@
-// The fused CPU attention (src/kernels/cpu/attention.*): its product kernel is the same bits on every
+// The fused CPU attention (src/kernels/cpu/layers/attention*): its product kernel is the same bits on every
 // ISA this CPU runs, and the whole forward and backward are the same bits for any thread count.
 // (Agreement with the double-precision reference loops is in test_model_layers.)
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/layers/attention.h"
 
 namespace nibble::cpu {
 namespace {

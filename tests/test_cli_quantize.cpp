@@ -18,7 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/quantize/quantize.h"
 
 namespace fs = std::filesystem;
 using nibble::io::DType;

@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "format/quantize.h"
-#include "kernels/cpu/adamw.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/attention_ref.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/cross_entropy.h"
-#include "kernels/cpu/swiglu.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/rope.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/layers/adamw.h"
+#include "kernels/cpu/layers/attention.h"
+#include "kernels/cpu/layers/attention_ref.h"
+#include "kernels/cpu/layers/cross_entropy.h"
+#include "kernels/cpu/layers/rmsnorm.h"
+#include "kernels/cpu/layers/rope.h"
+#include "kernels/cpu/layers/swiglu.h"
 #include "kernels/cuda/layer_math.h"
 #include "ops/backend.h"
 #if defined(NIBBLE_HAVE_CUDA)

@@ -22,10 +22,10 @@
 
 #include "format/codecs.h"
 #include "format/quantize.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gemm_kernels.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/gemm/gemm_kernels.h"
+#include "kernels/cpu/quantize/quantize.h"
 
 namespace nibble {
 namespace {

@@ -1,4 +1,4 @@
-// The fast CPU quantizers (kernels/cpu/quantize.h) against the scalar reference, bit for bit: every
+// The fast CPU quantizers (kernels/cpu/quantize/quantize.h) against the scalar reference, bit for bit: every
 // ISA variant this machine runs (scalar, AVX2, AVX-512) with 1 and 2 threads, on fresh random
 // tensors of many shapes, scales and distributions, every format and option, stochastic rounding
 // included (same Philox stream), plus the error paths (same messages, same first bad index).
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "format/quantize.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/quantize.h"
-#include "kernels/cpu/quantize_kernels.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/quantize/quantize.h"
+#include "kernels/cpu/quantize/quantize_kernels.h"
 
 using namespace nibble;
 using cpu::Isa;

@@ -10,7 +10,7 @@
 
 #include "format/codecs.h"
 #include "format/quantize.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "recipe/linear.h"
 #include "recipe/recipe.h"
 

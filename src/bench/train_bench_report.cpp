@@ -16,9 +16,9 @@
 #include <random>
 
 #include "data/data.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/quantize/quantize.h"
 #include "train/experiment.h"
 
 namespace nibble::bench {

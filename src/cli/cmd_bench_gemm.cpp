@@ -18,10 +18,10 @@
 #include "cli/bench_cuda.h"
 #include "cli/command.h"
 #include "format/quantized_tensor.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gemm_peaks.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/gemm/gemm_peaks.h"
+#include "kernels/cpu/quantize/quantize.h"
 
 #ifdef NIBBLE_HAVE_OPENBLAS
 #include <cblas.h>

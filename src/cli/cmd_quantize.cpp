@@ -19,7 +19,7 @@
 #include "io/npy.h"
 #include "io/quantized_safetensors.h"
 #include "io/safetensors.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/quantize/quantize.h"
 
 namespace nibble::cli {
 namespace {

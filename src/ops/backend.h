@@ -127,7 +127,7 @@ class LayerOps {
  public:
   virtual ~LayerOps() = default;
   // N tokens, width d. Each forward/backward pair is the CPU kernel file of the same name
-  // (kernels/cpu/<layer>.h), where the equations are written out.
+  // (kernels/cpu/layers/<layer>.h), where the equations are written out.
   // out[N, d] = table[tokens[n]]; dtable[tokens[n]] += dout[n], in token order.
   virtual void embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t width, float* out) = 0;
   virtual void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width,

@@ -197,14 +197,14 @@ std::vector<HfTensorSlot> hf_tensor_layout(const model::Transformer& model) {
   for (int64_t l = 0; l < m.layers; ++l) {
     const std::string hf = fmt::format("model.layers.{}.", l), ours = fmt::format("block{}.", l);
     slots.push_back({hf + "input_layernorm.weight", ours + "norm1", 0, 1, d, {d}});
-    // The fused QKV rows are [q heads | k heads | v heads] (kernels/cpu/attention.h), each head
+    // The fused QKV rows are [q heads | k heads | v heads] (kernels/cpu/layers/attention.h), each head
     // half-split for RoPE as Hugging Face's rotate_half expects, so the split is a plain row range.
     slots.push_back({hf + "self_attn.q_proj.weight", ours + "qkv", 0, q_rows, d, {q_rows, d}});
     slots.push_back({hf + "self_attn.k_proj.weight", ours + "qkv", q_rows, kv_rows, d, {kv_rows, d}});
     slots.push_back({hf + "self_attn.v_proj.weight", ours + "qkv", q_rows + kv_rows, kv_rows, d, {kv_rows, d}});
     slots.push_back({hf + "self_attn.o_proj.weight", ours + "attn_out", 0, d, q_rows, {d, q_rows}});
     slots.push_back({hf + "post_attention_layernorm.weight", ours + "norm2", 0, 1, d, {d}});
-    // gate_up rows: gate in [0, f), up in [f, 2f) (kernels/cpu/swiglu.h).
+    // gate_up rows: gate in [0, f), up in [f, 2f) (kernels/cpu/layers/swiglu.h).
     slots.push_back({hf + "mlp.gate_proj.weight", ours + "gate_up", 0, f, d, {f, d}});
     slots.push_back({hf + "mlp.up_proj.weight", ours + "gate_up", f, f, d, {f, d}});
     slots.push_back({hf + "mlp.down_proj.weight", ours + "down", 0, d, f, {d, f}});

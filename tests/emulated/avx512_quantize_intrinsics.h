@@ -1,5 +1,5 @@
 // A software model of the AVX-512 (F/BW/DQ/VL) and AVX intrinsics quantize_avx512.cpp uses (with
-// quantize_transpose_avx.inc and transpose16x16_avx512.inc), lane by lane per the Intel SDM, for
+// transpose8x8_avx.inc and transpose16x16_avx512.inc), lane by lane per the Intel SDM, for
 // test_quantize_avx512_emulated. The floating-point operations are IEEE single operations in the
 // default environment (round to nearest even, no DAZ/FTZ), as the kernels run. Notes on the less
 // obvious ones:
@@ -417,7 +417,7 @@ inline void _mm256_storeu_si256(__m256i* p, __m256i a) { std::memcpy(p, a.b, 32)
 #define _MM_HINT_T0 3
 inline void _mm_prefetch(const char*, int) {}
 
-// ---- AVX (quantize_transpose_avx.inc) ----
+// ---- AVX (transpose8x8_avx.inc) ----
 #define _MM_SHUFFLE(z, y, x, w) (((z) << 6) | ((y) << 4) | ((x) << 2) | (w))
 inline __m256 _mm256_loadu_ps(const float* p) {
   __m256 r;

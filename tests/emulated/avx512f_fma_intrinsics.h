@@ -1,5 +1,5 @@
 // A software model of the five AVX-512F intrinsics the fused attention's product kernel uses
-// (src/kernels/cpu/attention_avx512.cpp), lane by lane, so that kernel's tiling and tails are tested on
+// (src/kernels/cpu/layers/attention_avx512.cpp), lane by lane, so that kernel's tiling and tails are tested on
 // CPUs without AVX-512 too. _mm512_fmadd_ps is one rounding per lane, as std::fma.
 #pragma once
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/quantize/quantize.h"
 
 namespace nibble::emulated_tests {
 

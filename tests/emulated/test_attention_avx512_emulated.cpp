@@ -1,4 +1,4 @@
-// The fused attention's AVX-512 product kernel (src/kernels/cpu/attention_avx512.cpp) compiled against
+// The fused attention's AVX-512 product kernel (src/kernels/cpu/layers/attention_avx512.cpp) compiled against
 // a software model of its intrinsics (avx512f_fma_intrinsics.h), run on any CPU against the scalar
 // kernel bit for bit: its 4 x 4-vector tiles, 16-wide strips and tails. On CPUs with AVX-512,
 // test_attention runs the real instructions the same way.
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
+#include "kernels/cpu/layers/attention.h"
 
 namespace nibble::cpu::attention_kernels {
 namespace {

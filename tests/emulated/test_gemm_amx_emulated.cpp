@@ -1,4 +1,4 @@
-// The AMX-INT8 GEMM path (src/kernels/cpu/gemm_amx.cpp: its panel packers, tile configuration, the
+// The AMX-INT8 GEMM path (src/kernels/cpu/gemm/gemm_amx.cpp: its panel packers, tile configuration, the
 // software-pipelined tile products and the three scale epilogues) compiled against a software model
 // of the AMX, AVX-512 and SSE intrinsics it uses (amx_int8_intrinsics.h), run on any CPU against a
 // plain statement of what the micro-kernel computes: per 16-column block of K in order, the exact
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "format/codecs.h"
-#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/gemm/gemm_kernels.h"
 #include "spread_inputs.h"
 
 namespace nibble::cpu::gemm_detail {

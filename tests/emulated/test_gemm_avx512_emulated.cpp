@@ -1,4 +1,4 @@
-// The AVX-512 VNNI GEMM micro-kernels (src/kernels/cpu/gemm_avx512.cpp: the int8 kernel of NVFP4 and
+// The AVX-512 VNNI GEMM micro-kernels (src/kernels/cpu/gemm/gemm_avx512.cpp: the int8 kernel of NVFP4 and
 // MXFP4, the FP32 kernel of FP8, MXFP8 and gemm_bf16) compiled against a software model of their
 // intrinsics (avx512_vnni_intrinsics.h), run on any CPU against the scalar micro-kernels bit for bit, over the
 // real packers' panels and several K chunks: the row groups, the two 16-column halves, the three
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/gemm/gemm_kernels.h"
 #include "spread_inputs.h"
 
 namespace nibble::cpu::gemm_detail {

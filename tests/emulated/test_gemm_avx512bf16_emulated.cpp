@@ -1,4 +1,4 @@
-// The AVX512-BF16 GEMM micro-kernel (src/kernels/cpu/gemm_avx512bf16.cpp) compiled against a software
+// The AVX512-BF16 GEMM micro-kernel (src/kernels/cpu/gemm/gemm_avx512bf16.cpp) compiled against a software
 // model of its intrinsics (avx512bf16_intrinsics.h), run on any CPU: packing (gemm_pack.cpp, the real
 // one) + kernel over several K chunks against a scalar statement of what vdpbf16ps computes on the
 // BF16-rounded operands. It checks nibble's layout and indexing, not the instruction: on CPUs with
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "format/codecs.h"
-#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/gemm/gemm_kernels.h"
 
 namespace nibble::cpu::gemm_detail {
 namespace {

@@ -1,4 +1,4 @@
-// The AMX-BF16 GEMM path (src/kernels/cpu/gemm_bf16_amx.cpp: its packers for E2M1, FP8 and FP32
+// The AMX-BF16 GEMM path (src/kernels/cpu/gemm/gemm_bf16_amx.cpp: its packers for E2M1, FP8 and FP32
 // operands of either storage order, and the 32x32 tile walk over K chunks) compiled against a software
 // model of its AMX, AVX-512 and SSE intrinsics (amx_bf16_intrinsics.h), run on any CPU against a
 // plain statement of the product in the model's order: per k pair, the odd product then the even one,
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "format/codecs.h"
-#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/gemm/gemm_kernels.h"
 #include "spread_inputs.h"
 
 namespace nibble::cpu::gemm_detail {

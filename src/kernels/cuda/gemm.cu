@@ -24,13 +24,9 @@ std::string_view to_string(GemmPath p) {
   return "?";
 }
 
-namespace {
-bool is_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
-}  // namespace
-
 void check_gemm_operands(Format af, int64_t a_rows, int64_t a_cols, Format bf, int64_t b_rows, int64_t b_cols,
                          int64_t ldc, bool a_rht, bool b_rht) {
-  const bool compatible = (af == bf && !is_fp8(af)) || (is_fp8(af) && is_fp8(bf));
+  const bool compatible = (af == bf && !is_per_tensor_fp8(af)) || (is_per_tensor_fp8(af) && is_per_tensor_fp8(bf));
   if (!compatible)
     throw UsageError("cannot multiply " + std::string(to_string(af)) + " by " + std::string(to_string(bf)) +
                      ": use nvfp4 x nvfp4, mxfp4 x mxfp4, mxfp8 x mxfp8 or fp8 x fp8");
@@ -49,7 +45,7 @@ GemmPath choose_gemm_path(Format a, Format b, GemmShape s, int cc_major, int cc_
       s.ldc % 4 == 0)
     return GemmPath::native_nvfp4;
   // cuBLASLt FP8 wants 16-byte aligned leading dimensions and has no e5m2 x e5m2 kernels.
-  if (is_fp8(a) && is_fp8(b) && !(a == Format::fp8_e5m2 && b == Format::fp8_e5m2) &&
+  if (is_per_tensor_fp8(a) && is_per_tensor_fp8(b) && !(a == Format::fp8_e5m2 && b == Format::fp8_e5m2) &&
       has_fp8_gemm(cc_major, cc_minor) && s.k % 16 == 0 && s.ldc % 4 == 0)
     return GemmPath::fp8_cublaslt;
   return GemmPath::emulated_bf16;

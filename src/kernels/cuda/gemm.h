@@ -1,4 +1,4 @@
-// GPU GEMMs with the CPU's contract (kernels/cpu/gemm.h), on device pointers:
+// GPU GEMMs with the CPU's contract (kernels/cpu/gemm/gemm.h), on device pointers:
 //   C[M,N] = alpha * A[M,K] . B[N,K]^T   (+ C with Output::accumulate), FP32 output, row-major, ldc >= N,
 // both quantized operands K-contiguous (the TN layout cuBLASLt requires for narrow types).
 // The path depends on the operands and the device (choose_gemm_path):

@@ -1,5 +1,5 @@
 // The model layers' per-row and per-element arithmetic as __host__ __device__ functions, written in
-// the CPU kernels' operation order (kernels/cpu/{rmsnorm,rope,embedding,adamw}.cpp), so the CUDA
+// the CPU kernels' operation order (kernels/cpu/layers/{rmsnorm,rope,embedding,adamw}.cpp), so the CUDA
 // kernels (layers.cu) that map threads onto these functions give the CPU's bits. test_cuda_backend
 // runs these very functions on the host against the CPU kernels, so the port is checked in CI
 // without a GPU; every FP32 operation goes through dm::nb_* (no FMA contraction on the device).
@@ -40,7 +40,7 @@ NIBBLE_HD float nb_log(float x) {
 }
 
 // Sum of term(c) over c < width in 16 interleaved partial sums (lane c % 16), folded in a fixed tree:
-// kernels/cpu/lane_sum.h (RMSNorm, cross-entropy, the attention row sums).
+// kernels/cpu/common/lane_sum.h (RMSNorm, cross-entropy, the attention row sums).
 template <class Term>
 NIBBLE_HD float lane_sum16(int64_t width, Term term) {
   float lanes[16] = {};
@@ -85,7 +85,7 @@ NIBBLE_HD void rope_pair(float* a_ptr, float* b_ptr, float c, float s, float dir
   *a_ptr = nb_sub(nb_mul(a, c), nb_mul(b, si));
   *b_ptr = nb_add(nb_mul(a, si), nb_mul(b, c));
 }
-// cos/sin of position p, pair i: computed in double from theta, as kernels/cpu/rope.cpp's table (on
+// cos/sin of position p, pair i: computed in double from theta, as kernels/cpu/layers/rope.cpp's table (on
 // the host; the device reads the uploaded table).
 inline void rope_angle(int64_t p, int64_t i, int64_t head_dim, double theta, float* c, float* s) {
   const double angle =
@@ -98,7 +98,7 @@ inline void rope_angle(int64_t p, int64_t i, int64_t head_dim, double theta, flo
 struct AdamWScalars {
   float clip, b1, b2, bias1, bias2, decay, lr, eps;
 };
-// kernels/cpu/adamw.cpp's update of one element.
+// kernels/cpu/layers/adamw.cpp's update of one element.
 NIBBLE_HD void adamw_element(const AdamWScalars& k, float g_in, float* mp, float* vp, float* wp, uint8_t decay_flag) {
   const float g = nb_mul(g_in, k.clip);
   const float m = nb_add(nb_mul(k.b1, *mp), nb_mul(nb_sub(1.0f, k.b1), g));
@@ -112,7 +112,7 @@ NIBBLE_HD void adamw_element(const AdamWScalars& k, float g_in, float* mp, float
 
 inline constexpr int64_t kSumOfSquaresChunk = int64_t{1} << 14;
 // The sum of squares of one chunk [begin, end) in eight interleaved double lanes folded in a fixed
-// tree (kernels/cpu/adamw.cpp's sum_of_squares); the chunks' sums are then added in order.
+// tree (kernels/cpu/layers/adamw.cpp's sum_of_squares); the chunks' sums are then added in order.
 NIBBLE_HD double sum_of_squares_chunk(const float* g, int64_t begin, int64_t end) {
   double lanes[8] = {};
   int64_t i = begin;
@@ -146,7 +146,7 @@ NIBBLE_HD uint8_t transposed_tile_scale(const uint8_t* scales, int64_t rows, int
 }
 
 // ---- element-wise layers ------------------------------------------------------------------------------
-// SwiGLU of element e of a [n, hidden]: a = g / (1 + exp(-g)) * u (kernels/cpu/swiglu.cpp's order).
+// SwiGLU of element e of a [n, hidden]: a = g / (1 + exp(-g)) * u (kernels/cpu/layers/swiglu.cpp's order).
 NIBBLE_HD float swiglu_element(const float* gate_up, int64_t hidden, int64_t e) {
   const int64_t i = e / hidden, c = e % hidden;
   const float g = gate_up[i * 2 * hidden + c], u = gate_up[i * 2 * hidden + hidden + c];
@@ -161,7 +161,7 @@ NIBBLE_HD void swiglu_backward_element(const float* gate_up, const float* da, in
   dgate_up[i * 2 * hidden + c] = nb_mul(nb_mul(nb_mul(d, u), sig), nb_add(1.0f, nb_mul(g, nb_sub(1.0f, sig))));
   dgate_up[i * 2 * hidden + hidden + c] = nb_mul(d, silu);
 }
-// Cross-entropy of one row (kernels/cpu/cross_entropy.cpp's order, the sum in lane_sum16's order):
+// Cross-entropy of one row (kernels/cpu/layers/cross_entropy.cpp's order, the sum in lane_sum16's order):
 // log(sum exp(l - max)) + max - l[target].
 NIBBLE_HD float cross_entropy_row(const float* l, int32_t target, int64_t vocab) {
   float m = l[0];
@@ -279,7 +279,7 @@ NIBBLE_HD void attention_backward_key_row(const AttentionShape& s, const float* 
 
 // Decoding with a KV cache (s.batch == 1, s.seq new tokens at positions [past, past + seq)):
 // element e of the appended keys and values, then the attention of (new token t, head h) = e over
-// the cached keys up to its position (kernels/cpu/attention_decode.cpp's loops and order).
+// the cached keys up to its position (kernels/cpu/layers/attention_decode.cpp's loops and order).
 NIBBLE_HD void kv_append_element(const AttentionShape& s, int64_t past, const float* qkv, int64_t e, float* k_cache,
                                  float* v_cache) {
   const int64_t kv_width = s.kv_heads * s.head_dim, t = e / kv_width, c = e % kv_width;

@@ -1,6 +1,6 @@
 // The model's layers on the GPU, forward and backward side by side, on device pointers and the
 // context's stream (asynchronous unless said otherwise). Shapes and equations as the CPU kernels of
-// the same names (kernels/cpu/<layer>.h). Each kernel maps threads onto a function of layer_math.h,
+// the same names (kernels/cpu/layers/<layer>.h). Each kernel maps threads onto a function of layer_math.h,
 // which ports the CPU's operation order and which the host tests run against the CPU: the results are
 // the CPU's bits for RMSNorm, RoPE, embedding, AdamW, the gradient norm and element-wise ops; with
 // exp/log (SwiGLU, cross-entropy, attention) they agree within FP32 rounding bounds, as the device's
@@ -37,7 +37,7 @@ void rmsnorm_backward(const float* x, const float* gain, const float* rstd, cons
 void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads, int64_t head_dim,
           const float* cos, const float* sin, int64_t first_position, float direction, Context& ctx);
 
-// Causal GQA attention (kernels/cpu/attention.h's contract; softmax_stats [batch, heads, seq, 2]).
+// Causal GQA attention (kernels/cpu/layers/attention.h's contract; softmax_stats [batch, heads, seq, 2]).
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats,
                        Context& ctx);
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats,

@@ -1,0 +1,69 @@
+#include "kernels/cpu/layers/adamw.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/common/parallel.h"
+#include "kernels/cpu/common/simd_clones.h"
+
+namespace nibble::cpu {
+
+namespace {
+constexpr int64_t kChunk = 1 << 14;
+
+// The update of n consecutive elements. Element-wise and IEEE (vdivps/vsqrtps round like their
+// scalar forms), so the vector clones give the scalar loop's bits; cloned per ISA because the
+// baseline x86-64 build runs it scalar, and it touches every parameter each step.
+NIBBLE_SIMD_CLONES void adamw_range(
+    const AdamWConstants& k, const float* __restrict g_in, float* __restrict mp, float* __restrict vp,
+    float* __restrict wp, const uint8_t* __restrict dp, int64_t n) {
+  const float clip = k.clip, b1 = k.b1, b2 = k.b2, bias1 = k.bias1, bias2 = k.bias2, decay = k.decay, lr = k.lr,
+              eps = k.eps;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = g_in[i] * clip;
+    const float m = b1 * mp[i] + (1.0f - b1) * g;
+    const float v = b2 * vp[i] + (1.0f - b2) * g * g;
+    mp[i] = m;
+    vp[i] = v;
+    const float m_hat = m / bias1, v_hat = v / bias2;
+    // Decoupled decay, not part of the adaptive gradient; written without a branch (dp is 0 or 1,
+    // and w - 0 * w == w) so that the loop vectorises.
+    const float w = wp[i] - (static_cast<float>(dp[i]) * decay) * wp[i];
+    wp[i] = w - lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+}
+}  // namespace
+
+double sum_of_squares(const float* g, int64_t n) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+  for (int64_t c = 0; c < chunks; ++c) {
+    // Eight interleaved partial sums (lane i % 8), added in a fixed order: vectorisable, and the
+    // same bits for any thread count because the chunks are fixed.
+    double lanes[8] = {};
+    const int64_t begin = c * kChunk, end = std::min(n, (c + 1) * kChunk);
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8)
+      for (int l = 0; l < 8; ++l) lanes[l] += static_cast<double>(g[i + l]) * g[i + l];
+    for (; i < end; ++i) lanes[0] += static_cast<double>(g[i]) * g[i];
+    partial[c] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+void adamw_update(const AdamWConstants& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask,
+                  int64_t n) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    adamw_range(k, g + begin, m + begin, v + begin, w + begin, decay_mask + begin, end - begin);
+  }
+}
+
+}  // namespace nibble::cpu

@@ -1,0 +1,257 @@
+#include "kernels/cpu/layers/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <vector>
+
+#include "format/codecs.h"
+#include "format/quantized_tensor.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/common/lane_sum.h"
+#include "kernels/cpu/common/simd_clones.h"
+#include "kernels/cpu/layers/vector_math.h"
+
+namespace nibble::cpu {
+
+namespace attention_kernels {
+Matmul active_matmul() {
+  const Isa isa = active_isa();
+  if (isa >= Isa::avx512) return &matmul_avx512;
+  if (isa == Isa::avx2) return &matmul_avx2;
+  return &matmul_scalar;
+}
+Transpose active_transpose() { return active_isa() >= Isa::avx2 ? &transpose_avx2 : &transpose_scalar; }
+}  // namespace attention_kernels
+
+namespace {
+
+// Query rows per block: the block's scores (kQueryBlock x seq floats) stay in L1/L2 between the
+// softmax and the products, and the masked part of the diagonal block stays small.
+constexpr int64_t kQueryBlock = 16;
+// Below this many multiply-adds a call runs on one thread (OpenMP start-up would dominate).
+constexpr int64_t kMinParallelWork = int64_t{1} << 16;
+
+// The element-wise loops around the products are cloned per ISA (simd_clones.h): the baseline
+// x86-64 build runs them one float or four at a time, a visible share of a training step.
+// Reductions stay in order, unvectorised.
+#define NIBBLE_ELEMENTWISE NIBBLE_SIMD_CLONES
+
+// out[i] = round_to_bf16(in[i]) for i < n.
+NIBBLE_ELEMENTWISE void round_to_bf16_n(const float* __restrict in, int64_t n, float* __restrict out) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(in[i]);
+}
+NIBBLE_ELEMENTWISE void round_to_bf16_in_place(float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
+}
+
+// rows [S][hd] of one head (stride apart) -> contiguous [S][hd], rounded when bf16.
+void gather_rows(const float* src, int64_t stride, int64_t S, int64_t hd, bool bf16, float* dst) {
+  for (int64_t t = 0; t < S; ++t) {
+    const float* in = src + t * stride;
+    float* out = dst + t * hd;
+    if (bf16)
+      round_to_bf16_n(in, hd, out);
+    else
+      std::copy(in, in + hd, out);
+  }
+}
+// rows [S][hd] of one head -> transposed [hd][S], rows `ld` apart, rounded when bf16.
+void gather_columns(attention_kernels::Transpose transpose, const float* src, int64_t stride, int64_t S, int64_t hd,
+                    int64_t ld, bool bf16, float* dst) {
+  transpose(src, stride, S, hd, dst, ld);
+  if (bf16)
+    for (int64_t d = 0; d < hd; ++d) round_to_bf16_in_place(dst + d * ld, S);
+}
+
+// Scores of query rows [i0, i0 + rows) against keys [0, i0 + rows): scale * q . k, rows `ld` apart
+// (k_columns' rows too).
+// Then, per row t, the probabilities p_j = exp(s_j - max) * (1 / sum) for j <= t and 0 after, with
+// the row's (max, 1/sum) computed into new_stats (forward) or read from saved_stats (backward). One
+// code path for both, so backward's probabilities are the forward's bits. p_operand (bf16
+// products, else null) gets them rounded to BF16 in the same loop; it may be p itself when the
+// unrounded values are not needed (forward).
+NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, const float* q_rows, const float* k_columns, int64_t ld,
+                          int64_t hd, int64_t i0, int64_t rows, float scale, const float* saved_stats,
+                          float* new_stats, float* p, float* p_operand) {
+  const int64_t keys = i0 + rows;
+  matmul(rows, keys, hd, q_rows + i0 * hd, hd, 1, k_columns, ld, p, ld, false);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = i0 + r + 1;
+    float* row = p + r * ld;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] *= scale;
+    float maxv, inv_sum;
+    if (new_stats) {
+      maxv = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) maxv = std::max(maxv, row[j]);
+    } else {
+      maxv = saved_stats[(i0 + r) * 2];
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] -= maxv;
+    exp_f32(row, row, n);
+    if (new_stats) {
+      inv_sum = 1.0f / lane_sum<float>(n, [row](int64_t j) { return row[j]; });
+      new_stats[(i0 + r) * 2] = maxv, new_stats[(i0 + r) * 2 + 1] = inv_sum;
+    } else {
+      inv_sum = saved_stats[(i0 + r) * 2 + 1];
+    }
+    std::fill(row + n, row + keys, 0.0f);
+    if (!p_operand) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
+      continue;
+    }
+    float* op = p_operand + r * ld;
+    if (op == row) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] = round_to_bf16(row[j] * inv_sum);
+      continue;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = row[j] * inv_sum;
+      row[j] = v;
+      op[j] = round_to_bf16(v);
+    }
+    std::fill(op + n, op + keys, 0.0f);
+  }
+}
+
+// dS = P (dP - pdp) scale for one query row of n keys, in place of dP, zero up to `keys`, with
+// pdp = rowsum(P dP).
+NIBBLE_ELEMENTWISE void softmax_backward_row(const float* __restrict prow, int64_t n, int64_t keys, float scale,
+                                             bool bf16, float* __restrict row) {
+  const float pdp = lane_sum<float>(n, [prow, row](int64_t j) { return prow[j] * row[j]; });
+  if (bf16) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] = round_to_bf16(prow[j] * (row[j] - pdp) * scale);
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] = prow[j] * (row[j] - pdp) * scale;
+  }
+  std::fill(row + n, row + keys, 0.0f);
+}
+
+struct Scratch {
+  std::vector<float> q, k_columns, k_rows, v_rows, v_columns, dout, p, p_operand, dp, dk, dv;
+  void size(int64_t S, int64_t hd, int64_t ld, bool backward) {
+    const auto n = static_cast<size_t>(S * hd), columns = static_cast<size_t>(hd * ld),
+               blk = static_cast<size_t>(kQueryBlock * ld);
+    q.resize(n), k_columns.resize(columns), v_rows.resize(n), p.resize(blk);
+    if (backward)
+      k_rows.resize(n), v_columns.resize(columns), dout.resize(n), p_operand.resize(blk), dp.resize(blk),
+          dk.resize(n), dv.resize(n);
+  }
+};
+
+// What forward and backward derive from the shape.
+struct Dims {
+  int64_t S, hd, stride, ow, group;
+  // Row stride of the key-indexed buffers (K^T, V^T, P, dP): S rounded up to 16 floats, plus 16, so
+  // that consecutive rows start in different L1 sets. With S a multiple of 1024 floats the rows sit
+  // 4 KiB apart, all in one set, and the products that walk down a column (K^T's and V^T's rows per k;
+  // dS^T and P^T for dK and dV) evict their own lines, and forward and backward slow down.
+  int64_t ld;
+  float scale;  // 1 / sqrt(head_dim)
+  bool bf16;
+  attention_kernels::Matmul matmul;
+  attention_kernels::Transpose transpose;
+  bool parallel;  // enough work to share between threads
+};
+
+Dims dims_of(const AttentionShape& s) {
+  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0);
+  return {s.seq,
+          s.head_dim,
+          s.qkv_stride(),
+          s.out_width(),
+          s.heads / s.kv_heads,
+          (s.seq + 15) / 16 * 16 + 16,
+          1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+          s.bf16_matmuls,
+          attention_kernels::active_matmul(),
+          attention_kernels::active_transpose(),
+          s.batch * s.heads * s.seq * s.seq * s.head_dim >= kMinParallelWork};
+}
+
+Scratch& thread_scratch() {
+  static thread_local Scratch s;  // grown once per thread, reused by every call
+  return s;
+}
+
+}  // namespace
+
+void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) {
+  const auto [S, hd, stride, ow, group, ld, scale, bf16, matmul, transpose, parallel] = dims_of(s);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h) {
+      Scratch& w = thread_scratch();
+      w.size(S, hd, ld, false);
+      const float* base = qkv + b * S * stride;
+      gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
+      gather_columns(transpose, base + (s.heads + h / group) * hd, stride, S, hd, ld, bf16, w.k_columns.data());
+      gather_rows(base + (s.heads + s.kv_heads + h / group) * hd, stride, S, hd, bf16, w.v_rows.data());
+      float* stats = softmax_stats + (b * s.heads + h) * S * 2;
+      for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
+        // P (rounded in place for bf16 products: the forward needs no unrounded copy).
+        causal_probabilities(matmul, w.q.data(), w.k_columns.data(), ld, hd, i0, rows, scale, nullptr, stats,
+                             w.p.data(), bf16 ? w.p.data() : nullptr);
+        // O[i0 : i0 + rows] = P V: every row runs over the block's keys (zeros past its diagonal).
+        matmul(rows, hd, keys, w.p.data(), ld, 1, w.v_rows.data(), hd, out + (b * S + i0) * ow + h * hd, ow, false);
+      }
+    }
+}
+
+void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
+                        float* dqkv) {
+  const auto [S, hd, stride, ow, group, ld, scale, bf16, matmul, transpose, parallel] = dims_of(s);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t g = 0; g < s.kv_heads; ++g) {
+      Scratch& w = thread_scratch();
+      w.size(S, hd, ld, true);
+      const float* base = qkv + b * S * stride;
+      float* dbase = dqkv + b * S * stride;
+      const int64_t kcol = (s.heads + g) * hd, vcol = (s.heads + s.kv_heads + g) * hd;
+      gather_rows(base + kcol, stride, S, hd, bf16, w.k_rows.data());
+      transpose(w.k_rows.data(), hd, S, hd, w.k_columns.data(), ld);  // from the copy: qkv is read once
+      gather_columns(transpose, base + vcol, stride, S, hd, ld, bf16, w.v_columns.data());
+      // dK and dV gather in contiguous [S][hd] buffers (L2) and go to dqkv's strided rows at the end.
+      std::fill(w.dk.begin(), w.dk.begin() + S * hd, 0.0f);
+      std::fill(w.dv.begin(), w.dv.begin() + S * hd, 0.0f);
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
+        gather_rows(dout + b * S * ow + h * hd, ow, S, hd, bf16, w.dout.data());
+        const float* stats = softmax_stats + (b * s.heads + h) * S * 2;
+        for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+          const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
+          causal_probabilities(matmul, w.q.data(), w.k_columns.data(), ld, hd, i0, rows, scale, stats, nullptr,
+                               w.p.data(), bf16 ? w.p_operand.data() : nullptr);
+          // dP = dO V^T for the block, then dS = P (dP - rowsum(P dP)) scale in place of dP.
+          matmul(rows, keys, hd, w.dout.data() + i0 * hd, hd, 1, w.v_columns.data(), ld, w.dp.data(), ld, false);
+          for (int64_t r = 0; r < rows; ++r)
+            softmax_backward_row(w.p.data() + r * ld, i0 + r + 1, keys, scale, bf16, w.dp.data() + r * ld);
+          const float* p = bf16 ? w.p_operand.data() : w.p.data();
+          const float* ds = w.dp.data();
+          // dQ[i0 : i0 + rows] = dS K;  dK[0 : keys] += dS^T Q[i0 : i0 + rows];  dV[0 : keys] += P^T dO.
+          matmul(rows, hd, keys, ds, ld, 1, w.k_rows.data(), hd, dbase + i0 * stride + h * hd, stride, false);
+          matmul(keys, hd, rows, ds, 1, ld, w.q.data() + i0 * hd, hd, w.dk.data(), hd, true);
+          matmul(keys, hd, rows, p, 1, ld, w.dout.data() + i0 * hd, hd, w.dv.data(), hd, true);
+        }
+      }
+      for (int64_t t = 0; t < S; ++t) {
+        std::copy(w.dk.data() + t * hd, w.dk.data() + (t + 1) * hd, dbase + t * stride + kcol);
+        std::copy(w.dv.data() + t * hd, w.dv.data() + (t + 1) * hd, dbase + t * stride + vcol);
+      }
+    }
+}
+
+}  // namespace nibble::cpu

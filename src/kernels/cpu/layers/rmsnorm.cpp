@@ -1,0 +1,73 @@
+#include "kernels/cpu/common/lane_sum.h"
+#include "kernels/cpu/common/parallel.h"
+#include "kernels/cpu/common/simd_clones.h"
+#include "kernels/cpu/layers/rmsnorm.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace nibble::cpu {
+namespace {
+// One row each; the parallel loops below call these per-ISA copies (simd_clones.h).
+template <typename T>
+NIBBLE_SIMD_CLONES void forward_row(const T* __restrict xr, const T* __restrict gain, int64_t width, T eps,
+                                    T* __restrict yr, T* __restrict rstd) {
+  const T ss = lane_sum<T>(width, [xr](int64_t c) { return xr[c] * xr[c]; });
+  T r = T(1) / std::sqrt(ss / static_cast<T>(width) + eps);
+  *rstd = r;
+  for (int64_t c = 0; c < width; ++c) yr[c] = xr[c] * r * gain[c];
+}
+
+template <typename T>
+NIBBLE_SIMD_CLONES void backward_row(const T* __restrict xr, const T* __restrict gain, T r, const T* __restrict dyr,
+                                     int64_t width, T* __restrict dxr) {
+  const T dot = lane_sum<T>(width, [=](int64_t c) { return dyr[c] * gain[c] * xr[c] * r; });  // sum(dxhat * xhat)
+  const T mean_dot = dot / static_cast<T>(width);
+  for (int64_t c = 0; c < width; ++c) dxr[c] += r * (dyr[c] * gain[c] - xr[c] * r * mean_dot);
+}
+
+// s[c] += dy[i][c] x[i][c] rstd[i] over tokens i in order, for `cols` columns from the block's first.
+template <typename T>
+NIBBLE_SIMD_CLONES void gain_gradient_block(const T* __restrict x, const T* __restrict dy, const T* __restrict rstd,
+                                            int64_t n, int64_t width, int64_t cols, T* __restrict s) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* dyr = dy + i * width;
+    const T* xr = x + i * width;
+    const T r = rstd[i];
+    for (int64_t c = 0; c < cols; ++c) s[c] += dyr[c] * xr[c] * r;
+  }
+}
+}  // namespace
+
+template <typename T>
+void rmsnorm_forward(const T* x, const T* gain, int64_t n, int64_t width, T eps, T* y, T* rstd) {
+#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) forward_row(x + i * width, gain, width, eps, y + i * width, rstd + i);
+}
+
+template <typename T>
+void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int64_t n, int64_t width, T* dx,
+                      T* dgain) {
+#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) backward_row(x + i * width, gain, rstd[i], dy + i * width, width, dx + i * width);
+  // The gain gradient sums over tokens: parallel over column blocks, each column summed in token
+  // order. Walking a block's columns side by side for each token reads rows contiguously and lets
+  // the compiler vectorise across columns (a column at a time strode through memory, scalar).
+  constexpr int64_t kBlock = 64;
+#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+  for (int64_t c0 = 0; c0 < width; c0 += kBlock) {
+    const int64_t cols = std::min(kBlock, width - c0);
+    T s[kBlock] = {};
+    gain_gradient_block(x + c0, dy + c0, rstd, n, width, cols, s);
+    for (int64_t c = 0; c < cols; ++c) dgain[c0 + c] += s[c];
+  }
+}
+
+template void rmsnorm_forward<float>(const float*, const float*, int64_t, int64_t, float, float*, float*);
+template void rmsnorm_forward<double>(const double*, const double*, int64_t, int64_t, double, double*, double*);
+template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*, int64_t, int64_t, float*,
+                                      float*);
+template void rmsnorm_backward<double>(const double*, const double*, const double*, const double*, int64_t, int64_t,
+                                       double*, double*);
+
+}  // namespace nibble::cpu

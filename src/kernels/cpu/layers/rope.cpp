@@ -1,0 +1,74 @@
+#include "kernels/cpu/common/parallel.h"
+#include "kernels/cpu/common/simd_clones.h"
+#include "kernels/cpu/layers/rope.h"
+
+#include <cmath>
+
+#include "format/quantized_tensor.h"
+
+namespace nibble::cpu {
+
+template <typename T>
+RopeTable<T>::RopeTable(int64_t context_, int64_t head_dim_, double theta) : context(context_), head_dim(head_dim_) {
+  NIBBLE_CHECK(head_dim % 2 == 0);
+  const int64_t half = head_dim / 2;
+  cos.resize(static_cast<size_t>(context * half));
+  sin.resize(cos.size());
+  for (int64_t p = 0; p < context; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      double angle = static_cast<double>(p) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      cos[p * half + i] = static_cast<T>(std::cos(angle));
+      sin[p * half + i] = static_cast<T>(std::sin(angle));
+    }
+}
+
+namespace {
+// The heads of one token (simd_clones.h: per-ISA copies).
+template <typename T>
+NIBBLE_SIMD_CLONES void rotate_token(T* __restrict row, int64_t heads, int64_t hd, const T* __restrict c,
+                                     const T* __restrict s, T direction) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    T* v = row + h * hd;
+    for (int64_t i = 0; i < half; ++i) {
+      const T a = v[i], b = v[i + half], si = direction * s[i];
+      v[i] = a * c[i] - b * si;
+      v[i + half] = a * si + b * c[i];
+    }
+  }
+}
+
+template <typename T>
+void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+            const RopeTable<T>& t, T direction, int64_t first_position) {
+  NIBBLE_CHECK(first_position >= 0 && first_position + seq <= t.context);
+  const int64_t hd = t.head_dim, half = hd / 2;
+#pragma omp parallel for schedule(static) if (tokens * heads * t.head_dim >= kMinParallelWork)
+  for (int64_t n = 0; n < tokens; ++n) {
+    const int64_t pos = first_position + n % seq;
+    rotate_token(x + n * stride + first_col, heads, hd, t.cos.data() + pos * half, t.sin.data() + pos * half,
+                 direction);
+  }
+}
+}  // namespace
+
+template <typename T>
+void rope_forward(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                  const RopeTable<T>& table, int64_t first_position) {
+  rotate(x, tokens, seq, stride, first_col, heads, table, T(1), first_position);
+}
+
+template <typename T>
+void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
+                   const RopeTable<T>& table, int64_t first_position) {
+  rotate(dx, tokens, seq, stride, first_col, heads, table, T(-1), first_position);
+}
+
+template struct RopeTable<float>;
+template struct RopeTable<double>;
+template void rope_forward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&, int64_t);
+template void rope_forward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&, int64_t);
+template void rope_backward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<float>&, int64_t);
+template void rope_backward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeTable<double>&, int64_t);
+
+}  // namespace nibble::cpu

@@ -1,0 +1,526 @@
+// Dispatch for the CPU quantizers: validation, the per-tensor constants and lookup tables (built
+// with the scalar codecs, so they are the reference's own numbers), the split over OpenMP threads,
+// and the choice of kernel variant from active_isa(). The kernels live in quantize_<isa>.cpp.
+//
+// Every result is bit-identical to nibble::ref: each block is computed from its own inputs with
+// the reference's FP32 operations in the reference's order, the global amax is a maximum (which
+// does not depend on the order of reduction), and stochastic rounding draws the 8 random bits of
+// each element from its flat index (format/philox.h). So neither the ISA nor the thread count changes a bit.
+#include "kernels/cpu/quantize/quantize.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cfloat>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/common/workspace.h"
+#include "kernels/cpu/quantize/quantize_kernels.h"
+
+namespace nibble::cpu {
+namespace {
+
+using kernels::Kernels;
+
+std::atomic<const Kernels*> kernels_override{nullptr};
+
+const Kernels& active_kernels() {
+  if (const Kernels* k = kernels_override.load(std::memory_order_relaxed)) return *k;
+  switch (active_isa()) {
+    case Isa::amx:         // no AMX quantizer: the tile unit only multiplies
+    case Isa::avx512bf16:  // nor a BF16 one: vdpbf16ps only multiplies
+    case Isa::avx512: return kernels::avx512_kernels();
+    case Isa::avx2: return kernels::avx2_kernels();
+    case Isa::scalar: break;
+  }
+  return kernels::scalar_kernels();
+}
+
+// Below this much work one thread does everything: waking the team costs more than it saves.
+constexpr int64_t kParallelMinElements = int64_t{1} << 16;
+
+// Work is handed out in chunks of about this many elements, first come first served: on a
+// machine whose cores are shared, a thread that loses its core for a while no longer holds up
+// the whole call (a static split waits for the slowest share). Chunks are large enough to keep
+// the streaming loops and the hardware prefetcher in their stride.
+constexpr int64_t kChunkElements = int64_t{1} << 16;
+
+// Calls body(begin, end) over [0, n) in chunks of whole `grain` units, spread over the OpenMP
+// threads; `elements` is the work behind all n units. Kernels never throw, so nothing escapes.
+template <class Body>
+void parallel_ranges(int64_t n, int64_t grain, int64_t elements, Body&& body) {
+  if (n <= 0) return;
+  if (elements < kParallelMinElements || omp_get_max_threads() == 1) {
+    body(int64_t{0}, n);
+    return;
+  }
+  const int64_t elements_per_unit = std::max<int64_t>(1, elements / n);
+  const int64_t chunk = std::max<int64_t>(grain, kChunkElements / elements_per_unit / grain * grain);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) body(c * chunk, std::min(n, (c + 1) * chunk));
+}
+
+void atomic_max(std::atomic<uint32_t>& slot, uint32_t v) {
+  uint32_t cur = slot.load(std::memory_order_relaxed);
+  while (v > cur && !slot.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+int64_t block_of_format(Format f) {
+  return f == Format::nvfp4 ? 16 : (f == Format::mxfp4 || f == Format::mxfp8) ? 32 : 1;
+}
+
+// Everything ref::validate checks except the values. When this says no, ref::validate is called
+// to throw its own message, so both implementations report the same errors.
+bool shape_and_options_ok(size_t size, int64_t rows, int64_t cols, const QuantOptions& o) {
+  if (rows <= 0 || cols <= 0 || static_cast<int64_t>(size) != rows * cols) return false;
+  if (o.format != Format::nvfp4 && (o.rht || o.four_over_six || o.tile_16x16)) return false;
+  if (o.four_over_six_e4m3_max != 448 && o.four_over_six_e4m3_max != 256) return false;
+  if (o.four_over_six_error != FourOverSixError::mae && o.four_over_six_error != FourOverSixError::mse) return false;
+  if (o.rounding == Rounding::stochastic && !is_4bit(o.format)) return false;
+  if (cols % block_of_format(o.format) != 0) return false;
+  if (is_4bit(o.format) && cols % 2 != 0) return false;
+  return true;
+}
+
+// A non-finite value is present (the amax scan saw an Inf/NaN bit pattern): let the reference find
+// the first one and throw its message.
+[[noreturn]] void throw_non_finite(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
+  ref::validate(x, rows, cols, o);
+  NIBBLE_CHECK(!"the amax scan saw a non-finite value that validate() did not");
+  __builtin_unreachable();
+}
+
+constexpr uint32_t kFloatExponentAllOnes = 0x7F800000u;
+
+// Sets every field for the new tensor; the kernels overwrite every code and scale byte, so buffers
+// that already have the right size are kept as they are (resize() only zero-fills growth).
+void make_header(int64_t rows, int64_t cols, const QuantOptions& o, QuantizedTensor& q) {
+  q.layout() = layout_of(o, rows, cols);
+  q.codes.resize(static_cast<size_t>(q.code_bytes()));
+  q.scales.resize(static_cast<size_t>(q.scale_bytes()));
+  q.amax = 0.0f;
+  q.decode_scale = 1.0f;
+}
+
+uint32_t parallel_max_abs_bits(const Kernels& k, const float* x, int64_t n) {
+  std::atomic<uint32_t> result{0};
+  parallel_ranges(n, 1024, n, [&](int64_t b, int64_t e) { atomic_max(result, k.max_abs_bits(x + b, e - b)); });
+  return result.load();
+}
+
+// max |x| below 2^122 (bit pattern of 2^122): the RHT's partial sums stay below 2^126, so no
+// transformed value is Inf or NaN.
+constexpr uint32_t kRhtFiniteInputBits = 0x7C800000u;
+
+// What the NVFP4 encode pass needs besides the input: the global scale from the amax and the
+// per-scale-code tables (computed with the scalar codecs, so they are the reference's numbers).
+struct Nvfp4Encoding {
+  float enc_of_scale[256], value_of_scale[256];
+  kernels::Nvfp4Job job;
+};
+
+void prepare_nvfp4(float amax, bool rht_finite, const QuantOptions& o, QuantizedTensor& q, Nvfp4Encoding& e) {
+  const ref::Nvfp4GlobalScale g = ref::nvfp4_global_scale(amax, nvfp4_global_numerator(o));
+  q.amax = amax;
+  q.decode_scale = g.decode;
+  for (int s = 0; s < 256; ++s) {
+    const float decoded = e4m3_decode(static_cast<uint8_t>(s));
+    e.value_of_scale[s] = decoded;
+    e.enc_of_scale[s] = std::min(1.0f / (decoded * g.decode), FLT_MAX);
+  }
+  kernels::Nvfp4Job& job = e.job;
+  job.rows = q.rows;
+  job.cols = q.cols;
+  job.rht = o.rht;
+  job.rht_finite = rht_finite;
+  job.four_over_six = o.four_over_six;
+  job.four_over_six_mse = o.four_over_six_error == FourOverSixError::mse;
+  job.stochastic = o.rounding == Rounding::stochastic;
+  job.seed = o.seed;
+  job.offset = o.offset;
+  job.encode_times_rcp6 = g.encode * (1.0f / 6.0f);
+  job.global_encode = g.encode;
+  job.global_amax = g.amax;
+  job.global_numerator = g.numerator;
+  job.enc_of_scale = e.enc_of_scale;
+  job.value_of_scale = e.value_of_scale;
+  job.codes = q.codes.data();
+  job.scales = q.scales.data();
+}
+
+// The two maxima of an RHT amax pass (max |x| bits, amax of the transformed values), combined over
+// the threads' ranges.
+struct RhtAmax {
+  std::atomic<uint32_t> input_bits{0}, transformed_amax_bits{0};
+  void add(uint32_t bits, float t_amax) {
+    atomic_max(input_bits, bits);
+    atomic_max(transformed_amax_bits, std::bit_cast<uint32_t>(t_amax));  // non-negative floats order like their bits
+  }
+  float transformed_amax() const { return std::bit_cast<float>(transformed_amax_bits.load()); }
+};
+
+// Amax of the RHT-transformed blocks in [x, x + n) and max |x| bits, into `into`.
+void rht_amax_into(const Kernels& k, const float* x, int64_t n, RhtAmax& into) {
+  uint32_t bits;
+  float t_amax;
+  k.rht_amax(x, n, &bits, &t_amax);
+  into.add(bits, t_amax);
+}
+
+// known_max_abs_bits: max |x| (as bits, finite) when the caller already has it; skips that pass.
+void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q,
+                    const uint32_t* known_max_abs_bits = nullptr) {
+  const int64_t n = q.rows * q.cols;
+  float amax;
+  bool rht_finite = false;
+  if (o.rht) {
+    // Validate the input and take the amax of its transform in one read; the quantize pass
+    // transforms each block again rather than storing and re-reading a transformed copy.
+    RhtAmax m;
+    parallel_ranges(n / 16, 256, n, [&](int64_t b, int64_t e) { rht_amax_into(k, x.data() + b * 16, (e - b) * 16, m); });
+    if (m.input_bits.load() >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+    amax = m.transformed_amax();
+    rht_finite = m.input_bits.load() < kRhtFiniteInputBits;
+  } else {
+    uint32_t bits = known_max_abs_bits ? *known_max_abs_bits : parallel_max_abs_bits(k, x.data(), n);
+    if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+    amax = std::bit_cast<float>(bits);
+  }
+  Nvfp4Encoding e;
+  prepare_nvfp4(amax, rht_finite, o, q, e);
+  e.job.x = x.data();
+  if (o.tile_16x16) {
+    const int64_t tiles = (q.rows + 15) / 16 * (q.cols / 16);
+    parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t end) { k.nvfp4_tiles(e.job, b, end); });
+  } else {
+    parallel_ranges(n / 16, 64, n, [&](int64_t b, int64_t end) { k.nvfp4_blocks(e.job, b, end); });
+  }
+}
+
+// NVFP4 1x16 blocks of x^T (x is [rows, cols]; q is [cols, rows]), the wgrad operands. Without
+// direct kernels (AVX2, scalar), x^T is made tile by tile in a per-thread buffer (below). Writing the whole transposed copy to memory and
+// reading it back twice cost ~3x the row-wise quantize on training shapes. Returns false, having
+// written nothing, when x holds a non-finite value (the caller then takes the path that reports it).
+bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64_t rows, int64_t cols,
+                               const QuantOptions& o, QuantizedTensor& q, uint32_t* max_abs_bits_seen) {
+  // Where the ISA has them, kernels that read 16x16 tiles of x and transpose them in registers make
+  // no copy at all (see Kernels::nvfp4_transposed).
+  if (k.nvfp4_transposed && cols % 16 == 0 && rows % 16 == 0 && !o.four_over_six) {
+    const int64_t n = rows * cols;
+    const int64_t panels = (rows / 16 + 15) / 16 * (cols / 16);
+    float amax = 0.0f;
+    bool ok = true;
+    if (o.rht) {
+      RhtAmax m;
+      parallel_ranges(panels, 1, n, [&](int64_t b, int64_t e) {
+        uint32_t bits;
+        float t_amax;
+        k.rht_amax_transposed(x.data(), cols, rows, cols, b, e, &bits, &t_amax);
+        m.add(bits, t_amax);
+      });
+      // Huge or non-finite input: the strip path below handles (or reports) it.
+      ok = m.input_bits.load() < kRhtFiniteInputBits;
+      amax = m.transformed_amax();
+      if (ok) *max_abs_bits_seen = m.input_bits.load();
+    } else {
+      const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+      if (bits >= kFloatExponentAllOnes) return false;
+      amax = std::bit_cast<float>(bits);
+      *max_abs_bits_seen = bits;
+    }
+    if (ok) {
+      Nvfp4Encoding e;
+      prepare_nvfp4(amax, o.rht, o, q, e);
+      parallel_ranges(panels, 1, n, [&](int64_t b, int64_t end) { k.nvfp4_transposed(e.job, x.data(), cols, b, end); });
+      return true;
+    }
+  }
+  // Tiles of kBand tokens x kStrip columns of x, transposed into a per-thread buffer that stays in
+  // L1/L2 and consumed at once: once for the RHT amax, once for the encode pass. Tiles run band by
+  // band, the strips of a band in column order, so the rows of x being read advance sequentially
+  // (pages stay in the TLB, the prefetchers follow). Strip by strip down all the tokens instead,
+  // each 128-byte read would jump a row stride, a new page per row on training shapes, and the
+  // transposes would wait on the TLB. Each block's bytes depend only on its values and
+  // stream position, so the tiling changes no result.
+  constexpr int64_t kStrip = 64, kBand = 256;  // 64 x 256 x 4 bytes = 64 KB
+  const int64_t n = rows * cols;
+  const int64_t strips = (cols + kStrip - 1) / kStrip, bands = (rows + kBand - 1) / kBand;
+  const int64_t tiles = strips * bands;
+  struct Tile {
+    const float* buf;
+    int64_t c0, width, t0, tokens;
+  };
+  auto transpose_tile = [&](int64_t tile) {
+    static thread_local Workspace tile_workspace;
+    float* buf = reinterpret_cast<float*>(tile_workspace.get(static_cast<size_t>(kStrip * kBand) * sizeof(float)));
+    const int64_t band = tile / strips, strip = tile % strips;
+    const int64_t c0 = strip * kStrip, width = std::min(kStrip, cols - c0);
+    const int64_t t0 = band * kBand, tokens = std::min(kBand, rows - t0);
+    // buf[c * tokens + t]: column c0 + c of x over tokens t0 + t, i.e. a run of x^T's row c0 + c.
+    k.transpose(x.data() + t0 * cols + c0, cols, tokens, width, buf, 0, tokens);
+    return Tile{buf, c0, width, t0, tokens};
+  };
+  float amax;
+  bool rht_finite = false;
+  if (o.rht) {
+    RhtAmax m;
+    parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const Tile tile = transpose_tile(t);
+        rht_amax_into(k, tile.buf, tile.width * tile.tokens, m);
+      }
+    });
+    if (m.input_bits.load() >= kFloatExponentAllOnes) return false;
+    amax = m.transformed_amax();
+    rht_finite = m.input_bits.load() < kRhtFiniteInputBits;
+  } else {
+    const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);  // the same values in any order
+    if (bits >= kFloatExponentAllOnes) return false;
+    amax = std::bit_cast<float>(bits);
+  }
+  Nvfp4Encoding e;
+  prepare_nvfp4(amax, rht_finite, o, q, e);
+  const int64_t blocks_per_row = rows / 16;
+  parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t end) {
+    kernels::Nvfp4Job job = e.job;
+    for (int64_t t = b; t < end; ++t) {
+      const Tile tile = transpose_tile(t);
+      const int64_t tile_blocks = tile.tokens / 16;
+      for (int64_t c = 0; c < tile.width; ++c) {
+        // x^T's row c0 + c, blocks [t0 / 16, t0 / 16 + tile_blocks): consecutive in q and in buf.
+        job.x = tile.buf + c * tile.tokens;
+        job.x_first_block = (tile.c0 + c) * blocks_per_row + tile.t0 / 16;
+        k.nvfp4_blocks(job, job.x_first_block, job.x_first_block + tile_blocks);
+      }
+    }
+  });
+  return true;
+}
+
+void quantize_mx(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
+  const int64_t n = q.rows * q.cols;
+  const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+  if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+  q.amax = std::bit_cast<float>(bits);
+  q.decode_scale = 1.0f;
+  float rcp_of_scale[256];
+  for (int e = 0; e < 256; ++e) rcp_of_scale[e] = e8m0_decode_reciprocal(static_cast<uint8_t>(e));
+  kernels::MxJob job;
+  job.x = x.data();
+  job.fp4 = o.format == Format::mxfp4;
+  job.stochastic = o.rounding == Rounding::stochastic;
+  job.seed = o.seed;
+  job.offset = o.offset;
+  job.max_rcp = job.fp4 ? 1.0f / kE2M1Max : 1.0f / kE4M3Max;
+  job.rcp_of_scale = rcp_of_scale;
+  job.codes = q.codes.data();
+  job.scales = q.scales.data();
+  parallel_ranges(n / 32, 32, n, [&](int64_t b, int64_t e) { k.mx_blocks(job, b, e); });
+}
+
+void quantize_fp8(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
+  const int64_t n = q.rows * q.cols;
+  const bool e4m3 = o.format == Format::fp8_e4m3;
+  const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);
+  if (bits >= kFloatExponentAllOnes) throw_non_finite(x, q.rows, q.cols, o);
+  q.amax = std::bit_cast<float>(bits);
+  // The reference's current scaling, operation for operation.
+  float scale = (e4m3 ? kE4M3Max : kE5M2Max) / q.amax;
+  if (q.amax == 0.0f || !(scale > 0.0f)) scale = 1.0f;
+  scale = std::min(scale, FLT_MAX);
+  q.decode_scale = 1.0f / scale;
+  parallel_ranges(n, 1024, n, [&](int64_t b, int64_t e) { k.fp8_range(x.data() + b, e - b, scale, e4m3, q.codes.data() + b); });
+}
+
+// Exact transpose of 16x16-tile NVFP4 codes and scales (ref::transpose_tiles), tile by tile.
+QuantizedTensor transpose_tiles_fast(const QuantizedTensor& q) {
+  QuantizedTensor t;
+  t.layout() = q.layout();
+  t.amax = q.amax;
+  t.decode_scale = q.decode_scale;
+  t.rows = q.cols;
+  t.cols = q.rows;
+  t.codes.resize(q.codes.size());
+  t.scales.resize(static_cast<size_t>(t.rows * (t.cols / 16)));
+  const int64_t tile_rows = q.rows / 16, tile_cols = q.cols / 16;
+  const int64_t src_row_bytes = q.cols / 2, dst_row_bytes = t.cols / 2;
+  parallel_ranges(tile_rows * tile_cols, 1, q.rows * q.cols, [&](int64_t b, int64_t e) {
+    for (int64_t tile = b; tile < e; ++tile) {
+      const int64_t tr = tile / tile_cols, tc = tile % tile_cols;
+      uint8_t nibble[16][16];  // [row in tile][col in tile]
+      for (int r = 0; r < 16; ++r) {
+        const uint8_t* src = q.codes.data() + (tr * 16 + r) * src_row_bytes + tc * 8;
+        for (int c = 0; c < 8; ++c) {
+          nibble[r][2 * c] = src[c] & 0xF;
+          nibble[r][2 * c + 1] = src[c] >> 4;
+        }
+      }
+      for (int c = 0; c < 16; ++c) {
+        uint8_t* dst = t.codes.data() + (tc * 16 + c) * dst_row_bytes + tr * 8;
+        for (int r = 0; r < 8; ++r) dst[r] = static_cast<uint8_t>(nibble[2 * r][c] | (nibble[2 * r + 1][c] << 4));
+      }
+    }
+  });
+  const int64_t t_scale_cols = t.cols / 16, q_scale_cols = q.cols / 16;
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t b = 0; b < t_scale_cols; ++b) t.scales[r * t_scale_cols + b] = q.scales[(b * 16) * q_scale_cols + r / 16];
+  return t;
+}
+
+}  // namespace
+
+namespace kernels {
+void set_kernels_override_for_tests(const Kernels* k) { kernels_override.store(k, std::memory_order_relaxed); }
+}  // namespace kernels
+
+QuantizedTensor quantize(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
+  QuantizedTensor q;
+  quantize_into(x, rows, cols, opt, q);
+  return q;
+}
+
+void quantize_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt, QuantizedTensor& q) {
+  if (!shape_and_options_ok(x.size(), rows, cols, opt)) ref::validate(x, rows, cols, opt);  // throws its message
+  const Kernels& k = active_kernels();
+  make_header(rows, cols, opt, q);
+  switch (opt.format) {
+    case Format::nvfp4: quantize_nvfp4(k, x, opt, q); break;
+    case Format::mxfp4:
+    case Format::mxfp8: quantize_mx(k, x, opt, q); break;
+    case Format::fp8_e4m3:
+    case Format::fp8_e5m2: quantize_fp8(k, x, opt, q); break;
+  }
+}
+
+QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
+  const Kernels& k = active_kernels();
+  std::vector<float> f(x.size());
+  const int64_t n = static_cast<int64_t>(x.size());
+  static_assert(sizeof(bf16) == sizeof(uint16_t));
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(x.data());
+  parallel_ranges(n, 1024, n, [&](int64_t b, int64_t e) { k.bf16_to_float(bits + b, e - b, f.data() + b); });
+  return quantize(f, rows, cols, opt);
+}
+
+QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
+  QuantizedTensor q;
+  quantize_transposed_into(x, rows, cols, opt, q);
+  return q;
+}
+
+namespace {
+// quantize_transposed_into; *max_abs_bits_seen gets max |x| (finite) when a pass computed it, else
+// is left alone.
+void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                              QuantizedTensor& out, uint32_t* max_abs_bits_seen) {
+  if (opt.format == Format::nvfp4 && opt.tile_16x16 && !opt.rht) {
+    // One amax and one scale per tile serve both orientations: the transposed copy is the exact
+    // transpose. The reference validates everything before it checks the rows.
+    if (!shape_and_options_ok(x.size(), rows, cols, opt)) ref::validate(x, rows, cols, opt);
+    if (rows % 16 != 0) {
+      ref::validate(x, rows, cols, opt);  // a non-finite value is reported first, as the reference does
+      throw UsageError("16x16 tiles need a multiple of 16 rows for the transposed copy (got " + std::to_string(rows) + ")");
+    }
+    out = transpose_tiles(quantize(x, rows, cols, opt));
+    return;
+  }
+  if (static_cast<int64_t>(x.size()) != rows * cols) ref::validate(x, rows, cols, opt);  // reports the size mismatch
+  const Kernels& k = active_kernels();
+  if (opt.format == Format::nvfp4 && !opt.tile_16x16 && shape_and_options_ok(x.size(), cols, rows, opt) && rows > 0 &&
+      cols > 0) {
+    make_header(cols, rows, opt, out);
+    if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out, max_abs_bits_seen)) return;
+  }
+  // The transposed copy lives in a grow-only per-thread buffer: a fresh zero-filled vector per call
+  // (two per linear layer and step in training) cost its memset and page faults every time.
+  static thread_local Workspace transposed;
+  float* t = reinterpret_cast<float*>(transposed.get(x.size() * sizeof(float)));
+  if (rows > 0 && cols > 0)
+    parallel_ranges(rows, 16, rows * cols, [&](int64_t b, int64_t e) { k.transpose(x.data(), cols, rows, cols, t, b, e); });
+  quantize_into(std::span<const float>(t, x.size()), cols, rows, opt, out);
+}
+}  // namespace
+
+void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                              QuantizedTensor& out) {
+  uint32_t unused = 0;
+  quantize_transposed_impl(x, rows, cols, opt, out, &unused);
+}
+
+void quantize_both_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                        QuantizedTensor& row_out, const QuantOptions& t_opt, QuantizedTensor& t_out) {
+  constexpr uint32_t kUnknown = 0xFFFFFFFFu;
+  uint32_t bits = kUnknown;
+  quantize_transposed_impl(x, rows, cols, t_opt, t_out, &bits);
+  // max |x| serves the row-wise NVFP4 amax exactly when that takes no transform of its own.
+  if (bits != kUnknown && bits < kFloatExponentAllOnes && row_opt.format == Format::nvfp4 && !row_opt.rht &&
+      shape_and_options_ok(x.size(), rows, cols, row_opt)) {
+    make_header(rows, cols, row_opt, row_out);
+    quantize_nvfp4(active_kernels(), x, row_opt, row_out, &bits);
+    return;
+  }
+  quantize_into(x, rows, cols, row_opt, row_out);
+}
+
+QuantizedTensor transpose_tiles(const QuantizedTensor& q) {
+  if (q.format != Format::nvfp4 || q.block != BlockShape::tile_16x16 || q.rows % 16 != 0)
+    return ref::transpose_tiles(q);  // throws its message
+  return transpose_tiles_fast(q);
+}
+
+void dequantize(const QuantizedTensor& q, std::span<float> out) {
+  NIBBLE_CHECK(static_cast<int64_t>(out.size()) == q.rows * q.cols);
+  const int64_t n = q.rows * q.cols;
+  const int64_t block_len = q.block_len();
+  // Layouts the kernels assume; anything else (a hand-built or damaged tensor) takes the reference.
+  const bool blocked = q.block != BlockShape::per_tensor;
+  const bool layout_ok = q.rows > 0 && q.cols > 0 && block_len > 0 && q.cols % block_len == 0 &&
+                         (!blocked || block_len % 16 == 0) &&
+                         static_cast<int64_t>(q.codes.size()) == (q.is_4bit() ? n / 2 : n) &&
+                         (!blocked || static_cast<int64_t>(q.scales.size()) == n / block_len) &&
+                         (!q.rht || (q.format == Format::nvfp4 && q.cols % 16 == 0));
+  if (!layout_ok || (q.is_4bit() && !blocked)) {
+    ref::dequantize(q, out);
+    return;
+  }
+  const Kernels& k = active_kernels();
+  float factor_of_scale[256];
+  float value_of_code[256];
+  switch (q.format) {
+    case Format::nvfp4:
+    case Format::mxfp4: {
+      for (int s = 0; s < 256; ++s)
+        factor_of_scale[s] = q.format == Format::nvfp4 ? e4m3_decode(static_cast<uint8_t>(s)) * q.decode_scale
+                                                       : e8m0_decode(static_cast<uint8_t>(s));
+      parallel_ranges(n / block_len, 16, n, [&](int64_t b, int64_t e) {
+        k.dequant_e2m1(q.codes.data(), q.scales.data(), factor_of_scale, block_len, q.rht, b, e, out.data());
+      });
+      return;
+    }
+    case Format::mxfp8:
+    case Format::fp8_e4m3:
+    case Format::fp8_e5m2: {
+      for (int c = 0; c < 256; ++c)
+        value_of_code[c] = q.format == Format::fp8_e5m2 ? e5m2_decode(static_cast<uint8_t>(c)) : e4m3_decode(static_cast<uint8_t>(c));
+      const uint8_t* scales = nullptr;
+      if (q.format == Format::mxfp8) {
+        for (int s = 0; s < 256; ++s) factor_of_scale[s] = e8m0_decode(static_cast<uint8_t>(s));
+        scales = q.scales.data();
+      }
+      // Shares are multiples of 32 elements, so each 16-chunk lies inside one MX block.
+      parallel_ranges(n, 32, n, [&](int64_t b, int64_t e) {
+        k.dequant_bytes(q.codes.data(), scales, factor_of_scale, scales ? block_len : 1, q.decode_scale, value_of_code,
+                        b, e, out.data());
+      });
+      return;
+    }
+  }
+}
+
+}  // namespace nibble::cpu
