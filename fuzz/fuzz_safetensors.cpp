@@ -4,8 +4,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

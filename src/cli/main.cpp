@@ -2,9 +2,10 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::cli {
 std::vector<Command>& command_registry() {

@@ -1,10 +1,14 @@
 #include "data/data.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::train {
 

@@ -46,7 +46,7 @@ class ScopedTimer {
 
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, ops::TensorOps& ops)
     : name_(std::move(name)), in_(in_features), out_(out_features), ops_(ops) {
-  NIBBLE_CHECK(in_ > 0 && out_ > 0);
+  NIBBLE_CHECK(in_ > 0 && out_ > 0, "Linear %s: positive in and out features", name_.c_str());
   saved_x_f32_.bind(ops_);
   saved_x_bf16_.bind(ops_);
   bf16_x_f32_.bind(ops_);
@@ -84,7 +84,7 @@ int64_t Linear::saved_activation_bytes() const {
 }
 
 void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y) {
-  NIBBLE_CHECK(tokens > 0);
+  NIBBLE_CHECK(tokens > 0, "Linear::forward of %s with no tokens", name_.c_str());
   step_ = step;
   tokens_ = tokens;
   if (step.collect_stats) stats_.clear();
@@ -100,13 +100,13 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
     case GemmPrecision::fp32:
       {
         ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_f32(Trans::no, Trans::yes, tokens, out_, in_, 1.0f, x, in_, w, in_, 0.0f, y, out_);
+        ops_.gemm_f32(ops::DenseGemmShape::a_bt(tokens, out_, in_), 1.0f, x, w, 0.0f, y);
       }
       break;
     case GemmPrecision::bf16:
       {
         ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_bf16(Trans::no, Trans::yes, tokens, out_, in_, 1.0f, x, in_, w, in_, 0.0f, y, out_);
+        ops_.gemm_bf16(ops::DenseGemmShape::a_bt(tokens, out_, in_), 1.0f, x, w, 0.0f, y);
       }
       break;
     case GemmPrecision::quantized: {
@@ -173,7 +173,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
 }
 
 void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
-  NIBBLE_CHECK(tokens_ > 0);
+  NIBBLE_CHECK(tokens_ > 0, "Linear::backward of %s without a forward before it", name_.c_str());
   const int64_t tokens = tokens_;
   const LinearStep& step = step_;
   grad_t_valid_ = false;
@@ -184,13 +184,13 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
     case GemmPrecision::fp32:
       {
         ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_f32(Trans::no, Trans::no, tokens, in_, out_, 1.0f, dy, out_, w, in_, 0.0f, dx, in_);
+        ops_.gemm_f32(ops::DenseGemmShape::a_b(tokens, in_, out_), 1.0f, dy, w, 0.0f, dx);
       }
       break;
     case GemmPrecision::bf16:
       {
         ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_bf16(Trans::no, Trans::no, tokens, in_, out_, 1.0f, dy, out_, w, in_, 0.0f, dx, in_);
+        ops_.gemm_bf16(ops::DenseGemmShape::a_b(tokens, in_, out_), 1.0f, dy, w, 0.0f, dx);
       }
       break;
     case GemmPrecision::quantized: {
@@ -244,7 +244,7 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
     case GemmPrecision::fp32:
       {
         ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_f32(Trans::yes, Trans::no, out_, in_, tokens, 1.0f, dy, out_, saved_x_f32_.data(), in_, 1.0f, dw, in_);
+        ops_.gemm_f32(ops::DenseGemmShape::at_b(out_, in_, tokens), 1.0f, dy, saved_x_f32_.data(), 1.0f, dw);
       }
       break;
     case GemmPrecision::bf16: {
@@ -253,12 +253,12 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
       ops_.widen_bf16(saved_x_bf16_.data(), x.data(), static_cast<int64_t>(x.size()));
       {
         ScopedTimer timer(times_.gemm_s);
-        ops_.gemm_bf16(Trans::yes, Trans::no, out_, in_, tokens, 1.0f, dy, out_, x.data(), in_, 1.0f, dw, in_);
+        ops_.gemm_bf16(ops::DenseGemmShape::at_b(out_, in_, tokens), 1.0f, dy, x.data(), 1.0f, dw);
       }
       break;
     }
     case GemmPrecision::quantized: {
-      NIBBLE_CHECK(saved_xt_valid_);
+      NIBBLE_CHECK(saved_xt_valid_, "Linear %s: the wgrad GEMM needs the X^T its forward saved", name_.c_str());
       ops::Quantized& dyt = slot(grad_t_q_);
       if (!grad_t_valid_) {
         ScopedTimer timer(times_.quantize_s);

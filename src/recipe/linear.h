@@ -45,7 +45,7 @@ struct OperandStats {
 
 class Linear {
  public:
-  Linear(std::string name, int64_t in_features, int64_t out_features, ops::TensorOps& ops = ops::cpu());
+  Linear(std::string name, int64_t in_features, int64_t out_features, ops::TensorOps& ops);
 
   const std::string& name() const { return name_; }
   int64_t in_features() const { return in_; }

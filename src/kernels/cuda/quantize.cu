@@ -295,8 +295,9 @@ struct FiniteCheck {
     const unsigned long long bad = first_bad.download()[0];
     if (bad == kNoNonFinite) return;
     const auto i = static_cast<int64_t>(bad);
-    throw UsageError("non-finite value at index [" + std::to_string(i / cols) + ", " + std::to_string(i % cols) +
-                     "] (flat " + std::to_string(i) + "): quantization needs finite input; fix the producer of the tensor");
+    throw NumericalError("non-finite value at index [" + std::to_string(i / cols) + ", " + std::to_string(i % cols) +
+                         "] (flat " + std::to_string(i) +
+                         "): quantization needs finite input; fix the producer of the tensor");
   }
 };
 
