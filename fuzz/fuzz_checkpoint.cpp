@@ -9,7 +9,7 @@
 #include <span>
 #include <string>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "run/checkpoint.h"
 
 namespace {
@@ -27,8 +27,8 @@ struct TinyRun {
     config.width = 16;
     config.mlp_hidden = 32;
     config.context = 8;
-    model = std::make_unique<nibble::model::Transformer>(config);
-    optimizer = std::make_unique<nibble::train::AdamW>(model->params(), nibble::train::AdamWConfig{});
+    model = std::make_unique<nibble::model::Transformer>(config, nibble::ops::cpu());
+    optimizer = std::make_unique<nibble::train::AdamW>(model->params(), nibble::train::AdamWConfig{}, model->backend());
     dir = fs::temp_directory_path() / ("nibble-fuzz-checkpoint-" + std::to_string(getpid()));
     fs::create_directories(dir);
   }

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "run/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -5,8 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <span>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

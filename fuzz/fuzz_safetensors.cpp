@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <vector>
 
 #include "format/quantized_tensor.h"
 #include "io/quantized_safetensors.h"
+#include "common/error.h"
 #include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

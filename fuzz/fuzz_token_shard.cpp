@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <span>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "data/shards.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -85,15 +85,15 @@ class StrictBackend final : public ops::Backend {
     mine(c, (a.layout().rows - 1) * ldc + b.layout().rows, "gemm c");
     cpu_.gemm(a, b, c, ldc, alpha, o, s);
   }
-  void gemm_f32(ops::Trans ta, ops::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
-    dense("gemm_f32", ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-    cpu_.gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  void gemm_f32(const ops::DenseGemmShape& s, float alpha, const float* a, const float* b, float beta,
+                float* c) override {
+    dense("gemm_f32", s, a, b, c);
+    cpu_.gemm_f32(s, alpha, a, b, beta, c);
   }
-  void gemm_bf16(ops::Trans ta, ops::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
-    dense("gemm_bf16", ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-    cpu_.gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  void gemm_bf16(const ops::DenseGemmShape& s, float alpha, const float* a, const float* b, float beta,
+                 float* c) override {
+    dense("gemm_bf16", s, a, b, c);
+    cpu_.gemm_bf16(s, alpha, a, b, beta, c);
   }
   void add(float* y, const float* x, int64_t n) override {
     mine(y, n, "add y"), mine(x, n, "add x");
@@ -116,25 +116,25 @@ class StrictBackend final : public ops::Backend {
     mine(t, n, "embedding tokens"), mine(dout, n * w, "embedding dout"), mine(dtable, w, "embedding dtable");
     cpu_.embedding_backward(t, n, dout, w, dtable);
   }
-  void rmsnorm_forward(const float* x, const float* g, int64_t n, int64_t w, float eps, float* y, float* r) override {
+  void rmsnorm_forward(const ops::RowsShape& s, const float* x, const float* g, float eps, float* y, float* r) override {
+    const int64_t n = s.rows, w = s.cols;
     mine(x, n * w, "rmsnorm x"), mine(g, w, "rmsnorm gain"), mine(y, n * w, "rmsnorm y"), mine(r, n, "rmsnorm rstd");
-    cpu_.rmsnorm_forward(x, g, n, w, eps, y, r);
+    cpu_.rmsnorm_forward(s, x, g, eps, y, r);
   }
-  void rmsnorm_backward(const float* x, const float* g, const float* r, const float* dy, int64_t n, int64_t w,
+  void rmsnorm_backward(const ops::RowsShape& s, const float* x, const float* g, const float* r, const float* dy,
                         float* dx, float* dg) override {
+    const int64_t n = s.rows, w = s.cols;
     mine(x, n * w, "rmsnorm x"), mine(g, w, "rmsnorm gain"), mine(r, n, "rmsnorm rstd"), mine(dy, n * w, "rmsnorm dy");
     mine(dx, n * w, "rmsnorm dx"), mine(dg, w, "rmsnorm dgain");
-    cpu_.rmsnorm_backward(x, g, r, dy, n, w, dx, dg);
+    cpu_.rmsnorm_backward(s, x, g, r, dy, dx, dg);
   }
-  void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t c0, int64_t heads, int64_t hd,
-                    double theta, int64_t first) override {
-    mine(x, tokens * stride, "rope x");
-    cpu_.rope_forward(x, tokens, seq, stride, c0, heads, hd, theta, first);
+  void rope_forward(float* x, const ops::RopeShape& s, int64_t first) override {
+    mine(x, s.tokens * s.stride, "rope x");
+    cpu_.rope_forward(x, s, first);
   }
-  void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t c0, int64_t heads, int64_t hd,
-                     double theta) override {
-    mine(dx, tokens * stride, "rope dx");
-    cpu_.rope_backward(dx, tokens, seq, stride, c0, heads, hd, theta);
+  void rope_backward(float* dx, const ops::RopeShape& s) override {
+    mine(dx, s.tokens * s.stride, "rope dx");
+    cpu_.rope_backward(dx, s);
   }
   void attention_forward(const ops::AttentionShape& s, const float* qkv, float* out, float* st) override {
     const int64_t N = s.batch * s.seq;
@@ -200,11 +200,10 @@ class StrictBackend final : public ops::Backend {
   static void ADD_FAILURE_IF(bool bad, const char* what) {
     if (bad) ADD_FAILURE() << what << ": a pointer outside the backend's memory was handed to it";
   }
-  void dense(const char* what, ops::Trans ta, ops::Trans tb, int64_t m, int64_t n, int64_t k, const float* a,
-             int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-    mine(a, ta == ops::Trans::no ? (m - 1) * lda + k : (k - 1) * lda + m, what);
-    mine(b, tb == ops::Trans::no ? (k - 1) * ldb + n : (n - 1) * ldb + k, what);
-    mine(c, (m - 1) * ldc + n, what);
+  void dense(const char* what, const ops::DenseGemmShape& s, const float* a, const float* b, float* c) {
+    mine(a, s.ta == ops::Trans::no ? (s.m - 1) * s.lda + s.k : (s.k - 1) * s.lda + s.m, what);
+    mine(b, s.tb == ops::Trans::no ? (s.k - 1) * s.ldb + s.n : (s.n - 1) * s.ldb + s.k, what);
+    mine(c, (s.m - 1) * s.ldc + s.n, what);
   }
 
   ops::Backend& cpu_ = ops::cpu();

@@ -2,10 +2,14 @@
 // bitwise resume of the Trainer.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/safetensors.h"
 #include "run/checkpoint.h"
 #include "data/data.h"
@@ -68,7 +72,7 @@ TrainConfig tiny_training(Quantization q) {
 TEST(Checkpoint, HuggingFaceLayoutSplitsFusedWeights) {
   auto m = tiny_model();
   m.tied_embeddings = false;
-  model::Transformer model(m);
+  model::Transformer model(m, ops::cpu());
   const auto layout = hf_tensor_layout(model);
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& s : layout) shapes[s.hf_name] = s.shape;
@@ -93,9 +97,9 @@ TEST(Checkpoint, HuggingFaceLayoutSplitsFusedWeights) {
 
 TEST(Checkpoint, SaveLoadRoundTripAndHuggingFaceReadable) {
   const fs::path run = fresh_dir("roundtrip");
-  model::Transformer a(tiny_model());
+  model::Transformer a(tiny_model(), ops::cpu());
   a.init_weights(7);
-  AdamW opt_a(a.params(), AdamWConfig{});
+  AdamW opt_a(a.params(), AdamWConfig{}, a.backend());
   std::vector<float> m(a.params().values().size()), v(m.size());
   for (size_t i = 0; i < m.size(); ++i) {
     m[i] = 0.001f * static_cast<float>(i % 97);
@@ -121,9 +125,9 @@ TEST(Checkpoint, SaveLoadRoundTripAndHuggingFaceReadable) {
   EXPECT_EQ(std::memcmp(q.data.data(), qkv, q.data.size()), 0);
   EXPECT_EQ(st.metadata.at("format"), "pt");
 
-  model::Transformer b(tiny_model());
+  model::Transformer b(tiny_model(), ops::cpu());
   b.init_weights(8);
-  AdamW opt_b(b.params(), AdamWConfig{});
+  AdamW opt_b(b.params(), AdamWConfig{}, b.backend());
   const TrainingState loaded = load_checkpoint(path, b, &opt_b);
   EXPECT_EQ(loaded.step, 12);
   EXPECT_EQ(loaded.seed, 99u);
@@ -136,11 +140,11 @@ TEST(Checkpoint, SaveLoadRoundTripAndHuggingFaceReadable) {
 
 TEST(Checkpoint, AnotherModelShapeIsRefusedNamingTheTensors) {
   const fs::path run = fresh_dir("mismatch");
-  model::Transformer a(tiny_model());
+  model::Transformer a(tiny_model(), ops::cpu());
   save_checkpoint(run, a, nullptr, TrainingState{}, keep_newest(1));
   auto wider = tiny_model();
   wider.width = 96;
-  model::Transformer b(wider);
+  model::Transformer b(wider, ops::cpu());
   const std::vector<float> before(b.params().values().begin(), b.params().values().end());
   try {
     load_checkpoint(checkpoint_path(run, 0), b, nullptr);
@@ -155,22 +159,22 @@ TEST(Checkpoint, AnotherModelShapeIsRefusedNamingTheTensors) {
 
   auto deeper = tiny_model();
   deeper.layers = 3;
-  model::Transformer c(deeper);
+  model::Transformer c(deeper, ops::cpu());
   try {
     load_checkpoint(checkpoint_path(run, 0), c, nullptr);
     FAIL();
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.2.self_attn.q_proj.weight is missing"), std::string::npos);
   }
-  model::Transformer d(tiny_model());
-  AdamW opt(d.params(), AdamWConfig{});
+  model::Transformer d(tiny_model(), ops::cpu());
+  AdamW opt(d.params(), AdamWConfig{}, d.backend());
   EXPECT_THROW(load_checkpoint(checkpoint_path(run, 0), d, &opt), UsageError);  // saved without optimizer state
   EXPECT_THROW(load_checkpoint(run / "checkpoints" / "step_00000099", d, nullptr), UsageError);
 }
 
 TEST(Checkpoint, KeepsTheNewestAndIgnoresCrashLeftovers) {
   const fs::path run = fresh_dir("keep");
-  model::Transformer a(tiny_model());
+  model::Transformer a(tiny_model(), ops::cpu());
   // A crashed save leaves a hidden partial directory: never listed, removed by the next save.
   fs::create_directories(checkpoints_dir(run) / ".partial-step_00000005-123");
   for (int64_t step : {10, 20, 30, 40}) {
@@ -188,14 +192,14 @@ TEST(Checkpoint, KeepsTheNewestAndIgnoresCrashLeftovers) {
   s.step = 40;
   s.tokens = 777;
   save_checkpoint(run, a, nullptr, s, keep_newest(2));
-  model::Transformer b(tiny_model());
+  model::Transformer b(tiny_model(), ops::cpu());
   EXPECT_EQ(load_checkpoint(*latest_checkpoint(run), b, nullptr).tokens, 777);
 }
 
 TEST(Checkpoint, RotationSparesTheCheckpointToKeepAlso) {
   // During a loss spike the run keeps the last checkpoint before it, however many follow.
   const fs::path run = fresh_dir("keep-also");
-  model::Transformer a(tiny_model());
+  model::Transformer a(tiny_model(), ops::cpu());
   for (int64_t step : {10, 20, 30, 40, 50}) {
     TrainingState s;
     s.step = step;
@@ -210,7 +214,7 @@ TEST(Checkpoint, RotationSparesTheCheckpointToKeepAlso) {
 
 TEST(Checkpoint, AbandonedCheckpointsAreMovedNeverDeleted) {
   const fs::path run = fresh_dir("abandon");
-  model::Transformer a(tiny_model());
+  model::Transformer a(tiny_model(), ops::cpu());
   for (int64_t step : {10, 20, 30}) {
     TrainingState s;
     s.step = step;
@@ -223,7 +227,7 @@ TEST(Checkpoint, AbandonedCheckpointsAreMovedNeverDeleted) {
   EXPECT_EQ(moved[1].to, abandoned_dir(run) / "step_00000030");
   ASSERT_EQ(list_checkpoints(run).size(), 1u);
   EXPECT_EQ(*latest_checkpoint(run), checkpoint_path(run, 10));
-  model::Transformer b(tiny_model());
+  model::Transformer b(tiny_model(), ops::cpu());
   EXPECT_NO_THROW(load_checkpoint(abandoned_dir(run) / "step_00000030", b, nullptr));
   // A second abandoned branch with the same step names: suffixed, the first one kept.
   TrainingState s;

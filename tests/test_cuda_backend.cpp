@@ -349,9 +349,9 @@ TEST_F(CudaOps, GemmsAgreeWithTheCpuWithinTheFp32SummationBound) {
   EXPECT_THROW(gpu().gemm(*ga, *gb, dc.data(), N, 1.0f, ops::Output::overwrite, ops::Summation::block_exact),
                UsageError);
   // FP32 and BF16 (operands rounded to BF16 first).
-  gpu().gemm_f32(ops::Trans::no, ops::Trans::yes, M, N, K, 1.0f, da.data(), K, db.data(), K, 0.0f, dc.data(), N);
+  gpu().gemm_f32(ops::DenseGemmShape::a_bt(M, N, K), 1.0f, da.data(), db.data(), 0.0f, dc.data());
   check(download(dc), a, b, "fp32");
-  gpu().gemm_bf16(ops::Trans::no, ops::Trans::yes, M, N, K, 1.0f, da.data(), K, db.data(), K, 0.0f, dc.data(), N);
+  gpu().gemm_bf16(ops::DenseGemmShape::a_bt(M, N, K), 1.0f, da.data(), db.data(), 0.0f, dc.data());
   std::vector<float> a16(a.size()), b16(b.size());
   for (size_t i = 0; i < a.size(); ++i) a16[i] = bf16_to_float(bf16_from_float_rn(a[i]));
   for (size_t i = 0; i < b.size(); ++i) b16[i] = bf16_to_float(bf16_from_float_rn(b[i]));
@@ -380,13 +380,13 @@ TEST_F(CudaOps, DeterministicLayersGiveTheCpuBits) {
 
   // RMSNorm.
   std::vector<float> y(x.size()), rstd(n), gx(x.size(), 0.0f), gg(width, 0.0f);
-  host().rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5f, y.data(), rstd.data());
-  host().rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), n, width, gx.data(), gg.data());
+  host().rmsnorm_forward({n, width}, x.data(), gain.data(), 1e-5f, y.data(), rstd.data());
+  host().rmsnorm_backward({n, width}, x.data(), gain.data(), rstd.data(), dy.data(), gx.data(), gg.data());
   ops::Array<float> gy(gpu(), y.size()), grstd(gpu(), n), ggx(gpu()), ggg(gpu());
   ggx.resize_zeroed(x.size());
   ggg.resize_zeroed(width);
-  gpu().rmsnorm_forward(dx.data(), dgain.data(), n, width, 1e-5f, gy.data(), grstd.data());
-  gpu().rmsnorm_backward(dx.data(), dgain.data(), grstd.data(), ddy.data(), n, width, ggx.data(), ggg.data());
+  gpu().rmsnorm_forward({n, width}, dx.data(), dgain.data(), 1e-5f, gy.data(), grstd.data());
+  gpu().rmsnorm_backward({n, width}, dx.data(), dgain.data(), grstd.data(), ddy.data(), ggx.data(), ggg.data());
   EXPECT_TRUE(same_bits(download(gy), y));
   EXPECT_TRUE(same_bits(download(grstd), rstd));
   EXPECT_TRUE(same_bits(download(ggx), gx));
@@ -395,11 +395,13 @@ TEST_F(CudaOps, DeterministicLayersGiveTheCpuBits) {
   // RoPE (4 heads of 24 from column 0 of 96-wide rows; sequences of 20), forward at an offset and back.
   auto r = x;
   auto dr = upload(x);
-  host().rope_forward(r.data(), n, 20, width, 0, 4, 24, 10000.0, 3);
-  gpu().rope_forward(dr.data(), n, 20, width, 0, 4, 24, 10000.0, 3);
+  const ops::RopeShape rope{.tokens = n, .seq = 20, .stride = width, .first_col = 0, .heads = 4, .head_dim = 24,
+                            .theta = 10000.0};
+  host().rope_forward(r.data(), rope, 3);
+  gpu().rope_forward(dr.data(), rope, 3);
   EXPECT_TRUE(same_bits(download(dr), r));
-  host().rope_backward(r.data(), n, 20, width, 0, 4, 24, 10000.0);
-  gpu().rope_backward(dr.data(), n, 20, width, 0, 4, 24, 10000.0);
+  host().rope_backward(r.data(), rope);
+  gpu().rope_backward(dr.data(), rope);
   EXPECT_TRUE(same_bits(download(dr), r));
 
   // Element-wise, AdamW and the gradient norm.

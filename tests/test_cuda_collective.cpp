@@ -73,7 +73,7 @@ void expect_sum_over_gpus(int ranks, size_t n) {
   for (int r = 0; r < ranks; ++r) ASSERT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
   for (int r = 1; r < ranks; ++r) EXPECT_EQ(outputs[static_cast<size_t>(r)], outputs[0]) << "rank " << r << " got other bits";
   if ((ranks & (ranks - 1)) == 0) {
-    train::GradientSum tree;
+    train::GradientSum tree(ops::cpu());
     for (const auto& v : inputs) tree.add(v);
     std::vector<float> expected(n);
     tree.finish(expected);

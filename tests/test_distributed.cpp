@@ -9,15 +9,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
+#include "common/error.h"
 #include "sum_order_inputs.h"
-#include "format/quantized_tensor.h"
 #include "data/data.h"
 #include "train/distributed.h"
 
@@ -28,7 +31,7 @@ using train::DataParallelPlan;
 namespace {
 
 std::vector<float> tree_sum(const std::vector<std::vector<float>>& leaves, size_t first, size_t count) {
-  train::GradientSum sum;
+  train::GradientSum sum(ops::cpu());
   for (size_t i = first; i < first + count; ++i) sum.add(leaves[i]);
   std::vector<float> out(leaves[0].size());
   sum.finish(out);
@@ -116,7 +119,7 @@ TEST(GradientSum, RankSubtreesAddUpToTheOneProcessTreeBitwise) {
 
 TEST(GradientSum, SingleLeafAndUnevenCountsAndReuse) {
   const auto a = mixed_magnitude_floats(10, 1), b = mixed_magnitude_floats(10, 2), c = mixed_magnitude_floats(10, 3);
-  train::GradientSum sum;
+  train::GradientSum sum(ops::cpu());
   std::vector<float> out(10);
   sum.add(a);
   sum.finish(out);

@@ -43,7 +43,7 @@ class ModelGradient : public ::testing::TestWithParam<std::tuple<bool, int64_t>>
 
 TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
   const auto [tied, kv_heads] = GetParam();
-  Transformer m(tiny_config(tied, kv_heads));
+  Transformer m(tiny_config(tied, kv_heads), ops::cpu());
   m.init_weights(3);
   const int64_t batch = 2, seq = 8;
   std::vector<int32_t> tokens, targets;
@@ -104,7 +104,7 @@ TEST(Model, InitialWeightsAreTheSerialBoxMullerStreamForAnyThreadCount) {
   const uint64_t seed = 12345;
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
-    Transformer m(c);
+    Transformer m(c, ops::cpu());
     m.init_weights(seed);
     omp_set_num_threads(2);
     const float residual_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.layers));
@@ -140,7 +140,7 @@ TEST(Model, InitialWeightsAreTheSerialBoxMullerStreamForAnyThreadCount) {
 }
 
 TEST(Model, GradientsAccumulateAcrossBackwardCalls) {
-  Transformer m(tiny_config(true, 4));
+  Transformer m(tiny_config(true, 4), ops::cpu());
   std::vector<int32_t> tokens, targets;
   random_tokens(tokens, 16, 11, 3);
   random_tokens(targets, 16, 11, 4);
@@ -159,7 +159,7 @@ TEST(Model, Nvfp4StaysCloseToFp32AndSavesActivationMemory) {
   ModelConfig c = tiny_config(true, 4);
   c.layers = 3;
   c.init_std = 0.02f;
-  Transformer fp32(c), nvfp4(c);
+  Transformer fp32(c, ops::cpu()), nvfp4(c, ops::cpu());
   fp32.init_weights(9);
   nvfp4.init_weights(9);
   std::vector<int32_t> tokens, targets;
@@ -168,7 +168,7 @@ TEST(Model, Nvfp4StaysCloseToFp32AndSavesActivationMemory) {
   RecipeConfig rc;
   rc.quantization = Quantization::nvfp4;
   rc.nvfp4.bf16_last_layers = 0;
-  Recipe recipe(rc, 3, nvfp4.block_linear_shapes(), 32);
+  Recipe recipe(rc, 3, nvfp4.block_linear_shapes(), 32, nvfp4.backend());
   ModelStep q;
   q.recipe = &recipe;
   q.collect_stats = true;
@@ -185,10 +185,10 @@ TEST(Model, Nvfp4StaysCloseToFp32AndSavesActivationMemory) {
 TEST(Model, RejectsBadConfigAndTokens) {
   ModelConfig c = tiny_config(true, 4);
   c.width = 18;
-  EXPECT_THROW(Transformer{c}, UsageError);
+  EXPECT_THROW((Transformer{c, ops::cpu()}), UsageError);
   c = tiny_config(true, 3);
-  EXPECT_THROW(Transformer{c}, UsageError);
-  Transformer m(tiny_config(true, 4));
+  EXPECT_THROW((Transformer{c, ops::cpu()}), UsageError);
+  Transformer m(tiny_config(true, 4), ops::cpu());
   std::vector<int32_t> bad(16, 11), ok(16, 0);
   EXPECT_THROW(m.forward(bad, ok, 2, 8, {}), UsageError);
   EXPECT_THROW(m.forward(ok, ok, 1, 16, {}), UsageError);  // longer than the context
@@ -205,7 +205,7 @@ TEST(Model, DecodeOfAPromptAtOnceMatchesTokenByToken) {
   m.kv_heads = 2;
   m.width = 32;
   m.context = 16;
-  Transformer model(m);
+  Transformer model(m, ops::cpu());
   model.init_weights(5);
   for (float& v : model.params().values()) v *= 4.0f;
   std::mt19937 rng(6);

@@ -93,7 +93,7 @@ TEST(Recipe, FourOverSixKnobsReachEveryOperand) {
   EXPECT_TRUE(r.weight_shared_by_fprop_and_dgrad());  // 16x16 tiles keep one choice per tile
   EXPECT_NE(describe(c).find("nvfp4.four_over_six_error=mse nvfp4.four_over_six_e4m3_max=256"), std::string::npos)
       << describe(c);
-  EXPECT_NO_THROW(Recipe(c, 4, kShapes, 768));
+  EXPECT_NO_THROW(Recipe(c, 4, kShapes, 768, ops::cpu()));
   // Bad values name the key, the value and the valid ones.
   auto message = [](const std::string& text) {
     try {
@@ -115,16 +115,16 @@ TEST(Recipe, FourOverSixKnobsReachEveryOperand) {
   // Without four_over_six: another value than the default is refused, the defaults are accepted.
   for (const char* text : {"quantization=nvfp4 nvfp4.four_over_six_error=mse", "quantization=nvfp4 nvfp4.four_over_six_e4m3_max=256"}) {
     try {
-      Recipe rejected(parse_recipe(text), 4, kShapes, 768);
+      Recipe rejected(parse_recipe(text), 4, kShapes, 768, ops::cpu());
       ADD_FAILURE() << text << " was accepted";
     } catch (const UsageError& e) {
       EXPECT_NE(std::string(e.what()).find("apply only with nvfp4.four_over_six=true"), std::string::npos) << e.what();
     }
   }
   EXPECT_NO_THROW(Recipe(parse_recipe("quantization=nvfp4 nvfp4.four_over_six_error=mae nvfp4.four_over_six_e4m3_max=448"), 4,
-                         kShapes, 768));
+                         kShapes, 768, ops::cpu()));
   // And like every nvfp4 knob, refused under another quantization.
-  EXPECT_THROW(Recipe(parse_recipe("quantization=bf16 nvfp4.four_over_six_error=mae"), 4, kShapes, 768), UsageError);
+  EXPECT_THROW(Recipe(parse_recipe("quantization=bf16 nvfp4.four_over_six_error=mae"), 4, kShapes, 768, ops::cpu()), UsageError);
 }
 
 TEST(Recipe, OtherRecipesUseTheirFormats) {
@@ -194,7 +194,7 @@ TEST(Recipe, KeyTableParsesPrintsAndListsEveryKey) {
 TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
   auto refuses = [](const std::string& text, int layers, int64_t tokens, const std::string& reason) {
     try {
-      Recipe r(parse_recipe(text), layers, kShapes, tokens);
+      Recipe r(parse_recipe(text), layers, kShapes, tokens, ops::cpu());
       ADD_FAILURE() << text << " was accepted";
     } catch (const UsageError& e) {
       EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
@@ -210,23 +210,23 @@ TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
   refuses("quantization=nvfp4 nvfp4.bf16_first_layers=-3", 4, 768, ">= 0");
   refuses("quantization=nvfp4 nvfp4.bf16_first_layers=-3", 4, 768, "nvfp4.bf16_first_layers and nvfp4.bf16_last_layers");
   refuses("quantization=nvfp4", 4, 760, "(batch x seq)");
-  Recipe ok(parse_recipe("quantization=mxfp8"), 4, kShapes, 768);
+  Recipe ok(parse_recipe("quantization=mxfp8"), 4, kShapes, 768, ops::cpu());
   std::vector<LinearShape> odd = {{"qkv", 100, 300}};
-  EXPECT_THROW(Recipe(parse_recipe("quantization=nvfp4"), 4, odd, 768), UsageError);
-  EXPECT_NO_THROW(Recipe(parse_recipe("quantization=bf16"), 4, odd, 7));
+  EXPECT_THROW(Recipe(parse_recipe("quantization=nvfp4"), 4, odd, 768, ops::cpu()), UsageError);
+  EXPECT_NO_THROW(Recipe(parse_recipe("quantization=bf16"), 4, odd, 7, ops::cpu()));
 }
 
 TEST(Recipe, KeepsFirstAndLastLayersInBf16AndSwitchesLate) {
   // Defaults scale the paper's 2 + 8 of 62 BF16 blocks: 0 + 1 of 4, 2 + 8 of 62.
-  Recipe small(parse_recipe("quantization=nvfp4"), 4, kShapes, 768);
+  Recipe small(parse_recipe("quantization=nvfp4"), 4, kShapes, 768, ops::cpu());
   EXPECT_EQ(small.bf16_first_layers(), 0);
   EXPECT_EQ(small.bf16_last_layers(), 1);
-  Recipe big(parse_recipe("quantization=nvfp4"), 62, kShapes, 768);
+  Recipe big(parse_recipe("quantization=nvfp4"), 62, kShapes, 768, ops::cpu());
   EXPECT_EQ(big.bf16_first_layers(), 2);
   EXPECT_EQ(big.bf16_last_layers(), 8);
 
   Recipe r(parse_recipe("quantization=nvfp4 nvfp4.bf16_first_layers=1 nvfp4.bf16_last_layers=1 precision_switch_at=0.75"),
-           4, kShapes, 768);
+           4, kShapes, 768, ops::cpu());
   EXPECT_EQ(r.for_layer(0, 0.0).fprop.precision, GemmPrecision::bf16);
   EXPECT_EQ(r.for_layer(1, 0.0).fprop.precision, GemmPrecision::quantized);
   EXPECT_EQ(r.for_layer(2, 0.5).wgrad.precision, GemmPrecision::quantized);
@@ -317,7 +317,7 @@ class LinearComposition : public ::testing::TestWithParam<Quantization> {};
 void check_linear_composition(const LinearCase& c) {
   const LinearStep& s = c.step;
   const int64_t T = c.tokens, I = c.in, O = c.out;
-  Linear lin("test", I, O);
+  Linear lin("test", I, O, ops::cpu());
   std::vector<float> y(T * O), dx(T * I), dw(O * I, 0.25f);
   lin.forward(s, c.x.data(), T, c.w.data(), y.data());
   lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data());
@@ -356,7 +356,7 @@ TEST(LinearComposition, Nvfp4WithFp32ProductsSummation) {
 }
 
 TEST(Recipe, AttentionPrecisionFollowsTheRecipe) {
-  const auto bf16 = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768).attention_bf16(); };
+  const auto bf16 = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768, ops::cpu()).attention_bf16(); };
   EXPECT_FALSE(bf16("quantization=none"));
   EXPECT_TRUE(bf16("quantization=nvfp4"));
   EXPECT_TRUE(bf16("quantization=bf16"));
@@ -366,7 +366,7 @@ TEST(Recipe, AttentionPrecisionFollowsTheRecipe) {
 }
 
 TEST(Recipe, GemmSummationResolvesForThisCpu) {
-  const auto summation = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768).for_layer(1, 0.0).fprop.summation; };
+  const auto summation = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768, ops::cpu()).for_layer(1, 0.0).fprop.summation; };
   EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=block_exact"), cpu::Summation::block_exact);
   EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=fp32_products"), cpu::Summation::fp32_products);
   EXPECT_EQ(summation("quantization=nvfp4"), cpu::fp32_products_available(Format::nvfp4) ? cpu::Summation::fp32_products
@@ -383,7 +383,7 @@ INSTANTIATE_TEST_SUITE_P(AllRecipes, LinearComposition,
 
 TEST(Linear, Nvfp4DgradSeesBitwiseTheWeightFpropUsed) {
   LinearCase c = make_case(Quantization::nvfp4);
-  Linear lin("test", c.in, c.out);
+  Linear lin("test", c.in, c.out, ops::cpu());
   std::vector<float> y(c.tokens * c.out), dx(c.tokens * c.in), dw(c.out * c.in, 0.0f);
   lin.forward(c.step, c.x.data(), c.tokens, c.w.data(), y.data());
   lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data());
@@ -397,7 +397,7 @@ TEST(Linear, Nvfp4DgradSeesBitwiseTheWeightFpropUsed) {
 TEST(Linear, Nvfp4SavesQuantizedActivationsAndReportsTelemetry) {
   LinearCase c = make_case(Quantization::nvfp4);
   c.step.collect_stats = true;
-  Linear lin("test", c.in, c.out);
+  Linear lin("test", c.in, c.out, ops::cpu());
   std::vector<float> y(c.tokens * c.out), dx(c.tokens * c.in), dw(c.out * c.in, 0.0f);
   lin.forward(c.step, c.x.data(), c.tokens, c.w.data(), y.data());
   // 4 bits per value plus one E4M3 scale per 16: 9/64 of the FP32 bytes.
@@ -413,7 +413,7 @@ TEST(Linear, Nvfp4SavesQuantizedActivationsAndReportsTelemetry) {
   EXPECT_EQ(names, (std::vector<std::string>{"fprop.X", "fprop.W", "wgrad.X^T", "dgrad.dY", "dgrad.W^T", "wgrad.dY^T"}));
 
   LinearCase f = make_case(Quantization::none);
-  Linear full("fp32", f.in, f.out);
+  Linear full("fp32", f.in, f.out, ops::cpu());
   full.forward(f.step, f.x.data(), f.tokens, f.w.data(), y.data());
   EXPECT_EQ(full.saved_activation_bytes(), f.tokens * f.in * 4);
 }
@@ -424,7 +424,7 @@ TEST(Linear, ResultsDoNotDependOnTheThreadCount) {
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
       LinearCase c = make_case(q);
-      Linear lin("test", c.in, c.out);
+      Linear lin("test", c.in, c.out, ops::cpu());
       std::vector<float> y(c.tokens * c.out), dx(c.tokens * c.in), dw(c.out * c.in, 0.0f);
       lin.forward(c.step, c.x.data(), c.tokens, c.w.data(), y.data());
       lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data());

@@ -1,10 +1,13 @@
 // Token shards: the binary format, its refusals, and `nibble prepare`'s data directory.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "data/data.h"
 #include "data/shards.h"
 

@@ -1,10 +1,13 @@
 // Tokenizers: round trips, saving and loading, and refusals.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "data/data.h"
 #include "data/tokenizer.h"
 

@@ -51,7 +51,7 @@ TEST(Schedule, WarmupStableDecay) {
 
 namespace {
 model::ParamArena two_tensor_arena() {
-  model::ParamArena a;
+  model::ParamArena a(ops::cpu());
   a.add("matrix", 2, 3, /*weight_decay=*/true);
   a.add("norm", 1, 3, /*weight_decay=*/false);
   a.allocate();
@@ -76,7 +76,7 @@ TEST(AdamW, TwoStepsMatchTheFormulaWithDecoupledDecayOnMatricesOnly) {
   c.eps = 1e-8f;
   c.weight_decay = 0.1f;
   c.clip_norm = 0.0f;
-  AdamW opt(a, c);
+  AdamW opt(a, c, ops::cpu());
   const float lr = 0.01f;
   std::vector<double> w(a.values().begin(), a.values().end()), g(a.grads().begin(), a.grads().end());
   std::vector<double> m(w.size(), 0), v(w.size(), 0);
@@ -96,7 +96,7 @@ TEST(AdamW, TwoStepsMatchTheFormulaWithDecoupledDecayOnMatricesOnly) {
 
 TEST(AdamW, ClipsByGlobalNorm) {
   model::ParamArena a = two_tensor_arena(), b = two_tensor_arena();
-  const double norm = global_grad_norm(a.grads());
+  const double norm = global_grad_norm(a.grads(), ops::cpu());
   double expect = 0;
   for (float x : a.grads()) expect += static_cast<double>(x) * x;
   EXPECT_NEAR(norm, std::sqrt(expect), 1e-12);
@@ -109,7 +109,7 @@ TEST(AdamW, ClipsByGlobalNorm) {
   AdamWConfig noclip = clip;
   noclip.clip_norm = 0;
   for (float& x : b.grads()) x = static_cast<float>(x * (0.1 / norm));
-  AdamW oa(a, clip), ob(b, noclip);
+  AdamW oa(a, clip, ops::cpu()), ob(b, noclip, ops::cpu());
   EXPECT_NEAR(oa.step(a, 0.5f), norm, 1e-12);
   ob.step(b, 0.5f);
   for (size_t i = 0; i < a.values().size(); ++i) EXPECT_NEAR(a.values()[i], b.values()[i], 1e-7);
@@ -281,8 +281,8 @@ TEST(StepWork, CountsEachGemmInItsLayersPrecisionAndTheCausalAttentionProducts) 
   RecipeConfig rc;
   rc.quantization = Quantization::nvfp4;
   rc.nvfp4.bf16_first_layers = 1, rc.nvfp4.bf16_last_layers = 1;
-  model::Transformer model(m);
-  const Recipe recipe(rc, 4, model.block_linear_shapes(), T);
+  model::Transformer model(m, ops::cpu());
+  const Recipe recipe(rc, 4, model.block_linear_shapes(), T, model.backend());
   const StepWork w = step_work(m, recipe, batch, seq, 1);
   EXPECT_DOUBLE_EQ(w.gemm_flops[static_cast<int>(GemmPrecision::quantized)], 2 * 3 * 2.0 * T * per_layer);
   EXPECT_DOUBLE_EQ(w.gemm_flops[static_cast<int>(GemmPrecision::bf16)], 2 * 3 * 2.0 * T * per_layer);
@@ -297,7 +297,7 @@ TEST(StepWork, CountsEachGemmInItsLayersPrecisionAndTheCausalAttentionProducts) 
   EXPECT_GT(w.other_bytes, 0);
 
   RecipeConfig none;
-  const Recipe fp32(none, 4, model.block_linear_shapes(), T);
+  const Recipe fp32(none, 4, model.block_linear_shapes(), T, model.backend());
   const StepWork w32 = step_work(m, fp32, batch, seq, 1);
   EXPECT_DOUBLE_EQ(w32.gemm_flops[0], 4 * 3 * 2.0 * T * per_layer + 3 * 2.0 * T * d * 64);
   EXPECT_EQ(w32.quantize_bytes, 0);

@@ -372,7 +372,7 @@ TEST(KvCache, DecoderMatchesTheFullForwardPass) {
   m.kv_heads = 2;
   m.width = 64;
   m.context = 24;
-  model::Transformer model(m);
+  model::Transformer model(m, ops::cpu());
   model.init_weights(3);
   // Larger weights than the initialisation so attention is far from uniform.
   for (float& v : model.params().values()) v *= 8.0f;

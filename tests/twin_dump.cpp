@@ -130,7 +130,7 @@ int run(int argc, char** argv) {
   if (o.seq == 0) o.seq = o.model.context;
   if (o.batch <= 0) throw UsageError("batch=" + std::to_string(o.batch) + " must be positive");
 
-  model::Transformer model(o.model);
+  model::Transformer model(o.model, ops::cpu());
   model.init_weights(o.seed);
   uint64_t state = o.seed;
   randomize_norm_gains(model.params(), state);

@@ -5,7 +5,7 @@
 
 #include "cli/command.h"
 #include "cli/app.h"
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::cli {
 

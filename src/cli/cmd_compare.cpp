@@ -2,9 +2,11 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/command.h"
-#include "format/quantized_tensor.h"  // UsageError
+#include "common/error.h"
 #include "run/compare.h"
 
 namespace nibble::cli {

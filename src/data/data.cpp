@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/hash.h"
 #include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::train {
 

@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/atomic_file.h"
 #include "data/data.h"
 

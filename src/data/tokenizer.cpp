@@ -5,9 +5,13 @@
 #include <sentencepiece_trainer.h>
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/atomic_file.h"
 #include "io/checksum.h"
 #include "data/data.h"

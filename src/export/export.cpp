@@ -39,7 +39,7 @@ int64_t seq_of(const LoadedRun& run) {
 Recipe recipe_of(const LoadedRun& run) {
   const auto& c = run.config.train;
   return Recipe(c.recipe, static_cast<int>(c.model.layers), run.model->block_linear_shapes(),
-                std::max<int64_t>(1, c.batch) * seq_of(run));
+                std::max<int64_t>(1, c.batch) * seq_of(run), run.model->backend());
 }
 
 // The options Linear::forward passes to the backend's quantize for the weight (recipe/linear.cpp: `wo` is
@@ -48,7 +48,8 @@ Recipe recipe_of(const LoadedRun& run) {
 std::optional<QuantOptions> forward_weight_options(const Recipe& recipe, int layer, double progress) {
   const LinearRecipe r = recipe.for_layer(layer, progress);
   if (r.fprop.precision != GemmPrecision::quantized || r.fprop.b.format != Format::nvfp4) return std::nullopt;
-  NIBBLE_CHECK(r.fprop.b.rounding == Rounding::nearest && !r.fprop.b.rht);
+  NIBBLE_CHECK(r.fprop.b.rounding == Rounding::nearest && !r.fprop.b.rht,
+               "a forward NVFP4 weight is quantized with round-to-nearest and no RHT");
   return r.fprop.b;
 }
 

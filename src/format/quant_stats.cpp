@@ -12,7 +12,8 @@ namespace nibble {
 
 QuantStats quant_stats(std::span<const float> x, const QuantizedTensor& q) {
   const int64_t n = q.rows * q.cols;
-  NIBBLE_CHECK(static_cast<int64_t>(x.size()) == n);
+  NIBBLE_CHECK(static_cast<int64_t>(x.size()) == n, "quant_stats: %zu source values for a tensor of %lld", x.size(),
+               static_cast<long long>(n));
   std::vector<float> domain(x.begin(), x.end());  // x in the quantized domain (transformed when rht)
   if (q.rht) rht_rows(x, q.rows, q.cols, domain, /*round_bf16=*/false);
   std::vector<float> deq(static_cast<size_t>(n));

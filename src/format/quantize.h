@@ -11,8 +11,9 @@
 namespace nibble::ref {
 
 // x: row-major [rows, cols]. Throws UsageError for shapes that do not fit the block (cols not a
-// multiple of the block; rows not a multiple of 16 for 16x16 tiles), non-finite values (naming the
-// first offending index) and option combinations that do not apply to the format.
+// multiple of the block; rows not a multiple of 16 for 16x16 tiles) and option combinations that do
+// not apply to the format; NumericalError (a UsageError) for non-finite values, naming the first
+// offending index.
 QuantizedTensor quantize(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt);
 QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, const QuantOptions& opt);
 

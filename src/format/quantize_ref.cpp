@@ -309,8 +309,8 @@ void validate(std::span<const float> x, int64_t rows, int64_t cols, const QuantO
   for (size_t i = 0; i < x.size(); ++i)
     if (!std::isfinite(x[i]))
       throw NumericalError("non-finite value " + std::to_string(x[i]) + " at index [" + std::to_string(i / cols) + ", " +
-                       std::to_string(i % cols) + "] (flat " + std::to_string(i) +
-                       "): quantization needs finite input; fix the producer of the tensor");
+                           std::to_string(i % cols) + "] (flat " + std::to_string(i) +
+                           "): quantization needs finite input; fix the producer of the tensor");
 }
 
 QuantizedTensor quantize(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
@@ -372,7 +372,9 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
 }
 
 void dequantize_codes(const QuantizedTensor& q, std::span<float> out) {
-  NIBBLE_CHECK(static_cast<int64_t>(out.size()) == q.rows * q.cols);
+  NIBBLE_CHECK(static_cast<int64_t>(out.size()) == q.rows * q.cols,
+               "dequantize_codes: the output holds %zu values, the tensor %lld x %lld", out.size(),
+               static_cast<long long>(q.rows), static_cast<long long>(q.cols));
   const int64_t n = q.rows * q.cols, bl = q.block_len();
   for (int64_t i = 0; i < n; ++i) {
     uint8_t c = get_code(q, i);

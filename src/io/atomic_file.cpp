@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::io {
 namespace {

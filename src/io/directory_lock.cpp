@@ -10,8 +10,9 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::io {
 

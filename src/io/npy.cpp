@@ -5,11 +5,15 @@
 #include "io/npy.h"
 
 #include <bit>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/atomic_file.h"
 
 namespace nibble::io {

@@ -1,12 +1,16 @@
 #include "io/safetensors.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <set>
+#include <string>
+#include <string_view>
+#include <vector>
 #include <nlohmann/json.hpp>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/atomic_file.h"
 
 namespace nibble::io {

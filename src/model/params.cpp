@@ -1,14 +1,18 @@
 #include "model/params.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::model {
 
 int64_t ParamArena::add(std::string name, int64_t rows, int64_t cols, bool weight_decay) {
-  NIBBLE_CHECK(values_.empty() && rows > 0 && cols > 0);
+  NIBBLE_CHECK(values_.empty() && rows > 0 && cols > 0,
+               "ParamArena::add(%s, %lld x %lld): parameters are added before allocate(), with a non-empty shape",
+               name.c_str(), static_cast<long long>(rows), static_cast<long long>(cols));
   const int64_t offset = size_;
   params_.push_back({std::move(name), offset, rows, cols, weight_decay});
   size_ += (rows * cols + 15) / 16 * 16;  // 64-byte alignment of every tensor

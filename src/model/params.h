@@ -22,7 +22,7 @@ struct ParamInfo {
 
 class ParamArena {
  public:
-  explicit ParamArena(ops::TensorOps& ops = ops::cpu()) : values_(ops), grads_(ops) {}
+  explicit ParamArena(ops::TensorOps& ops) : values_(ops), grads_(ops) {}
   // Layout first, then allocate(): offsets stay valid because storage is made once.
   int64_t add(std::string name, int64_t rows, int64_t cols, bool weight_decay);
   void allocate();

@@ -10,6 +10,21 @@ namespace {
 
 const char* kLinearNames[kLinearsPerBlock] = {"qkv", "attn_out", "gate_up", "down"};
 
+// RoPE on the query heads and on the key heads of the qkv rows of an attention of shape s (the value
+// heads are not rotated).
+struct QkvRope {
+  ops::RopeShape query, key;
+};
+QkvRope qkv_rope(const ops::AttentionShape& s, double theta) {
+  QkvRope r;
+  r.query = {.tokens = s.batch * s.seq, .seq = s.seq, .stride = s.qkv_stride(), .first_col = 0, .heads = s.heads,
+             .head_dim = s.head_dim, .theta = theta};
+  r.key = r.query;
+  r.key.first_col = s.heads * s.head_dim;
+  r.key.heads = s.kv_heads;
+  return r;
+}
+
 // Output k (k = 1, 2, ...) of the splitmix64 stream that starts at `seed`: its state after k steps
 // is seed + k * golden, so any output can be computed on its own.
 uint64_t splitmix64_output(uint64_t seed, uint64_t k) {
@@ -159,12 +174,12 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
   final_normed_.resize(nd);
   logits_.resize(static_cast<size_t>(N * V));
   token_loss_.resize(N);
-  ops_.rmsnorm_forward(residual_[config_.layers].data(), params_.value(final_norm_), N, d, config_.norm_eps,
+  ops_.rmsnorm_forward({N, d}, residual_[config_.layers].data(), params_.value(final_norm_), config_.norm_eps,
                        final_normed_.data(), final_rstd_.data());
   {
     auto t0 = std::chrono::steady_clock::now();
-    ops_.gemm_f32(Trans::no, Trans::yes, N, V, d, 1.0f, final_normed_.data(), d, params_.value(head_), d, 0.0f,
-                  logits_.data(), V);
+    ops_.gemm_f32(ops::DenseGemmShape::a_bt(N, V, d), 1.0f, final_normed_.data(), params_.value(head_), 0.0f,
+                  logits_.data());
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   double total = ops_.cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
@@ -185,7 +200,7 @@ void Transformer::embed(int64_t N) {
 void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const ModelStep& step, KvCache* cache) {
   const int64_t N = batch * seq, d = config_.width, f = config_.hidden();
   const ops::AttentionShape shape = attention_shape(batch, seq);
-  const int64_t hd = shape.head_dim, first_position = cache ? cache->length : 0;
+  const int64_t first_position = cache ? cache->length : 0;
   const size_t nd = static_cast<size_t>(N * d);
   normed_.resize(nd);
   attn_.resize(static_cast<size_t>(N * shape.out_width()));
@@ -213,11 +228,11 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
   };
   const float* x = residual_[l].data();
 
-  ops_.rmsnorm_forward(x, params_.value(p.norm1), N, d, config_.norm_eps, normed_.data(), a.rstd1.data());
+  ops_.rmsnorm_forward({N, d}, x, params_.value(p.norm1), config_.norm_eps, normed_.data(), a.rstd1.data());
   linear_(l, BlockLinear::qkv).forward(linear_step(BlockLinear::qkv), normed_.data(), N, params_.value(p.qkv), a.qkv.data());
-  ops_.rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), 0, shape.heads, hd, config_.rope_theta, first_position);
-  ops_.rope_forward(a.qkv.data(), N, seq, shape.qkv_stride(), shape.heads * hd, shape.kv_heads, hd, config_.rope_theta,
-                    first_position);
+  const QkvRope rope = qkv_rope(shape, config_.rope_theta);
+  ops_.rope_forward(a.qkv.data(), rope.query, first_position);
+  ops_.rope_forward(a.qkv.data(), rope.key, first_position);
   if (cache)
     ops_.attention_decode(shape, first_position, a.qkv.data(), cache->keys[l].data(), cache->values[l].data(),
                           attn_.data());
@@ -227,7 +242,7 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
       .forward(linear_step(BlockLinear::attn_out), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
   ops_.add(a.x_mid.data(), x, N * d);
 
-  ops_.rmsnorm_forward(a.x_mid.data(), params_.value(p.norm2), N, d, config_.norm_eps, normed_.data(), a.rstd2.data());
+  ops_.rmsnorm_forward({N, d}, a.x_mid.data(), params_.value(p.norm2), config_.norm_eps, normed_.data(), a.rstd2.data());
   linear_(l, BlockLinear::gate_up)
       .forward(linear_step(BlockLinear::gate_up), normed_.data(), N, params_.value(p.gate_up), a.gate_up.data());
   ops_.swiglu_forward(a.gate_up.data(), N, f, mlp_act_.data());
@@ -267,21 +282,21 @@ std::span<const float> Transformer::decode(KvCache& cache, std::span<const int32
   final_rstd_.resize(1);
   final_normed_.resize(static_cast<size_t>(d));
   logits_.resize(static_cast<size_t>(V));
-  ops_.rmsnorm_forward(residual_[config_.layers].data() + (n - 1) * d, params_.value(final_norm_), 1, d,
+  ops_.rmsnorm_forward({1, d}, residual_[config_.layers].data() + (n - 1) * d, params_.value(final_norm_),
                        config_.norm_eps, final_normed_.data(), final_rstd_.data());
-  ops_.gemm_f32(Trans::no, Trans::yes, 1, V, d, 1.0f, final_normed_.data(), d, params_.value(head_), d, 0.0f,
-                logits_.data(), V);
+  ops_.gemm_f32(ops::DenseGemmShape::a_bt(1, V, d), 1.0f, final_normed_.data(), params_.value(head_), 0.0f,
+                logits_.data());
   decoded_logits_.resize(static_cast<size_t>(V));
   logits_.copy_to_host(decoded_logits_.data());
   return decoded_logits_;
 }
 
 void Transformer::backward(float scale) {
-  NIBBLE_CHECK(batch_ > 0 && backward_ready_);  // backward follows a training forward
+  NIBBLE_CHECK(batch_ > 0 && backward_ready_, "Transformer::backward without a training forward before it");
   backward_ready_ = false;
   const int64_t N = batch_ * seq_, d = config_.width, V = config_.vocab, f = config_.hidden();
   const ops::AttentionShape shape = attention_shape(batch_, seq_);
-  const int64_t hd = shape.head_dim;
+  const QkvRope rope = qkv_rope(shape, config_.rope_theta);
   const size_t nd = static_cast<size_t>(N * d);
   d_res_.resize_zeroed(nd);
   d_normed_.resize(nd);
@@ -295,13 +310,12 @@ void Transformer::backward(float scale) {
   ops_.cross_entropy_backward(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N), dlogits);
   {
     auto t0 = std::chrono::steady_clock::now();
-    ops_.gemm_f32(Trans::no, Trans::no, N, d, V, 1.0f, dlogits, V, params_.value(head_), d, 0.0f, d_normed_.data(), d);
-    ops_.gemm_f32(Trans::yes, Trans::no, V, d, N, 1.0f, dlogits, V, final_normed_.data(), d, 1.0f, params_.grad(head_),
-                  d);
+    ops_.gemm_f32(ops::DenseGemmShape::a_b(N, d, V), 1.0f, dlogits, params_.value(head_), 0.0f, d_normed_.data());
+    ops_.gemm_f32(ops::DenseGemmShape::at_b(V, d, N), 1.0f, dlogits, final_normed_.data(), 1.0f, params_.grad(head_));
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  ops_.rmsnorm_backward(residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(), d_normed_.data(),
-                   N, d, d_res_.data(), params_.grad(final_norm_));
+  ops_.rmsnorm_backward({N, d}, residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(),
+                        d_normed_.data(), d_res_.data(), params_.grad(final_norm_));
 
   // d_res_ holds dL/d(output of block l) on entry to each iteration, dL/d(input of block l) on exit.
   for (int64_t l = config_.layers - 1; l >= 0; --l) {
@@ -311,18 +325,17 @@ void Transformer::backward(float scale) {
     ops_.swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
     linear_(l, BlockLinear::gate_up)
         .backward(d_gate_up_.data(), params_.value(p.gate_up), d_normed_.data(), params_.grad(p.gate_up));
-    ops_.rmsnorm_backward(a.x_mid.data(), params_.value(p.norm2), a.rstd2.data(), d_normed_.data(), N, d, d_res_.data(),
-                     params_.grad(p.norm2));
+    ops_.rmsnorm_backward({N, d}, a.x_mid.data(), params_.value(p.norm2), a.rstd2.data(), d_normed_.data(),
+                          d_res_.data(), params_.grad(p.norm2));
 
     linear_(l, BlockLinear::attn_out)
         .backward(d_res_.data(), params_.value(p.attn_out), d_attn_.data(), params_.grad(p.attn_out));
     ops_.attention_backward(shape, a.qkv.data(), a.softmax_stats.data(), d_attn_.data(), d_qkv_.data());
-    ops_.rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), 0, shape.heads, hd, config_.rope_theta);
-    ops_.rope_backward(d_qkv_.data(), N, seq_, shape.qkv_stride(), shape.heads * hd, shape.kv_heads, hd,
-                       config_.rope_theta);
+    ops_.rope_backward(d_qkv_.data(), rope.query);
+    ops_.rope_backward(d_qkv_.data(), rope.key);
     linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));
-    ops_.rmsnorm_backward(residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(), N, d, d_res_.data(),
-                     params_.grad(p.norm1));
+    ops_.rmsnorm_backward({N, d}, residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(),
+                          d_res_.data(), params_.grad(p.norm1));
   }
   ops_.embedding_backward(tokens_.data(), N, d_res_.data(), d, params_.grad(embedding_));
 }

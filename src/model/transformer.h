@@ -78,7 +78,7 @@ struct LinearTelemetry {
 class Transformer {
  public:
   // The weights start as init_weights(init_seed).
-  explicit Transformer(const ModelConfig& config, ops::Backend& backend = ops::cpu(), uint64_t init_seed = 0);
+  explicit Transformer(const ModelConfig& config, ops::Backend& backend, uint64_t init_seed = 0);
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 

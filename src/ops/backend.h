@@ -57,6 +57,39 @@ class Quantized {
 // The causal attention core's shape, every backend's (format/attention_shape.h).
 using nibble::AttentionShape;
 
+// A dense GEMM's operands, row-major: C[m, n] = alpha op(A)[m, k] . op(B)[k, n] + beta C, where op
+// transposes when ta/tb is Trans::yes; lda, ldb, ldc are the stored row lengths of A, B and C.
+struct DenseGemmShape {
+  Trans ta = Trans::no, tb = Trans::no;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+
+  // The three products of a linear layer on contiguous operands: C = A B^T (forward, A [m, k] and
+  // B [n, k]), C = A B (A [m, k], B [k, n]) and C = A^T B (A [k, m], B [k, n]).
+  static DenseGemmShape a_bt(int64_t m, int64_t n, int64_t k) {
+    return {.ta = Trans::no, .tb = Trans::yes, .m = m, .n = n, .k = k, .lda = k, .ldb = k, .ldc = n};
+  }
+  static DenseGemmShape a_b(int64_t m, int64_t n, int64_t k) {
+    return {.ta = Trans::no, .tb = Trans::no, .m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
+  }
+  static DenseGemmShape at_b(int64_t m, int64_t n, int64_t k) {
+    return {.ta = Trans::yes, .tb = Trans::no, .m = m, .n = n, .k = k, .lda = m, .ldb = n, .ldc = n};
+  }
+};
+
+// `rows` rows of `cols` values each (one token per row), row-major and contiguous.
+struct RowsShape {
+  int64_t rows = 0, cols = 0;
+};
+
+// Half-split RoPE on `heads` heads of head_dim values each, from column first_col of [tokens, stride]
+// rows; token t sits at position t % seq (plus the call's first position). theta: the frequency base
+// (the model's rope_theta).
+struct RopeShape {
+  int64_t tokens = 0, seq = 0, stride = 0, first_col = 0, heads = 0, head_dim = 0;
+  double theta = 0;
+};
+
 // AdamW's per-step scalars (train/optimizer.h derives them from the config and the step).
 struct AdamWStep {
   float clip = 1, beta1 = 0.9f, beta2 = 0.99f, bias1 = 1, bias2 = 1, decay = 0, lr = 0, eps = 1e-8f;
@@ -82,8 +115,8 @@ class TensorOps {
 
   // ---- quantization: x is [rows, cols] FP32 row-major; the same bytes as nibble::ref ---------------
   virtual std::unique_ptr<Quantized> new_quantized() = 0;
-  // Row-wise blocks along cols (ref::quantize). UsageError for shapes/options the reference refuses
-  // and for non-finite input, naming it.
+  // Row-wise blocks along cols (ref::quantize). UsageError for shapes/options the reference refuses,
+  // NumericalError for non-finite input, naming it.
   virtual void quantize(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt, Quantized& out) = 0;
   // The quantization of x^T, [cols, rows] (ref::quantize_transposed).
   virtual void quantize_transposed(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
@@ -110,12 +143,12 @@ class TensorOps {
   // dimension ldc >= N. UsageError on mismatched shapes or formats.
   virtual void gemm(const Quantized& a, const Quantized& b, float* c, int64_t ldc, float alpha, Output output,
                     Summation summation) = 0;
-  // BLAS-style, row-major: C[M,N] = alpha op(A) op(B) + beta C. gemm_bf16 rounds the operands to BF16
-  // (RN) and accumulates in FP32. Bitwise the same for any thread count.
-  virtual void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                        const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
-  virtual void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+  // BLAS-style, row-major: C[M,N] = alpha op(A) op(B) + beta C (DenseGemmShape). gemm_bf16 rounds the
+  // operands to BF16 (RN) and accumulates in FP32. Bitwise the same for any thread count.
+  virtual void gemm_f32(const DenseGemmShape& s, float alpha, const float* a, const float* b, float beta,
+                        float* c) = 0;
+  virtual void gemm_bf16(const DenseGemmShape& s, float alpha, const float* a, const float* b, float beta,
+                         float* c) = 0;
 
   // ---- element-wise ------------------------------------------------------------------------------
   virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x
@@ -132,17 +165,15 @@ class LayerOps {
   virtual void embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t width, float* out) = 0;
   virtual void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width,
                                   float* dtable) = 0;
-  // y[N, d] = x * rstd * gain, rstd[N] saved; backward adds into dx and dgain.
-  virtual void rmsnorm_forward(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
+  // y[N, d] = x * rstd * gain over s = {N, d}, rstd[N] saved; backward adds into dx and dgain.
+  virtual void rmsnorm_forward(const RowsShape& s, const float* x, const float* gain, float eps, float* y,
                                float* rstd) = 0;
-  virtual void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
-                                int64_t width, float* dx, float* dgain) = 0;
-  // Half-split RoPE in place on `heads` heads from column first_col of [tokens, stride] rows; token t
-  // at position first_position + t % seq. The backend keeps the cos/sin tables per (head_dim, theta).
-  virtual void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                            int64_t head_dim, double theta, int64_t first_position) = 0;
-  virtual void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col,
-                             int64_t heads, int64_t head_dim, double theta) = 0;
+  virtual void rmsnorm_backward(const RowsShape& s, const float* x, const float* gain, const float* rstd,
+                                const float* dy, float* dx, float* dgain) = 0;
+  // Half-split RoPE in place (RopeShape); token t at position first_position + t % s.seq. The backend
+  // keeps the cos/sin tables per (head_dim, theta).
+  virtual void rope_forward(float* x, const RopeShape& s, int64_t first_position) = 0;
+  virtual void rope_backward(float* dx, const RopeShape& s) = 0;
   // Causal GQA attention core: qkv [N, qkv_stride] -> out [N, heads*head_dim], softmax_stats saved.
   virtual void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) = 0;
   virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats,
@@ -231,7 +262,8 @@ class Array {
   Array& operator=(const Array&) = delete;
 
   void bind(TensorOps& ops) {
-    NIBBLE_CHECK(ops_ == nullptr || ops_ == &ops || capacity_ == 0);
+    NIBBLE_CHECK(ops_ == nullptr || ops_ == &ops || capacity_ == 0,
+                 "Array::bind: an array holding memory of one backend cannot move to another");
     ops_ = &ops;
   }
   TensorOps* ops() const { return ops_; }
@@ -244,7 +276,7 @@ class Array {
   // Contents up to min(old, new) size are kept; new elements are unspecified.
   void resize(size_t n) {
     if (n > capacity_) {
-      NIBBLE_CHECK(ops_ != nullptr);
+      NIBBLE_CHECK(ops_ != nullptr, "Array::resize on an array bound to no backend");
       T* grown = static_cast<T*>(ops_->allocate(n * sizeof(T)));
       if (size_ > 0) ops_->copy(data_, grown, size_ * sizeof(T));
       if (data_) ops_->release(data_);

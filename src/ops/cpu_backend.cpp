@@ -87,13 +87,11 @@ class CpuBackend final : public Backend {
             Summation summation) override {
     cpu::gemm(host(a), host(b), c, ldc, alpha, output, summation);
   }
-  void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
-    cpu::gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  void gemm_f32(const DenseGemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) override {
+    cpu::gemm_f32(s.ta, s.tb, s.m, s.n, s.k, alpha, a, s.lda, b, s.ldb, beta, c, s.ldc);
   }
-  void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
-    cpu::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  void gemm_bf16(const DenseGemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) override {
+    cpu::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, alpha, a, s.lda, b, s.ldb, beta, c, s.ldc);
   }
 
   void add(float* y, const float* x, int64_t n) override {
@@ -115,22 +113,20 @@ class CpuBackend final : public Backend {
   void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width, float* dtable) override {
     cpu::embedding_backward(tokens, n, dout, width, dtable);
   }
-  void rmsnorm_forward(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
+  void rmsnorm_forward(const RowsShape& s, const float* x, const float* gain, float eps, float* y,
                        float* rstd) override {
-    cpu::rmsnorm_forward(x, gain, n, width, eps, y, rstd);
+    cpu::rmsnorm_forward(x, gain, s.rows, s.cols, eps, y, rstd);
   }
-  void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
-                        int64_t width, float* dx, float* dgain) override {
-    cpu::rmsnorm_backward(x, gain, rstd, dy, n, width, dx, dgain);
+  void rmsnorm_backward(const RowsShape& s, const float* x, const float* gain, const float* rstd, const float* dy,
+                        float* dx, float* dgain) override {
+    cpu::rmsnorm_backward(x, gain, rstd, dy, s.rows, s.cols, dx, dgain);
   }
-  void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                    int64_t head_dim, double theta, int64_t first_position) override {
-    cpu::rope_forward(x, tokens, seq, stride, first_col, heads, *rope_table(first_position + seq, head_dim, theta),
-                      first_position);
+  void rope_forward(float* x, const RopeShape& s, int64_t first_position) override {
+    cpu::rope_forward(x, s.tokens, s.seq, s.stride, s.first_col, s.heads,
+                      *rope_table(first_position + s.seq, s.head_dim, s.theta), first_position);
   }
-  void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                     int64_t head_dim, double theta) override {
-    cpu::rope_backward(dx, tokens, seq, stride, first_col, heads, *rope_table(seq, head_dim, theta));
+  void rope_backward(float* dx, const RopeShape& s) override {
+    cpu::rope_backward(dx, s.tokens, s.seq, s.stride, s.first_col, s.heads, *rope_table(s.seq, s.head_dim, s.theta));
   }
   void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) override {
     cpu::attention_forward(s, qkv, out, softmax_stats);

@@ -37,12 +37,12 @@ class DeviceQuantizedTensor final : public Quantized {
 
 cuda::DeviceQuantized& dev(Quantized& q) {
   auto* d = dynamic_cast<DeviceQuantizedTensor*>(&q);
-  NIBBLE_CHECK(d != nullptr);  // a tensor of another backend handed to this one
+  NIBBLE_CHECK(d != nullptr, "a quantized tensor of another backend was handed to the CUDA backend");
   return d->tensor;
 }
 const cuda::DeviceQuantized& dev(const Quantized& q) {
   auto* d = dynamic_cast<const DeviceQuantizedTensor*>(&q);
-  NIBBLE_CHECK(d != nullptr);
+  NIBBLE_CHECK(d != nullptr, "a quantized tensor of another backend was handed to the CUDA backend");
   return d->tensor;
 }
 
@@ -166,24 +166,22 @@ class CudaBackend final : public Backend {
                        "FP32 on their tensor cores: use gemm_summation=auto or fp32_products with device=cuda");
     cuda::gemm(dev(a), dev(b), c, ldc, alpha, output, ctx_);
   }
-  void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
-    cuda::gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ctx_);
+  void gemm_f32(const DenseGemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) override {
+    cuda::gemm_f32(s.ta, s.tb, s.m, s.n, s.k, alpha, a, s.lda, b, s.ldb, beta, c, s.ldc, ctx_);
   }
   // The operands rounded to BF16 (RN) into scratch, then cuBLASLt's BF16 GEMM with FP32 accumulation.
-  void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+  void gemm_bf16(const DenseGemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) override {
     // The stored extent of each operand: its rows apart by the leading dimension, the last row as long
     // as the operand is wide (a caller's allocation may end there).
-    const int64_t a_elems = ta == Trans::no ? (m - 1) * lda + k : (k - 1) * lda + m;
-    const int64_t b_elems = tb == Trans::no ? (k - 1) * ldb + n : (n - 1) * ldb + k;
+    const int64_t a_elems = s.ta == Trans::no ? (s.m - 1) * s.lda + s.k : (s.k - 1) * s.lda + s.m;
+    const int64_t b_elems = s.tb == Trans::no ? (s.k - 1) * s.ldb + s.n : (s.n - 1) * s.ldb + s.k;
     auto* a16 = reinterpret_cast<uint16_t*>(
         ctx_.scratch(cuda::Context::Scratch::operand_a, static_cast<size_t>(a_elems) * sizeof(uint16_t)));
     auto* b16 = reinterpret_cast<uint16_t*>(
         ctx_.scratch(cuda::Context::Scratch::operand_b, static_cast<size_t>(b_elems) * sizeof(uint16_t)));
     cuda::round_to_bf16(a, a16, a_elems, ctx_);
     cuda::round_to_bf16(b, b16, b_elems, ctx_);
-    cuda::gemm_bf16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc, ctx_);
+    cuda::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, alpha, a16, s.lda, b16, s.ldb, beta, c, s.ldc, ctx_);
   }
 
   void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, ctx_); }
@@ -200,24 +198,23 @@ class CudaBackend final : public Backend {
   void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width, float* dtable) override {
     cuda::embedding_backward(tokens, n, dout, width, dtable, ctx_);
   }
-  void rmsnorm_forward(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
+  void rmsnorm_forward(const RowsShape& s, const float* x, const float* gain, float eps, float* y,
                        float* rstd) override {
-    cuda::rmsnorm_forward(x, gain, n, width, eps, y, rstd, ctx_);
+    cuda::rmsnorm_forward(x, gain, s.rows, s.cols, eps, y, rstd, ctx_);
   }
-  void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
-                        int64_t width, float* dx, float* dgain) override {
-    cuda::rmsnorm_backward(x, gain, rstd, dy, n, width, dx, dgain, ctx_);
+  void rmsnorm_backward(const RowsShape& s, const float* x, const float* gain, const float* rstd, const float* dy,
+                        float* dx, float* dgain) override {
+    cuda::rmsnorm_backward(x, gain, rstd, dy, s.rows, s.cols, dx, dgain, ctx_);
   }
-  void rope_forward(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                    int64_t head_dim, double theta, int64_t first_position) override {
-    const RopeTable& t = rope_table(first_position + seq, head_dim, theta);
-    cuda::rope(x, tokens, seq, stride, first_col, heads, head_dim, t.cos.data(), t.sin.data(), first_position, 1.0f,
+  void rope_forward(float* x, const RopeShape& s, int64_t first_position) override {
+    const RopeTable& t = rope_table(first_position + s.seq, s.head_dim, s.theta);
+    cuda::rope(x, s.tokens, s.seq, s.stride, s.first_col, s.heads, s.head_dim, t.cos.data(), t.sin.data(),
+               first_position, 1.0f, ctx_);
+  }
+  void rope_backward(float* dx, const RopeShape& s) override {
+    const RopeTable& t = rope_table(s.seq, s.head_dim, s.theta);
+    cuda::rope(dx, s.tokens, s.seq, s.stride, s.first_col, s.heads, s.head_dim, t.cos.data(), t.sin.data(), 0, -1.0f,
                ctx_);
-  }
-  void rope_backward(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
-                     int64_t head_dim, double theta) override {
-    const RopeTable& t = rope_table(seq, head_dim, theta);
-    cuda::rope(dx, tokens, seq, stride, first_col, heads, head_dim, t.cos.data(), t.sin.data(), 0, -1.0f, ctx_);
   }
   void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) override {
     cuda::attention_forward(s, qkv, out, softmax_stats, ctx_);

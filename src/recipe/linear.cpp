@@ -46,7 +46,7 @@ class ScopedTimer {
 
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, ops::TensorOps& ops)
     : name_(std::move(name)), in_(in_features), out_(out_features), ops_(ops) {
-  NIBBLE_CHECK(in_ > 0 && out_ > 0);
+  NIBBLE_CHECK(in_ > 0 && out_ > 0, "Linear %s: positive in and out features", name_.c_str());
   saved_x_f32_.bind(ops_);
   saved_x_bf16_.bind(ops_);
   bf16_x_f32_.bind(ops_);
@@ -94,12 +94,12 @@ void Linear::run_gemm(const GemmRecipe& recipe, const DenseGemm& g, QuantizedGem
   switch (recipe.precision) {
     case GemmPrecision::fp32: {
       ScopedTimer timer(times_.gemm_s);
-      ops_.gemm_f32(g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc);
+      ops_.gemm_f32(g.shape, 1.0f, g.a, g.b, g.beta, g.c);
       break;
     }
     case GemmPrecision::bf16: {
       ScopedTimer timer(times_.gemm_s);
-      ops_.gemm_bf16(g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc);
+      ops_.gemm_bf16(g.shape, 1.0f, g.a, g.b, g.beta, g.c);
       break;
     }
     case GemmPrecision::quantized: quantized(); break;
@@ -107,14 +107,14 @@ void Linear::run_gemm(const GemmRecipe& recipe, const DenseGemm& g, QuantizedGem
 }
 
 void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y) {
-  NIBBLE_CHECK(tokens > 0);
+  NIBBLE_CHECK(tokens > 0, "Linear::forward of %s with no tokens", name_.c_str());
   step_ = step;
   tokens_ = tokens;
   if (step.collect_stats) stats_.clear();
   saved_xt_valid_ = false;
   fprop_input_quantized_ = false;
   // Fprop: Y = X W^T.
-  run_gemm(step.recipe.fprop, {Trans::no, Trans::yes, tokens, out_, in_, x, in_, w, in_, 0.0f, y, out_},
+  run_gemm(step.recipe.fprop, {ops::DenseGemmShape::a_bt(tokens, out_, in_), x, w, 0.0f, y},
            [&] { fprop_quantized(x, w, y); });
   saved_x_f32_.clear();
   saved_x_bf16_.clear();
@@ -188,12 +188,12 @@ void Linear::save_for_wgrad(const float* x) {
 }
 
 void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
-  NIBBLE_CHECK(tokens_ > 0);
+  NIBBLE_CHECK(tokens_ > 0, "Linear::backward of %s without a forward before it", name_.c_str());
   const int64_t tokens = tokens_;
   const LinearRecipe& r = step_.recipe;
   grad_t_valid_ = false;
   // Dgrad: dX = dY W.
-  run_gemm(r.dgrad, {Trans::no, Trans::no, tokens, in_, out_, dy, out_, w, in_, 0.0f, dx, in_},
+  run_gemm(r.dgrad, {ops::DenseGemmShape::a_b(tokens, in_, out_), dy, w, 0.0f, dx},
            [&] { dgrad_quantized(dy, w, dx); });
   // Wgrad: dW += dY^T X, with X as forward saved it (BF16 widened back to FP32 for gemm_bf16).
   const float* x = saved_x_f32_.data();
@@ -202,7 +202,7 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
     ops_.widen_bf16(saved_x_bf16_.data(), bf16_x_f32_.data(), static_cast<int64_t>(bf16_x_f32_.size()));
     x = bf16_x_f32_.data();
   }
-  run_gemm(r.wgrad, {Trans::yes, Trans::no, out_, in_, tokens, dy, out_, x, in_, 1.0f, dw, in_},
+  run_gemm(r.wgrad, {ops::DenseGemmShape::at_b(out_, in_, tokens), dy, x, 1.0f, dw},
            [&] { wgrad_quantized(dy, dw); });
   grad_t_valid_ = false;
   // Capacity is kept for the next micro-step (no reallocation per step); the contents are dead.
@@ -257,7 +257,7 @@ void Linear::dgrad_quantized(const float* dy, const float* w, float* dx) {
 }
 
 void Linear::wgrad_quantized(const float* dy, float* dw) {
-  NIBBLE_CHECK(saved_xt_valid_);
+  NIBBLE_CHECK(saved_xt_valid_, "Linear %s: the wgrad GEMM needs the X^T its forward saved", name_.c_str());
   const GemmRecipe& g = step_.recipe.wgrad;
   ops::Quantized& dyt = slot(grad_t_q_);
   if (!grad_t_valid_) {

@@ -45,7 +45,7 @@ struct OperandStats {
 
 class Linear {
  public:
-  Linear(std::string name, int64_t in_features, int64_t out_features, ops::TensorOps& ops = ops::cpu());
+  Linear(std::string name, int64_t in_features, int64_t out_features, ops::TensorOps& ops);
 
   const std::string& name() const { return name_; }
   int64_t in_features() const { return in_; }
@@ -81,15 +81,11 @@ class Linear {
   // A GEMM on FP32 operands, as ops::TensorOps::gemm_f32 takes it (alpha = 1):
   // C[m,n] = op(A) op(B) + beta C.
   struct DenseGemm {
-    ops::Trans ta, tb;
-    int64_t m, n, k;
+    ops::DenseGemmShape shape;
     const float* a;
-    int64_t lda;
     const float* b;
-    int64_t ldb;
     float beta;
     float* c;
-    int64_t ldc;
   };
   // Runs one GEMM of the recipe: `dense` at fp32 or bf16 precision, `quantized()` when quantized.
   template <typename QuantizedGemm>

@@ -407,7 +407,7 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
 }
 
 LinearRecipe Recipe::for_layer(int layer, double progress) const {
-  NIBBLE_CHECK(layer >= 0 && layer < layers_);
+  NIBBLE_CHECK(layer >= 0 && layer < layers_, "Recipe::for_layer(%d) of a %d-layer model", layer, layers_);
   Quantization q = config_.quantization;
   bool quantized = q != Quantization::none && q != Quantization::bf16;
   if (quantized && progress >= config_.precision_switch_at && config_.precision_switch_at < 1.0) q = Quantization::bf16;

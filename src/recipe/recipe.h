@@ -134,7 +134,7 @@ class Recipe {
   // ops: the backend the GEMMs run on (which summations it has kernels for).
   // Throws UsageError with the reason for any invalid combination.
   Recipe(const RecipeConfig& config, int layers, const std::vector<LinearShape>& linears,
-         int64_t tokens_per_micro_batch, const ops::TensorOps& ops = ops::cpu());
+         int64_t tokens_per_micro_batch, const ops::TensorOps& ops);
 
   const RecipeConfig& config() const { return config_; }
   int bf16_first_layers() const { return bf16_first_; }

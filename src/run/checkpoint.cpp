@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/atomic_file.h"
 #include "io/checksum.h"
 #include "io/safetensors.h"

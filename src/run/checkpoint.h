@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "format/quantized_tensor.h"  // UsageError
+#include "common/error.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
 

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "model/kv_cache.h"
 
 namespace nibble::train {
@@ -21,7 +23,7 @@ void SamplingOptions::validate() const {
 
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
-  NIBBLE_CHECK(vocab > 0);
+  NIBBLE_CHECK(vocab > 0, "sample_token from empty logits");
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   const int64_t k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;

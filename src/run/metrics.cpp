@@ -6,11 +6,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
 #include <nlohmann/json.hpp>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "io/atomic_file.h"
 
 namespace nibble::train {

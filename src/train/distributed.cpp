@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::train {
 

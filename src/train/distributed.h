@@ -168,7 +168,7 @@ class DataParallelPlan {
 // that backend's memory too).
 class GradientSum {
  public:
-  explicit GradientSum(ops::TensorOps& ops = ops::cpu()) : ops_(&ops) {}
+  explicit GradientSum(ops::TensorOps& ops) : ops_(&ops) {}
   void add(std::span<const float> leaf);
   // Writes the total into `out` and starts over. Precondition: at least one leaf.
   void finish(std::span<float> out);

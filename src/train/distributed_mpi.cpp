@@ -11,10 +11,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 #include "train/distributed.h"
 
 namespace nibble::train {

@@ -1,9 +1,12 @@
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::train {
 

@@ -21,7 +21,7 @@ struct AdamWConfig {
 class AdamW {
  public:
   // The state lives in the memory of `backend`, the backend of the arena it updates.
-  AdamW(const model::ParamArena& params, const AdamWConfig& config, ops::Backend& backend = ops::cpu());
+  AdamW(const model::ParamArena& params, const AdamWConfig& config, ops::Backend& backend);
   // One update with learning rate lr from the gradients in the arena (clipped first). Returns
   // the global gradient norm before clipping. Deterministic for any thread count.
   double step(model::ParamArena& params, float lr);
@@ -44,7 +44,7 @@ class AdamW {
 
 // The L2 norm of all gradients, summed in double in fixed-size chunks whose partial sums are
 // added in order, so the result does not depend on the thread count.
-double global_grad_norm(std::span<const float> grads, ops::Backend& backend = ops::cpu());
+double global_grad_norm(std::span<const float> grads, ops::Backend& backend);
 
 enum class Schedule : uint8_t { cosine, wsd, constant };
 Schedule parse_schedule(std::string_view s);  // UsageError listing the names

@@ -136,7 +136,8 @@ __global__ void adamw_kernel(lm::AdamWScalars k, const float* g, float* m, float
 }
 
 AttentionShape checked(const AttentionShape& s) {
-  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0 && s.batch > 0);
+  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0 && s.batch > 0,
+               "attention shape: positive sizes and heads a multiple of kv_heads");
   return s;
 }
 float attention_scale(const AttentionShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.head_dim)); }
@@ -149,7 +150,7 @@ void widen_bf16(const uint16_t* x, float* y, int64_t n, Context& ctx) { launch(n
 
 void transpose_nvfp4_tiles(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, uint8_t* t_codes,
                            uint8_t* t_scales, Context& ctx) {
-  NIBBLE_CHECK(rows % 16 == 0 && cols % 16 == 0);
+  NIBBLE_CHECK(rows % 16 == 0 && cols % 16 == 0, "transpose_nvfp4_tiles: a shape of whole 16x16 tiles");
   launch(rows * cols / 2, ctx, transpose_tiles_kernel, codes, scales, rows, cols, t_codes, t_scales);
 }
 
@@ -186,7 +187,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
 }
 void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
                       float* out, Context& ctx) {
-  NIBBLE_CHECK(s.batch == 1 && !s.bf16_matmuls);
+  NIBBLE_CHECK(s.batch == 1 && !s.bf16_matmuls, "attention_decode: one sequence (batch 1) in FP32");
   launch(s.seq * s.kv_heads * s.head_dim, ctx, kv_append_kernel, checked(s), past, qkv, k_cache, v_cache);
   launch(s.seq * s.heads, ctx, attention_decode_kernel, s, past, qkv, static_cast<const float*>(k_cache),
          static_cast<const float*>(v_cache), out, attention_scale(s));

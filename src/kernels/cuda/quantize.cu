@@ -296,7 +296,8 @@ struct FiniteCheck {
     if (bad == kNoNonFinite) return;
     const auto i = static_cast<int64_t>(bad);
     throw NumericalError("non-finite value at index [" + std::to_string(i / cols) + ", " + std::to_string(i % cols) +
-                     "] (flat " + std::to_string(i) + "): quantization needs finite input; fix the producer of the tensor");
+                         "] (flat " + std::to_string(i) +
+                         "): quantization needs finite input; fix the producer of the tensor");
   }
 };
 

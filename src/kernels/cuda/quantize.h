@@ -28,7 +28,7 @@ struct DeviceQuantized : QuantizedLayout {
 
 // Knobs that only the GPU path has.
 struct KernelOptions {
-  // Read back the first non-finite input index (one small synchronising copy) and throw UsageError
+  // Read back the first non-finite input index (one small synchronising copy) and throw NumericalError
   // naming it, as the reference does. Off: non-finite input gives unspecified codes, no sync.
   bool check_finite = true;
   // sm_100a/103a only, SR only: the hardware's cvt.rs stochastic rounding (random bits from the

@@ -318,7 +318,7 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
 namespace gemm_detail {
 void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  NIBBLE_CHECK(M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f));
+  NIBBLE_CHECK(M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f), "packed GEMM: positive M, N, K and beta 0 or 1");
   // op(A) is [M,K]: row m is K-contiguous when A is stored untransposed. op(B) is [K,N]; the kernel
   // wants its columns, which are K-contiguous when B is stored transposed ([N,K]).
   const F32Operand ao{a, lda, M, K, ta == Trans::no};
@@ -349,7 +349,7 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
 
 void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  NIBBLE_CHECK(M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f));
+  NIBBLE_CHECK(M > 0 && N > 0 && K > 0 && (beta == 0.0f || beta == 1.0f), "packed GEMM: positive M, N, K and beta 0 or 1");
   const F32Operand ao{a, lda, M, K, ta == Trans::no};
   const F32Operand bo{b, ldb, N, K, tb == Trans::yes};
   const Isa isa = active_isa();  // read once per call

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "format/quantized_tensor.h"  // UsageError
+#include "common/error.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_kernels.h"
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "common/error.h"
 #include "format/codecs.h"
-#include "format/quantized_tensor.h"
 #include "kernels/cpu/common/cpu_features.h"
 #include "kernels/cpu/common/lane_sum.h"
 #include "kernels/cpu/common/simd_clones.h"
@@ -166,7 +166,8 @@ struct Dims {
 };
 
 Dims dims_of(const AttentionShape& s) {
-  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0);
+  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.seq > 0,
+               "attention shape: positive sizes and heads a multiple of kv_heads");
   return {s.seq,
           s.head_dim,
           s.qkv_stride(),

@@ -12,7 +12,8 @@ namespace nibble::cpu {
 
 void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
                       float* out) {
-  NIBBLE_CHECK(s.batch == 1 && !s.bf16_matmuls && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && past >= 0);
+  NIBBLE_CHECK(s.batch == 1 && !s.bf16_matmuls && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && past >= 0,
+               "attention_decode: one FP32 sequence, heads a multiple of kv_heads, past >= 0");
   const int64_t n = s.seq, H = s.heads, hd = s.head_dim, kv_width = s.kv_heads * hd, stride = s.qkv_stride();
   const int64_t group = H / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));

@@ -5,13 +5,13 @@
 #include <cmath>
 #include <vector>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::ref {
 
 template <typename T>
 void attention_forward(const AttentionShape& s, const T* qkv, T* out, T* softmax_stats) {
-  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0);
+  NIBBLE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0, "attention shape: heads a multiple of kv_heads");
   const int64_t S = s.seq, hd = s.head_dim, stride = s.qkv_stride(), ow = s.out_width();
   const int64_t group = s.heads / s.kv_heads;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));

@@ -4,13 +4,13 @@
 
 #include <cmath>
 
-#include "format/quantized_tensor.h"
+#include "common/error.h"
 
 namespace nibble::cpu {
 
 template <typename T>
 RopeTable<T>::RopeTable(int64_t context_, int64_t head_dim_, double theta) : context(context_), head_dim(head_dim_) {
-  NIBBLE_CHECK(head_dim % 2 == 0);
+  NIBBLE_CHECK(head_dim % 2 == 0, "RoPE: an even head_dim");
   const int64_t half = head_dim / 2;
   cos.resize(static_cast<size_t>(context * half));
   sin.resize(cos.size());
@@ -41,7 +41,7 @@ NIBBLE_SIMD_CLONES void rotate_token(T* __restrict row, int64_t heads, int64_t h
 template <typename T>
 void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
             const RopeTable<T>& t, T direction, int64_t first_position) {
-  NIBBLE_CHECK(first_position >= 0 && first_position + seq <= t.context);
+  NIBBLE_CHECK(first_position >= 0 && first_position + seq <= t.context, "RoPE: positions inside the table's context");
   const int64_t hd = t.head_dim, half = hd / 2;
 #pragma omp parallel for schedule(static) if (tokens * heads * t.head_dim >= kMinParallelWork)
   for (int64_t n = 0; n < tokens; ++n) {

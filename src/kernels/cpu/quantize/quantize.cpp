@@ -89,10 +89,10 @@ bool shape_and_options_ok(size_t size, int64_t rows, int64_t cols, const QuantOp
 }
 
 // A non-finite value is present (the amax scan saw an Inf/NaN bit pattern): let the reference find
-// the first one and throw its message.
+// the first one and throw its NumericalError.
 [[noreturn]] void throw_non_finite(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
   ref::validate(x, rows, cols, o);
-  NIBBLE_CHECK(!"the amax scan saw a non-finite value that validate() did not");
+  NIBBLE_CHECK(false, "the amax scan saw a non-finite value that validate() did not");
   __builtin_unreachable();
 }
 
@@ -475,7 +475,7 @@ QuantizedTensor transpose_tiles(const QuantizedTensor& q) {
 }
 
 void dequantize(const QuantizedTensor& q, std::span<float> out) {
-  NIBBLE_CHECK(static_cast<int64_t>(out.size()) == q.rows * q.cols);
+  NIBBLE_CHECK(static_cast<int64_t>(out.size()) == q.rows * q.cols, "dequantize: an output of rows x cols values");
   const int64_t n = q.rows * q.cols;
   const int64_t block_len = q.block_len();
   // Layouts the kernels assume; anything else (a hand-built or damaged tensor) takes the reference.
