@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test bench fuzz clean
+.PHONY: all deps configure build test test-unit bench fuzz clean
 
 all: build
 
@@ -18,6 +18,11 @@ build: configure
 
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) --timeout 900
+
+# The fast in-process tests only (ctest label `unit`, about a minute on 2 cores); the other labels
+# (cli, slow, mpi, network, cuda, emulated, isa) are listed at the top of tests/CMakeLists.txt.
+test-unit: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) --timeout 900 -L unit
 
 bench: build
 	@$(BUILD)/bench/bench_quantize

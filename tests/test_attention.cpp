@@ -8,23 +8,16 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/common/cpu_features.h"
-#include "kernels/cpu/layers/attention.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "support/check.h"
+#include "support/random.h"
 
 namespace nibble::cpu {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using nibble_test::normal_floats;
+using nibble_test::same_bits;
 
 // One FMA chain per output in k order, written out: what every variant must produce bit for bit.
 void matmul_model(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k, const float* B,
@@ -49,9 +42,9 @@ TEST(FusedAttention, ProductKernelIsTheFmaChainOnEveryIsa) {
       for (int64_t K : {1, 5, 64})
         for (bool transposed_a : {false, true})
           for (bool accumulate : {false, true}) {
-            const auto A = random_floats(static_cast<size_t>(M * K), seed++);
-            const auto B = random_floats(static_cast<size_t>(K * (N + 2)), seed++);
-            const auto C0 = random_floats(static_cast<size_t>(M * (N + 1)), seed++);
+            const auto A = normal_floats(static_cast<size_t>(M * K), seed++);
+            const auto B = normal_floats(static_cast<size_t>(K * (N + 2)), seed++);
+            const auto C0 = normal_floats(static_cast<size_t>(M * (N + 1)), seed++);
             const int64_t a_row = transposed_a ? 1 : K, a_k = transposed_a ? M : 1;
             std::vector<float> want = C0;
             matmul_model(M, N, K, A.data(), a_row, a_k, B.data(), N + 2, want.data(), N + 1, accumulate);
@@ -74,7 +67,7 @@ TEST(FusedAttention, TransposeIsTheSameCopyOnEveryIsa) {
   for (int64_t rows : {1, 7, 8, 9, 16, 37})
     for (int64_t cols : {1, 5, 8, 12, 64}) {
       const int64_t src_stride = cols + 3, dst_stride = rows + 2;
-      const auto src = random_floats(static_cast<size_t>(rows * src_stride), seed++);
+      const auto src = normal_floats(static_cast<size_t>(rows * src_stride), seed++);
       std::vector<float> want(static_cast<size_t>(cols * dst_stride), -1.0f);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) want[c * dst_stride + r] = src[r * src_stride + c];
@@ -107,8 +100,8 @@ TEST(FusedAttention, SameBitsForAnyThreadCount) {
     for (bool bf16 : {false, true}) {
       AttentionShape s = base;
       s.bf16_matmuls = bf16;
-      const auto qkv = random_floats(static_cast<size_t>(s.batch * s.seq * s.qkv_stride()), 5);
-      const auto dout = random_floats(static_cast<size_t>(s.batch * s.seq * s.out_width()), 6);
+      const auto qkv = normal_floats(static_cast<size_t>(s.batch * s.seq * s.qkv_stride()), 5);
+      const auto dout = normal_floats(static_cast<size_t>(s.batch * s.seq * s.out_width()), 6);
       omp_set_num_threads(1);
       const AttentionRun one = run_attention(s, qkv, dout);
       for (int threads : {2, 3, 5}) {

@@ -17,6 +17,8 @@
 #include "recipe/recipe.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
+#include "support/random.h"
+#include "support/tiny_model.h"
 
 using namespace nibble;
 
@@ -212,15 +214,7 @@ class StrictBackend final : public ops::Backend {
 };
 
 model::ModelConfig small_model() {
-  model::ModelConfig m;
-  m.vocab = 40;
-  m.layers = 3;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.width = 32;
-  m.mlp_hidden = 64;
-  m.context = 32;
-  return m;
+  return nibble_test::tiny_model({.vocab = 40, .layers = 3, .width = 32, .context = 32, .mlp_hidden = 64});
 }
 
 TEST(BackendSeam, TrainingAndSamplingHandTheBackendOnlyItsOwnMemory) {
@@ -230,9 +224,8 @@ TEST(BackendSeam, TrainingAndSamplingHandTheBackendOnlyItsOwnMemory) {
   model.init_weights(3);
   const int64_t batch = 2, seq = 32, N = batch * seq;
   std::mt19937 rng(5);
-  std::vector<int32_t> tokens(N), targets(N);
-  for (auto& t : tokens) t = static_cast<int32_t>(rng() % m.vocab);
-  for (auto& t : targets) t = static_cast<int32_t>(rng() % m.vocab);
+  const std::vector<int32_t> tokens = nibble_test::random_tokens(N, m.vocab, rng);
+  const std::vector<int32_t> targets = nibble_test::random_tokens(N, m.vocab, rng);
   train::AdamW adamw(model.params(), train::AdamWConfig{}, strict);
   train::GradientSum sum(strict);
   // Every recipe family: FP32, BF16 (X saved in BF16), NVFP4 (quantized operands, tile transpose,

@@ -14,6 +14,8 @@
 #include "run/checkpoint.h"
 #include "data/data.h"
 #include "train/trainer.h"
+#include "support/temp_dir.h"
+#include "support/tiny_model.h"
 
 using namespace nibble;
 using namespace nibble::train;
@@ -29,23 +31,9 @@ CheckpointOptions keep_newest(int64_t n, std::optional<fs::path> also = std::nul
   return options;
 }
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::path(NIBBLE_BINARY_DIR) / "test_checkpoint_tmp" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return nibble_test::fresh_dir("test_checkpoint", name); }
 
-model::ModelConfig tiny_model() {
-  model::ModelConfig m;
-  m.vocab = 65;
-  m.layers = 2;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.width = 64;
-  m.context = 32;
-  return m;
-}
+model::ModelConfig tiny_model() { return nibble_test::tiny_model({.vocab = 65, .layers = 2, .width = 64, .context = 32}); }
 
 const std::vector<int32_t>& corpus() {
   static const std::vector<int32_t> tokens = [] {

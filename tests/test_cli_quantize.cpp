@@ -18,7 +18,9 @@
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "kernels/cpu/quantize/quantize.h"
+#include "kernels/cpu/quantize.h"
+#include "support/random.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nibble::io::DType;
@@ -50,9 +52,7 @@ class CliQuantize : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(fs::exists(kNibble)) << kNibble << " does not exist: build the nibble target before this test";
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("nibble_cli_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = nibble_test::fresh_dir("test_cli_quantize", info->name());
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -98,10 +98,7 @@ class CliQuantize : public ::testing::Test {
 };
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(rows * cols));
-  for (auto& x : v) x = normal(gen);
+  std::vector<float> v = nibble_test::normal_floats(static_cast<size_t>(rows * cols), seed);
   v[7] = 9.5f;  // an outlier, so block scales differ
   return v;
 }

@@ -5,20 +5,14 @@
 
 #include "format/quantized_tensor.h"
 #include "run/config.h"
+#include "support/check.h"
 
 using namespace nibble;
 using namespace nibble::train;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using nibble_test::error_of;
 
 constexpr const char* kYaml = R"(
 run:

@@ -26,6 +26,8 @@
 #include "kernels/cpu/layers/swiglu.h"
 #include "kernels/cuda/layer_math.h"
 #include "ops/backend.h"
+#include "support/check.h"
+#include "support/random.h"
 #if defined(NIBBLE_HAVE_CUDA)
 #include "kernels/cuda/cuda_error.h"
 #include "ops/host_quantized.h"
@@ -36,24 +38,15 @@ namespace lm = nibble::cuda::lm;
 
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using nibble_test::normal_floats;
+using nibble_test::same_bits;
 
 // ------------------------------------------------------------------ host twins ----------------------
 
 TEST(CudaLayerMath, RmsnormRowsAreTheCpuKernelsBits) {
   for (int64_t width : {16, 37, 384}) {
     const int64_t n = 9;
-    const auto x = random_floats(n * width, 1), gain = random_floats(width, 2), dy = random_floats(n * width, 3);
+    const auto x = normal_floats(n * width, 1), gain = normal_floats(width, 2), dy = normal_floats(n * width, 3);
     std::vector<float> y(x.size()), rstd(n), dx(x.size(), 0.5f), dgain(width, 0.25f);
     cpu::rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5f, y.data(), rstd.data());
     cpu::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), n, width, dx.data(), dgain.data());
@@ -83,7 +76,7 @@ TEST(CudaLayerMath, RopeTableAndRotationAreTheCpuKernelsBits) {
       ASSERT_EQ(s, table.sin[p * half + i]);
     }
   for (float direction : {1.0f, -1.0f}) {
-    auto x = random_floats(tokens * stride, 4), x2 = x;
+    auto x = normal_floats(tokens * stride, 4), x2 = x;
     if (direction > 0)
       cpu::rope_forward(x.data(), tokens, seq, stride, 2, heads, table, 4);
     else
@@ -101,8 +94,8 @@ TEST(CudaLayerMath, RopeTableAndRotationAreTheCpuKernelsBits) {
 
 TEST(CudaLayerMath, AdamwAndGradientNormAreTheCpuKernelsBits) {
   const int64_t n = (int64_t{1} << 15) + 77;  // two full chunks and a partial one
-  const auto g = random_floats(n, 5), w0 = random_floats(n, 6);
-  auto m = random_floats(n, 7, 0.01f), v = random_floats(n, 8, 0.01f);
+  const auto g = normal_floats(n, 5), w0 = normal_floats(n, 6);
+  auto m = normal_floats(n, 7, 0.01f), v = normal_floats(n, 8, 0.01f);
   for (auto& x : v) x = x * x;
   std::vector<uint8_t> mask(n);
   for (int64_t i = 0; i < n; ++i) mask[i] = static_cast<uint8_t>(i % 3 == 0);
@@ -125,7 +118,7 @@ TEST(CudaLayerMath, TileTransposeIsTheReferences) {
   QuantOptions o;
   o.tile_16x16 = true;
   const int64_t rows = 48, cols = 80;
-  const auto x = random_floats(rows * cols, 9, 2.0f);
+  const auto x = normal_floats(rows * cols, 9, 2.0f);
   const QuantizedTensor q = ref::quantize(x, rows, cols, o), want = ref::transpose_tiles(q);
   std::vector<uint8_t> codes(want.codes.size()), scales(want.scales.size());
   for (size_t i = 0; i < codes.size(); ++i) codes[i] = lm::transposed_tile_code_byte(q.codes.data(), rows, cols, static_cast<int64_t>(i));
@@ -148,7 +141,7 @@ TEST_F(CudaLayerMathScalarExp, AttentionRowsAreTheCpuKernelsBits) {
     for (int64_t kv_heads : {4, 2, 1}) {
       const AttentionShape s{2, 21, 4, kv_heads, 8, bf16};
       const float scale = 1.0f / std::sqrt(8.0f);
-      const auto qkv = random_floats(s.batch * s.seq * s.qkv_stride(), 61), dout = random_floats(s.batch * s.seq * 4 * 8, 62);
+      const auto qkv = normal_floats(s.batch * s.seq * s.qkv_stride(), 61), dout = normal_floats(s.batch * s.seq * 4 * 8, 62);
       std::vector<float> out(dout.size()), stats(s.softmax_stats_size()), dqkv(qkv.size(), 9.0f);
       cpu::attention_forward(s, qkv.data(), out.data(), stats.data());
       cpu::attention_backward(s, qkv.data(), stats.data(), dout.data(), dqkv.data());
@@ -172,7 +165,7 @@ TEST_F(CudaLayerMathScalarExp, DecodeSwigluAndCrossEntropyAreTheCpuKernelsBits) 
   const int64_t capacity = 8, kv_width = 2 * 8;
   std::vector<float> kc(capacity * kv_width), vc(kc.size()), kc2(kc.size()), vc2(kc.size());
   for (const auto& [s, past, seed] : {std::tuple{s3, int64_t{0}, 71u}, std::tuple{s2, int64_t{3}, 72u}}) {
-    const auto qkv = random_floats(s.seq * s.qkv_stride(), seed);
+    const auto qkv = normal_floats(s.seq * s.qkv_stride(), seed);
     std::vector<float> out(s.seq * s.heads * s.head_dim), out2(out.size());
     cpu::attention_decode(s, past, qkv.data(), kc.data(), vc.data(), out.data());
     for (int64_t e = 0; e < s.seq * kv_width; ++e) lm::kv_append_element(s, past, qkv.data(), e, kc2.data(), vc2.data());
@@ -183,7 +176,7 @@ TEST_F(CudaLayerMathScalarExp, DecodeSwigluAndCrossEntropyAreTheCpuKernelsBits) 
   }
   // SwiGLU.
   const int64_t n = 7, hidden = 40, vocab = 33;
-  const auto gu = random_floats(n * 2 * hidden, 73, 2.0f), da = random_floats(n * hidden, 74);
+  const auto gu = normal_floats(n * 2 * hidden, 73, 2.0f), da = normal_floats(n * hidden, 74);
   std::vector<float> a(n * hidden), a2(a.size()), dg(gu.size()), dg2(gu.size());
   cpu::swiglu_forward(gu.data(), n, hidden, a.data());
   cpu::swiglu_backward(gu.data(), da.data(), n, hidden, dg.data());
@@ -194,7 +187,7 @@ TEST_F(CudaLayerMathScalarExp, DecodeSwigluAndCrossEntropyAreTheCpuKernelsBits) 
   EXPECT_TRUE(same_bits(a2, a));
   EXPECT_TRUE(same_bits(dg2, dg));
   // Cross-entropy, backward in place as training runs it.
-  const auto logits = random_floats(n * vocab, 75, 3.0f);
+  const auto logits = normal_floats(n * vocab, 75, 3.0f);
   std::vector<int32_t> targets(n);
   for (int64_t i = 0; i < n; ++i) targets[i] = static_cast<int32_t>((i * 5) % vocab);
   std::vector<float> loss(n), loss2(n), grad(logits.size()), grad2 = logits;
@@ -257,7 +250,7 @@ void expect_same_quantized(const QuantizedTensor& a, const QuantizedTensor& b, c
 
 TEST_F(CudaOps, QuantizersGiveTheCpuBytes) {
   const int64_t rows = 64, cols = 96;
-  const auto x = random_floats(rows * cols, 11, 3.0f);
+  const auto x = normal_floats(rows * cols, 11, 3.0f);
   auto dx = upload(x);
   std::vector<std::pair<std::string, QuantOptions>> cases;
   QuantOptions o;
@@ -319,7 +312,7 @@ double gamma(int64_t k) {
 
 TEST_F(CudaOps, GemmsAgreeWithTheCpuWithinTheFp32SummationBound) {
   const int64_t M = 48, N = 80, K = 128;
-  const auto a = random_floats(M * K, 21), b = random_floats(N * K, 22);
+  const auto a = normal_floats(M * K, 21), b = normal_floats(N * K, 22);
   auto da = upload(a), db = upload(b);
   // Quantized (NVFP4, 1x16 x 16x16): against the FP64 product of the dequantized operands.
   QuantOptions oa, ob;
@@ -360,8 +353,8 @@ TEST_F(CudaOps, GemmsAgreeWithTheCpuWithinTheFp32SummationBound) {
 
 TEST_F(CudaOps, DeterministicLayersGiveTheCpuBits) {
   const int64_t n = 40, width = 96, vocab = 50;
-  const auto table = random_floats(vocab * width, 31), x = random_floats(n * width, 32), gain = random_floats(width, 33);
-  const auto dy = random_floats(n * width, 34);
+  const auto table = normal_floats(vocab * width, 31), x = normal_floats(n * width, 32), gain = normal_floats(width, 33);
+  const auto dy = normal_floats(n * width, 34);
   std::vector<int32_t> tokens(n);
   for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7) % vocab);
   auto dtokens = upload(tokens);
@@ -436,7 +429,7 @@ TEST_F(CudaOps, ExpLayersAgreeWithTheCpuWithinTheirBounds) {
   // per side; the loss sums `vocab` exponentials: (vocab + 8) u.
   const double u = std::ldexp(1.0, -24);
   const int64_t n = 30, hidden = 64, vocab = 77;
-  const auto gu = random_floats(n * 2 * hidden, 41, 2.0f), da = random_floats(n * hidden, 42);
+  const auto gu = normal_floats(n * 2 * hidden, 41, 2.0f), da = normal_floats(n * hidden, 42);
   auto dgu = upload(gu), dda = upload(da);
   std::vector<float> a(n * hidden), dg(gu.size());
   host().swiglu_forward(gu.data(), n, hidden, a.data());
@@ -456,7 +449,7 @@ TEST_F(CudaOps, ExpLayersAgreeWithTheCpuWithinTheirBounds) {
       ASSERT_NEAR(dg2[i], dg[i], 16 * u * (std::fabs(dg[i]) + terms) + 1e-30) << r << "," << c;
     }
 
-  const auto logits = random_floats(n * vocab, 43, 3.0f);
+  const auto logits = normal_floats(n * vocab, 43, 3.0f);
   std::vector<int32_t> targets(n);
   for (int64_t i = 0; i < n; ++i) targets[i] = static_cast<int32_t>((i * 5) % vocab);
   auto dlogits = upload(logits);
@@ -480,7 +473,7 @@ TEST_F(CudaOps, AttentionAgreesWithTheDoubleReferenceAsTheCpuKernelDoes) {
   // seq * head_dim O(1) terms, a few hundred FP32 ulps.
   for (int64_t kv_heads : {4, 2}) {
     const AttentionShape s{2, 24, 4, kv_heads, 8, false};
-    const auto qkv = random_floats(s.batch * s.seq * s.qkv_stride(), 51), dout = random_floats(s.batch * s.seq * s.out_width(), 52);
+    const auto qkv = normal_floats(s.batch * s.seq * s.qkv_stride(), 51), dout = normal_floats(s.batch * s.seq * s.out_width(), 52);
     const std::vector<double> qkv_d(qkv.begin(), qkv.end()), dout_d(dout.begin(), dout.end());
     std::vector<double> out_d(dout.size()), stats_d(s.softmax_stats_size()), dqkv_d(qkv.size());
     ref::attention_forward(s, qkv_d.data(), out_d.data(), stats_d.data());

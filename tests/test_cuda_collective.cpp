@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "sum_order_inputs.h"
+#include "support/random.h"
 #include "ops/backend.h"
 #include "train/distributed.h"
 #if defined(NIBBLE_HAVE_CUDA)
@@ -22,6 +22,7 @@
 #endif
 
 using namespace nibble;
+using nibble_test::mixed_magnitude_floats;
 
 TEST(CudaCollective, ThisBuildSaysWhetherItHasNccl) {
 #if defined(NIBBLE_HAVE_NCCL)

@@ -14,6 +14,7 @@
 
 #include "format/codecs.h"
 #include "format/quantize.h"
+#include "support/random.h"
 
 #if defined(NIBBLE_HAVE_CUDA)
 #include "kernels/cuda/gemm.h"
@@ -22,13 +23,7 @@ using namespace nibble;
 
 namespace {
 
-std::vector<float> random_tensor(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = normal(rng);
-  return x;
-}
+std::vector<float> random_tensor(int64_t n, uint32_t seed) { return nibble_test::normal_floats(static_cast<size_t>(n), seed); }
 
 // The block-scaled value of element i (global scale left out) and the tensor-wide factor.
 double block_value(const QuantizedTensor& q, int64_t i) {

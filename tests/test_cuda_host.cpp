@@ -16,7 +16,8 @@
 #include "format/hadamard.h"
 #include "format/philox.h"
 #include "format/quantize.h"
-#include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/gemm.h"
+#include "support/random.h"
 #include "kernels/cuda/device_math.h"
 #if defined(NIBBLE_HAVE_CUDA)
 #include "kernels/cuda/context.h"
@@ -45,19 +46,9 @@ std::vector<float> codec_sweep() {
   return v;
 }
 
+// Normal values with outliers, tiny values and zeros.
 std::vector<float> random_tensor(int64_t n, uint32_t seed, float scale = 3.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::uniform_int_distribution<int> pick(0, 99);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) {
-    v = normal(rng);
-    const int p = pick(rng);
-    if (p == 0) v *= 1000.0f;        // outliers: blocks with very different scales
-    else if (p == 1) v *= 1e-6f;     // tiny values: subnormal scales
-    else if (p == 2) v = 0.0f;
-  }
-  return x;
+  return nibble_test::floats_with_outliers(static_cast<size_t>(n), seed, scale);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "format/codecs.h"
 #include "format/quantize.h"
+#include "support/random.h"
 
 #if defined(NIBBLE_HAVE_CUDA)
 #include "kernels/cuda/device_math.h"
@@ -19,19 +20,9 @@ using namespace nibble;
 
 namespace {
 
+// Normal values with outliers, tiny values and zeros.
 std::vector<float> random_tensor(int64_t n, uint32_t seed, float scale = 3.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::uniform_int_distribution<int> pick(0, 99);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) {
-    v = normal(rng);
-    const int p = pick(rng);
-    if (p == 0) v *= 1000.0f;
-    else if (p == 1) v *= 1e-6f;
-    else if (p == 2) v = 0.0f;
-  }
-  return x;
+  return nibble_test::floats_with_outliers(static_cast<size_t>(n), seed, scale);
 }
 
 ::testing::AssertionResult same_quantization(const QuantizedTensor& got, const QuantizedTensor& want) {

@@ -14,6 +14,7 @@
 
 #include "model/transformer.h"
 #include "train/trainer.h"
+#include "support/tiny_model.h"
 #if defined(NIBBLE_HAVE_CUDA)
 #include "kernels/cuda/cuda_error.h"
 #endif
@@ -23,15 +24,7 @@ using namespace nibble;
 namespace {
 
 model::ModelConfig small_model() {
-  model::ModelConfig m;
-  m.vocab = 48;
-  m.layers = 2;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.width = 64;
-  m.mlp_hidden = 128;
-  m.context = 32;
-  return m;
+  return nibble_test::tiny_model({.vocab = 48, .layers = 2, .width = 64, .context = 32, .mlp_hidden = 128});
 }
 
 // A corpus with structure to learn: a noisy walk over the vocabulary (next = current + small step).

@@ -20,12 +20,15 @@
 #include <vector>
 
 #include "common/error.h"
-#include "sum_order_inputs.h"
 #include "data/data.h"
 #include "train/distributed.h"
+#include "support/cli.h"
+#include "support/random.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace nibble;
+using nibble_test::mixed_magnitude_floats;
 using train::DataParallelPlan;
 
 namespace {
@@ -207,10 +210,7 @@ Result shell(const std::string& command) {
   return r;
 }
 
-fs::path work_dir() {
-  static const fs::path dir = fs::path(NIBBLE_BINARY_DIR) / "test_distributed_tmp" / std::to_string(::getpid());
-  return dir;
-}
+fs::path work_dir() { return nibble_test::process_dir("test_distributed"); }
 std::string nibble() { return std::string(NIBBLE_BINARY_DIR) + "/nibble"; }
 
 // `nibble train` on `ranks` processes: one plain process for 1, mpirun for more. With `faults`
@@ -228,17 +228,8 @@ Result train_on(int ranks, const fs::path& run_dir, const std::string& overrides
                " -x OMP_NUM_THREADS " + program + args + " threads=1");
 }
 
-std::vector<std::string> loss_curve(const fs::path& run_dir) {
-  std::ifstream in(run_dir / "metrics.jsonl");
-  std::vector<std::string> curve;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    const bool is_train = j["kind"] == "train";
-    curve.push_back(std::string(is_train ? "train " : "eval ") + std::to_string(j["step"].get<int64_t>()) + " " +
-                    j[is_train ? "loss" : "val_loss"].dump());
-  }
-  return curve;
-}
+using cli_test::file_bytes;
+using cli_test::loss_curve;
 
 std::vector<double> losses(const fs::path& run_dir) {
   std::ifstream in(run_dir / "metrics.jsonl");
@@ -248,11 +239,6 @@ std::vector<double> losses(const fs::path& run_dir) {
     if (j["kind"] == "train") v.push_back(j["loss"].get<double>());
   }
   return v;
-}
-
-std::vector<uint8_t> file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
 }
 
 fs::path final_checkpoint(const fs::path& run) { return run / "checkpoints" / "step_00000006"; }

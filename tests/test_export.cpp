@@ -14,11 +14,12 @@
 #include "format/codecs.h"
 #include "format/quantize.h"
 #include "io/safetensors.h"
-#include "cli_test_support.h"
 #include "data/data.h"
 #include "export/export.h"
 #include "run/open_run.h"
 #include "data/shards.h"
+#include "support/cli.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace nibble;
@@ -30,10 +31,7 @@ using cli_test::contains;
 using cli_test::Result;
 using cli_test::run;
 
-fs::path work_dir() {
-  static const fs::path dir = fs::path(NIBBLE_BINARY_DIR) / "test_export_tmp" / std::to_string(::getpid());
-  return dir;
-}
+fs::path work_dir() { return nibble_test::process_dir("test_export"); }
 
 json read_json(const fs::path& p) { return json::parse(train::read_text_file(p.string())); }
 
@@ -55,19 +53,9 @@ void expect_no_output(const fs::path& out) {
 class ExportCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    fs::remove_all(work_dir());
-    fs::create_directories(work_dir());
-    const Result p = cli_test::prepare_tiny_corpus(work_dir(), data());
-    ASSERT_EQ(p.exit_code, 0) << p.output;
     // 3 blocks: the recipe's default keeps the last in BF16 (nvfp4.bf16_last_layers auto), so the
     // export has NVFP4 blocks 0-1 and a dense block 2.
-    std::ofstream(config()) << "data:\n  dir: " << data().string() << "\n"
-                            << "steps: 8\nbatch: 2\nquantization: nvfp4\n"
-                               "model:\n  layers: 3\n  heads: 2\n  width: 32\n  context: 32\n"
-                               "schedule:\n  lr: 0.003\n  warmup_steps: 2\n"
-                               "eval:\n  interval: 4\n  batches: 2\n"
-                               "checkpoint:\n  interval: 4\n  keep: 5\n"
-                               "log:\n  interval: 1\nthreads: 2\n";
+    cli_test::set_up_tiny_run(work_dir(), data(), config(), /*steps=*/8, /*layers=*/3);
   }
   static void TearDownTestSuite() {
     if (!::testing::Test::HasFailure()) fs::remove_all(work_dir());

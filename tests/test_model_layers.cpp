@@ -8,14 +8,15 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/common/cpu_features.h"
-#include "kernels/cpu/layers/attention_ref.h"
-#include "kernels/cpu/layers/cross_entropy.h"
-#include "kernels/cpu/layers/embedding.h"
-#include "kernels/cpu/layers/rmsnorm.h"
-#include "kernels/cpu/layers/rope.h"
-#include "kernels/cpu/layers/swiglu.h"
-#include "kernels/cpu/layers/vector_math.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/vector_math.h"
+#include "kernels/cpu/attention_ref.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "support/random.h"
 
 using namespace nibble::cpu;
 // The plain loops (double: the finite-difference reference) next to the fused FP32 kernels.
@@ -24,13 +25,7 @@ using nibble::ref::attention_forward;
 
 namespace {
 
-std::vector<double> random_vector(size_t n, uint32_t seed, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using nibble_test::normal_doubles;
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
@@ -62,8 +57,8 @@ void expect_gradient(std::vector<double>& x, const std::function<double()>& loss
 TEST(ModelLayers, EmbeddingBackwardMatchesFiniteDifferences) {
   const int64_t vocab = 7, width = 5, n = 9;
   std::vector<int32_t> tokens = {0, 3, 3, 6, 1, 0, 2, 3, 5};
-  auto table = random_vector(vocab * width, 1);
-  auto r = random_vector(n * width, 2);
+  auto table = normal_doubles(vocab * width, 1);
+  auto r = normal_doubles(n * width, 2);
   std::vector<double> out(n * width);
   auto loss = [&] {
     embedding_forward(tokens.data(), n, table.data(), width, out.data());
@@ -76,9 +71,9 @@ TEST(ModelLayers, EmbeddingBackwardMatchesFiniteDifferences) {
 
 TEST(ModelLayers, RmsNormBackwardMatchesFiniteDifferences) {
   const int64_t n = 4, width = 12;
-  auto x = random_vector(n * width, 3), gain = random_vector(width, 4, 0.5);
+  auto x = normal_doubles(n * width, 3), gain = normal_doubles(width, 4, 0.5);
   for (auto& g : gain) g += 1.0;
-  auto r = random_vector(n * width, 5);
+  auto r = normal_doubles(n * width, 5);
   std::vector<double> y(n * width), rstd(n);
   auto loss = [&] {
     rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5, y.data(), rstd.data());
@@ -93,7 +88,7 @@ TEST(ModelLayers, RmsNormBackwardMatchesFiniteDifferences) {
 
 TEST(ModelLayers, RmsNormBackwardAccumulatesIntoDx) {
   const int64_t n = 2, width = 8;
-  auto x = random_vector(n * width, 6), gain = std::vector<double>(width, 1.0), dy = random_vector(n * width, 7);
+  auto x = normal_doubles(n * width, 6), gain = std::vector<double>(width, 1.0), dy = normal_doubles(n * width, 7);
   std::vector<double> y(n * width), rstd(n), dx0(n * width, 0.0), dx1(n * width, 3.0), dg(width, 0.0);
   rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5, y.data(), rstd.data());
   rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), n, width, dx0.data(), dg.data());
@@ -104,8 +99,8 @@ TEST(ModelLayers, RmsNormBackwardAccumulatesIntoDx) {
 TEST(ModelLayers, RopeBackwardMatchesFiniteDifferencesAndPreservesNorms) {
   const int64_t batch = 2, seq = 5, heads = 3, hd = 8, stride = heads * hd + 4, first = 2;
   RopeTable<double> table(seq, hd, 10000.0);
-  auto x0 = random_vector(batch * seq * stride, 8);
-  auto r = random_vector(batch * seq * stride, 9);
+  auto x0 = normal_doubles(batch * seq * stride, 8);
+  auto r = normal_doubles(batch * seq * stride, 9);
   std::vector<double> x = x0, y;
   auto loss = [&] {
     y = x;
@@ -134,8 +129,8 @@ class AttentionGradient : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(AttentionGradient, BackwardMatchesFiniteDifferences) {
   const AttentionShape s{2, 5, 4, GetParam(), 6};
-  auto qkv = random_vector(s.batch * s.seq * s.qkv_stride(), 10);
-  auto r = random_vector(s.batch * s.seq * s.out_width(), 11);
+  auto qkv = normal_doubles(s.batch * s.seq * s.qkv_stride(), 10);
+  auto r = normal_doubles(s.batch * s.seq * s.out_width(), 11);
   std::vector<double> out(s.batch * s.seq * s.out_width()), stats(s.softmax_stats_size());
   auto loss = [&] {
     attention_forward(s, qkv.data(), out.data(), stats.data());
@@ -151,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(HeadsAndGroupedQueryHeads, AttentionGradient, ::testing
 
 TEST(ModelLayers, AttentionIsCausal) {
   const AttentionShape s{1, 6, 2, 2, 4};
-  auto qkv = random_vector(s.seq * s.qkv_stride(), 12);
+  auto qkv = normal_doubles(s.seq * s.qkv_stride(), 12);
   std::vector<double> out(s.seq * s.out_width()), out2(out.size()), stats(s.softmax_stats_size());
   std::vector<float> qkv_f(qkv.begin(), qkv.end()), out_f(out.size()), out2_f(out.size()), stats_f(stats.size());
   attention_forward(s, qkv.data(), out.data(), stats.data());
@@ -174,8 +169,8 @@ TEST(ModelLayers, AttentionIsCausal) {
 
 TEST(ModelLayers, SwigluBackwardMatchesFiniteDifferences) {
   const int64_t n = 3, hidden = 7;
-  auto gu = random_vector(n * 2 * hidden, 13, 2.0);
-  auto r = random_vector(n * hidden, 14);
+  auto gu = normal_doubles(n * 2 * hidden, 13, 2.0);
+  auto r = normal_doubles(n * hidden, 14);
   std::vector<double> a(n * hidden);
   auto loss = [&] {
     swiglu_forward(gu.data(), n, hidden, a.data());
@@ -188,7 +183,7 @@ TEST(ModelLayers, SwigluBackwardMatchesFiniteDifferences) {
 
 TEST(ModelLayers, CrossEntropyBackwardMatchesFiniteDifferences) {
   const int64_t n = 5, vocab = 9;
-  auto logits = random_vector(n * vocab, 15, 3.0);
+  auto logits = normal_doubles(n * vocab, 15, 3.0);
   std::vector<int32_t> targets = {0, 8, 3, 3, 5};
   std::vector<double> per_token(n);
   const double scale = 0.7;
@@ -212,8 +207,8 @@ struct AttentionRuns {
   std::vector<double> qkv_d, dout_d, out_d, stats_d, dqkv_d;
   std::vector<float> out_f, stats_f, dqkv_f;
   AttentionRuns(const AttentionShape& s, uint32_t seed)
-      : qkv_d(random_vector(s.batch * s.seq * s.qkv_stride(), seed)),
-        dout_d(random_vector(s.batch * s.seq * s.out_width(), seed + 1)),
+      : qkv_d(normal_doubles(s.batch * s.seq * s.qkv_stride(), seed)),
+        dout_d(normal_doubles(s.batch * s.seq * s.out_width(), seed + 1)),
         out_d(dout_d.size()), stats_d(s.softmax_stats_size()), dqkv_d(qkv_d.size()),
         out_f(out_d.size()), stats_f(stats_d.size()), dqkv_f(qkv_d.size(), 5.0f) {
     const std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end()), dout_f(dout_d.begin(), dout_d.end());
@@ -323,8 +318,8 @@ TEST(ModelLayers, VectorExpIsWithinTwoUlpsOnEveryIsa) {
 
 TEST(ModelLayers, FloatSwigluAgreesWithTheDoubleReference) {
   const int64_t n = 5, hidden = 37;  // a vector tail in every row
-  auto gu_d = random_vector(n * 2 * hidden, 41, 3.0);
-  auto da_d = random_vector(n * hidden, 42);
+  auto gu_d = normal_doubles(n * 2 * hidden, 41, 3.0);
+  auto da_d = normal_doubles(n * hidden, 42);
   std::vector<float> gu_f(gu_d.begin(), gu_d.end()), da_f(da_d.begin(), da_d.end());
   std::vector<double> a_d(n * hidden), dgu_d(gu_d.size());
   std::vector<float> a_f(a_d.size()), dgu_f(gu_d.size());

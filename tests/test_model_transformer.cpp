@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "support/random.h"
+#include "support/tiny_model.h"
 
 using namespace nibble;
 using namespace nibble::model;
@@ -18,24 +20,14 @@ using namespace nibble::model;
 namespace {
 
 ModelConfig tiny_config(bool tied, int64_t kv_heads) {
-  ModelConfig c;
-  c.vocab = 11;
-  c.layers = 2;
-  c.heads = 4;
+  ModelConfig c = nibble_test::tiny_model({.vocab = 11, .layers = 2, .width = 16, .context = 8, .mlp_hidden = 32});
   c.kv_heads = kv_heads;
-  c.width = 16;
-  c.mlp_hidden = 32;
-  c.context = 8;
   c.tied_embeddings = tied;
   c.init_std = 0.3f;  // large enough that every path carries gradient well above FP32 noise
   return c;
 }
 
-void random_tokens(std::vector<int32_t>& v, size_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  v.resize(n);
-  for (auto& t : v) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-}
+void random_tokens(std::vector<int32_t>& v, size_t n, int64_t vocab, uint32_t seed) { v = nibble_test::random_tokens(n, vocab, seed); }
 
 }  // namespace
 
@@ -198,13 +190,7 @@ TEST(Model, RejectsBadConfigAndTokens) {
 // gives the logits of feeding it token by token, and both match the full forward pass's last row
 // within FP32 rounding of two summation orders (the blocks' GEMMs over 1 vs n rows).
 TEST(Model, DecodeOfAPromptAtOnceMatchesTokenByToken) {
-  ModelConfig m;
-  m.vocab = 37;
-  m.layers = 2;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.width = 32;
-  m.context = 16;
+  const ModelConfig m = nibble_test::tiny_model({.vocab = 37, .layers = 2, .width = 32, .context = 16});
   Transformer model(m, ops::cpu());
   model.init_weights(5);
   for (float& v : model.params().values()) v *= 4.0f;

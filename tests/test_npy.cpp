@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "io/atomic_file.h"
 #include "io/npy.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nibble::UsageError;
@@ -56,12 +57,7 @@ void expect_rejected(const std::vector<uint8_t>& bytes, const std::string& expec
   }
 }
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("nibble_test_npy_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return nibble_test::fresh_dir("test_npy", name); }
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include "format/hadamard.h"
 #include "format/quant_stats.h"
 #include "format/quantize.h"
+#include "support/random.h"
 
 using namespace nibble;
 
@@ -167,11 +168,8 @@ TEST(Rht, OrthogonalInvertibleAndCheckVector) {
 }
 
 TEST(Rht, QuantizeWithRhtRoundTripsAndSpreadsOutliers) {
-  std::mt19937 rng(2);
-  std::normal_distribution<float> nd;
   const int64_t rows = 8, cols = 256;
-  std::vector<float> x(rows * cols);
-  for (auto& v : x) v = nd(rng);
+  std::vector<float> x = nibble_test::normal_floats(rows * cols, 2);
   for (int i = 0; i < rows * cols; i += 97) x[i] *= 50.0f;  // outliers
   auto plain = ref::quantize(x, rows, cols, {});
   auto rht = ref::quantize(x, rows, cols, {.rht = true});
@@ -191,11 +189,8 @@ TEST(Rht, QuantizeWithRhtRoundTripsAndSpreadsOutliers) {
 }
 
 TEST(StochasticRounding, UnbiasedAndBetterOnAverage) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd;
   const int64_t rows = 4, cols = 64;
-  std::vector<float> x(rows * cols);
-  for (auto& v : x) v = nd(rng);
+  const std::vector<float> x = nibble_test::normal_floats(rows * cols, 5);
   const int draws = 400;
   std::vector<double> mean(x.size(), 0.0);
   std::vector<float> d(x.size());
@@ -225,10 +220,7 @@ TEST(StochasticRounding, UnbiasedAndBetterOnAverage) {
 }
 
 TEST(FourOverSix, NeverWorseThanSixPerBlock) {
-  std::mt19937 rng(8);
-  std::normal_distribution<float> nd;
-  std::vector<float> x(16 * 64);
-  for (auto& v : x) v = nd(rng);
+  const std::vector<float> x = nibble_test::normal_floats(16 * 64, 8);
   auto q6 = ref::quantize(x, 16, 64, {});
   auto q46 = ref::quantize(x, 16, 64, {.four_over_six = true, .four_over_six_error = FourOverSixError::mse});
   EXPECT_LT(quant_stats(x, q46).rel_rms_error, quant_stats(x, q6).rel_rms_error);

@@ -13,18 +13,13 @@
 #include "kernels/cpu/gemm/gemm.h"
 #include "recipe/linear.h"
 #include "recipe/recipe.h"
+#include "support/random.h"
 
 using namespace nibble;
 
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using nibble_test::normal_floats;
 
 const std::vector<LinearShape> kShapes = {{"qkv", 128, 384}, {"down", 352, 128}};
 
@@ -257,9 +252,9 @@ struct LinearCase {
 
 LinearCase make_case(Quantization q) {
   LinearCase c;
-  c.x = random_floats(c.tokens * c.in, 1, 1.0f);
-  c.w = random_floats(c.out * c.in, 2, 0.05f);
-  c.dy = random_floats(c.tokens * c.out, 3, 1e-3f);
+  c.x = normal_floats(c.tokens * c.in, 1, 1.0f);
+  c.w = normal_floats(c.out * c.in, 2, 0.05f);
+  c.dy = normal_floats(c.tokens * c.out, 3, 1e-3f);
   c.x[5] = 9.0f;  // an outlier, so the RHT and the scales have something to do
   c.step.recipe = Recipe::operands(q, Nvfp4Knobs{});
   c.step.run_seed = 77;

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "io/safetensors.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nibble::UsageError;
@@ -199,9 +200,7 @@ TEST(Safetensors, WriterValidates) {
 }
 
 TEST(Safetensors, FileRoundTripIsAtomic) {
-  fs::path dir = fs::temp_directory_path() / ("nibble_test_safetensors_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = nibble_test::fresh_dir("test_safetensors", "atomic");
   nibble::io::write_safetensors(dir / "a.safetensors", sample_file());
   SafetensorsFile g = nibble::io::read_safetensors(dir / "a.safetensors");
   EXPECT_EQ(g.tensor("codes").data, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6}));

@@ -10,6 +10,8 @@
 #include "common/error.h"
 #include "data/data.h"
 #include "data/shards.h"
+#include "support/check.h"
+#include "support/temp_dir.h"
 
 using namespace nibble;
 using namespace nibble::train;
@@ -17,21 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::path(NIBBLE_BINARY_DIR) / "test_shards_tmp" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return nibble_test::fresh_dir("test_shards", name); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using nibble_test::error_of;
 
 }  // namespace
 

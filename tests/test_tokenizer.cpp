@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "data/data.h"
 #include "data/tokenizer.h"
+#include "support/temp_dir.h"
 
 using namespace nibble;
 using namespace nibble::train;
@@ -17,12 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::path(NIBBLE_BINARY_DIR) / "test_tokenizer_tmp" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return nibble_test::fresh_dir("test_tokenizer", name); }
 
 std::string shakespeare_prefix(size_t bytes) {
   std::string text = read_text_file(std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt");

@@ -22,12 +22,15 @@
 
 #include "model/kv_cache.h"
 #include "model/transformer.h"
-#include "cli_test_support.h"
 #include "data/data.h"
 #include "run/generate.h"
 #include "run/metrics.h"
 #include "run/open_run.h"
 #include "run/run.h"
+#include "support/cli.h"
+#include "support/random.h"
+#include "support/temp_dir.h"
+#include "support/tiny_model.h"
 
 namespace fs = std::filesystem;
 using namespace nibble;
@@ -80,28 +83,10 @@ pid_t start_nibble(const std::vector<std::string>& args, const fs::path& log) {
 }
 
 // One directory per process: ctest runs each test of this file as its own process, in parallel.
-fs::path work_dir() {
-  static const fs::path dir = fs::path(NIBBLE_BINARY_DIR) / "test_train_cli_tmp" / std::to_string(::getpid());
-  return dir;
-}
+fs::path work_dir() { return nibble_test::process_dir("test_train_cli"); }
 
-// Every train record's (step, loss) and eval record's (step, val_loss), exact.
-std::vector<std::string> loss_curve(const fs::path& run_dir) {
-  std::ifstream in(run_dir / "metrics.jsonl");
-  std::vector<std::string> curve;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    const bool train = j["kind"] == "train";
-    curve.push_back(std::string(train ? "train " : "eval ") + std::to_string(j["step"].get<int64_t>()) + " " +
-                    j[train ? "loss" : "val_loss"].dump());
-  }
-  return curve;
-}
-
-std::vector<uint8_t> file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using cli_test::file_bytes;
+using cli_test::loss_curve;
 
 // Every file under `dir` with its bytes: a refused command must leave this exactly as it was.
 std::map<std::string, std::vector<uint8_t>> snapshot(const fs::path& dir) {
@@ -130,17 +115,7 @@ std::vector<fs::path> list_checkpoints_of(const fs::path& run_dir) {
 class TrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    fs::remove_all(work_dir());
-    fs::create_directories(work_dir());
-    const Result p = cli_test::prepare_tiny_corpus(work_dir(), data());
-    ASSERT_EQ(p.exit_code, 0) << p.output;
-    std::ofstream(config()) << "data:\n  dir: " << data().string() << "\n"
-                            << "steps: 12\nbatch: 2\nquantization: nvfp4\n"
-                               "model:\n  layers: 2\n  heads: 2\n  width: 32\n  context: 32\n"
-                               "schedule:\n  lr: 0.003\n  warmup_steps: 2\n"
-                               "eval:\n  interval: 4\n  batches: 2\n"
-                               "checkpoint:\n  interval: 4\n  keep: 5\n"
-                               "log:\n  interval: 1\nthreads: 2\n";
+    cli_test::set_up_tiny_run(work_dir(), data(), config(), /*steps=*/12, /*layers=*/2);
   }
   static void TearDownTestSuite() {
     if (!::testing::Test::HasFailure()) fs::remove_all(work_dir());  // kept for inspection on failure
@@ -365,21 +340,14 @@ TEST_F(TrainCli, DemoConfigRunsInShortenedForm) {
 }
 
 TEST(KvCache, DecoderMatchesTheFullForwardPass) {
-  model::ModelConfig m;
-  m.vocab = 50;
-  m.layers = 2;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.width = 64;
-  m.context = 24;
+  const model::ModelConfig m = nibble_test::tiny_model({.vocab = 50, .layers = 2, .width = 64, .context = 24});
   model::Transformer model(m, ops::cpu());
   model.init_weights(3);
   // Larger weights than the initialisation so attention is far from uniform.
   for (float& v : model.params().values()) v *= 8.0f;
   std::mt19937 rng(4);
-  std::vector<int32_t> tokens(m.context), targets(m.context);
-  for (auto& t : tokens) t = static_cast<int32_t>(rng() % m.vocab);
-  for (auto& t : targets) t = static_cast<int32_t>(rng() % m.vocab);
+  const std::vector<int32_t> tokens = nibble_test::random_tokens(m.context, m.vocab, rng);
+  const std::vector<int32_t> targets = nibble_test::random_tokens(m.context, m.vocab, rng);
   model::ModelStep step;  // no recipe: FP32 GEMMs, as the decoder computes
   const double full = model.forward(tokens, targets, 1, m.context, step);
 
