@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/layers/attention.h"
+#include "kernels/cpu/common/cpu_features.h"
 #include "support/check.h"
 #include "support/random.h"
 

@@ -18,7 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/quantize/quantize.h"
 #include "support/random.h"
 #include "support/temp_dir.h"
 

@@ -16,7 +16,7 @@
 #include "format/hadamard.h"
 #include "format/philox.h"
 #include "format/quantize.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "support/random.h"
 #include "kernels/cuda/device_math.h"
 #if defined(NIBBLE_HAVE_CUDA)

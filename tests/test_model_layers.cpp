@@ -8,14 +8,14 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/vector_math.h"
-#include "kernels/cpu/attention_ref.h"
-#include "kernels/cpu/cross_entropy.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/rope.h"
-#include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/layers/vector_math.h"
+#include "kernels/cpu/layers/attention_ref.h"
+#include "kernels/cpu/layers/cross_entropy.h"
+#include "kernels/cpu/layers/embedding.h"
+#include "kernels/cpu/layers/rmsnorm.h"
+#include "kernels/cpu/layers/rope.h"
+#include "kernels/cpu/layers/swiglu.h"
 #include "support/random.h"
 
 using namespace nibble::cpu;
