@@ -26,8 +26,8 @@ namespace nibble::bench {
 namespace {
 
 // Best GFLOP/s of a 1024^3 GEMM in the precision a recipe's fprop uses, over at least 5 runs and
-// 0.5 s: a best of 5 (~70 ms) sometimes fell in a slow moment of a shared machine and halved a
-// peak, which made the ideal step unreachable-looking (a "reached" of 126 %).
+// 0.5 s: a handful of runs can all fall in a slow moment of a shared machine, and a peak measured
+// low makes the ideal step look unreachable.
 double measured_peak_flops(Quantization q) {
   const int64_t n = 1024;
   std::vector<float> a(n * n), b(n * n), c(n * n);

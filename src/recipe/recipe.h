@@ -38,8 +38,8 @@ struct GemmRecipe {
 };
 
 // The `gemm_summation` key: how NVFP4, MXFP4 and FP8 GEMMs sum their products (ops::Summation). automatic
-// takes fp32_products where the backend has a kernel for it (on the CPU: AMX-BF16, 2-3x faster there)
-// and block_exact elsewhere.
+// takes fp32_products where the backend has a kernel for it (on the CPU: AMX-BF16, whose tiles multiply
+// BF16 pairs without a per-block integer epilogue) and block_exact elsewhere.
 enum class GemmSummation : uint8_t { automatic, block_exact, fp32_products };
 std::string_view to_string(GemmSummation s);
 
