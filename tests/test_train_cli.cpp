@@ -742,6 +742,12 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_TRUE(contains(r.output, c.expected)) << c.args << "\n" << r.output;
   }
+  // Without a usable GPU, `bench train --device cuda` names its own flag (on a GPU it would run).
+  const Result gpu = run("bench train --device cuda --timed-steps 1 --layers 1 --width 64 --heads 2 --context 16 --batch 2");
+  if (gpu.exit_code == 2) {
+    EXPECT_TRUE(contains(gpu.output, "--device cpu")) << gpu.output;
+    EXPECT_FALSE(contains(gpu.output, "device=cpu")) << gpu.output;
+  }
   EXPECT_EQ(snapshot(run_copy), before);
   EXPECT_EQ(file_bytes(npy), npy_bytes);
   EXPECT_EQ(file_bytes(st), st_bytes);

@@ -36,7 +36,10 @@ const CommandRegistration registration{"bench train", [](CLI::App& app, int& exi
   auto o = std::make_shared<bench::TrainBenchOptions>();
   for (const auto& spec : bench::train_bench_options())
     if (spec.in_nibble) add_option(*cmd, spec, *o);
-  cmd->callback([o, &exit_code] { exit_code = bench::run_train_bench(*o); });
+  cmd->callback([o, &exit_code] {
+    device_from_flag(o->device);  // no usable GPU: refused naming --device, before anything runs
+    exit_code = bench::run_train_bench(*o);
+  });
 }};
 
 }  // namespace
