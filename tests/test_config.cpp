@@ -2,7 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 
+#include <fmt/format.h>
+
+#include "common/shortest_decimal.h"
 #include "format/quantized_tensor.h"
 #include "run/config.h"
 #include "support/check.h"
@@ -34,6 +39,24 @@ schedule:
 )";
 
 }  // namespace
+
+// The recipe's key table prints reals without fmt (the offline CUDA-only build has none), yet
+// config.yaml must read as the rest of the config, which fmt prints: the same text for every double.
+TEST(Config, ShortestDecimalIsFmtsText) {
+  for (double v : {0.0, 1.0, -1.0, 0.75, 1e-4, 1e-5, 1.2345e-4, 1e15, 1e16, 123456789012345.6, 0.1, 2.5e-5, 1e-300,
+                   5e-324, 1.7976931348623157e308})
+    EXPECT_EQ(nibble::shortest_decimal(v), fmt::format("{}", v)) << v;
+  std::mt19937_64 bits(7);
+  for (int i = 0; i < 100000; ++i) {
+    const uint64_t b = bits();
+    double v = 0;
+    std::memcpy(&v, &b, sizeof v);
+    if (v != v) continue;
+    ASSERT_EQ(nibble::shortest_decimal(v), fmt::format("{}", v)) << "bits " << b;
+    const double fraction = static_cast<double>(b >> 11) / 9007199254740992.0;
+    ASSERT_EQ(nibble::shortest_decimal(fraction), fmt::format("{}", fraction));
+  }
+}
 
 TEST(Config, NestedYamlAndOverridesSetTheFields) {
   RunConfig c;

@@ -1,6 +1,5 @@
 #include "recipe/recipe.h"
 
-#include <fmt/format.h>
 
 #include <charconv>
 #include <cmath>
@@ -9,6 +8,7 @@
 #include <utility>
 
 #include "common/hash.h"
+#include "common/shortest_decimal.h"
 
 namespace nibble {
 
@@ -181,7 +181,7 @@ constexpr RecipeKey kRecipeKeys[] = {
      [](const Config& c) { return std::string(to_string(c.quantization)); }, always_printed},
     {"precision_switch_at", KeyValueKind::real, "fraction of training after which GEMMs run in BF16",
      [](Config& c, Text k, Text v) { c.precision_switch_at = parse_double(k, v); },
-     [](const Config& c) { return fmt::format("{}", c.precision_switch_at); }, always_printed},
+     [](const Config& c) { return shortest_decimal(c.precision_switch_at); }, always_printed},
     {"gemm_summation", KeyValueKind::text,
      "NVFP4/MXFP4/FP8 GEMM sums: auto, block_exact (each 16-block product exact) or fp32_products (AMX-BF16)",
      [](Config& c, Text, Text v) {
