@@ -172,14 +172,24 @@ bool parse_standalone_args(int argc, char** argv, TrainBenchOptions& o) {
   return true;
 }
 
-train::TrainConfig speed_config(const TrainBenchOptions& o, int64_t vocab) {
+namespace {
+
+// The config of the model `shape`, each dimension the option overrides (0: not given) replaced.
+train::TrainConfig shaped_config(const TrainBenchOptions& o, const ModelShape& shape, int64_t vocab) {
   train::TrainConfig c;
   c.model.vocab = vocab;
-  c.model.layers = o.layers ? o.layers : kSpeedShape.layers;
-  c.model.heads = o.heads ? o.heads : kSpeedShape.heads;
-  c.model.width = o.width ? o.width : kSpeedShape.width;
-  c.model.context = o.context ? o.context : kSpeedShape.context;
-  c.batch = o.batch ? o.batch : kSpeedShape.batch;
+  c.model.layers = o.layers ? o.layers : shape.layers;
+  c.model.heads = o.heads ? o.heads : shape.heads;
+  c.model.width = o.width ? o.width : shape.width;
+  c.model.context = o.context ? o.context : shape.context;
+  c.batch = o.batch ? o.batch : shape.batch;
+  return c;
+}
+
+}  // namespace
+
+train::TrainConfig speed_config(const TrainBenchOptions& o, int64_t vocab) {
+  train::TrainConfig c = shaped_config(o, kSpeedShape, vocab);
   c.schedule.total_steps = 1000;
   c.schedule.warmup_steps = 10;
   c.seed = o.seed;
@@ -189,13 +199,7 @@ train::TrainConfig speed_config(const TrainBenchOptions& o, int64_t vocab) {
 
 train::TrainConfig quality_config(const TrainBenchOptions& o, int64_t vocab) {
   // nanoGPT's CPU configuration also has beta2 0.99, weight decay 0.1, clip 1.0 and no dropout: nibble's defaults.
-  train::TrainConfig c;
-  c.model.vocab = vocab;
-  c.model.layers = o.layers ? o.layers : kQualityShape.layers;
-  c.model.heads = o.heads ? o.heads : kQualityShape.heads;
-  c.model.width = o.width ? o.width : kQualityShape.width;
-  c.model.context = o.context ? o.context : kQualityShape.context;
-  c.batch = o.batch ? o.batch : kQualityShape.batch;
+  train::TrainConfig c = shaped_config(o, kQualityShape, vocab);
   c.schedule.total_steps = o.steps ? o.steps : kQualitySteps;
   c.schedule.lr = static_cast<float>(o.lr);
   c.schedule.min_lr = static_cast<float>(o.lr / 10);

@@ -15,6 +15,7 @@
 #include "ops/backend.h"
 #include "data/data.h"
 #include "run/metrics.h"
+#include "run/run.h"
 #include "data/shards.h"
 
 namespace nibble::train {
@@ -532,7 +533,7 @@ std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
 
 // The model card's "Final losses" list.
 std::string final_losses_text(const ExportPlan& p) {
-  const auto history = read_metrics(p.opt.run_dir / "metrics.jsonl");
+  const auto history = read_metrics(p.opt.run_dir / kRunMetricsFile);
   std::string losses;
   if (!history.steps.empty())
     losses += fmt::format("- final train loss {} (step {})\n", fmt_loss(history.steps.back().loss), history.steps.back().step);
@@ -595,7 +596,7 @@ std::string model_card(const ExportPlan& p, const Calibration& c, const Exported
                         "them unquantized. The run's recipe was `{}`.\n",
                         opt.bf16 ? "BF16" : "FP32", opt.bf16 ? " rounded to nearest BF16" : ", exactly",
                         describe(p.run.config.train.recipe));
-  const std::string config_yaml = read_text_file((opt.run_dir / "config.yaml").string());
+  const std::string config_yaml = read_text_file((opt.run_dir / kRunConfigFile).string());
   return fmt::format(
       "# {} (exported by nibble)\n\n"
       "A {}-layer Llama-style model (width {}, {} heads, {} KV heads, MLP {}, context {}, vocabulary {}) trained with "

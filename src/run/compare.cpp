@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "io/atomic_file.h"
 #include "run/config.h"
+#include "run/run.h"
 #include "data/data.h"
 
 namespace nibble::train {
@@ -22,10 +23,10 @@ RunSummary summarize_run(const fs::path& run_dir) {
   RunSummary s;
   s.dir = run_dir;
   s.name = run_dir.filename().empty() ? run_dir.parent_path().filename().string() : run_dir.filename().string();
-  s.history = read_metrics(run_dir / "metrics.jsonl");
+  s.history = read_metrics(run_dir / kRunMetricsFile);
   if (s.history.steps.empty())
     throw UsageError(fmt::format("{}: metrics.jsonl has no training record yet (was the run started?)", run_dir.string()));
-  const fs::path config = run_dir / "config.yaml";
+  const fs::path config = run_dir / kRunConfigFile;
   s.quantization = "?";
   if (fs::exists(config)) {
     RunConfig c;

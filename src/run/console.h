@@ -27,7 +27,6 @@ class Console {
   void live_status(const std::string& text) const {
     if (live_) print(clear_line() + text);
   }
-  bool live() const { return live_; }
 
  private:
   std::FILE* out_;

@@ -28,11 +28,6 @@ struct FaultPlan {
   // (any step when kAnyStep) and before its rename, as a crash mid-checkpoint would.
   std::optional<int64_t> kill_during_checkpoint;
   static constexpr int64_t kAnyStep = -1;
-
-  bool any() const {
-    return rank_exits.rank >= 0 || rank_step_fails.rank >= 0 || loss_spike_from > 0 || loss_nan_at > 0 ||
-           kill_during_checkpoint.has_value();
-  }
 };
 
 }  // namespace nibble::train
