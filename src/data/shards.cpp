@@ -6,11 +6,11 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "io/atomic_file.h"
 #include "data/data.h"
+#include "data/data_directory.h"
 
 namespace nibble::train {
 
@@ -86,49 +86,9 @@ void write_token_shard(const std::filesystem::path& path, std::span<const int32_
 }
 
 TokenShard read_token_shard(const std::filesystem::path& path) {
-  return parse_token_shard(io::read_file_bytes(path), path.string());
-}
-
-PrepareResult prepare_dataset(const PrepareOptions& options) {
-  if (options.inputs.empty()) throw UsageError("prepare needs at least one text file");
-  std::string text;
-  for (const auto& input : options.inputs) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(input, ec))
-      throw UsageError(fmt::format("'{}' is a directory: `nibble prepare` takes text files; pass the files in it "
-                                   "(e.g. {}/*.txt)",
-                                   input.string(), input.string()));
-    text += read_text_file(input.string());
-  }
-  if (text.empty()) throw UsageError("the input text is empty: prepare needs a corpus");
-  std::error_code ec;
-  std::filesystem::create_directories(options.output_dir, ec);
-  if (ec)
-    throw UsageError(fmt::format("cannot create the output directory '{}': {}", options.output_dir.string(), ec.message()));
-
-  auto tokenizer = train_tokenizer(options.tokenizer, text, options.bpe_vocab_size);
-  const std::vector<int32_t> tokens = tokenizer->encode(text);
-  const TokenSplit split = split_tokens(tokens);
-  if (split.val.size() < 2 || split.train.size() < 2)
-    throw UsageError(fmt::format("the corpus gives only {} tokens: too few for a train/validation split", tokens.size()));
-
-  tokenizer->save(options.output_dir);
-  write_token_shard(options.output_dir / kTrainShardFile, split.train, tokenizer->vocab_size());
-  write_token_shard(options.output_dir / kValShardFile, split.val, tokenizer->vocab_size());
-  nlohmann::json info;
-  std::vector<std::string> inputs;
-  for (const auto& input : options.inputs) inputs.push_back(input.string());
-  info["inputs"] = inputs;
-  info["tokenizer"] = std::string(to_string(tokenizer->kind()));
-  info["vocab_size"] = tokenizer->vocab_size();
-  info["characters"] = text.size();
-  info["train_tokens"] = split.train.size();
-  info["val_tokens"] = split.val.size();
-  const std::string dumped = info.dump(2) + "\n";
-  io::write_file_atomically(options.output_dir / "prepare.json",
-                            std::span(reinterpret_cast<const uint8_t*>(dumped.data()), dumped.size()));
-  return {tokenizer->vocab_size(), static_cast<int64_t>(split.train.size()), static_cast<int64_t>(split.val.size()),
-          static_cast<int64_t>(text.size())};
+  // Through the data directory's manifest when the shard lies in one (eval --tokens D/val.bin).
+  const std::filesystem::path dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  return parse_token_shard(read_data_file(dir, path.filename().string(), "a token shard"), path.string());
 }
 
 std::vector<int32_t> Dataset::corpus() const {
@@ -141,6 +101,7 @@ Dataset load_dataset(const std::filesystem::path& data_dir) {
   if (!std::filesystem::is_directory(data_dir))
     throw UsageError(fmt::format("data.dir '{}' is not a directory: run `nibble prepare TEXT_FILE -o {}` first",
                                  data_dir.string(), data_dir.string()));
+  check_data_directory(data_dir);
   Dataset d;
   d.tokenizer = load_tokenizer(data_dir);
   TokenShard train = read_token_shard(data_dir / kTrainShardFile), val = read_token_shard(data_dir / kValShardFile);

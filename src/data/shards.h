@@ -35,19 +35,25 @@ void write_token_shard(const std::filesystem::path& path, std::span<const int32_
 TokenShard read_token_shard(const std::filesystem::path& path);
 
 // What `nibble prepare` makes in `output_dir`: train.bin, val.bin (the last tenth of the tokens,
-// the split the Trainer uses), tokenizer.json (+ tokenizer.model) and prepare.json.
+// the split the Trainer uses), tokenizer.json (+ tokenizer.model) and prepare.json, written as a
+// whole or not at all (data/data_directory.h). Everything is checked before anything is written:
+// the output (check_prepare_output: an existing data directory needs `force`), the inputs (text
+// files, not directories or devices; UTF-8 for BPE) and the tokenizer's training.
 struct PrepareOptions {
   std::vector<std::filesystem::path> inputs;  // text files, concatenated in order
   std::filesystem::path output_dir;
   TokenizerKind tokenizer = TokenizerKind::character;
   int64_t bpe_vocab_size = 1024;
+  bool force = false;  // replace an existing data directory
 };
 struct PrepareResult {
   int64_t vocab_size = 0, train_tokens = 0, val_tokens = 0, characters = 0;
+  bool replaced = false;  // an existing data directory was replaced
 };
 PrepareResult prepare_dataset(const PrepareOptions& options);
 
-// A prepared data directory, loaded and checked: the shards agree with each other and the tokenizer.
+// A prepared data directory, loaded and checked: every file against prepare.json's record of it,
+// the shards with each other and with the tokenizer.
 struct Dataset {
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> train, val;

@@ -5,6 +5,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,13 +16,11 @@
 #include "io/atomic_file.h"
 #include "io/checksum.h"
 #include "data/data.h"
+#include "data/data_directory.h"
 
 namespace nibble::train {
 
 namespace {
-
-constexpr const char* kTokenizerFile = "tokenizer.json";
-constexpr const char* kSentencePieceFile = "tokenizer.model";
 
 void write_text_atomically(const std::filesystem::path& path, std::string_view text) {
   io::write_file_atomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
@@ -105,7 +104,27 @@ class SentencePieceTokenizer final : public Tokenizer {
   sentencepiece::SentencePieceProcessor processor_;
 };
 
-// Feeds the corpus to the sentencepiece trainer line by line, without a temporary file.
+// sentencepiece's BPE trainer splits sentences into words at spaces and indexes a word's characters
+// in 16 bits through a signed shift: a word of 32770 characters makes it write out of bounds
+// (SIGSEGV), one of 65538 aborts the process; and it drops a sentence of more than
+// max_sentence_length bytes. So no sentence it sees is longer than this many bytes.
+constexpr size_t kMaxSentenceBytes = 32768;
+
+// Where the sentence that starts at `start` of a line ending at `end` ends: the rest of the line if
+// it fits, else before the last space that fits (the trainer splits words there anyway, so the cut
+// changes nothing it learns), else between two characters (only a run of 32768 bytes without a
+// space, which no text has, is cut inside a word). `text` is valid UTF-8.
+size_t sentence_end(std::string_view text, size_t start, size_t end) {
+  if (end - start <= kMaxSentenceBytes) return end;
+  const size_t space = text.substr(start, kMaxSentenceBytes + 1).rfind(' ');
+  if (space != std::string_view::npos && space > 0) return start + space;
+  size_t cut = start + kMaxSentenceBytes;
+  while ((static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a UTF-8 continuation byte
+  return cut;
+}
+
+// Feeds the corpus to the sentencepiece trainer line by line (long lines cut as above), without a
+// temporary file.
 class LineIterator final : public sentencepiece::SentenceIterator {
  public:
   explicit LineIterator(std::string_view text) : text_(text) { advance(); }
@@ -118,10 +137,14 @@ class LineIterator final : public sentencepiece::SentenceIterator {
   void advance() {
     // Empty lines carry nothing to learn; skipping them keeps the trainer from warning.
     while (position_ < text_.size()) {
-      size_t end = text_.find('\n', position_);
-      if (end == std::string_view::npos) end = text_.size();
-      line_.assign(text_.substr(position_, end - position_));
-      position_ = end + 1;
+      // The line break is looked for only as far as a sentence can reach, so that a line of
+      // gigabytes is not searched again for each of its sentences; sentence_end cuts a line that
+      // goes on beyond that within this window.
+      const std::string_view window = text_.substr(position_, kMaxSentenceBytes + 1);
+      const size_t line_end = position_ + std::min(window.find('\n'), window.size());
+      const size_t cut = sentence_end(text_, position_, line_end);
+      line_.assign(text_.substr(position_, cut - position_));
+      position_ = cut == line_end ? cut + 1 : cut;  // past the line break, or on to the line's next sentence
       if (!line_.empty()) return;
     }
     done_ = true;
@@ -131,6 +154,64 @@ class LineIterator final : public sentencepiece::SentenceIterator {
   std::string line_;
   bool done_ = false;
 };
+
+// The length of the UTF-8 character at text[i], 0 when the bytes there are not one.
+size_t utf8_length(std::string_view text, size_t i) {
+  auto byte = [&](size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0u; };
+  auto continuation = [&](size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) { return byte(k) >= lo && byte(k) <= hi; };
+  const unsigned b = byte(0);
+  if (b < 0x80) return 1;
+  if (b >= 0xC2 && b <= 0xDF) return continuation(1) ? 2 : 0;
+  // The second byte's range excludes overlong forms (E0, F0), surrogates (ED) and > U+10FFFF (F4).
+  if (b >= 0xE0 && b <= 0xEF) {
+    const bool second = b == 0xE0 ? continuation(1, 0xA0) : b == 0xED ? continuation(1, 0x80, 0x9F) : continuation(1);
+    return second && continuation(2) ? 3 : 0;
+  }
+  if (b >= 0xF0 && b <= 0xF4) {
+    const bool second = b == 0xF0 ? continuation(1, 0x90) : b == 0xF4 ? continuation(1, 0x80, 0x8F) : continuation(1);
+    return second && continuation(2) && continuation(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+// How many characters the trainer must give a piece of their own (its required_chars): the
+// distinct code points of the corpus but the line break it splits at and the tab and NUL it drops,
+// with the space counted as the U+2581 it writes for it. `corpus` is valid UTF-8.
+int64_t required_characters(std::string_view corpus) {
+  std::vector<bool> seen(0x110000, false);
+  for (size_t i = 0; i < corpus.size();) {
+    const size_t n = std::max<size_t>(1, utf8_length(corpus, i));
+    char32_t c = n == 1 ? static_cast<unsigned char>(corpus[i]) : static_cast<unsigned char>(corpus[i]) & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) c = (c << 6) | (static_cast<unsigned char>(corpus[i + k]) & 0x3F);
+    seen[c == U' ' ? 0x2581 : c] = true;
+    i += n;
+  }
+  seen[U'\n'] = seen[U'\t'] = seen[0] = false;
+  return std::count(seen.begin(), seen.end(), true);
+}
+
+// Refuses, before sentencepiece sees them, a corpus and vocabulary size its trainer would crash on
+// (bytes that are not UTF-8) or refuse with advice about its own flags.
+void check_bpe_request(std::string_view corpus, int64_t vocab_size) {
+  if (const auto bad = first_invalid_utf8(corpus))
+    throw UsageError(fmt::format("the corpus is not UTF-8 text: the byte 0x{:02X} at offset {} begins no UTF-8 "
+                                 "character; the BPE tokenizer learns from UTF-8 text: convert it (e.g. iconv -f "
+                                 "LATIN1 -t UTF-8) or use --tokenizer char, which takes any bytes",
+                                 static_cast<unsigned char>(corpus[*bad]), *bad));
+  // 256 byte-fallback pieces + <unk>, <s>, </s> + each character's own piece must fit below the
+  // vocabulary size with room for merges.
+  constexpr int64_t kMaxVocab = 1'000'000;
+  const int64_t characters = required_characters(corpus);
+  const int64_t minimum = 256 + 3 + characters + 1;
+  if (minimum > kMaxVocab)
+    throw UsageError(fmt::format("this corpus has {} distinct characters, too many for a BPE vocabulary of at most {} "
+                                 "ids: use --tokenizer char",
+                                 characters, kMaxVocab));
+  if (vocab_size < minimum || vocab_size > kMaxVocab)
+    throw UsageError(fmt::format("BPE vocab size {} is outside [{}, {}]: byte fallback alone takes 259 ids and "
+                                 "this corpus has {} distinct characters; pass --vocab-size {} or more",
+                                 vocab_size, minimum, kMaxVocab, characters, std::max<int64_t>(minimum, 512)));
+}
 
 }  // namespace
 
@@ -152,18 +233,17 @@ std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus) {
   return std::make_unique<CharacterTokenizer>(std::move(alphabet));
 }
 
+std::optional<size_t> first_invalid_utf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_length(text, i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::nullopt;
+}
+
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t vocab_size) {
-  bool present[256] = {};
-  for (unsigned char c : corpus) present[c] = true;
-  int64_t distinct = 0;
-  for (bool p : present) distinct += p;
-  // 256 byte-fallback pieces + <unk>, <s>, </s> + the characters themselves must fit below the
-  // vocabulary size with room for merges.
-  const int64_t minimum = 256 + 3 + distinct + 1;
-  if (vocab_size < minimum || vocab_size > 1'000'000)
-    throw UsageError(fmt::format("BPE vocab size {} is outside [{}, 1000000]: byte fallback alone takes 259 ids and "
-                                 "this corpus has {} distinct bytes; pass --vocab-size {} or more",
-                                 vocab_size, minimum, distinct, std::max<int64_t>(minimum, 512)));
+  check_bpe_request(corpus, vocab_size);
   LineIterator lines(corpus);
   if (lines.done()) throw UsageError("the corpus has no non-empty line: BPE needs text to learn from");
   const std::unordered_map<std::string, std::string> options = {
@@ -189,7 +269,7 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t 
   auto status = sentencepiece::SentencePieceTrainer::Train(options, &lines, &serialized);
   if (!status.ok())
     throw UsageError("sentencepiece could not train a BPE tokenizer on this corpus: " + status.ToString() +
-                     " (a smaller --vocab-size or a larger corpus helps)");
+                     " (--tokenizer char works on any text)");
   return std::make_unique<SentencePieceTokenizer>(std::move(serialized), "trained BPE model");
 }
 
@@ -199,7 +279,7 @@ std::unique_ptr<Tokenizer> train_tokenizer(TokenizerKind kind, std::string_view 
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory) {
   const auto path = directory / kTokenizerFile;
-  const auto bytes = io::read_file_bytes(path);
+  const auto bytes = read_data_file(directory, kTokenizerFile, "a tokenizer file");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(bytes.begin(), bytes.end());
@@ -223,8 +303,16 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory
       return std::make_unique<CharacterTokenizer>(std::move(alphabet));
     }
     if (type == "bpe") {
-      const auto model_path = directory / j.at("model").get<std::string>();
-      const auto model = io::read_file_bytes(model_path);
+      const std::string model_name = j.at("model").get<std::string>();
+      // A name, not a path: the tokenizer is read from its own directory and nothing else (a copied
+      // or edited tokenizer.json must not make nibble read /dev/zero or another run's files).
+      if (model_name.empty() || model_name == "." || model_name == ".." ||
+          model_name.find_first_of(std::string_view("/\0", 2)) != std::string::npos)
+        throw UsageError(fmt::format("{}: \"model\" is '{}', not the name of a file beside it ({}): the tokenizer "
+                                     "file is damaged or was edited; copy it again or re-run `nibble prepare`",
+                                     path.string(), model_name, kSentencePieceFile));
+      const auto model_path = directory / model_name;
+      const auto model = read_data_file(directory, model_name, "a sentencepiece model");
       auto tokenizer = std::make_unique<SentencePieceTokenizer>(std::string(model.begin(), model.end()), model_path.string());
       if (tokenizer->vocab_size() != j.at("vocab_size").get<int64_t>())
         throw UsageError(fmt::format("{}: vocab_size {} disagrees with {} ({} pieces)", path.string(),

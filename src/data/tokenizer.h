@@ -7,12 +7,17 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace nibble::train {
+
+// The files a tokenizer is saved as, in a data directory and in every run directory.
+inline constexpr const char* kTokenizerFile = "tokenizer.json";
+inline constexpr const char* kSentencePieceFile = "tokenizer.model";
 
 enum class TokenizerKind : uint8_t { character, bpe };
 TokenizerKind parse_tokenizer_kind(std::string_view name);  // UsageError listing char, bpe
@@ -37,10 +42,17 @@ class Tokenizer {
 
 std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus);
 // BPE with byte fallback (so any text round-trips) and no normalisation (so decode(encode(x)) == x).
-// vocab_size must exceed 256 byte pieces + 3 specials + the corpus's distinct characters.
+// The corpus must be UTF-8 (sentencepiece crashes on other bytes), and vocab_size must exceed 256
+// byte pieces + 3 specials + the corpus's distinct characters; UsageError naming the fix otherwise.
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t vocab_size);
 std::unique_ptr<Tokenizer> train_tokenizer(TokenizerKind kind, std::string_view corpus, int64_t bpe_vocab_size);
-// Reads what save() wrote; UsageError naming the file for a missing or corrupt tokenizer.
+// The offset of the first byte of `text` that does not begin a valid UTF-8 character (overlong
+// forms, surrogates and code points above U+10FFFF included), nullopt for valid UTF-8.
+std::optional<size_t> first_invalid_utf8(std::string_view text);
+
+// Reads what save() wrote; UsageError naming the file for a missing or corrupt tokenizer. In a data
+// directory the files are checked against prepare.json's record of them (data/data_directory.h);
+// a BPE tokenizer's model is a plain file name beside tokenizer.json, never a path elsewhere.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory);
 
 }  // namespace nibble::train

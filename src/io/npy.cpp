@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 
 namespace nibble::io {
 
@@ -264,7 +265,7 @@ NpyArray parse_npy(std::span<const uint8_t> bytes, std::string_view source) {
 }
 
 NpyArray read_npy(const std::filesystem::path& path) {
-  std::vector<uint8_t> bytes = read_file_bytes(path);
+  std::vector<uint8_t> bytes = read_regular_file(path, "a .npy file");
   return parse_npy(bytes, path.string());
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 
 namespace nibble::io {
 namespace {
@@ -227,6 +228,12 @@ SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, std::string_vi
     if (by_offset[i]->begin < by_offset[i - 1]->end)
       fail(source, "tensors '" + printable(by_offset[i - 1]->name) + "' and '" + printable(by_offset[i]->name) +
                        "' overlap in the data section");
+  // Bytes after the last tensor belong to nothing: a file cut and joined, or one whose header lost a
+  // tensor (the reference implementation and the .npy reader refuse them too).
+  const uint64_t used = by_offset.empty() ? 0 : by_offset.back()->end;
+  if (used < buffer.size())
+    fail(source, "the file has " + std::to_string(buffer.size() - used) +
+                     " unexpected bytes after the last tensor's data (a damaged file, or a header that lost a tensor)");
 
   for (auto& t : pending) {
     Tensor tensor;
@@ -240,7 +247,7 @@ SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, std::string_vi
 }
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path) {
-  std::vector<uint8_t> bytes = read_file_bytes(path);
+  std::vector<uint8_t> bytes = read_regular_file(path, "a safetensors file");
   return parse_safetensors(bytes, path.string());
 }
 

@@ -1,0 +1,96 @@
+// `nibble prepare`: text files into a data directory (data/shards.h, data/data_directory.h).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "data/data.h"
+#include "data/data_directory.h"
+#include "data/shards.h"
+
+namespace nibble::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A text input is read to its end: a directory would read as no text at all, and a device
+// (/dev/zero, /dev/urandom) has no end. A FIFO is a stream with an end (`prepare <(zcat x.gz)`).
+void check_text_input(const fs::path& input) {
+  std::error_code ec;
+  const auto status = fs::status(input, ec);
+  if (fs::is_directory(status))
+    throw UsageError(fmt::format("'{}' is a directory: `nibble prepare` takes text files; pass the files in it "
+                                 "(e.g. {}/*.txt)",
+                                 input.string(), input.string()));
+  if (fs::is_character_file(status) || fs::is_block_file(status) || fs::is_socket(status))
+    throw UsageError(fmt::format("'{}' is a device or socket, not a text file: `nibble prepare` reads each input to its "
+                                 "end; give text files",
+                                 input.string()));
+}
+
+// The inputs concatenated in order. For BPE each must be UTF-8, checked file by file so that the
+// message names the file and the offset in it.
+std::string read_corpus(const PrepareOptions& options) {
+  std::string text;
+  for (const auto& input : options.inputs) {
+    const std::string part = read_text_file(input.string());
+    if (options.tokenizer == TokenizerKind::bpe)
+      if (const auto bad = first_invalid_utf8(part))
+        throw UsageError(fmt::format("{}: the byte 0x{:02X} at offset {} begins no UTF-8 character, and the BPE "
+                                     "tokenizer learns from UTF-8 text: convert the file (e.g. iconv -f LATIN1 -t "
+                                     "UTF-8) or use --tokenizer char, which takes any bytes",
+                                     input.string(), static_cast<unsigned char>(part[*bad]), *bad));
+    text += part;
+  }
+  if (text.empty()) throw UsageError("the input text is empty: prepare needs a corpus");
+  return text;
+}
+
+nlohmann::json prepare_record(const PrepareOptions& options, const PrepareResult& r, TokenizerKind kind) {
+  nlohmann::json info;
+  std::vector<std::string> inputs;
+  for (const auto& input : options.inputs) inputs.push_back(input.string());
+  info["inputs"] = inputs;
+  info["tokenizer"] = std::string(to_string(kind));
+  info["vocab_size"] = r.vocab_size;
+  info["characters"] = r.characters;
+  info["train_tokens"] = r.train_tokens;
+  info["val_tokens"] = r.val_tokens;
+  return info;
+}
+
+}  // namespace
+
+PrepareResult prepare_dataset(const PrepareOptions& options) {
+  if (options.inputs.empty()) throw UsageError("prepare needs at least one text file");
+  for (const auto& input : options.inputs) check_text_input(input);
+  check_prepare_output(options.output_dir, options.inputs, options.force);
+  const std::string text = read_corpus(options);
+  const auto tokenizer = train_tokenizer(options.tokenizer, text, options.bpe_vocab_size);
+  const TokenSplit split = split_tokens(tokenizer->encode(text));
+  if (split.val.size() < 2 || split.train.size() < 2)
+    throw UsageError(fmt::format("the corpus gives only {} tokens: too few for a train/validation split",
+                                 split.train.size() + split.val.size()));
+
+  PrepareResult result;
+  result.vocab_size = tokenizer->vocab_size();
+  result.train_tokens = static_cast<int64_t>(split.train.size());
+  result.val_tokens = static_cast<int64_t>(split.val.size());
+  result.characters = static_cast<int64_t>(text.size());
+  const fs::path destination = data_directory_destination(options.output_dir);
+  // Said at once: the prepare that removes them may still fail (on a full disk, say).
+  for (const fs::path& stale : remove_stale_prepare_directories(destination))
+    fmt::print("removed {}, left by a prepare that did not finish\n", stale.string());
+  StagedDataDirectory staged(destination);
+  tokenizer->save(staged.path());
+  write_token_shard(staged.path() / kTrainShardFile, split.train, tokenizer->vocab_size());
+  write_token_shard(staged.path() / kValShardFile, split.val, tokenizer->vocab_size());
+  write_prepare_record(staged.path(), prepare_record(options, result, tokenizer->kind()));
+  result.replaced = staged.commit();
+  return result;
+}
+
+}  // namespace nibble::train
