@@ -30,6 +30,7 @@ int run_cli(int argc, char** argv, const train::FaultPlan& faults) {
   app.set_version_flag("--version", "nibble 0.1.0");
   int exit_code = 0;
   for (auto& c : nibble::cli::command_registry()) c.add(app, exit_code);
+  refuse_empty_numbers(app);
   // CLI11 reports an unknown first word only as "a subcommand is required": name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     std::string word = argv[1], known;

@@ -67,6 +67,18 @@ inline CLI::Validator integer_at_least(long long minimum, const std::string& mea
       "INT>=" + std::to_string(minimum));
 }
 
+// CLI11 reads an empty value of a number option (`--max-tokens ""`, typically an unset shell
+// variable) as 0. run_cli gives every number option of every command this check once all are added.
+inline void refuse_empty_numbers(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type.starts_with("INT") || type.starts_with("UINT") || type.starts_with("FLOAT"))
+      option->check(CLI::Validator(
+          [](std::string& value) { return value.empty() ? std::string("is empty: give a number") : std::string(); }, ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_numbers(*sub);
+}
+
 // The device of a command's --device flag, once its backend can run here. The backend layer words
 // its refusals as the run config's key (device=cuda, "use device=cpu"); they are reworded to name
 // the flag the user typed (--device cuda, --device cpu).

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "format/quantized_tensor.h"
 #include "data/data.h"
@@ -59,11 +60,26 @@ bool parse_boolean(std::string_view key, std::string_view value, std::string_vie
   throw UsageError(fmt::format("{}='{}' is not a boolean: write true or false", where(origin, key), value));
 }
 
+// An integer key's value within [lo, hi]. Every integer key has bounds: a value past them would
+// overflow the sizes computed from it (model.width=2^62 once ended in an assertion) long before
+// any machine could hold the run.
+int64_t parse_bounded(std::string_view key, std::string_view value, std::string_view origin, int64_t lo, int64_t hi,
+                      std::string_view help) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  const bool whole = !value.empty() && end == value.data() + value.size();
+  if (!whole || (ec != std::errc() && ec != std::errc::result_out_of_range)) return parse_integer(key, value, origin);
+  if (ec == std::errc::result_out_of_range || v < lo || v > hi)
+    throw UsageError(fmt::format("{}={} is out of range: give a value in [{}, {}] ({})", where(origin, key), value, lo, hi,
+                                 help));
+  return v;
+}
+
 // Builders for the common field kinds: `field` picks the member from a RunConfig.
-KeyEntry int_key(std::string name, std::string help, std::function<int64_t&(RunConfig&)> field) {
-  KeyEntry e{{name, ConfigValueKind::integer, std::move(help)}, {}, {}};
-  e.set = [field](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
-    field(c) = parse_integer(k, v, o);
+KeyEntry int_key(std::string name, std::string help, int64_t lo, int64_t hi, std::function<int64_t&(RunConfig&)> field) {
+  KeyEntry e{{name, ConfigValueKind::integer, help}, {}, {}};
+  e.set = [field, lo, hi, help](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
+    field(c) = parse_bounded(k, v, o, lo, hi, help);
   };
   e.get = [field](const RunConfig& c) { return std::to_string(field(const_cast<RunConfig&>(c))); };
   return e;
@@ -101,7 +117,12 @@ KeyEntry bool_key(std::string name, std::string help, std::function<bool&(RunCon
 
 KeyEntry text_key(std::string name, std::string help, std::function<std::string&(RunConfig&)> field) {
   KeyEntry e{{name, ConfigValueKind::text, std::move(help)}, {}, {}};
-  e.set = [field](RunConfig& c, std::string_view, std::string_view v, std::string_view) { field(c) = std::string(v); };
+  e.set = [field](RunConfig& c, std::string_view k, std::string_view v, std::string_view o) {
+    // A path ends at its first NUL for the system, so "runs/a\0b" would name runs/a.
+    if (v.find('\0') != std::string_view::npos)
+      throw UsageError(fmt::format("{}: the value holds a NUL character, which no path can: remove it", where(o, k)));
+    field(c) = std::string(v);
+  };
   e.get = [field](const RunConfig& c) { return field(const_cast<RunConfig&>(c)); };
   return e;
 }
@@ -149,6 +170,10 @@ std::string schedule_name(Schedule s) {
 
 using C = RunConfig;
 
+// Bounds of the integer keys: far beyond any run (2^40 steps; 4M-token contexts), well within int64.
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+constexpr int64_t kMaxContext = int64_t{1} << 22;
+
 // run.dir .. resume: where the run lives and how it steps.
 void add_run_keys(std::vector<KeyEntry>& t) {
   t.push_back(text_key("run.dir", "directory for config, metrics, checkpoints, tokenizer", [](C& c) -> std::string& { return c.run_dir; }));
@@ -163,11 +188,11 @@ void add_run_keys(std::vector<KeyEntry>& t) {
     e.get = [](const C& c) { return std::to_string(c.train.seed); };
     t.push_back(std::move(e));
   }
-  t.push_back(int_key("steps", "optimizer steps", [](C& c) -> int64_t& { return c.train.schedule.total_steps; }));
-  t.push_back(int_key("batch", "sequences per micro-batch", [](C& c) -> int64_t& { return c.train.batch; }));
-  t.push_back(int_key("seq", "tokens per sequence (0: model.context)", [](C& c) -> int64_t& { return c.train.seq; }));
-  t.push_back(int_key("grad_accum", "micro-batches per optimizer step", [](C& c) -> int64_t& { return c.train.grad_accum; }));
-  t.push_back(int_key("threads", "OpenMP threads (0: all)", [](C& c) -> int64_t& { return c.threads; }));
+  t.push_back(int_key("steps", "optimizer steps", 1, kMaxSteps, [](C& c) -> int64_t& { return c.train.schedule.total_steps; }));
+  t.push_back(int_key("batch", "sequences per micro-batch", 1, 1 << 20, [](C& c) -> int64_t& { return c.train.batch; }));
+  t.push_back(int_key("seq", "tokens per sequence (0: model.context)", 0, kMaxContext, [](C& c) -> int64_t& { return c.train.seq; }));
+  t.push_back(int_key("grad_accum", "micro-batches per optimizer step", 1, 1 << 20, [](C& c) -> int64_t& { return c.train.grad_accum; }));
+  t.push_back(int_key("threads", "OpenMP threads (0: all)", 0, 4096, [](C& c) -> int64_t& { return c.threads; }));
   KeyEntry device = parsed_key<ops::Device>(
       "device", "where the model trains: cpu, or cuda (one NVIDIA GPU)", ops::parse_device,
       [](C& c) -> ops::Device& { return c.train.device; },
@@ -179,12 +204,12 @@ void add_run_keys(std::vector<KeyEntry>& t) {
 }
 
 void add_model_keys(std::vector<KeyEntry>& t) {
-  t.push_back(int_key("model.layers", "transformer blocks", [](C& c) -> int64_t& { return c.train.model.layers; }));
-  t.push_back(int_key("model.heads", "attention heads", [](C& c) -> int64_t& { return c.train.model.heads; }));
-  t.push_back(int_key("model.kv_heads", "key/value heads (0: heads, no GQA)", [](C& c) -> int64_t& { return c.train.model.kv_heads; }));
-  t.push_back(int_key("model.width", "residual width", [](C& c) -> int64_t& { return c.train.model.width; }));
-  t.push_back(int_key("model.mlp_hidden", "SwiGLU hidden size (0: 8/3 width)", [](C& c) -> int64_t& { return c.train.model.mlp_hidden; }));
-  t.push_back(int_key("model.context", "maximum sequence length", [](C& c) -> int64_t& { return c.train.model.context; }));
+  t.push_back(int_key("model.layers", "transformer blocks", 1, 1024, [](C& c) -> int64_t& { return c.train.model.layers; }));
+  t.push_back(int_key("model.heads", "attention heads", 1, 1024, [](C& c) -> int64_t& { return c.train.model.heads; }));
+  t.push_back(int_key("model.kv_heads", "key/value heads (0: heads, no GQA)", 0, 1024, [](C& c) -> int64_t& { return c.train.model.kv_heads; }));
+  t.push_back(int_key("model.width", "residual width", 1, 1 << 18, [](C& c) -> int64_t& { return c.train.model.width; }));
+  t.push_back(int_key("model.mlp_hidden", "SwiGLU hidden size (0: 8/3 width)", 0, 1 << 20, [](C& c) -> int64_t& { return c.train.model.mlp_hidden; }));
+  t.push_back(int_key("model.context", "maximum sequence length", 1, kMaxContext, [](C& c) -> int64_t& { return c.train.model.context; }));
   t.push_back(bool_key("model.tied_embeddings", "LM head shares the embedding matrix", [](C& c) -> bool& { return c.train.model.tied_embeddings; }));
   t.push_back(double_key("model.rope_theta", "RoPE base", [](C& c) -> double& { return c.train.model.rope_theta; }));
   t.push_back(float_key("model.norm_eps", "RMSNorm epsilon", [](C& c) -> float& { return c.train.model.norm_eps; }));
@@ -203,17 +228,17 @@ void add_optimizer_keys(std::vector<KeyEntry>& t) {
                                    [](const C& c) { return schedule_name(c.train.schedule.kind); }));
   t.push_back(float_key("schedule.lr", "peak learning rate", [](C& c) -> float& { return c.train.schedule.lr; }));
   t.push_back(float_key("schedule.min_lr", "final learning rate", [](C& c) -> float& { return c.train.schedule.min_lr; }));
-  t.push_back(int_key("schedule.warmup_steps", "linear warmup steps", [](C& c) -> int64_t& { return c.train.schedule.warmup_steps; }));
+  t.push_back(int_key("schedule.warmup_steps", "linear warmup steps", 0, kMaxSteps, [](C& c) -> int64_t& { return c.train.schedule.warmup_steps; }));
   t.push_back(float_key("schedule.wsd_decay_fraction", "WSD: final fraction of steps that decays", [](C& c) -> float& { return c.train.schedule.wsd_decay_fraction; }));
 }
 
 // eval.*, checkpoint.*, log.*: what the run writes and when.
 void add_output_keys(std::vector<KeyEntry>& t) {
-  t.push_back(int_key("eval.interval", "steps between validation evaluations", [](C& c) -> int64_t& { return c.eval_interval; }));
-  t.push_back(int_key("eval.batches", "validation batches per evaluation", [](C& c) -> int64_t& { return c.train.eval_batches; }));
-  t.push_back(int_key("checkpoint.interval", "steps between checkpoints", [](C& c) -> int64_t& { return c.checkpoint_interval; }));
-  t.push_back(int_key("checkpoint.keep", "newest checkpoints kept", [](C& c) -> int64_t& { return c.checkpoint_keep; }));
-  t.push_back(int_key("log.interval", "steps between log lines and metrics records", [](C& c) -> int64_t& { return c.log_interval; }));
+  t.push_back(int_key("eval.interval", "steps between validation evaluations", 1, kMaxSteps, [](C& c) -> int64_t& { return c.eval_interval; }));
+  t.push_back(int_key("eval.batches", "validation batches per evaluation", 1, 1 << 20, [](C& c) -> int64_t& { return c.train.eval_batches; }));
+  t.push_back(int_key("checkpoint.interval", "steps between checkpoints", 1, kMaxSteps, [](C& c) -> int64_t& { return c.checkpoint_interval; }));
+  t.push_back(int_key("checkpoint.keep", "newest checkpoints kept", 1, 1 << 20, [](C& c) -> int64_t& { return c.checkpoint_keep; }));
+  t.push_back(int_key("log.interval", "steps between log lines and metrics records", 1, kMaxSteps, [](C& c) -> int64_t& { return c.log_interval; }));
   t.push_back(bool_key("log.tensorboard", "also write TensorBoard event files to RUN/tensorboard", [](C& c) -> bool& { return c.tensorboard; }));
 }
 
@@ -242,7 +267,19 @@ std::string_view last_component(std::string_view key) {
   return dot == std::string_view::npos ? key : key.substr(dot + 1);
 }
 
-void flatten_yaml(RunConfig& config, const YAML::Node& node, const std::string& prefix, std::string_view origin) {
+// YAML features a config has no use for, refused where they would otherwise pass silently: an
+// explicit tag (`!!str 5`, `!foo`) would be dropped, not applied.
+void refuse_tag(const YAML::Node& node, std::string_view origin, std::string_view what) {
+  const std::string& tag = node.Tag();
+  if (!tag.empty() && tag != "?" && tag != "!")  // "?", "!": a plain or quoted value without a tag
+    throw UsageError(fmt::format("{}:{}: {} carries the YAML tag '{}': nibble's config takes plain values; remove the tag",
+                                 origin, node.Mark().line + 1, what, tag));
+}
+
+// `seen`: every dotted key set so far with its line, so that a key given twice (`steps: 3` then
+// `steps: 5`, or `model.width` both nested and dotted) is refused instead of the last one winning.
+void flatten_yaml(RunConfig& config, const YAML::Node& node, const std::string& prefix, std::string_view origin,
+                  std::map<std::string, int>& seen) {
   for (auto it = node.begin(); it != node.end(); ++it) {
     if (!it->first.IsScalar())
       throw UsageError(fmt::format("{}: a key under '{}' is not a plain name", origin, prefix.empty() ? "the top level" : prefix));
@@ -252,8 +289,12 @@ void flatten_yaml(RunConfig& config, const YAML::Node& node, const std::string& 
     const YAML::Node value = it->second;
     const int line = it->first.Mark().line + 1;
     const std::string located = fmt::format("{}:{}", origin, line);
+    refuse_tag(it->first, origin, "the key " + key);
+    refuse_tag(value, origin, key);
+    if (const auto [first, added] = seen.emplace(key, line); !added)
+      throw UsageError(fmt::format("{}: {} is given twice (also at line {}): keep one", located, key, first->second));
     if (value.IsMap()) {
-      flatten_yaml(config, value, key, origin);
+      flatten_yaml(config, value, key, origin, seen);
     } else if (value.IsScalar()) {
       set_config_value(config, key, value.Scalar(), located);
     } else if (value.IsNull()) {
@@ -266,14 +307,47 @@ void flatten_yaml(RunConfig& config, const YAML::Node& node, const std::string& 
   }
 }
 
+// A text value as a YAML double-quoted scalar that reads back as exactly the same bytes: quotes,
+// backslashes and control characters escaped (a newline in run.dir once came back as a space, so
+// resuming started a new run elsewhere). Other bytes are written as they are.
 std::string yaml_scalar(const std::string& value, ConfigValueKind kind) {
   if (kind != ConfigValueKind::text) return value;
   std::string out = "\"";
   for (char c : value) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') out += {'\\', c};
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (u < 0x20 || u == 0x7F) out += fmt::format("\\x{:02X}", u);
+    else out.push_back(c);
   }
   return out + "\"";
+}
+
+// The largest arrays one step allocates, in values, multiplied out in double: past 2^40 values
+// (4 TiB of FP32) no machine holds one, and the int64 products of these sizes that the model and
+// the memory estimate form (times the layers, at most 1024) would overflow.
+void refuse_oversized_arrays(const TrainConfig& t) {
+  const model::ModelConfig& m = t.model;
+  const double batch = static_cast<double>(t.batch), seq = static_cast<double>(t.seq > 0 ? t.seq : m.context);
+  const double tokens = batch * seq, width = static_cast<double>(m.width), hidden = static_cast<double>(m.hidden());
+  const struct {
+    const char* what;
+    double values;
+  } arrays[] = {
+      {"batch x seq x model.width (a block's activations)", tokens * width},
+      {"batch x seq x the MLP's hidden size (model.mlp_hidden)", tokens * hidden},
+      {"batch x model.heads x seq x seq (the attention probabilities)", batch * static_cast<double>(m.heads) * seq * seq},
+      {"batch x seq x the vocabulary (the logits)", tokens * static_cast<double>(m.vocab)},
+      {"model.width x the MLP's hidden size (an MLP weight)", width * hidden},
+  };
+  constexpr double kMaxValues = 1099511627776.0;  // 2^40
+  for (const auto& a : arrays)
+    if (a.values > kMaxValues)
+      throw UsageError(fmt::format("{} is {:.3g} values, more than any machine holds (at most 2^40 in one array): "
+                                   "lower batch, seq or model.context, or the model's size",
+                                   a.what, a.values));
 }
 
 }  // namespace
@@ -325,17 +399,25 @@ void set_config_value(RunConfig& config, std::string_view key, std::string_view 
 }
 
 void apply_config_yaml(RunConfig& config, std::string_view yaml_text, std::string_view origin) {
-  YAML::Node root;
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(std::string(yaml_text));
+    documents = YAML::LoadAll(std::string(yaml_text));
   } catch (const YAML::Exception& e) {
     throw UsageError(fmt::format("{}:{}:{}: not valid YAML: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
-  if (root.IsNull()) return;  // an empty file: all defaults
+  // A second document (after `---`) would be ignored: its keys never applied.
+  if (documents.size() > 1)
+    throw UsageError(fmt::format("{}:{}: a second YAML document begins here, whose keys nibble would ignore: a config "
+                                 "is one document; join them or remove the '---' line",
+                                 origin, std::max(1, documents[1].Mark().line + 1)));
+  if (documents.empty() || documents[0].IsNull()) return;  // an empty file: all defaults
+  const YAML::Node& root = documents[0];
   if (!root.IsMap())
     throw UsageError(fmt::format("{}: the config must be a map of keys (e.g. 'steps: 2000'), not a single value or list",
                                  origin));
-  flatten_yaml(config, root, "", origin);
+  refuse_tag(root, origin, "the config");
+  std::map<std::string, int> seen;
+  flatten_yaml(config, root, "", origin, seen);
 }
 
 void apply_config_overrides(RunConfig& config, const std::vector<std::string>& overrides) {
@@ -368,6 +450,7 @@ void RunConfig::validate() const {
   positive("log.interval", log_interval);
   if (threads < 0) throw UsageError(fmt::format("threads={} must be >= 0 (0: all cores)", threads));
   train.validate();
+  refuse_oversized_arrays(train);
 }
 
 std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& config) {
