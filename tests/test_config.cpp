@@ -132,8 +132,11 @@ TEST(Config, ValidationNamesTheKeyAndTheFix) {
   const auto refusal = [](const std::vector<std::string>& overrides) {
     RunConfig r;
     r.data_dir = "d";
-    apply_config_overrides(r, overrides);
-    return error_of([&] { r.validate(); });
+    // Out-of-range values are refused as they are read, the rest by validate(): both name the key.
+    return error_of([&] {
+      apply_config_overrides(r, overrides);
+      r.validate();
+    });
   };
   EXPECT_NE(refusal({"steps=40"}).find("schedule.warmup_steps=100 must lie in [0, steps=40]"), std::string::npos)
       << refusal({"steps=40"});
@@ -226,4 +229,71 @@ TEST(Config, EveryKeyIsListedOnce) {
     }
   }
   EXPECT_TRUE(names.contains("checkpoint.keep"));
+}
+
+// Every integer key has bounds, so no value overflows the sizes computed from it (model.width=2^62
+// ended in an assertion, batch=2^62 in a crash); the message names the key and the range.
+TEST(Config, IntegerKeysAreBoundedNamingTheRange) {
+  RunConfig c;
+  const auto refusal = [&](const std::string& word) { return error_of([&] { apply_config_overrides(c, {word}); }); };
+  EXPECT_NE(refusal("model.width=4611686018427387904").find("model.width=4611686018427387904 is out of range: give a "
+                                                            "value in [1, 262144]"),
+            std::string::npos);
+  EXPECT_NE(refusal("batch=99999999999999999999999").find("batch=99999999999999999999999 is out of range"), std::string::npos);
+  EXPECT_NE(refusal("steps=-1").find("steps=-1 is out of range: give a value in [1, 1099511627776]"), std::string::npos);
+  EXPECT_NE(refusal("threads=5000").find("[0, 4096]"), std::string::npos);
+  EXPECT_NE(refusal("seq=-1").find("seq=-1 is out of range"), std::string::npos);
+  EXPECT_NE(refusal("model.layers=1.5").find("not an integer"), std::string::npos);
+  EXPECT_NE(refusal("nvfp4.bf16_first_layers=99999999999").find("is out of range"), std::string::npos);
+  for (const auto& key : config_keys()) {  // the largest int64 is out of every integer key's range
+    if (key.kind == ConfigValueKind::integer && key.name != "seed" && !key.name.starts_with("nvfp4.")) {
+      EXPECT_NE(refusal(key.name + "=9223372036854775807").find("is out of range"), std::string::npos) << key.name;
+    }
+  }
+  // Within the bounds, a step's arrays are still capped: the attention probabilities here.
+  RunConfig big;
+  big.data_dir = "d";
+  apply_config_overrides(big, {"batch=16", "model.context=4194304", "schedule.warmup_steps=0"});
+  EXPECT_NE(error_of([&] { big.validate(); }).find("batch x model.heads x seq x seq (the attention probabilities)"),
+            std::string::npos)
+      << error_of([&] { big.validate(); });
+}
+
+// A key given twice, a second document and a tag would each be dropped or half-applied silently.
+TEST(Config, DuplicateKeysSecondDocumentsAndTagsAreRefusedNamingTheLine) {
+  const auto refusal = [](const std::string& yaml) {
+    RunConfig c;
+    return error_of([&] { apply_config_yaml(c, yaml, "c.yaml"); });
+  };
+  EXPECT_NE(refusal("steps: 3\nbatch: 2\nsteps: 5\n").find("c.yaml:3: steps is given twice (also at line 1)"),
+            std::string::npos);
+  EXPECT_NE(refusal("model:\n  width: 64\nmodel:\n  layers: 3\n").find("c.yaml:3: model is given twice"), std::string::npos);
+  EXPECT_NE(refusal("model.width: 64\nmodel:\n  width: 32\n").find("c.yaml:3: model.width is given twice (also at line 1)"),
+            std::string::npos);
+  EXPECT_NE(refusal("steps: 3\n---\nsteps: 5\n").find("c.yaml:3: a second YAML document"), std::string::npos);
+  EXPECT_NE(refusal("steps: 3\n---\n").find("a second YAML document"), std::string::npos);
+  EXPECT_NE(refusal("steps: !!str 3\n").find("c.yaml:1: steps carries the YAML tag 'tag:yaml.org,2002:str'"),
+            std::string::npos);
+  EXPECT_NE(refusal("batch: 2\nsteps: !foo 3\n").find("c.yaml:2: steps carries the YAML tag '!foo'"), std::string::npos);
+  EXPECT_NE(refusal("!!map\nsteps: 3\n").find("the config carries the YAML tag"), std::string::npos);
+  EXPECT_EQ(refusal("steps: 3\n...\n"), "(no error)");  // an end marker alone is one document
+  EXPECT_EQ(refusal("---\nsteps: 3\nrun:\n  dir: 'x'\n"), "(no error)");
+}
+
+// Text values are saved so that they read back byte for byte: a newline in run.dir came back as a
+// space, and resuming through the saved config.yaml started a run elsewhere.
+TEST(Config, SavedTextValuesReadBackExactly) {
+  for (const std::string& dir : {std::string("runs/a\nb"), std::string("tab\there"), std::string("cr\rlf\n"),
+                                std::string("q\"uo\\te'"), std::string("ctl\x01\x1F\x7F"), std::string("caf\xC3\xA9"),
+                                std::string("raw\xFF"), std::string("  spaced  "), std::string("#not a comment")}) {
+    RunConfig c;
+    c.run_dir = dir;
+    c.data_dir = dir + "/data";
+    RunConfig back;
+    apply_config_yaml(back, config_to_yaml(c), "saved");
+    EXPECT_EQ(back.run_dir, dir) << config_to_yaml(c);
+    EXPECT_EQ(back.data_dir, dir + "/data");
+  }
+  RunConfig c;
+  EXPECT_NE(error_of([&] { apply_config_yaml(c, "run:\n  dir: \"a\\0b\"\n", "c.yaml"); }).find("NUL"), std::string::npos);
 }

@@ -302,3 +302,12 @@ TEST(AtomicFile, UncommittedWriterLeavesNothing) {
   EXPECT_EQ(entries, 1);
   fs::remove_all(dir);
 }
+
+TEST(Npy, ReadsOnlyRegularFiles) {
+  try {
+    nibble::io::read_npy("/dev/zero");
+    FAIL() << "/dev/zero was read";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero is a device, not a .npy file"), std::string::npos) << e.what();
+  }
+}

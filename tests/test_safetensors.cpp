@@ -2,6 +2,7 @@
 // expects (8-byte aligned header, contiguous data), and every malformed-header case as a
 // UsageError naming the file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -225,4 +226,33 @@ TEST(Safetensors, FileRoundTripIsAtomic) {
     EXPECT_NE(std::string(e.what()).find("cut.safetensors"), std::string::npos);
   }
   fs::remove_all(dir);
+}
+
+// Bytes after the last tensor's data belong to nothing (a file cut and joined, or a header that
+// lost a tensor); the .npy reader refuses the same. A gap between tensors stays accepted (above).
+TEST(Safetensors, RejectsBytesAfterTheLastTensor) {
+  const std::string header = R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})";
+  EXPECT_EQ(parse_safetensors(file_bytes(header, {1, 2}), "mem").tensor("a").data, (std::vector<uint8_t>{1, 2}));
+  expect_rejected(file_bytes(header, {1, 2, 3}), "1 unexpected bytes after the last tensor's data");
+  expect_rejected(file_bytes("{}", {9, 9}), "2 unexpected bytes after the last tensor's data");
+  const std::string empty_tensor = R"({"e":{"dtype":"U8","shape":[0],"data_offsets":[1,1]}})";
+  expect_rejected(file_bytes(empty_tensor, {7}), "1 unexpected bytes");
+}
+
+// A reader of a sized file takes only regular files: /dev/zero would be read until memory ran out.
+TEST(Safetensors, ReadsOnlyRegularFiles) {
+  try {
+    nibble::io::read_safetensors("/dev/zero");
+    FAIL() << "/dev/zero was read";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero is a device, not a safetensors file"), std::string::npos) << e.what();
+  }
+  const fs::path dir = nibble_test::fresh_dir("test_safetensors", "fifo");
+  ASSERT_EQ(::mkfifo((dir / "pipe").c_str(), 0600), 0);
+  try {
+    nibble::io::read_safetensors(dir / "pipe");  // refused without waiting for a writer
+    FAIL() << "a FIFO was read";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a FIFO (pipe), not a safetensors file"), std::string::npos) << e.what();
+  }
 }

@@ -86,3 +86,44 @@ TEST(Shards, PrepareWritesANinetyTenSplitTheTrainerReadsBack) {
   o.inputs = {dir / "nope.txt"};
   EXPECT_THROW(prepare_dataset(o), UsageError);
 }
+
+// prepare.json records every file's size and checksum; readers check each file against it, and a
+// directory without the record (an earlier nibble's) is read unverified.
+TEST(Shards, EveryFileIsCheckedAgainstPrepareJson) {
+  const fs::path dir = fresh_dir("manifest");
+  std::ofstream(dir / "corpus.txt") << read_text_file(std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt").substr(0, 5000);
+  PrepareOptions o;
+  o.inputs = {dir / "corpus.txt"};
+  o.output_dir = dir / "data";
+  prepare_dataset(o);
+  const fs::path d = o.output_dir;
+  const std::string record = read_text_file((d / "prepare.json").string());
+  EXPECT_NE(record.find("\"train.bin\""), std::string::npos) << record;
+  EXPECT_NE(record.find("xxh3-64:"), std::string::npos) << record;
+  EXPECT_EQ(load_dataset(d).train.size(), 4500u);
+
+  const std::string shard = read_text_file((d / "val.bin").string());
+  std::string changed = shard;
+  char& last_token = changed[changed.size() - 2];  // its low byte: still a token of the vocabulary
+  last_token = static_cast<char>(last_token == 1 ? 2 : 1);
+  std::ofstream(d / "val.bin", std::ios::binary) << changed;
+  EXPECT_NE(error_of([&] { load_dataset(d); }).find("val.bin: 1032 bytes with checksum"), std::string::npos)
+      << error_of([&] { load_dataset(d); });
+  EXPECT_NE(error_of([&] { read_token_shard(d / "val.bin"); }).find("prepare.json records 1032 bytes"), std::string::npos);
+  std::ofstream(d / "val.bin", std::ios::binary) << shard;
+  std::ofstream(d / "tokenizer.model") << "a file prepare did not write";
+  EXPECT_NE(error_of([&] { load_dataset(d); }).find("prepare.json does not list this file"), std::string::npos);
+  fs::remove(d / "tokenizer.model");
+  fs::remove(d / "train.bin");
+  EXPECT_NE(error_of([&] { load_dataset(d); }).find("missing, though prepare.json lists it"), std::string::npos);
+
+  // An earlier nibble's record: no "files".
+  prepare_dataset([&] { PrepareOptions f = o; f.force = true; return f; }());
+  std::ofstream(d / "prepare.json") << "{\"tokenizer\": \"char\", \"vocab_size\": 60}\n";
+  std::ofstream(d / "val.bin", std::ios::binary) << changed;
+  EXPECT_EQ(load_dataset(d).val.back(), static_cast<int32_t>(changed[changed.size() - 2]));
+  std::ofstream(d / "prepare.json") << "{\"files\": {\"../../etc/passwd\": {\"bytes\": 1, \"checksum\": \"x\"}}}\n";
+  EXPECT_NE(error_of([&] { load_dataset(d); }).find("its \"files\" record is damaged"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_token_shard("/dev/zero"); }).find("/dev/zero is a device, not a token shard"),
+            std::string::npos);
+}

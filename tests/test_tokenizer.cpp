@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,4 +90,77 @@ TEST(Tokenizer, BadInputIsRefusedWithAReason) {
   std::ofstream(dir / "tokenizer.json") << "{\"type\": \"bpe\", \"model\": \"tokenizer.model\", \"vocab_size\": 5}";
   std::ofstream(dir / "tokenizer.model") << "not a protobuf";
   EXPECT_THROW(load_tokenizer(dir), UsageError);
+}
+
+TEST(Tokenizer, FirstInvalidUtf8FindsEveryMalformedSequence) {
+  EXPECT_EQ(first_invalid_utf8(""), std::nullopt);
+  EXPECT_EQ(first_invalid_utf8("plain \t\r\n ascii"), std::nullopt);
+  EXPECT_EQ(first_invalid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF \xED\x9F\xBF"), std::nullopt);
+  const std::pair<std::string, size_t> bad[] = {
+      {"ab\xFF", 2},               // never a UTF-8 byte
+      {"a\x80", 1},                // a continuation byte first
+      {"\xC0\x80", 0},             // overlong NUL
+      {"\xC1\xBF", 0},             // overlong
+      {"x\xE0\x80\x80", 1},        // overlong 3-byte
+      {"\xED\xA0\x80", 0},         // a surrogate, U+D800
+      {"\xF0\x80\x80\x80", 0},     // overlong 4-byte
+      {"\xF4\x90\x80\x80", 0},     // above U+10FFFF
+      {"\xF5\x80\x80\x80", 0},     // lead byte beyond F4
+      {"ok\xE2\x82", 2},           // cut short at the end
+      {"ok\xE2\x82x", 2},          // cut short before ASCII
+      {"\xC3\xA9\xC3", 2},         // a valid character, then a lone lead byte
+  };
+  for (const auto& [text, offset] : bad) EXPECT_EQ(first_invalid_utf8(text), offset) << text;
+}
+
+// Inputs sentencepiece's trainer crashed on (a word of 32770+ characters: SIGSEGV; 65538+: abort;
+// invalid UTF-8) or refused with the wrong advice (a line over 1 MB; more characters than the
+// vocabulary holds) are trained on, or refused naming the fix, before it sees them.
+TEST(Tokenizer, BpeTrainsOnLongWordsAndLinesAndRefusesWhatItCannotHold) {
+  std::string word(70000, 'a');
+  for (size_t i = 0; i < word.size(); ++i) word[i] = "abcdefghi"[i % 9];
+  auto tok = train_bpe_tokenizer(word, 400);
+  EXPECT_EQ(tok->decode(tok->encode(word)), word);
+  std::string cr_only;
+  while (cr_only.size() < 1100000) cr_only += "to be or not to be\r";
+  tok = train_bpe_tokenizer(cr_only, 400);
+  // 259 fixed pieces + t o b e r n \r and U+2581: anything more is merges learned from the line.
+  EXPECT_GT(tok->vocab_size(), 259 + 8) << "the line's words are learned, not skipped";
+  EXPECT_EQ(tok->decode(tok->encode(cr_only)), cr_only);
+
+  try {
+    train_bpe_tokenizer("ok \xFF\n", 400);
+    FAIL() << "invalid UTF-8 reached sentencepiece";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("the byte 0xFF at offset 3"), std::string::npos) << e.what();
+  }
+  // Characters, not bytes: 300 distinct two-byte characters need 300 pieces beside the 259 fixed ones.
+  std::string wide;
+  for (int i = 0; i < 600; ++i) {
+    const int c = 0x100 + i % 300;
+    wide += {static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F)), ' '};
+  }
+  try {
+    train_bpe_tokenizer(wide, 512);
+    FAIL() << "a vocabulary smaller than the corpus's characters was passed to sentencepiece";
+  } catch (const UsageError& e) {
+    // 300 characters and the space's U+2581: 256 + 3 + 301 + 1.
+    EXPECT_NE(std::string(e.what()).find("301 distinct characters; pass --vocab-size 561 or more"), std::string::npos)
+        << e.what();
+  }
+  const auto fitted = train_bpe_tokenizer(wide, 561);
+  EXPECT_EQ(fitted->decode(fitted->encode(wide)), wide);
+}
+
+TEST(Tokenizer, ABpeModelIsAFileBesideItsTokenizerJson) {
+  const fs::path dir = fresh_dir("model-path");
+  for (const char* model : {"/dev/zero", "../tokenizer.model", "", ".", ".."}) {
+    std::ofstream(dir / "tokenizer.json") << "{\"type\": \"bpe\", \"model\": \"" << model << "\", \"vocab_size\": 300}";
+    try {
+      load_tokenizer(dir);
+      FAIL() << model;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("not the name of a file beside it"), std::string::npos) << e.what();
+    }
+  }
 }
