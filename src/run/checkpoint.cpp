@@ -230,11 +230,31 @@ StateFile read_state_file(const fs::path& checkpoint) {
   return f;
 }
 
+TrainingState training_state(const StateFile& f, const fs::path& checkpoint) {
+  const nlohmann::json& s = f.json;
+  const fs::path state_path = checkpoint / kStateFile;
+  TrainingState state;
+  try {
+    state.step = s.at("step").get<int64_t>();
+    state.tokens = s.at("tokens").get<int64_t>();
+    state.micro_batches = s.at("micro_batches").get<int64_t>();
+    state.seed = s.at("seed").get<uint64_t>();
+    state.elapsed_s = s.at("elapsed_s").get<double>();
+    state.best_val_step = s.at("best_val_step").get<int64_t>();
+    state.best_val_loss = s.at("best_val_loss").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DamagedCheckpoint(fmt::format("{}: damaged ({})\n{}", state_path.string(), e.what(), damage_advice(checkpoint)));
+  }
+  if (state.step < 0) throw DamagedCheckpoint(fmt::format("{}: negative step {}", state_path.string(), state.step));
+  return state;
+}
+
 // True when every file of `checkpoint` matches the checksum state.json records for it (a checkpoint
-// from before checksums: when its state.json parses, as loading takes it).
+// from before checksums: when its state.json holds a training state, as loading takes it).
 bool files_verify(const fs::path& checkpoint) {
   try {
     const StateFile f = read_state_file(checkpoint);
+    training_state(f, checkpoint);
     if (f.legacy) return true;
     const nlohmann::json& checksums = f.json.at(kChecksumsKey);
     read_verified(checkpoint, kHfConfigFile, &checksums);
@@ -478,20 +498,7 @@ TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& mo
                "warning: {} was written by a nibble that recorded no checksums: loading it unverified (the "
                "checkpoints written from now on are verified)\n",
                checkpoint.string());
-  TrainingState state;
-  const fs::path state_path = checkpoint / kStateFile;
-  try {
-    state.step = s.at("step").get<int64_t>();
-    state.tokens = s.at("tokens").get<int64_t>();
-    state.micro_batches = s.at("micro_batches").get<int64_t>();
-    state.seed = s.at("seed").get<uint64_t>();
-    state.elapsed_s = s.at("elapsed_s").get<double>();
-    state.best_val_step = s.at("best_val_step").get<int64_t>();
-    state.best_val_loss = s.at("best_val_loss").get<double>();
-  } catch (const nlohmann::json::exception& e) {
-    throw DamagedCheckpoint(fmt::format("{}: damaged ({})\n{}", state_path.string(), e.what(), damage_advice(checkpoint)));
-  }
-  if (state.step < 0) throw DamagedCheckpoint(fmt::format("{}: negative step {}", state_path.string(), state.step));
+  const TrainingState state = training_state(state_file, checkpoint);
   const nlohmann::json* checksums = state_file.legacy ? nullptr : &s.at(kChecksumsKey);
   if (tokenizer_identity && !state_file.legacy) {
     const std::string saved = s.value(kTokenizerKey, std::string());
