@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "io/checksum.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
 
@@ -29,16 +30,17 @@ using cli_test::run;
 
 fs::path work_dir() { return nibble_test::process_dir("test_run_safety"); }
 
-// Every entry under `dir` (symlinks not followed) with the bytes of its regular files: what a
-// refused command must leave exactly as it was.
-std::map<std::string, std::vector<uint8_t>> snapshot(const fs::path& dir) {
-  std::map<std::string, std::vector<uint8_t>> files;
+// Every entry under `dir` (symlinks not followed) with a checksum of its bytes (a regular file),
+// "link" or "dir": what a refused command must leave exactly as it was.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> entries;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     const std::string name = fs::relative(e.path(), dir).string();
-    files[name] = e.is_symlink() ? std::vector<uint8_t>{'@'} : e.is_regular_file() ? file_bytes(e.path())
-                                                                                 : std::vector<uint8_t>{};
+    if (e.is_symlink()) entries[name] = "link";
+    else if (e.is_regular_file()) entries[name] = nibble::io::content_hash(file_bytes(e.path()));
+    else entries[name] = "dir";
   }
-  return files;
+  return entries;
 }
 
 std::vector<std::string> checkpoint_names(const fs::path& run_dir) {
@@ -335,8 +337,8 @@ TEST_F(RunSafety, ReadersDuringRotationAlwaysReadACompleteCheckpoint) {
     const Result r = run(args);
     if (r.exit_code != 0) failures.push_back(args + "\n" + r.output);
   };
-  for (int i = 0; i < 12; ++i) expect_success("eval " + dir.string() + " --max-windows 1");
-  for (int i = 0; i < 4; ++i) expect_success("generate " + dir.string() + " --max-tokens 3");
+  for (int i = 0; i < 40; ++i) expect_success("eval " + dir.string() + " --max-windows 1");
+  for (int i = 0; i < 8; ++i) expect_success("generate " + dir.string() + " --max-tokens 3");
   for (int i = 0; i < 3; ++i)
     expect_success("export " + dir.string() + " --format hf -o " + (work_dir() / ("export-" + std::to_string(i))).string());
   EXPECT_TRUE(trainer.running()) << text_of(log);  // the readers overlapped the rotation throughout
