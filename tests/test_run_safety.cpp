@@ -345,3 +345,16 @@ TEST_F(RunSafety, ReadersDuringRotationAlwaysReadACompleteCheckpoint) {
   EXPECT_GT(newest_step(dir), before);
   EXPECT_TRUE(failures.empty()) << failures.size() << " readers failed; the first:\n" << failures.front();
 }
+
+// The start-up memory estimate was printed and ignored (258 GiB of activations at context 65536):
+// the run then died in its first step. Refused before anything is written, naming the keys.
+TEST_F(RunSafety, ARunBeyondTheMachinesMemoryIsRefusedNamingTheKeysToLower) {
+  // About 1.3e5 GiB of activations for the tiny model: beyond any machine's MemTotal.
+  const fs::path dir = work_dir() / "beyond-memory";
+  const Result r = run(train(dir, "batch=1000000000"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "it would run out of memory")) << r.output;
+  EXPECT_TRUE(contains(r.output, "batch=1000000000")) << r.output;
+  EXPECT_TRUE(contains(r.output, "Lower batch")) << r.output;
+  EXPECT_FALSE(fs::exists(dir));
+}

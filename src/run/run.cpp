@@ -161,6 +161,8 @@ void TrainingRun::validate() {
   // Built before anything is written, so that a recipe or shape the Trainer refuses leaves no
   // half-made run directory behind.
   trainer_ = std::make_unique<Trainer>(config_.train, data_.corpus(), &comm_);
+  seq_ = config_.train.seq > 0 ? config_.train.seq : config_.train.model.context;
+  refuse_beyond_memory(estimate_memory(config_.train.model, trainer_->recipe(), config_.train.batch, seq_), config_);
   state_.seed = config_.train.seed;
   if (config_.resume && existing_) {
     ResumePoint point = load_resume_point(config_, *trainer_, tokenizer_identity_, console_);
@@ -168,7 +170,6 @@ void TrainingRun::validate() {
     resumed_from_ = point.checkpoint;
     note_config_changes(config_, saved_config_, console_);
   }
-  seq_ = config_.train.seq > 0 ? config_.train.seq : config_.train.model.context;
   tokens_per_step_ = config_.train.batch * seq_ * config_.train.grad_accum;
   total_steps_ = config_.train.schedule.total_steps;
 }
