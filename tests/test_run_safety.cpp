@@ -16,8 +16,13 @@
 #include <vector>
 
 #include "io/checksum.h"
+#include "io/directory_lock.h"
+#include "model/transformer.h"
+#include "ops/backend.h"
+#include "run/checkpoint.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
+#include "support/tiny_model.h"
 
 namespace fs = std::filesystem;
 
@@ -357,4 +362,43 @@ TEST_F(RunSafety, ARunBeyondTheMachinesMemoryIsRefusedNamingTheKeysToLower) {
   EXPECT_TRUE(contains(r.output, "batch=1000000000")) << r.output;
   EXPECT_TRUE(contains(r.output, "Lower batch")) << r.output;
   EXPECT_FALSE(fs::exists(dir));
+}
+
+namespace {
+
+// Saves checkpoints of `steps` into `run_dir` with rotation keeping `keep`.
+void save_steps(const fs::path& run_dir, const nibble::model::Transformer& model, std::vector<int64_t> steps, int64_t keep) {
+  nibble::train::CheckpointOptions options;
+  options.keep = keep;
+  for (int64_t step : steps) {
+    nibble::train::TrainingState s;
+    s.step = step;
+    nibble::train::save_checkpoint(run_dir, model, nullptr, s, options);
+  }
+}
+
+}  // namespace
+
+// Rotation counts only checkpoints whose files match their checksums: an older damaged one neither
+// counts as kept nor is deleted before `keep` good ones are newer than it; one a reader holds stays
+// until a save after the reader is done.
+TEST(Rotation, CountsOnlyVerifyingCheckpointsAndSkipsOnesBeingRead) {
+  const fs::path run_dir = nibble_test::fresh_dir("test_run_safety", "rotation");
+  nibble::model::Transformer model(nibble_test::tiny_model({.vocab = 16, .layers = 1, .width = 32, .context = 16}),
+                                   nibble::ops::cpu());
+  save_steps(run_dir, model, {10, 20, 30}, 5);
+  flip_bytes(nibble::train::checkpoint_path(run_dir, 30) / "model.safetensors", 100);
+  save_steps(run_dir, model, {40}, 2);
+  EXPECT_EQ(checkpoint_names(run_dir), (std::vector<std::string>{"step_00000020", "step_00000030", "step_00000040"}));
+
+  {
+    const auto reading = nibble::io::CheckpointLock::for_reading(nibble::train::checkpoint_path(run_dir, 40));
+    ASSERT_TRUE(reading);
+    save_steps(run_dir, model, {50}, 1);
+    EXPECT_EQ(checkpoint_names(run_dir), (std::vector<std::string>{"step_00000040", "step_00000050"}));
+  }
+  save_steps(run_dir, model, {60}, 1);
+  EXPECT_EQ(checkpoint_names(run_dir), std::vector<std::string>{"step_00000060"});
+  // A lock on a checkpoint that was removed meanwhile says so: the reader lists again.
+  EXPECT_FALSE(nibble::io::CheckpointLock::for_reading(nibble::train::checkpoint_path(run_dir, 50)));
 }
