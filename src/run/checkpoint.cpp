@@ -317,7 +317,12 @@ void put_in_place(const fs::path& partial, const fs::path& final_path) {
   const fs::path displaced =
       final_path.parent_path() / fmt::format("{}{}-{}", kReplacedPrefix, final_path.filename().string(), ::getpid());
   fs::rename(final_path, displaced);
-  fs::rename(partial, final_path);
+  try {
+    fs::rename(partial, final_path);
+  } catch (const fs::filesystem_error&) {
+    fs::rename(displaced, final_path, ec);  // back in place: a hidden name would be removed as a leftover
+    throw;
+  }
   if (lock) remove_quietly(displaced);
 }
 
@@ -382,7 +387,8 @@ std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
   for (fs::directory_iterator it(checkpoints_dir(run_dir), ec), end; !ec && it != end; it.increment(ec)) {
     const int64_t step = step_of(it->path().filename().string());
     // A symlink is not a checkpoint nibble wrote: never listed, so never loaded by default nor rotated.
-    if (step >= 0 && it->symlink_status(ec).type() == fs::file_type::directory) found.emplace_back(step, it->path());
+    std::error_code status_ec;
+    if (step >= 0 && it->symlink_status(status_ec).type() == fs::file_type::directory) found.emplace_back(step, it->path());
   }
   std::sort(found.begin(), found.end());
   std::vector<fs::path> paths;

@@ -75,6 +75,7 @@ class TrainingRun {
 
  private:
   void validate();
+  void lock_and_inspect_directory();
   void open_directory();
   void start_ranks_alike();
   void report();
@@ -138,13 +139,7 @@ int TrainingRun::run() {
 // leaves every byte of the directory as it was. An existing directory is locked first, so that what
 // is validated cannot change underneath (a second trainer is refused, naming its PID).
 void TrainingRun::validate() {
-  if (root_) refuse_owned_location(run_dir_);
-  if (root_ && fs::is_directory(run_dir_)) {
-    lock_ = std::make_unique<io::DirectoryLock>(run_dir_, kLockHolder);
-    refuse_redirected_subdirectories(run_dir_, config_.tensorboard);
-  }
-  if (root_) existing_ = latest_checkpoint(run_dir_);
-  if (root_ && !existing_) refuse_foreign_directory(run_dir_);
+  if (root_) lock_and_inspect_directory();
   if (existing_ && !config_.resume)
     throw UsageError(fmt::format("run.dir '{}' already holds checkpoints (newest {}): pass resume=true to continue that "
                                  "run, or choose another run.dir",
@@ -172,6 +167,19 @@ void TrainingRun::validate() {
   }
   tokens_per_step_ = config_.train.batch * seq_ * config_.train.grad_accum;
   total_steps_ = config_.train.schedule.total_steps;
+}
+
+// Rank 0, before anything is read from run.dir: where it is (not in a data or another run
+// directory), its lock, its own subdirectories (no symlinks out of it), its newest checkpoint, and
+// for a new run that it is nobody else's directory (run/run_directory.h).
+void TrainingRun::lock_and_inspect_directory() {
+  refuse_owned_location(run_dir_);
+  if (fs::is_directory(run_dir_)) {
+    lock_ = std::make_unique<io::DirectoryLock>(run_dir_, kLockHolder);
+    refuse_redirected_subdirectories(run_dir_, config_.tensorboard);
+  }
+  existing_ = latest_checkpoint(run_dir_);
+  if (!existing_) refuse_foreign_directory(run_dir_);
 }
 
 // Validated: from here on the run directory is written.
