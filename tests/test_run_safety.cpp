@@ -152,6 +152,18 @@ TEST_F(RunSafety, SymlinkedCheckpointsAbandonedOrTensorboardAreRefusedAndTheirTa
   EXPECT_EQ(tb.exit_code, 2) << tb.output;
   EXPECT_TRUE(fs::is_empty(events));
 
+  // A file of the run a symlink: the file it names is never written through it nor replaced.
+  const fs::path outside = work_dir() / "outside-metrics.jsonl", linked_file = run_of_its_own("linked-metrics");
+  fs::copy_file(linked_file / "metrics.jsonl", outside);
+  fs::remove(linked_file / "metrics.jsonl");
+  fs::create_symlink(outside, linked_file / "metrics.jsonl");
+  const auto outside_before = file_bytes(outside);
+  const Result metrics = run(train(linked_file, "resume=true steps=13"));
+  EXPECT_EQ(metrics.exit_code, 2) << metrics.output;
+  EXPECT_TRUE(contains(metrics.output, (linked_file / "metrics.jsonl").string() + " is a symlink")) << metrics.output;
+  EXPECT_EQ(file_bytes(outside), outside_before);
+  EXPECT_TRUE(fs::is_symlink(linked_file / "metrics.jsonl"));
+
   // What the message advises: the run directory itself a symlink, locked and followed.
   const fs::path moved = run_of_its_own("moved-to-another-disk"), link = work_dir() / "run-link";
   fs::create_directory_symlink(moved, link);

@@ -176,7 +176,7 @@ void TrainingRun::lock_and_inspect_directory() {
   refuse_owned_location(run_dir_);
   if (fs::is_directory(run_dir_)) {
     lock_ = std::make_unique<io::DirectoryLock>(run_dir_, kLockHolder);
-    refuse_redirected_subdirectories(run_dir_, config_.tensorboard);
+    refuse_redirected_entries(run_dir_, config_.tensorboard);
   }
   existing_ = latest_checkpoint(run_dir_);
   if (!existing_) refuse_foreign_directory(run_dir_);

@@ -82,7 +82,7 @@ void refuse_owned_location(const fs::path& run_dir) {
                                  owner->kind == io::DirectoryKind::run ? "the run's own trainer" : "nibble prepare"));
 }
 
-void refuse_redirected_subdirectories(const fs::path& run_dir, bool tensorboard) {
+void refuse_redirected_entries(const fs::path& run_dir, bool tensorboard) {
   for (std::string_view name : kRunSubdirectories) {
     const fs::path sub = run_dir / name;
     std::error_code ec;
@@ -101,6 +101,15 @@ void refuse_redirected_subdirectories(const fs::path& run_dir, bool tensorboard)
       throw UsageError(fmt::format("{} is not a directory, which nibble needs there: move it out of the way (or "
                                    "choose another run.dir)",
                                    sub.string()));
+  }
+  for (std::string_view name : kRunFiles) {
+    const fs::path file = run_dir / name;
+    std::error_code ec;
+    if (fs::is_symlink(fs::symlink_status(file, ec)))
+      throw UsageError(fmt::format("{} is a symlink (to {}): nibble writes only regular files inside the run "
+                                   "directory. Replace it by a copy of the file it names (cp --remove-destination "
+                                   "\"$(readlink -f {})\" {}), or symlink the whole run directory instead",
+                                   file.string(), fs::read_symlink(file, ec).string(), file.string(), file.string()));
   }
 }
 

@@ -25,9 +25,10 @@ std::string settle_run_dir(RunConfig& config, const std::filesystem::path& confi
 void refuse_owned_location(const std::filesystem::path& run_dir);
 
 // checkpoints/, abandoned/ and tensorboard/ (with `tensorboard`) inside the run directory are
-// directories of it: a symlink there would make nibble write and rotate checkpoints in another
-// directory. The run directory itself may be a symlink (it is locked and followed).
-void refuse_redirected_subdirectories(const std::filesystem::path& run_dir, bool tensorboard);
+// directories of it, and its files (config.yaml, metrics.jsonl, tokenizer.*) are not symlinks: a
+// symlink there would make nibble write, rotate and delete in another directory. The run directory
+// itself may be a symlink (it is locked and followed).
+void refuse_redirected_entries(const std::filesystem::path& run_dir, bool tensorboard);
 
 // A new run goes into a directory that does not exist, is a run directory, or holds nothing but
 // names `nibble train` writes (what a run killed before its first step leaves): never into a
