@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 
 #include "data/data.h"
@@ -18,11 +20,24 @@ namespace {
 // A rotation removes the newest checkpoint only after writing a newer one, so each retry finds a
 // newer checkpoint; the bound only keeps a pathological directory from looping forever.
 constexpr int kListingAttempts = 1000;
+// readdir(3) may miss an entry renamed while it lists (a checkpoint put in place, another moved out
+// for removal), so a listing taken during a rotation can seem empty: listed again, after a pause
+// that lets the rotation finish, before a run is said to have no checkpoint.
+constexpr int kEmptyListings = 50;
+
+std::optional<fs::path> newest_listed(const fs::path& run_dir) {
+  for (int attempt = 1;; ++attempt) {
+    if (auto latest = latest_checkpoint(run_dir); latest || attempt == kEmptyListings) return latest;
+    std::error_code ec;
+    if (!fs::exists(checkpoints_dir(run_dir), ec)) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 // The newest checkpoint of `run_dir`, locked for reading.
 fs::path lock_newest(const fs::path& run_dir, std::unique_ptr<io::CheckpointLock>& lock) {
   for (int attempt = 0; attempt < kListingAttempts; ++attempt) {
-    const auto latest = latest_checkpoint(run_dir);
+    const auto latest = newest_listed(run_dir);
     if (!latest)
       throw UsageError(fmt::format("run '{}' has no checkpoint yet: train it further (resume=true) first", run_dir.string()));
     if ((lock = io::CheckpointLock::for_reading(*latest))) return *latest;

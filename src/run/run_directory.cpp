@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <fstream>
 #include <string_view>
 
 #include "common/error.h"
@@ -49,6 +50,19 @@ fs::path resolved(const fs::path& path) {
   fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
   if (ec) p = fs::absolute(path).lexically_normal();
   return p.has_filename() ? p : p.parent_path();
+}
+
+// Whether the process that named a temporary may still write it. A killed trainer can still show
+// as a process for a moment after its run's lock (which the caller holds now) went with its files,
+// while the kernel finishes its exit: its memory is released before its files, so a process without
+// an address space (no VmSize in /proc/PID/status: exiting, or a zombie) writes nothing more.
+bool may_still_write(long pid) {
+  if (!io::process_is_alive(pid)) return false;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  if (!status) return !fs::exists("/proc/self/status");  // without /proc, kill(2)'s answer stands
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmSize:")) return true;
+  return false;
 }
 
 }  // namespace
@@ -135,7 +149,7 @@ void remove_stray_temporaries(const fs::path& run_dir) {
     if (!fs::is_regular_file(it->symlink_status(status_ec))) continue;
     for (std::string_view file : kRunFiles) {
       const auto pid = io::temporary_owner_pid(name, file);
-      if (!pid || io::process_is_alive(*pid)) continue;
+      if (!pid || may_still_write(*pid)) continue;
       std::error_code ignored;
       fs::remove(it->path(), ignored);
     }
