@@ -3,6 +3,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "common/error.h"
 #include "ops/backend.h"
 #include "run/metrics.h"
 #include "train/experiment.h"
@@ -81,6 +86,35 @@ MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe
   e.activations_fp32 = 4 * (m.layers * (block_floats + linear_inputs) + final_floats);
   e.activations_recipe = static_cast<int64_t>(recipe_bytes);
   return e;
+}
+
+namespace {
+
+// MemTotal of /proc/meminfo in bytes; 0 when unknown.
+int64_t machine_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string key; in >> key;) {
+    int64_t kib = 0;
+    if (key == "MemTotal:" && in >> kib) return kib * 1024;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+void refuse_beyond_memory(const MemoryEstimate& e, const RunConfig& c) {
+  const int64_t machine = machine_memory_bytes();
+  if (c.train.device != ops::Device::cpu || machine <= 0 || e.total() <= machine) return;
+  const int64_t seq = c.train.seq > 0 ? c.train.seq : c.train.model.context;
+  throw UsageError(fmt::format(
+      "this run needs about {} of memory (weights {}, gradients {}, AdamW {}, activations of one micro-batch of "
+      "batch={} x seq={}: {}), more than this machine's {} (MemTotal): it would run out of memory. Lower batch "
+      "(raising grad_accum keeps the tokens per step), seq or model.context, or the model's size (model.width, "
+      "model.layers)",
+      bytes_text(static_cast<double>(e.total())), bytes_text(static_cast<double>(e.weights)),
+      bytes_text(static_cast<double>(e.gradients)), bytes_text(static_cast<double>(e.optimizer)), c.train.batch, seq,
+      bytes_text(static_cast<double>(e.activations_recipe)), bytes_text(static_cast<double>(machine))));
 }
 
 std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers) {
