@@ -374,6 +374,28 @@ TEST_F(RunSafety, ARunBeyondTheMachinesMemoryIsRefusedNamingTheKeysToLower) {
   EXPECT_TRUE(contains(r.output, "batch=1000000000")) << r.output;
   EXPECT_TRUE(contains(r.output, "Lower batch")) << r.output;
   EXPECT_FALSE(fs::exists(dir));
+  // A model whose weights alone cannot fit is refused before they are allocated (it used to page
+  // for minutes first): the command returns at once, so this test finishes at all.
+  const Result huge = run(train(dir, "model.layers=10000000"));
+  EXPECT_EQ(huge.exit_code, 2) << huge.output;
+  EXPECT_TRUE(contains(huge.output, "it would run out of memory")) << huge.output;
+  EXPECT_FALSE(fs::exists(dir));
+}
+
+// --checkpoint naming a directory that is no checkpoint (`/etc`) says so; the advice for a damaged
+// checkpoint (remove it) is for checkpoints only.
+TEST_F(RunSafety, CheckpointOptionNamingANonCheckpointDirectoryIsNotCalledDamaged) {
+  const fs::path elsewhere = work_dir() / "not-a-checkpoint";
+  fs::create_directories(elsewhere);
+  std::ofstream(elsewhere / "notes.txt") << "mine";
+  for (const std::string command : {"eval", "generate"}) {
+    const Result r = run(command + " " + reference().string() + " --checkpoint " + elsewhere.string() +
+                         (command == "generate" ? " --prompt a --max-tokens 1" : ""));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "is not a checkpoint directory")) << r.output;
+    EXPECT_FALSE(contains(r.output, "remove")) << r.output;
+  }
+  EXPECT_TRUE(fs::exists(elsewhere / "notes.txt"));
 }
 
 namespace {

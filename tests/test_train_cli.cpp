@@ -644,10 +644,10 @@ TEST_F(TrainCli, NonFiniteWeightsInACheckpointAreRefused) {
 
 TEST_F(TrainCli, StrayTemporariesAreRemovedAtTheNextStart) {
   const fs::path dir = copy_of_reference("stray");
-  std::ofstream(dir / "metrics.jsonl.tmp.99999") << "half a rewrite";
+  std::ofstream(dir / "metrics.jsonl.tmp.999999999") << "half a rewrite";
   const Result r = run(train(dir, "resume=true steps=13"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_FALSE(fs::exists(dir / "metrics.jsonl.tmp.99999"));
+  EXPECT_FALSE(fs::exists(dir / "metrics.jsonl.tmp.999999999"));
 }
 
 TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndSaysHowToResume) {

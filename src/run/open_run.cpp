@@ -53,7 +53,10 @@ fs::path lock_chosen(const fs::path& run_dir, const fs::path& checkpoint, std::u
   fs::path path = checkpoint;
   std::error_code ec;
   if (!checkpoint.has_parent_path() && !fs::exists(checkpoint, ec)) path = checkpoints_dir(run_dir) / checkpoint;
-  if (!fs::is_directory(path, ec) || !(lock = io::CheckpointLock::for_reading(path)))
+  // A directory without state.json is no checkpoint, damaged or not (`--checkpoint /etc`): named as
+  // such, never met with the damaged-checkpoint advice to remove it.
+  if (!fs::is_directory(path, ec) || !fs::is_regular_file(path / "state.json", ec) ||
+      !(lock = io::CheckpointLock::for_reading(path)))
     throw UsageError(fmt::format("--checkpoint '{}': {} is not a checkpoint directory; run '{}' has the checkpoints "
                                  "{} (in {})",
                                  checkpoint.string(), path.string(), run_dir.string(),

@@ -58,7 +58,7 @@ std::string peak_note(double peak, const ops::Backend& backend) {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq) {
+MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe* recipe, int64_t batch, int64_t seq) {
   MemoryEstimate e;
   int64_t params = 0;
   {
@@ -79,8 +79,8 @@ MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe
   const int64_t linear_inputs = N * d + N * m.heads * hd + N * d + N * f;
   const int64_t final_floats = N * d + N + N * d + N * m.vocab + N;
   double recipe_bytes = 4.0 * static_cast<double>(m.layers * block_floats + final_floats);
-  for (int64_t l = 0; l < m.layers; ++l) {
-    const GemmRecipe& w = recipe.for_layer(static_cast<int>(l), 0.0).wgrad;
+  for (int64_t l = 0; recipe != nullptr && l < m.layers; ++l) {
+    const GemmRecipe& w = recipe->for_layer(static_cast<int>(l), 0.0).wgrad;
     recipe_bytes += bytes_per_element(w) * static_cast<double>(linear_inputs);
   }
   e.activations_fp32 = 4 * (m.layers * (block_floats + linear_inputs) + final_floats);
@@ -154,7 +154,7 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
   const double flops_token = training_flops_per_token(m, seq);
   const int64_t params = model.params().parameter_count();
   const int64_t embedding = m.vocab * m.width;
-  const MemoryEstimate mem = estimate_memory(m, recipe, c.train.batch, seq);
+  const MemoryEstimate mem = estimate_memory(m, &recipe, c.train.batch, seq);
   std::string s;
   s += fmt::format("model      {} blocks x width {} ({} heads, {} kv heads, head dim {}), SwiGLU hidden {}, context {}, "
                    "vocab {} ({} tokenizer), {} embeddings\n",

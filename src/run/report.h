@@ -21,7 +21,9 @@ struct MemoryEstimate {
   // What training holds at once: the state and one micro-batch's activations as the recipe saves them.
   int64_t total() const { return weights + gradients + optimizer + activations_recipe; }
 };
-MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq);
+// Without a recipe (before the Trainer that builds it exists), the wgrad operands the recipe keeps
+// are left out: a lower bound, enough to refuse a model that cannot fit before allocating it.
+MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe* recipe, int64_t batch, int64_t seq);
 
 // A CPU run whose estimate exceeds the machine's memory (MemTotal) would be killed or fail in its
 // first step, after minutes of start-up: refused (UsageError) naming the keys that lower it. Nothing

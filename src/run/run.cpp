@@ -153,11 +153,14 @@ void TrainingRun::validate() {
   config_.train.model.vocab = data_.tokenizer->vocab_size();
   config_.validate();
   tokenizer_identity_ = data_.tokenizer->identity();
+  seq_ = config_.train.seq > 0 ? config_.train.seq : config_.train.model.context;
+  // A model that cannot fit is refused before its weights are allocated (minutes of paging for a
+  // model.layers typo), the full estimate once the recipe exists.
+  refuse_beyond_memory(estimate_memory(config_.train.model, nullptr, config_.train.batch, seq_), config_);
   // Built before anything is written, so that a recipe or shape the Trainer refuses leaves no
   // half-made run directory behind.
   trainer_ = std::make_unique<Trainer>(config_.train, data_.corpus(), &comm_);
-  seq_ = config_.train.seq > 0 ? config_.train.seq : config_.train.model.context;
-  refuse_beyond_memory(estimate_memory(config_.train.model, trainer_->recipe(), config_.train.batch, seq_), config_);
+  refuse_beyond_memory(estimate_memory(config_.train.model, &trainer_->recipe(), config_.train.batch, seq_), config_);
   state_.seed = config_.train.seed;
   if (config_.resume && existing_) {
     ResumePoint point = load_resume_point(config_, *trainer_, tokenizer_identity_, console_);
