@@ -78,6 +78,15 @@ for src in "$PWD/.offline/googletest" /usr/src/googletest; do
   fi
 done
 
+# The device machine reaches no package registry: without the carried sources nor an installed
+# GoogleTest the configure step would fail minutes in; say what to carry now instead.
+if [ -z "${gtest_flags[*]}" ] && ! ls /usr/lib/*/cmake/GTest /usr/lib/cmake/GTest /usr/local/lib*/cmake/GTest > /dev/null 2>&1; then
+  note "error: no GoogleTest here (.offline/googletest was not carried, none installed): run 'bash scripts/offline-bundle.sh' on the development machine and carry .offline (run(..., carry=[\".offline\"]))"
+  finish 1
+fi
+# NCCL's own warnings (bootstrap, transport) in the test logs, without its info chatter.
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+
 # Only the GPU present: its compute capability, e.g. 9.0 -> 90; 10.x also builds the sm_100a/103a sources.
 cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
 archs="${NIBBLE_CUDA_ARCHS:-${cc:-90}}"

@@ -299,7 +299,15 @@ TEST_F(CudaOps, QuantizersGiveTheCpuBytes) {
   gpu().transpose_tiles(*gr, *gt);
   host().transpose_tiles(*cr, *ct);
   expect_same_quantized(gt->to_host(), ct->to_host(), "tile transpose");
-  EXPECT_THROW(gpu().transpose_tiles(*gt, *gr), UsageError) << "a transposed 16x16 tensor is fine; 1x16 is not";
+  // A transposed 16x16-tiled tensor is tiled too: transposing it back gives the original bytes.
+  auto back = gpu().new_quantized();
+  gpu().transpose_tiles(*gt, *back);
+  expect_same_quantized(back->to_host(), cr->to_host(), "tile transpose, back");
+  // 1x16 blocks have no exact transpose, on either backend.
+  gpu().quantize(dx.data(), rows, cols, row, *gr);
+  host().quantize(x.data(), rows, cols, row, *cr);
+  EXPECT_THROW(gpu().transpose_tiles(*gr, *gt), UsageError);
+  EXPECT_THROW(host().transpose_tiles(*cr, *ct), UsageError);
 }
 
 // |C_gpu - C_exact| <= gamma_{K+2} sum_k |a_mk b_nk| (+ the same for the CPU), with C_exact the FP64

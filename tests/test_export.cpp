@@ -3,6 +3,8 @@
 // in process -- that the export's weight quantization is the one the Linear layer itself multiplies.
 // The independent round trip (safetensors + compressed-tensors + transformers) is tests/export/.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include "io/safetensors.h"
 #include "data/data.h"
 #include "export/export.h"
+#include "run/checkpoint.h"
 #include "run/open_run.h"
 #include "data/shards.h"
 #include "support/cli.h"
@@ -28,6 +31,7 @@ using nlohmann::json;
 namespace {
 
 using cli_test::contains;
+using cli_test::file_bytes;
 using cli_test::Result;
 using cli_test::run;
 
@@ -258,22 +262,101 @@ TEST_F(ExportCli, HfFp32IsTheCheckpointExactly) {
 TEST_F(ExportCli, ExistingOutputIsRefusedUnlessForced) {
   const fs::path out = work_dir() / "existing";
   fs::create_directories(out);
-  std::ofstream(out / "keep.txt") << "mine";
-  const Result r = run(exporting("hf", out));
+  ASSERT_EQ(run(exporting("hf", out / "earlier")).exit_code, 0);
+  const Result r = run(exporting("hf", out / "earlier"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "already exists") && contains(r.output, "--force")) << r.output;
-  EXPECT_TRUE(fs::exists(out / "keep.txt"));
-  EXPECT_FALSE(fs::exists(out / "config.json"));
-  const Result f = run(exporting("modelopt-nvfp4", out, "--force --calibrate 1"));
+  // --force replaces an earlier export...
+  const Result f = run(exporting("modelopt-nvfp4", out / "earlier", "--force --calibrate 1"));
   ASSERT_EQ(f.exit_code, 0) << f.output;
-  EXPECT_FALSE(fs::exists(out / "keep.txt"));
-  EXPECT_TRUE(fs::exists(out / "hf_quant_config.json"));
+  EXPECT_TRUE(fs::exists(out / "earlier" / "hf_quant_config.json"));
+  // ...and nothing else: a directory with a file an export does not write is left as it is.
+  fs::create_directories(out / "mine");
+  std::ofstream(out / "mine" / "keep.txt") << "mine";
+  const Result mine = run(exporting("hf", out / "mine", "--force"));
+  EXPECT_EQ(mine.exit_code, 2) << mine.output;
+  EXPECT_TRUE(contains(mine.output, "keep.txt") && contains(mine.output, "not an earlier export")) << mine.output;
+  EXPECT_TRUE(fs::exists(out / "mine" / "keep.txt"));
+  EXPECT_FALSE(fs::exists(out / "mine" / "config.json"));
   // The run itself (or a folder holding it) is never an output, even with --force.
   const Result self = run("export " + reference().string() + " --format hf --force -o " + reference().string());
   EXPECT_EQ(self.exit_code, 2) << self.output;
   const Result parent = run("export " + reference().string() + " --format hf --force -o " + work_dir().string());
   EXPECT_EQ(parent.exit_code, 2) << parent.output;
   EXPECT_TRUE(fs::exists(reference() / "config.yaml"));
+}
+
+// Outputs inside a run (only the trainer writes there) or a data directory are refused, --force or
+// not, and leave every byte of the run as it was.
+TEST_F(ExportCli, OutputsInsideARunOrDataDirectoryAreRefused) {
+  const fs::path run_dir = work_dir() / "inside";
+  fs::remove_all(run_dir);
+  fs::copy(reference(), run_dir, fs::copy_options::recursive);
+  const auto checkpoints = train::list_checkpoints(run_dir);
+  ASSERT_FALSE(checkpoints.empty());
+  const auto weights = file_bytes(checkpoints.back() / "model.safetensors");
+  const auto config = file_bytes(run_dir / "config.yaml");
+  const std::vector<fs::path> outputs = {run_dir / "checkpoints", run_dir / "checkpoints" / "step_99999999",
+                                         run_dir / "config.yaml", checkpoints.back(), run_dir / "new-export",
+                                         data(), data() / "export"};
+  for (const fs::path& out : outputs) {
+    const Result r = run("export " + run_dir.string() + " --format hf --force -o " + out.string());
+    EXPECT_EQ(r.exit_code, 2) << out << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, "run directory") || contains(r.output, "data directory")) << r.output;
+  }
+  EXPECT_EQ(train::list_checkpoints(run_dir), checkpoints);
+  EXPECT_FALSE(fs::exists(run_dir / "checkpoints" / "step_99999999"));
+  EXPECT_FALSE(fs::exists(run_dir / "new-export"));
+  EXPECT_EQ(file_bytes(checkpoints.back() / "model.safetensors"), weights);
+  EXPECT_EQ(file_bytes(run_dir / "config.yaml"), config);
+  EXPECT_TRUE(fs::exists(data() / "prepare.json"));
+}
+
+// A device node or any other non-directory as -o is refused and left as it is (as root, --force
+// used to rename it away and delete it); a symlink to a directory exports into that directory.
+TEST_F(ExportCli, SpecialOutputsAreNeverReplaced) {
+  const fs::path dir = work_dir() / "special";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<fs::path> outputs = {dir / "file"};
+  std::ofstream(dir / "file") << "mine";
+  if (::geteuid() == 0 && ::mknod((dir / "null").c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0)
+    outputs.push_back(dir / "null");
+  for (const fs::path& out : outputs) {
+    const Result r = run(exporting("hf", out, "--force"));
+    EXPECT_EQ(r.exit_code, 2) << out << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, "is not a directory")) << r.output;
+  }
+  EXPECT_EQ(file_bytes(dir / "file"), std::vector<uint8_t>({'m', 'i', 'n', 'e'}));
+  if (outputs.size() > 1) {
+    EXPECT_TRUE(fs::is_character_file(dir / "null"));
+  }
+  fs::create_directories(dir / "target");
+  fs::create_directory_symlink("target", dir / "link");
+  const Result linked = run(exporting("hf", dir / "link"));
+  ASSERT_EQ(linked.exit_code, 0) << linked.output;
+  EXPECT_TRUE(fs::is_symlink(dir / "link"));
+  EXPECT_TRUE(fs::exists(dir / "target" / "model.safetensors"));
+}
+
+// A killed export leaves OUT.tmp.PID/: the next export to OUT removes it when that process is gone
+// and it holds only export files; a live process's, or one holding a user's file, stays.
+TEST_F(ExportCli, StaleTemporariesOfAKilledExportAreRemoved) {
+  const fs::path dir = work_dir() / "stale";
+  fs::remove_all(dir);
+  const long dead = 4194305;  // above Linux's largest pid_max: never a live process
+  const fs::path stale = dir / ("out.tmp." + std::to_string(dead)), live = dir / ("out.tmp." + std::to_string(::getpid()));
+  const fs::path users = dir / ("out.old." + std::to_string(dead));
+  for (const fs::path& d : {stale, live, users}) {
+    fs::create_directories(d);
+    std::ofstream(d / "model.safetensors") << "half";
+  }
+  std::ofstream(users / "notes.txt") << "mine";
+  const Result r = run(exporting("hf", dir / "out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(users / "notes.txt"));
 }
 
 TEST_F(ExportCli, RunWithoutCheckpointsIsRefused) {

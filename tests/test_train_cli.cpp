@@ -644,10 +644,10 @@ TEST_F(TrainCli, NonFiniteWeightsInACheckpointAreRefused) {
 
 TEST_F(TrainCli, StrayTemporariesAreRemovedAtTheNextStart) {
   const fs::path dir = copy_of_reference("stray");
-  std::ofstream(dir / "metrics.jsonl.tmp.99999") << "half a rewrite";
+  std::ofstream(dir / "metrics.jsonl.tmp.999999999") << "half a rewrite";
   const Result r = run(train(dir, "resume=true steps=13"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_FALSE(fs::exists(dir / "metrics.jsonl.tmp.99999"));
+  EXPECT_FALSE(fs::exists(dir / "metrics.jsonl.tmp.999999999"));
 }
 
 TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndSaysHowToResume) {
@@ -717,7 +717,7 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
       {"quantize " + npy.string() + " -o " + npy.string() + " --format nvfp4", "is the input file itself"},
       {"quantize " + npy.string() + " -o " + (work_dir() / "." / "x.npy").string() + " --format nvfp4", "is the input file itself"},
       {"dequantize " + st.string() + " -o " + st.string(), "is the input file"},
-      {"compare " + run_copy.string() + " -o " + (run_copy / "metrics.jsonl").string(), "is a file of the run"},
+      {"compare " + run_copy.string() + " -o " + (run_copy / "metrics.jsonl").string(), "lies inside the run directory"},
       {train(work_dir() / "rope", "model.rope_theta=0"), "rope_theta=0"},
       {train(work_dir() / "rope", "model.rope_theta=-5"), "rope_theta=-5"},
       {train(work_dir() / "init", "model.init_std=0"), "init_std=0"},

@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "common/error.h"
+#include "io/write_rules.h"
 #include "run/compare.h"
 
 namespace nibble::cli {
@@ -32,13 +33,10 @@ CommandRegistration compare_command("compare", [](CLI::App& app, int& exit_code)
       if (first.filename().empty()) first = first.parent_path();
       png = first.parent_path() / "compare.png";
     }
-    // The plot must not replace a file of a run it reads (metrics.jsonl, config.yaml, ...).
-    for (const auto& r : o->runs)
-      for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(r))
-        if (!e.path().filename().string().ends_with(".png") && same_file(e.path(), png))
-          throw UsageError(fmt::format("-o {} is a file of the run {}: writing the plot there would destroy it; give "
-                                       "another path (e.g. {}/compare.png)",
-                                       png.string(), r, std::filesystem::path(r).parent_path().string()));
+    // The plot goes outside every run (only the trainer writes into one) and replaces no input.
+    io::refuse_output_in_owned_directory(png, "compare");
+    const std::vector<std::filesystem::path> inputs(o->runs.begin(), o->runs.end());
+    io::refuse_output_overlapping_inputs(png, inputs, "compare");
     train::plot_loss_curves(runs, png);
     fmt::print("plot: {}\n", png.string());
     exit_code = 0;

@@ -19,6 +19,7 @@
 #include "io/npy.h"
 #include "io/quantized_safetensors.h"
 #include "io/safetensors.h"
+#include "io/write_rules.h"
 #include "kernels/cpu/quantize/quantize.h"
 
 namespace nibble::cli {
@@ -114,6 +115,7 @@ int run_quantize(const QuantizeArgs& a) {
     throw UsageError(fmt::format("-o {} is the input file itself: writing it would destroy the input; give another "
                                  "output path (e.g. {}.safetensors)",
                                  a.output, std::filesystem::path(a.input).stem().string()));
+  io::refuse_output_in_owned_directory(a.output, "quantize");
   Matrix x = read_matrix(a.input);
   QuantizedTensor q;
   try {
@@ -121,7 +123,8 @@ int run_quantize(const QuantizeArgs& a) {
   } catch (const UsageError& e) {
     throw UsageError(a.input + ": " + e.what());  // the quantizer does not know which file it was given
   }
-  io::write_safetensors(a.output, io::quantized_to_safetensors(q, o.seed, a.transposed, x.stored_dtype));
+  io::write_output_file(a.output,
+                        io::serialize_safetensors(io::quantized_to_safetensors(q, o.seed, a.transposed, x.stored_dtype)));
   if (a.stats) {
     if (a.transposed) x.values = transpose(x.values, x.rows, x.cols);
     print_stats(quant_stats(x.values, q), q, a.transposed);
@@ -145,6 +148,7 @@ int run_dequantize(const DequantizeArgs& a) {
       throw UsageError(fmt::format("-o {} is the input file {} itself: writing it would destroy that file; give another "
                                    "output path (e.g. {}.npy)",
                                    a.output, read, std::filesystem::path(a.input).stem().string()));
+  io::refuse_output_in_owned_directory(a.output, "dequantize");
   const io::SafetensorsFile file = io::read_safetensors(a.input);
   auto [q, transposed] = io::quantized_from_safetensors(file, a.input);
 
@@ -167,7 +171,7 @@ int run_dequantize(const DequantizeArgs& a) {
                                      static_cast<int64_t>(i) / out_cols, static_cast<int64_t>(i) % out_cols));
   }
   const int64_t shape[2] = {out_rows, out_cols};
-  io::write_npy(a.output, values, shape);
+  io::write_output_file(a.output, io::serialize_npy(values, shape));
   if (reference) {
     if (transposed) reference->values = transpose(reference->values, out_rows, out_cols);
     print_stats(quant_stats(reference->values, q), q, transposed);

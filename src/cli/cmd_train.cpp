@@ -11,6 +11,7 @@
 #include "run/config.h"
 #include "train/distributed.h"
 #include "run/run.h"
+#include "run/run_directory.h"
 
 namespace nibble::cli {
 namespace {
@@ -63,6 +64,8 @@ CommandRegistration train_command("train", [](CLI::App& app, int& exit_code) {
     std::unique_ptr<train::Communicator> comm = train::connect_processes();
     try {
       train::RunConfig config = train::load_run_config(o->config, o->overrides);
+      const std::string note = train::settle_run_dir(config, o->config, o->overrides);
+      if (comm->rank() == 0) fmt::print("{}", note);
       if (!o->checkpoint.empty()) {
         // A resume=false in the config file is what a saved RUN/config.yaml says; on the command
         // line it contradicts --checkpoint.

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <optional>
+#include <string_view>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -12,6 +15,7 @@
 #include "format/quantize.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "io/write_rules.h"
 #include "ops/backend.h"
 #include "data/data.h"
 #include "run/metrics.h"
@@ -123,16 +127,6 @@ struct RemoveOnFailure {
     fs::remove_all(dir, ec);
   }
 };
-
-bool is_within(const fs::path& inner, const fs::path& outer) {
-  std::error_code ec;
-  const fs::path a = fs::weakly_canonical(inner, ec), b = fs::weakly_canonical(outer, ec);
-  if (ec) return false;
-  auto ai = a.begin();
-  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai)
-    if (ai == a.end() || *ai != *bi) return (bi != b.end() && bi->empty());  // "dir/" ends in an empty part
-  return true;
-}
 
 std::string fmt_loss(double v) { return fmt::format("{:.4f}", v); }
 
@@ -256,19 +250,60 @@ struct ExportedWeights {
   std::vector<std::string> excluded_modules, quantized_modules;
 };
 
-// Refuses a bad request before loading anything: an output that is (or holds) the run would be
-// destroyed by --force.
-void validate_request(const ExportOptions& opt) {
+// What an export writes. --force replaces only a directory that holds nothing else (an earlier
+// export), so a mistyped -o (a home directory, a project) is never deleted.
+constexpr std::array<std::string_view, 10> kExportFiles = {
+    "model.safetensors", "config.json",           "generation_config.json", "hf_quant_config.json",
+    "README.md",         "tokenizer.json",        "tokenizer_config.json",  "tokenizer.model",
+    "special_tokens_map.json", "nibble_char_tokenizer.json"};
+
+// The first entry of `dir` that an export does not write (a user's file, a subdirectory, a link).
+std::optional<fs::path> foreign_entry(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool ours = std::find(kExportFiles.begin(), kExportFiles.end(), name) != kExportFiles.end() ||
+                      io::is_temporary_name(name, name.substr(0, name.rfind(".tmp.")));
+    if (!ours || it->is_symlink(ec) || !it->is_regular_file(ec)) return it->path();
+  }
+  if (ec) return dir;
+  return std::nullopt;
+}
+
+// An existing output: an empty directory, or one an earlier export wrote, replaced only with --force.
+void check_replaceable(const fs::path& out, bool force) {
+  std::error_code ec;
+  if (!fs::is_directory(out, ec))
+    throw UsageError(fmt::format("-o {} exists and is not a directory: an export is a directory; choose another -o",
+                                 out.string()));
+  if (!force && !fs::is_empty(out, ec))
+    throw UsageError(fmt::format("{} already exists: pass --force to replace it, or choose another -o", out.string()));
+  if (const auto foreign = foreign_entry(out))
+    throw UsageError(fmt::format("-o {} --force: {} is not a file an export writes, so {} is not an earlier export and "
+                                 "is left as it is; choose another -o (or empty it yourself)",
+                                 out.string(), foreign->string(), out.string()));
+}
+
+// Refuses a bad request before loading anything: an output inside a run or data directory, one
+// that holds the run, one that is not a directory or not an earlier export.
+void validate_request(ExportOptions& opt) {
   if (opt.output.empty()) throw UsageError("-o DIR is required: the directory to write the export into");
   if (opt.calibrate_batches < 0)
     throw UsageError(fmt::format("--calibrate {} is negative: give a batch count, or 0 for weight-only scales",
                                  opt.calibrate_batches));
-  if (is_within(opt.run_dir, opt.output))
-    throw UsageError(fmt::format("-o {} is the run directory {} or holds it: choose an output outside the run",
-                                 opt.output.string(), opt.run_dir.string()));
-  if (fs::exists(opt.output) && !opt.force)
-    throw UsageError(fmt::format("{} already exists: pass --force to replace it, or choose another -o",
-                                 opt.output.string()));
+  std::error_code ec;
+  if (fs::is_symlink(opt.output, ec)) {  // the directory it names is the output; never the link replaced
+    const fs::path target = fs::canonical(opt.output, ec);
+    if (ec)
+      throw UsageError(fmt::format("-o {} is a symlink to a directory that does not exist: create it, or choose "
+                                   "another -o", opt.output.string()));
+    opt.output = target;
+  }
+  std::vector<fs::path> inputs{opt.run_dir};
+  if (opt.checkpoint) inputs.push_back(*opt.checkpoint);
+  io::refuse_output_in_owned_directory(opt.output, "export");
+  io::refuse_output_overlapping_inputs(opt.output, inputs, "export");
+  if (fs::exists(fs::symlink_status(opt.output, ec))) check_replaceable(opt.output, opt.force);
 }
 
 // Opens the run and decides which blocks' weights are written as NVFP4; UsageError for a run or shape
@@ -406,12 +441,28 @@ struct Staging {
   fs::path out, parent, tmp;
 };
 
+// Temporaries of an export killed before it finished (`OUT.tmp.PID`, `OUT.old.PID` of a pid that is
+// no longer running) hold only export files: removed, as nothing else would remove them.
+void remove_stale_staging(const fs::path& parent, const std::string& out_name) {
+  std::error_code ec;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::optional<long> pid = io::temporary_owner_pid(name, out_name);
+    if (!pid && name.starts_with(out_name + ".old."))
+      pid = io::temporary_owner_pid(out_name + ".tmp." + name.substr(out_name.size() + 5), out_name);
+    if (!pid || io::process_is_alive(*pid) || it->is_symlink(ec) || !it->is_directory(ec)) continue;
+    if (foreign_entry(it->path())) continue;
+    std::error_code removed;
+    fs::remove_all(it->path(), removed);
+  }
+}
+
 Staging open_staging_directory(const fs::path& out) {
   Staging s{out, out.parent_path().empty() ? fs::path(".") : out.parent_path(), {}};
   std::error_code ec;
   fs::create_directories(s.parent, ec);
+  remove_stale_staging(s.parent, out.filename().string());
   s.tmp = s.parent / fmt::format("{}.tmp.{}", out.filename().string(), ::getpid());
-  fs::remove_all(s.tmp, ec);
   if (!fs::create_directory(s.tmp, ec))
     throw UsageError(fmt::format("cannot create {} ({}): check the permissions of {}", s.tmp.string(),
                                  ec ? ec.message() : "exists", s.parent.string()));
@@ -421,7 +472,8 @@ Staging open_staging_directory(const fs::path& out) {
 // Into place: the old export (with --force) is removed only once the new one is complete.
 void publish(const Staging& s) {
   std::error_code ec;
-  if (fs::exists(s.out)) {
+  if (fs::exists(fs::symlink_status(s.out, ec))) {
+    check_replaceable(s.out, true);  // still an earlier export: nothing appeared there meanwhile
     const fs::path old = s.parent / fmt::format("{}.old.{}", s.out.filename().string(), ::getpid());
     fs::rename(s.out, old);
     fs::rename(s.tmp, s.out);
@@ -645,7 +697,8 @@ std::string export_note(const ExportPlan& p, const Calibration& c, const Exporte
 
 }  // namespace
 
-std::string export_run(const ExportOptions& opt) {
+std::string export_run(const ExportOptions& options) {
+  ExportOptions opt = options;
   validate_request(opt);
   ExportPlan plan = plan_export(opt);
   const Calibration calibration = calibrate(plan);

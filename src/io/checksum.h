@@ -4,6 +4,8 @@
 // so a stored value names its algorithm.
 #pragma once
 #include <cstdint>
+#include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,5 +16,8 @@ std::string content_hash(std::span<const uint8_t> bytes);
 inline std::string content_hash(std::string_view text) {
   return content_hash(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
+// content_hash of a file's bytes, read in pieces (a checkpoint's optimizer state need not fit in
+// memory beside a training run); nullopt when it cannot be read.
+std::optional<std::string> file_content_hash(const std::filesystem::path& path);
 
 }  // namespace nibble::io

@@ -59,4 +59,35 @@ DirectoryLock::~DirectoryLock() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+std::unique_ptr<CheckpointLock> CheckpointLock::for_reading(const std::filesystem::path& directory) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && errno != ENOENT && errno != ENOTDIR)
+    throw UsageError(fmt::format("cannot open '{}' to read it: {}", directory.string(), std::strerror(errno)));
+  if (fd < 0) return nullptr;
+  int locked;
+  while ((locked = ::flock(fd, LOCK_SH)) != 0 && errno == EINTR) {
+  }
+  // A remover renames the directory away while it holds the exclusive lock, before this one can
+  // have it: the path then names another directory, or none.
+  struct stat held {}, now {};
+  if (locked != 0 || ::fstat(fd, &held) != 0 || ::stat(directory.c_str(), &now) != 0 || held.st_ino != now.st_ino ||
+      held.st_dev != now.st_dev) {
+    ::close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<CheckpointLock>(new CheckpointLock(fd));
+}
+
+std::unique_ptr<CheckpointLock> CheckpointLock::for_removal_if_unread(const std::filesystem::path& directory) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return nullptr;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<CheckpointLock>(new CheckpointLock(fd));
+}
+
+CheckpointLock::~CheckpointLock() { ::close(fd_); }
+
 }  // namespace nibble::io

@@ -1,13 +1,17 @@
 #include "io/write_rules.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <string>
 
 #include "common/error.h"
+#include "io/atomic_file.h"
 
 namespace nibble::io {
 
@@ -132,6 +136,37 @@ OutputFile resolve_output_file(const fs::path& output) {
     return {OutputFile::Mode::atomic, target};
   }
   return {OutputFile::Mode::atomic, output};
+}
+
+namespace {
+
+// A device node or FIFO takes the bytes where it is: opened without O_CREAT or O_TRUNC (nothing is
+// created or cut), written to the end, and never removed, whatever fails.
+void write_in_place(const fs::path& path, std::span<const uint8_t> bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) throw UsageError("cannot open -o " + path.string() + " for writing: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw UsageError("cannot write -o " + path.string() + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+void write_output_file(const fs::path& output, std::span<const uint8_t> bytes) {
+  const OutputFile out = resolve_output_file(output);
+  if (out.mode == OutputFile::Mode::direct)
+    write_in_place(out.path, bytes);
+  else
+    write_file_atomically(out.path, bytes);
 }
 
 std::optional<long> temporary_owner_pid(std::string_view file_name, std::string_view of_name) {

@@ -9,6 +9,7 @@
 // Run and data directories are recognised by the files nibble writes into them (below), so the rules
 // hold for directories made by any nibble version and moved or copied anywhere.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <span>
@@ -49,6 +50,11 @@ struct OutputFile {
   std::filesystem::path path;  // where the bytes go: the symlink's target for a symlink
 };
 OutputFile resolve_output_file(const std::filesystem::path& output);
+
+// Writes the whole of `bytes` to an output the user named (`-o`), as resolve_output_file says:
+// atomically for a regular file (through a symlink: the file it names), in place for a device node
+// or FIFO. Throws UsageError naming the path; a failed atomic write leaves the old file as it was.
+void write_output_file(const std::filesystem::path& output, std::span<const uint8_t> bytes);
 
 // True for a name nibble's atomic writers give their temporaries: `<name>.tmp.<digits>`. Whether a
 // stray one may be removed is for its owner to say (only its own names, only a dead process's pid).

@@ -285,7 +285,7 @@ Backend& cuda() {
   static CudaBackend* backend = nullptr;
   std::call_once(once, [] {
     try {
-      backend = new CudaBackend(cuda::default_context());  // lives as long as the process, as the context does
+      backend = new CudaBackend(cuda::process_context());  // lives as long as the process, as the context does
     } catch (const cuda::CudaError& e) {
       throw UsageError(std::string("device=cuda: ") + e.what() + "; use device=cpu on this machine");
     }

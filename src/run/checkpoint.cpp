@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "common/error.h"
 #include "io/atomic_file.h"
 #include "io/checksum.h"
+#include "io/directory_lock.h"
 #include "io/safetensors.h"
 
 namespace nibble::train {
@@ -86,8 +88,12 @@ std::vector<uint8_t> read_verified(const fs::path& checkpoint, const char* name,
 int64_t step_of(const std::string& name) {
   if (!name.starts_with(kStepPrefix)) return -1;
   const std::string digits = name.substr(std::strlen(kStepPrefix));
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
-  return std::stoll(digits);
+  int64_t step = -1;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  // Digits only, and within int64 (a longer name is nobody's checkpoint).
+  if (digits.empty() || digits[0] == '-' || digits[0] == '+' || error != std::errc() || end != digits.data() + digits.size())
+    return -1;
+  return step;
 }
 
 io::SafetensorsFile arena_to_safetensors(const model::Transformer& model, std::span<const float> values,
@@ -189,6 +195,157 @@ void remove_quietly(const fs::path& p) {
   fs::remove_all(p, ec);
 }
 
+// state.json parsed, its own checksum verified (DamagedCheckpoint otherwise). `legacy`: written by a
+// nibble from before checksums (neither key), which loads unverified: a run in progress must survive
+// the upgrade, and its successors are verified. One key without the other is damage.
+struct StateFile {
+  nlohmann::json json;
+  bool legacy = false;
+};
+StateFile read_state_file(const fs::path& checkpoint) {
+  const fs::path state_path = checkpoint / kStateFile;
+  StateFile f;
+  try {
+    const auto state_bytes = io::read_file_bytes(state_path);
+    f.json = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
+    const nlohmann::json& s = f.json;
+    if (!s.is_object()) throw DamagedCheckpoint(fmt::format("{}: not a JSON object\n{}", state_path.string(), damage_advice(checkpoint)));
+    f.legacy = !s.contains(kSelfChecksumKey) && !s.contains(kChecksumsKey);
+    if (!f.legacy && (!s.contains(kSelfChecksumKey) || !s.contains(kChecksumsKey)))
+      throw DamagedCheckpoint(fmt::format("{}: holds only part of its checksums: damaged\n{}", state_path.string(),
+                                          damage_advice(checkpoint)));
+    const std::string recorded = f.legacy ? "" : s.at(kSelfChecksumKey).get<std::string>();
+    const std::string actual = f.legacy ? "" : state_checksum(s);
+    if (recorded != actual)
+      throw DamagedCheckpoint(fmt::format("{}: its contents do not match the checksum written with it ({} on disk, {} "
+                                          "recorded): the file was changed or damaged after it was saved\n{}",
+                                          state_path.string(), actual, recorded, damage_advice(checkpoint)));
+  } catch (const nlohmann::json::exception& e) {
+    throw DamagedCheckpoint(fmt::format("{}: damaged ({})\n{}", state_path.string(), e.what(), damage_advice(checkpoint)));
+  } catch (const DamagedCheckpoint&) {
+    throw;
+  } catch (const UsageError& e) {  // unreadable
+    throw DamagedCheckpoint(fmt::format("{}\n{}", e.what(), damage_advice(checkpoint)));
+  }
+  return f;
+}
+
+TrainingState training_state(const StateFile& f, const fs::path& checkpoint) {
+  const nlohmann::json& s = f.json;
+  const fs::path state_path = checkpoint / kStateFile;
+  TrainingState state;
+  try {
+    state.step = s.at("step").get<int64_t>();
+    state.tokens = s.at("tokens").get<int64_t>();
+    state.micro_batches = s.at("micro_batches").get<int64_t>();
+    state.seed = s.at("seed").get<uint64_t>();
+    state.elapsed_s = s.at("elapsed_s").get<double>();
+    state.best_val_step = s.at("best_val_step").get<int64_t>();
+    state.best_val_loss = s.at("best_val_loss").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DamagedCheckpoint(fmt::format("{}: damaged ({})\n{}", state_path.string(), e.what(), damage_advice(checkpoint)));
+  }
+  if (state.step < 0) throw DamagedCheckpoint(fmt::format("{}: negative step {}", state_path.string(), state.step));
+  return state;
+}
+
+// True when every file of `checkpoint` matches the checksum state.json records for it (a checkpoint
+// from before checksums: when its state.json holds a training state, as loading takes it).
+bool files_verify(const fs::path& checkpoint) {
+  try {
+    const StateFile f = read_state_file(checkpoint);
+    training_state(f, checkpoint);
+    if (f.legacy) return true;
+    const nlohmann::json& checksums = f.json.at(kChecksumsKey);
+    // Hashed in pieces: a training run holds its own state beside the file being checked.
+    auto matches = [&](const char* name) {
+      const auto it = checksums.find(name);
+      return it != checksums.end() && it->is_string() && io::file_content_hash(checkpoint / name) == it->get<std::string>();
+    };
+    return matches(kHfConfigFile) && matches(kModelFile) && (!f.json.value("has_optimizer", false) || matches(kOptimizerFile));
+  } catch (const UsageError&) {  // DamagedCheckpoint included
+    return false;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+constexpr const char* kReplacedPrefix = ".replaced-";
+constexpr const char* kRemovingPrefix = ".removing-";
+
+// Removes `dir` (a checkpoint, or a hidden leftover of a save) unless a reader holds it: a
+// checkpoint is first renamed to a hidden name under the exclusive lock, so that a reader waiting
+// for the lock finds it gone and lists again, and a crash mid-removal leaves a leftover that the
+// next save removes. False when a reader holds it (it is removed at a later save).
+bool remove_unless_read(const fs::path& dir) {
+  const auto lock = io::CheckpointLock::for_removal_if_unread(dir);
+  if (!lock) return false;
+  fs::path doomed = dir;
+  if (!dir.filename().string().starts_with(".")) {
+    doomed = dir.parent_path() / fmt::format("{}{}-{}", kRemovingPrefix, dir.filename().string(), ::getpid());
+    std::error_code ec;
+    fs::rename(dir, doomed, ec);
+    if (ec) doomed = dir;
+  }
+  remove_quietly(doomed);
+  return true;
+}
+
+// What crashed or concurrent saves left in RUN/checkpoints: partial checkpoints, checkpoints moved
+// aside for a replacement or for removal. Never complete checkpoints of their step: removed
+// (symlinks and files of these names, which nibble never makes, are left alone).
+void remove_save_leftovers(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with(kPartialPrefix) || name.starts_with(kReplacedPrefix) || name.starts_with(kRemovingPrefix))
+      remove_unless_read(it->path());
+  }
+}
+
+// Puts the complete checkpoint `partial` at `final_path`. An existing checkpoint of that step (a
+// damaged one that resume passed over) is moved aside first, since rename() cannot replace a
+// non-empty directory, and removed after the new one is in place, unless a reader holds it (then
+// the next save removes it).
+void put_in_place(const fs::path& partial, const fs::path& final_path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(final_path, ec))) {
+    fs::rename(partial, final_path);
+    return;
+  }
+  const auto lock = io::CheckpointLock::for_removal_if_unread(final_path);
+  const fs::path displaced =
+      final_path.parent_path() / fmt::format("{}{}-{}", kReplacedPrefix, final_path.filename().string(), ::getpid());
+  fs::rename(final_path, displaced);
+  try {
+    fs::rename(partial, final_path);
+  } catch (const fs::filesystem_error&) {
+    fs::rename(displaced, final_path, ec);  // back in place: a hidden name would be removed as a leftover
+    throw;
+  }
+  if (lock) remove_quietly(displaced);
+}
+
+// Rotation after `written` was saved: a checkpoint is removed only when `keep` checkpoints newer than
+// it verify (`written` counts, known good), so a damaged or fake checkpoint never makes it delete a
+// good one, and the newest that verifies always stays. Checkpoints newer than `written` (damaged ones
+// that resume passed over, replaced as training reaches their step) and options.also_keep stay.
+void rotate(const fs::path& run_dir, const fs::path& written, const CheckpointOptions& options,
+            CheckpointVerdicts& verdicts) {
+  const int64_t keep = std::max<int64_t>(options.keep, 1), written_step = step_of(written.filename().string());
+  int64_t verified_newer = 1;
+  const auto all = list_checkpoints(run_dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (step_of(it->filename().string()) >= written_step) continue;
+    std::error_code ec;
+    if (verified_newer < keep) {
+      if (verdicts.verifies(*it)) ++verified_newer;
+    } else if (!(options.also_keep && fs::equivalent(*it, *options.also_keep, ec))) {
+      remove_unless_read(*it);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<HfTensorSlot> hf_tensor_layout(const model::Transformer& model) {
@@ -229,7 +386,9 @@ std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
   std::error_code ec;
   for (fs::directory_iterator it(checkpoints_dir(run_dir), ec), end; !ec && it != end; it.increment(ec)) {
     const int64_t step = step_of(it->path().filename().string());
-    if (step >= 0 && it->is_directory()) found.emplace_back(step, it->path());
+    // A symlink is not a checkpoint nibble wrote: never listed, so never loaded by default nor rotated.
+    std::error_code status_ec;
+    if (step >= 0 && it->symlink_status(status_ec).type() == fs::file_type::directory) found.emplace_back(step, it->path());
   }
   std::sort(found.begin(), found.end());
   std::vector<fs::path> paths;
@@ -271,15 +430,21 @@ std::string checkpoint_names(const std::vector<fs::path>& checkpoints) {
   return names.empty() ? "none" : names;
 }
 
+bool CheckpointVerdicts::verifies(const fs::path& checkpoint) {
+  const auto [it, added] = verdicts_.try_emplace(checkpoint.filename().string(), false);
+  if (added) it->second = files_verify(checkpoint);
+  return it->second;
+}
+
+void CheckpointVerdicts::known_good(const fs::path& checkpoint) { verdicts_[checkpoint.filename().string()] = true; }
+
 fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& model, const AdamW* optimizer,
                          const TrainingState& state, const CheckpointOptions& options) {
   const fs::path dir = checkpoints_dir(run_dir), final_path = checkpoint_path(run_dir, state.step);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw UsageError(fmt::format("cannot create '{}': {}", dir.string(), ec.message()));
-  // Leftovers of a crashed save are never complete checkpoints: remove them.
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().filename().string().starts_with(kPartialPrefix)) remove_quietly(it->path());
+  remove_save_leftovers(dir);
 
   const fs::path partial = dir / fmt::format("{}{:08d}-{}", kPartialPrefix, state.step, ::getpid());
   fs::create_directories(partial, ec);
@@ -312,13 +477,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
     s[kChecksumsKey] = checksums;
     s[kSelfChecksumKey] = state_checksum(s);
     write_json(partial / kStateFile, s);
-    // Replacing an existing checkpoint of the same step: move it aside first, since rename() cannot
-    // replace a non-empty directory; it is deleted only after the new one is in place.
-    const fs::path displaced = dir / fmt::format(".replaced-{:08d}-{}", state.step, ::getpid());
-    const bool had_previous = fs::exists(final_path);
-    if (had_previous) fs::rename(final_path, displaced);
-    fs::rename(partial, final_path);
-    if (had_previous) remove_quietly(displaced);
+    put_in_place(partial, final_path);
   } catch (const fs::filesystem_error& e) {
     remove_quietly(partial);
     throw UsageError(fmt::format("could not write checkpoint '{}': {} (previous checkpoints are intact)",
@@ -328,12 +487,10 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
     throw UsageError(fmt::format("could not write checkpoint '{}': {} (previous checkpoints are intact)",
                                  final_path.string(), e.what()));
   }
-  auto all = list_checkpoints(run_dir);
-  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(options.keep, 1)) < all.size(); ++i) {
-    std::error_code ec;
-    if (options.also_keep && fs::equivalent(all[i], *options.also_keep, ec)) continue;
-    remove_quietly(all[i]);
-  }
+  CheckpointVerdicts local;
+  CheckpointVerdicts& verdicts = options.verdicts ? *options.verdicts : local;
+  verdicts.known_good(final_path);
+  rotate(run_dir, final_path, options, verdicts);
   return final_path;
 }
 
@@ -342,47 +499,16 @@ TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& mo
   if (!fs::is_directory(checkpoint))
     throw UsageError(fmt::format("checkpoint '{}' is not a directory (expected RUN/checkpoints/step_NNNNNNNN)",
                                  checkpoint.string()));
-  TrainingState state;
-  const fs::path state_path = checkpoint / kStateFile;
-  nlohmann::json s;
-  bool legacy = false;
-  try {
-    const auto state_bytes = io::read_file_bytes(state_path);
-    s = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
-    // A checkpoint from before checksums has neither key: it loads unverified (a run in progress
-    // must survive the upgrade), and its successors are verified. One key without the other is damage.
-    legacy = !s.contains(kSelfChecksumKey) && !s.contains(kChecksumsKey);
-    if (legacy)
-      fmt::print(stderr,
-                 "warning: {} was written by a nibble that recorded no checksums: loading it unverified (the "
-                 "checkpoints written from now on are verified)\n",
-                 checkpoint.string());
-    if (!legacy && (!s.contains(kSelfChecksumKey) || !s.contains(kChecksumsKey)))
-      throw DamagedCheckpoint(fmt::format("{}: holds only part of its checksums: damaged\n{}", state_path.string(),
-                                          damage_advice(checkpoint)));
-    const std::string recorded = legacy ? "" : s.at(kSelfChecksumKey).get<std::string>();
-    const std::string actual = legacy ? "" : state_checksum(s);
-    if (recorded != actual)
-      throw DamagedCheckpoint(fmt::format("{}: its contents do not match the checksum written with it ({} on disk, {} "
-                                          "recorded): the file was changed or damaged after it was saved\n{}",
-                                          state_path.string(), actual, recorded, damage_advice(checkpoint)));
-    state.step = s.at("step").get<int64_t>();
-    state.tokens = s.at("tokens").get<int64_t>();
-    state.micro_batches = s.at("micro_batches").get<int64_t>();
-    state.seed = s.at("seed").get<uint64_t>();
-    state.elapsed_s = s.at("elapsed_s").get<double>();
-    state.best_val_step = s.at("best_val_step").get<int64_t>();
-    state.best_val_loss = s.at("best_val_loss").get<double>();
-    if (state.step < 0) throw DamagedCheckpoint(fmt::format("{}: negative step {}", state_path.string(), state.step));
-  } catch (const nlohmann::json::exception& e) {
-    throw DamagedCheckpoint(fmt::format("{}: damaged ({})\n{}", state_path.string(), e.what(), damage_advice(checkpoint)));
-  } catch (const DamagedCheckpoint&) {
-    throw;
-  } catch (const UsageError& e) {  // unreadable
-    throw DamagedCheckpoint(fmt::format("{}\n{}", e.what(), damage_advice(checkpoint)));
-  }
-  const nlohmann::json* checksums = legacy ? nullptr : &s.at(kChecksumsKey);
-  if (tokenizer_identity && !legacy) {
+  const StateFile state_file = read_state_file(checkpoint);
+  const nlohmann::json& s = state_file.json;
+  if (state_file.legacy)
+    fmt::print(stderr,
+               "warning: {} was written by a nibble that recorded no checksums: loading it unverified (the "
+               "checkpoints written from now on are verified)\n",
+               checkpoint.string());
+  const TrainingState state = training_state(state_file, checkpoint);
+  const nlohmann::json* checksums = state_file.legacy ? nullptr : &s.at(kChecksumsKey);
+  if (tokenizer_identity && !state_file.legacy) {
     const std::string saved = s.value(kTokenizerKey, std::string());
     if (saved != *tokenizer_identity)
       throw UsageError(fmt::format("{} was trained with another tokenizer (identity {}) than this one ({}), although "

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,7 +57,7 @@ std::vector<HfTensorSlot> hf_tensor_layout(const model::Transformer& model);
 
 std::filesystem::path checkpoints_dir(const std::filesystem::path& run_dir);
 std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, int64_t step);
-// Complete checkpoints, oldest first.
+// Complete checkpoints (step_NNNNNNNN directories, not symlinks), oldest first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& run_dir);
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
 // "step_00000100, step_00000200" (their directory names), or "none", for messages.
@@ -73,19 +75,36 @@ struct MovedCheckpoint {
 // UsageError naming the checkpoint that could not be moved (nothing is ever deleted).
 std::vector<MovedCheckpoint> abandon_checkpoints_after(const std::filesystem::path& run_dir, int64_t step);
 
+// What rotation learned of each checkpoint of a run directory (by name): whether its files match
+// their checksums. Rotation asks after every save; remembered so that a training process reads a
+// checkpoint at most once for it (the ones it wrote or resumed from are known good).
+class CheckpointVerdicts {
+ public:
+  bool verifies(const std::filesystem::path& checkpoint);  // reads and checks it the first time
+  void known_good(const std::filesystem::path& checkpoint);
+
+ private:
+  std::map<std::string, bool> verdicts_;
+};
+
 // How save_checkpoint writes and rotates. `tokenizer_identity` (Tokenizer::identity) is stored for
 // load_checkpoint to compare.
 struct CheckpointOptions {
   int64_t keep = 1;                                   // the newest `keep` checkpoints stay
   std::string tokenizer_identity;
   std::optional<std::filesystem::path> also_keep;     // never removed by the rotation
+  std::shared_ptr<CheckpointVerdicts> verdicts;       // kept across saves (none: each save checks afresh)
   // Called after the weights file is written and before the checkpoint is renamed into place:
   // where a test's fault plan (run/faults.h) kills the process, as a crash mid-checkpoint would.
   std::function<void(int64_t step)> after_weights_written;
 };
 
-// Writes the checkpoint of `state.step` and removes all but the newest `keep`, and never
-// `also_keep` (the last checkpoint before a loss spike, which a divergence message would name).
+// Writes the checkpoint of `state.step`, then rotates: an older checkpoint is removed only when
+// `keep` checkpoints newer than it verify (the one just written counts), never `also_keep` (the last
+// checkpoint before a loss spike, which a divergence message would name), never a checkpoint newer
+// than the one written (a damaged one resume passed over, replaced when training reaches its step),
+// and never one a reader holds (io::CheckpointLock; removed at a later save). A damaged or fake
+// checkpoint therefore never makes rotation delete a good one, and the run keeps the one just written.
 // Throws UsageError (disk full, permissions) with nothing of the previous checkpoints lost.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, const model::Transformer& model,
                                       const AdamW* optimizer, const TrainingState& state,

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "io/atomic_file.h"
+#include "io/write_rules.h"
 #include "run/config.h"
 #include "run/run.h"
 #include "data/data.h"
@@ -257,7 +257,7 @@ void plot_loss_curves(const std::vector<RunSummary>& runs, const fs::path& png_p
   cairo_surface_destroy(surface);
   if (status != CAIRO_STATUS_SUCCESS)
     throw UsageError(fmt::format("cairo could not encode the plot: {}", cairo_status_to_string(status)));
-  io::write_file_atomically(png_path, png);
+  io::write_output_file(png_path, png);
 }
 
 }  // namespace nibble::train

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 
 #include "data/data.h"
@@ -12,6 +14,57 @@
 namespace nibble::train {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A rotation removes the newest checkpoint only after writing a newer one, so each retry finds a
+// newer checkpoint; the bound only keeps a pathological directory from looping forever.
+constexpr int kListingAttempts = 1000;
+// readdir(3) may miss an entry renamed while it lists (a checkpoint put in place, another moved out
+// for removal), so a listing taken during a rotation can seem empty: listed again, after a pause
+// that lets the rotation finish, before a run is said to have no checkpoint.
+constexpr int kEmptyListings = 50;
+
+std::optional<fs::path> newest_listed(const fs::path& run_dir) {
+  for (int attempt = 1;; ++attempt) {
+    if (auto latest = latest_checkpoint(run_dir); latest || attempt == kEmptyListings) return latest;
+    std::error_code ec;
+    if (!fs::exists(checkpoints_dir(run_dir), ec)) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// The newest checkpoint of `run_dir`, locked for reading.
+fs::path lock_newest(const fs::path& run_dir, std::unique_ptr<io::CheckpointLock>& lock) {
+  for (int attempt = 0; attempt < kListingAttempts; ++attempt) {
+    const auto latest = newest_listed(run_dir);
+    if (!latest)
+      throw UsageError(fmt::format("run '{}' has no checkpoint yet: train it further (resume=true) first", run_dir.string()));
+    if ((lock = io::CheckpointLock::for_reading(*latest))) return *latest;
+  }
+  throw UsageError(fmt::format("run '{}': its newest checkpoint was removed {} times while this tried to read it: pass "
+                               "--checkpoint with one of its checkpoints ({})",
+                               run_dir.string(), kListingAttempts, checkpoint_names(list_checkpoints(run_dir))));
+}
+
+// The checkpoint --checkpoint names (a bare name is one of the run's, as `nibble train
+// --checkpoint` takes it), locked for reading.
+fs::path lock_chosen(const fs::path& run_dir, const fs::path& checkpoint, std::unique_ptr<io::CheckpointLock>& lock) {
+  fs::path path = checkpoint;
+  std::error_code ec;
+  if (!checkpoint.has_parent_path() && !fs::exists(checkpoint, ec)) path = checkpoints_dir(run_dir) / checkpoint;
+  // A directory without state.json is no checkpoint, damaged or not (`--checkpoint /etc`): named as
+  // such, never met with the damaged-checkpoint advice to remove it.
+  if (!fs::is_directory(path, ec) || !fs::is_regular_file(path / "state.json", ec) ||
+      !(lock = io::CheckpointLock::for_reading(path)))
+    throw UsageError(fmt::format("--checkpoint '{}': {} is not a checkpoint directory; run '{}' has the checkpoints "
+                                 "{} (in {})",
+                                 checkpoint.string(), path.string(), run_dir.string(),
+                                 checkpoint_names(list_checkpoints(run_dir)), checkpoints_dir(run_dir).string()));
+  return path;
+}
+
+}  // namespace
 
 LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& checkpoint, ops::Device device) {
   ops::Backend& backend = ops::backend(device);  // no usable GPU: the fix, before anything is read
@@ -24,22 +77,8 @@ LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& check
   run.tokenizer = load_tokenizer(run_dir);
   run.config.train.model.vocab = run.tokenizer->vocab_size();
   run.config.train.model.validate();
-  if (checkpoint) {
-    // A bare name (step_00000100) is one of the run's checkpoints, as `nibble train --checkpoint` takes it.
-    run.checkpoint = *checkpoint;
-    std::error_code ec;
-    if (!checkpoint->has_parent_path() && !fs::exists(*checkpoint, ec)) run.checkpoint = checkpoints_dir(run_dir) / *checkpoint;
-    if (!fs::is_directory(run.checkpoint, ec))
-      throw UsageError(fmt::format("--checkpoint '{}': {} is not a checkpoint directory; run '{}' has the checkpoints "
-                                   "{} (in {})",
-                                   checkpoint->string(), run.checkpoint.string(), run_dir.string(),
-                                   checkpoint_names(list_checkpoints(run_dir)), checkpoints_dir(run_dir).string()));
-  } else {
-    auto latest = latest_checkpoint(run_dir);
-    if (!latest)
-      throw UsageError(fmt::format("run '{}' has no checkpoint yet: train it further (resume=true) first", run_dir.string()));
-    run.checkpoint = *latest;
-  }
+  run.checkpoint = checkpoint ? lock_chosen(run_dir, *checkpoint, run.checkpoint_lock)
+                              : lock_newest(run_dir, run.checkpoint_lock);
   run.model = std::make_unique<model::Transformer>(run.config.train.model, backend);
   run.state = load_checkpoint(run.checkpoint, *run.model, nullptr, run.tokenizer->identity());
   return run;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "io/directory_lock.h"
 #include "model/transformer.h"
 #include "ops/backend.h"
 #include "run/checkpoint.h"
@@ -19,12 +20,16 @@ namespace nibble::train {
 // A trained run opened for evaluation or sampling: its resolved config, tokenizer and the weights
 // of one checkpoint (the newest unless given), in a model on `device` (whatever device trained it:
 // checkpoints are host data). UsageError naming the fix for device=cuda without a usable GPU.
+// The checkpoint stays under a reader's lock (io::CheckpointLock) as long as the LoadedRun lives, so
+// a training run rotating its checkpoints meanwhile keeps it (export reads its config.json later);
+// when the newest one is removed between listing and locking, the newest is listed again.
 struct LoadedRun {
   RunConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<model::Transformer> model;
   std::filesystem::path checkpoint;
   TrainingState state;
+  std::unique_ptr<io::CheckpointLock> checkpoint_lock;
 };
 LoadedRun load_run(const std::filesystem::path& run_dir, const std::optional<std::filesystem::path>& checkpoint,
                    ops::Device device = ops::Device::cpu);

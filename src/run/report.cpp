@@ -3,6 +3,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "common/error.h"
 #include "ops/backend.h"
 #include "run/metrics.h"
 #include "train/experiment.h"
@@ -53,7 +58,7 @@ std::string peak_note(double peak, const ops::Backend& backend) {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq) {
+MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe* recipe, int64_t batch, int64_t seq) {
   MemoryEstimate e;
   int64_t params = 0;
   {
@@ -74,13 +79,42 @@ MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe
   const int64_t linear_inputs = N * d + N * m.heads * hd + N * d + N * f;
   const int64_t final_floats = N * d + N + N * d + N * m.vocab + N;
   double recipe_bytes = 4.0 * static_cast<double>(m.layers * block_floats + final_floats);
-  for (int64_t l = 0; l < m.layers; ++l) {
-    const GemmRecipe& w = recipe.for_layer(static_cast<int>(l), 0.0).wgrad;
+  for (int64_t l = 0; recipe != nullptr && l < m.layers; ++l) {
+    const GemmRecipe& w = recipe->for_layer(static_cast<int>(l), 0.0).wgrad;
     recipe_bytes += bytes_per_element(w) * static_cast<double>(linear_inputs);
   }
   e.activations_fp32 = 4 * (m.layers * (block_floats + linear_inputs) + final_floats);
   e.activations_recipe = static_cast<int64_t>(recipe_bytes);
   return e;
+}
+
+namespace {
+
+// MemTotal of /proc/meminfo in bytes; 0 when unknown.
+int64_t machine_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string key; in >> key;) {
+    int64_t kib = 0;
+    if (key == "MemTotal:" && in >> kib) return kib * 1024;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+void refuse_beyond_memory(const MemoryEstimate& e, const RunConfig& c) {
+  const int64_t machine = machine_memory_bytes();
+  if (c.train.device != ops::Device::cpu || machine <= 0 || e.total() <= machine) return;
+  const int64_t seq = c.train.seq > 0 ? c.train.seq : c.train.model.context;
+  throw UsageError(fmt::format(
+      "this run needs about {} of memory (weights {}, gradients {}, AdamW {}, activations of one micro-batch of "
+      "batch={} x seq={}: {}), more than this machine's {} (MemTotal): it would run out of memory. Lower batch "
+      "(raising grad_accum keeps the tokens per step), seq or model.context, or the model's size (model.width, "
+      "model.layers)",
+      bytes_text(static_cast<double>(e.total())), bytes_text(static_cast<double>(e.weights)),
+      bytes_text(static_cast<double>(e.gradients)), bytes_text(static_cast<double>(e.optimizer)), c.train.batch, seq,
+      bytes_text(static_cast<double>(e.activations_recipe)), bytes_text(static_cast<double>(machine))));
 }
 
 std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers) {
@@ -120,7 +154,7 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
   const double flops_token = training_flops_per_token(m, seq);
   const int64_t params = model.params().parameter_count();
   const int64_t embedding = m.vocab * m.width;
-  const MemoryEstimate mem = estimate_memory(m, recipe, c.train.batch, seq);
+  const MemoryEstimate mem = estimate_memory(m, &recipe, c.train.batch, seq);
   std::string s;
   s += fmt::format("model      {} blocks x width {} ({} heads, {} kv heads, head dim {}), SwiGLU hidden {}, context {}, "
                    "vocab {} ({} tokenizer), {} embeddings\n",

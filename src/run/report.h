@@ -18,8 +18,17 @@ struct MemoryEstimate {
   int64_t weights = 0, gradients = 0, optimizer = 0;
   int64_t activations_fp32 = 0;       // every saved tensor in FP32
   int64_t activations_recipe = 0;     // the linears' saved wgrad inputs in the recipe's formats
+  // What training holds at once: the state and one micro-batch's activations as the recipe saves them.
+  int64_t total() const { return weights + gradients + optimizer + activations_recipe; }
 };
-MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq);
+// Without a recipe (before the Trainer that builds it exists), the wgrad operands the recipe keeps
+// are left out: a lower bound, enough to refuse a model that cannot fit before allocating it.
+MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe* recipe, int64_t batch, int64_t seq);
+
+// A CPU run whose estimate exceeds the machine's memory (MemTotal) would be killed or fail in its
+// first step, after minutes of start-up: refused (UsageError) naming the keys that lower it. Nothing
+// is checked where /proc/meminfo is missing, or for device=cuda (the GPU's memory holds the run).
+void refuse_beyond_memory(const MemoryEstimate& estimate, const RunConfig& config);
 
 // One line per run of blocks that share a recipe, e.g.
 //   "blocks 1-2: fprop nvfp4 x nvfp4(16x16) | dgrad nvfp4/SR x nvfp4(16x16) | wgrad nvfp4/SR/RHT x nvfp4/RHT"

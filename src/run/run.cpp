@@ -20,6 +20,7 @@
 #include "run/report.h"
 #include "run/resume.h"
 #include "run/run_checkpoints.h"
+#include "run/run_directory.h"
 #include "run/step_log.h"
 #include "run/stop_signals.h"
 #include "train/experiment.h"
@@ -37,21 +38,6 @@ constexpr int kExitInjectedCrash = 17;
 
 void write_text(const fs::path& path, const std::string& text) {
   io::write_file_atomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-}
-
-// AtomicFileWriter's temporaries (NAME.tmp.PID) that a killed process left in the run directory.
-// Called under the run's lock, so no live writer owns one.
-void remove_stray_temporaries(const fs::path& run_dir) {
-  std::error_code ec;
-  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const auto at = name.rfind(".tmp.");
-    if (at == std::string::npos || at + 5 == name.size() || !it->is_regular_file()) continue;
-    if (std::all_of(name.begin() + static_cast<std::ptrdiff_t>(at + 5), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      std::error_code ignored;
-      fs::remove(it->path(), ignored);
-    }
-  }
 }
 
 // A new run that throws before its first step is done (out of memory for the activations,
@@ -89,6 +75,7 @@ class TrainingRun {
 
  private:
   void validate();
+  void lock_and_inspect_directory();
   void open_directory();
   void start_ranks_alike();
   void report();
@@ -152,8 +139,7 @@ int TrainingRun::run() {
 // leaves every byte of the directory as it was. An existing directory is locked first, so that what
 // is validated cannot change underneath (a second trainer is refused, naming its PID).
 void TrainingRun::validate() {
-  if (root_ && fs::is_directory(run_dir_)) lock_ = std::make_unique<io::DirectoryLock>(run_dir_, kLockHolder);
-  if (root_) existing_ = latest_checkpoint(run_dir_);
+  if (root_) lock_and_inspect_directory();
   if (existing_ && !config_.resume)
     throw UsageError(fmt::format("run.dir '{}' already holds checkpoints (newest {}): pass resume=true to continue that "
                                  "run, or choose another run.dir",
@@ -167,9 +153,14 @@ void TrainingRun::validate() {
   config_.train.model.vocab = data_.tokenizer->vocab_size();
   config_.validate();
   tokenizer_identity_ = data_.tokenizer->identity();
+  seq_ = config_.train.seq > 0 ? config_.train.seq : config_.train.model.context;
+  // A model that cannot fit is refused before its weights are allocated (minutes of paging for a
+  // model.layers typo), the full estimate once the recipe exists.
+  refuse_beyond_memory(estimate_memory(config_.train.model, nullptr, config_.train.batch, seq_), config_);
   // Built before anything is written, so that a recipe or shape the Trainer refuses leaves no
   // half-made run directory behind.
   trainer_ = std::make_unique<Trainer>(config_.train, data_.corpus(), &comm_);
+  refuse_beyond_memory(estimate_memory(config_.train.model, &trainer_->recipe(), config_.train.batch, seq_), config_);
   state_.seed = config_.train.seed;
   if (config_.resume && existing_) {
     ResumePoint point = load_resume_point(config_, *trainer_, tokenizer_identity_, console_);
@@ -177,9 +168,21 @@ void TrainingRun::validate() {
     resumed_from_ = point.checkpoint;
     note_config_changes(config_, saved_config_, console_);
   }
-  seq_ = config_.train.seq > 0 ? config_.train.seq : config_.train.model.context;
   tokens_per_step_ = config_.train.batch * seq_ * config_.train.grad_accum;
   total_steps_ = config_.train.schedule.total_steps;
+}
+
+// Rank 0, before anything is read from run.dir: where it is (not in a data or another run
+// directory), its lock, its own subdirectories (no symlinks out of it), its newest checkpoint, and
+// for a new run that it is nobody else's directory (run/run_directory.h).
+void TrainingRun::lock_and_inspect_directory() {
+  refuse_owned_location(run_dir_);
+  if (fs::is_directory(run_dir_)) {
+    lock_ = std::make_unique<io::DirectoryLock>(run_dir_, kLockHolder);
+    refuse_redirected_entries(run_dir_, config_.tensorboard);
+  }
+  existing_ = latest_checkpoint(run_dir_);
+  if (!existing_) refuse_foreign_directory(run_dir_);
 }
 
 // Validated: from here on the run directory is written.

@@ -13,7 +13,11 @@ RunCheckpoints::RunCheckpoints(const fs::path& run_dir, const fs::path& saved_co
       root_(root),
       trainer_(trainer),
       options_(std::move(options)),
-      last_good_(std::move(resumed_from)) {}
+      last_good_(std::move(resumed_from)) {
+  // Rotation reads each older checkpoint at most once in this run; the one resumed from was loaded.
+  if (!options_.verdicts) options_.verdicts = std::make_shared<CheckpointVerdicts>();
+  if (last_good_) options_.verdicts->known_good(*last_good_);
+}
 
 fs::path RunCheckpoints::write(const TrainingState& state, bool in_spike) {
   CheckpointOptions options = options_;

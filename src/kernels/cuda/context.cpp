@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 namespace nibble::cuda {
 
@@ -63,18 +64,38 @@ std::atomic<int> selected_device{-1};  // -1: $NIBBLE_CUDA_DEVICE or 0
 std::atomic<int> opened_device{-1};    // the device of the first context default_context() made
 }  // namespace
 
+namespace {
+// The device contexts open on: select_default_device's, else $NIBBLE_CUDA_DEVICE, else 0; the
+// first one opened is recorded, so a later selection of another device is refused.
+int device_to_open() {
+  int ordinal = selected_device.load();
+  if (ordinal < 0) {
+    const char* env = std::getenv("NIBBLE_CUDA_DEVICE");
+    ordinal = env ? std::atoi(env) : 0;
+  }
+  return ordinal;
+}
+
+std::unique_ptr<Context> open_context() {
+  const int ordinal = device_to_open();
+  auto context = std::make_unique<Context>(ordinal);
+  int none = -1;
+  opened_device.compare_exchange_strong(none, ordinal);
+  return context;
+}
+}  // namespace
+
 Context& default_context() {
   thread_local std::unique_ptr<Context> context;
-  if (!context) {
-    int ordinal = selected_device.load();
-    if (ordinal < 0) {
-      const char* env = std::getenv("NIBBLE_CUDA_DEVICE");
-      ordinal = env ? std::atoi(env) : 0;
-    }
-    context = std::make_unique<Context>(ordinal);
-    int none = -1;
-    opened_device.compare_exchange_strong(none, ordinal);
-  }
+  if (!context) context = open_context();
+  return *context;
+}
+
+Context& process_context() {
+  static std::mutex mutex;
+  static Context* context = nullptr;  // never destroyed: outlives every thread and static that uses it
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!context) context = open_context().release();
   return *context;
 }
 

@@ -58,6 +58,10 @@ class Context {
 // select_default_device), created at first use. Throws CudaError ("no CUDA device found: ...") on
 // a machine without a usable GPU.
 Context& default_context();
+// The process's one context on the same device, created at first use and never destroyed: the CUDA
+// backend's, which every host thread calls through (a thread's default_context() ends with its
+// thread, so the backend must not keep the first caller's).
+Context& process_context();
 // The device default_context() opens from now on (one process per GPU: its local rank's GPU).
 // Throws CudaError when `ordinal` is not a visible device, or when a context on another device was
 // already created.

@@ -218,9 +218,16 @@ void dense_gemm(cudaDataType type, const char* name, Trans ta, Trans tb, int64_t
                                          : LtOperand{type, b, k, n, ldb, CUBLAS_OP_T};
   const LtOperand lt_b = ta == Trans::no ? LtOperand{type, a, k, m, lda, CUBLAS_OP_N}
                                          : LtOperand{type, a, m, k, lda, CUBLAS_OP_T};
-  const float host_scalars[2] = {alpha, beta};
-  const bool on_device = alpha_beta_device != nullptr;
-  if (!lt_matmul(ctx, n, m, k, lt_a, lt_b, c, ldc, on_device ? alpha_beta_device : host_scalars, on_device))
+  float host_scalars[2] = {alpha, beta};
+  if (alpha_beta_device != nullptr) {
+    if (lt_matmul(ctx, n, m, k, lt_a, lt_b, c, ldc, alpha_beta_device, true)) return;
+    // No algorithm reads alpha from the device for this shape (an odd ldc, say): fetch the scalars
+    // (one synchronisation) and ask again with host scalars, as gemm()'s run_lt does.
+    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(host_scalars, alpha_beta_device, sizeof host_scalars, cudaMemcpyDeviceToHost,
+                                      ctx.stream()));
+    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+  }
+  if (!lt_matmul(ctx, n, m, k, lt_a, lt_b, c, ldc, host_scalars, false))
     throw CudaError(std::string("cuBLASLt offers no ") + name + " algorithm for m=" + std::to_string(m) +
                     " n=" + std::to_string(n) + " k=" + std::to_string(k) + " on " + ctx.device().name);
 }

@@ -256,15 +256,19 @@ __global__ void __launch_bounds__(kThreads) swizzle_kernel(const uint8_t* scales
 template <typename InT>
 __global__ void transpose_kernel(const InT* x, int64_t rows, int64_t cols, InT* out) {
   __shared__ InT tile[32][33];
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32, r0 = static_cast<int64_t>(blockIdx.y) * 32;
-  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
-    const int64_t r = r0 + k, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[k][threadIdx.x] = x[r * cols + c];
-  }
-  __syncthreads();
-  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
-    const int64_t c = c0 + k, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][k];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
+  // Row tiles stride by gridDim.y: grid.y is capped at 65535, which 32-row tiles pass at ~2.1M rows.
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32; r0 < rows; r0 += static_cast<int64_t>(gridDim.y) * 32) {
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+      const int64_t r = r0 + k, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) tile[k][threadIdx.x] = x[r * cols + c];
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+      const int64_t c = c0 + k, r = r0 + threadIdx.x;
+      if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][k];
+    }
+    __syncthreads();  // the tile is reused by the next row tile
   }
 }
 
@@ -536,7 +540,7 @@ DeviceQuantized quantize_transposed(const float* x, int64_t rows, int64_t cols, 
   // Other formats and shapes: transpose on the device, then quantize row-wise (what the reference does).
   require_aligned(x, "the input tensor");
   DeviceBuffer<float> t(static_cast<size_t>(rows * cols), ctx.stream());
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, 65535)));
   transpose_kernel<float><<<grid, dim3(32, 8), 0, ctx.stream()>>>(x, rows, cols, t.data());
   NIBBLE_CUDA_CHECK_LAUNCH();
   return quantize_rowwise(static_cast<const float*>(t.data()), cols, rows, opt, ctx, kopt);
