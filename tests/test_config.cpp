@@ -237,7 +237,7 @@ TEST(Config, IntegerKeysAreBoundedNamingTheRange) {
   RunConfig c;
   const auto refusal = [&](const std::string& word) { return error_of([&] { apply_config_overrides(c, {word}); }); };
   EXPECT_NE(refusal("model.width=4611686018427387904").find("model.width=4611686018427387904 is out of range: give a "
-                                                            "value in [1, 262144]"),
+                                                            "value in [1, 1048576]"),
             std::string::npos);
   EXPECT_NE(refusal("batch=99999999999999999999999").find("batch=99999999999999999999999 is out of range"), std::string::npos);
   EXPECT_NE(refusal("steps=-1").find("steps=-1 is out of range: give a value in [1, 1099511627776]"), std::string::npos);
@@ -250,13 +250,18 @@ TEST(Config, IntegerKeysAreBoundedNamingTheRange) {
       EXPECT_NE(refusal(key.name + "=9223372036854775807").find("is out of range"), std::string::npos) << key.name;
     }
   }
-  // Within the bounds, a step's arrays are still capped: the attention probabilities here.
+  // Within the bounds, their products are capped: here the attention probabilities alone would
+  // be 2^30 x 4 x 2^48 values.
   RunConfig big;
   big.data_dir = "d";
-  apply_config_overrides(big, {"batch=16", "model.context=4194304", "schedule.warmup_steps=0"});
-  EXPECT_NE(error_of([&] { big.validate(); }).find("batch x model.heads x seq x seq (the attention probabilities)"),
-            std::string::npos)
-      << error_of([&] { big.validate(); });
+  apply_config_overrides(big, {"batch=1073741824", "model.context=16777216", "schedule.warmup_steps=0"});
+  EXPECT_NE(error_of([&] { big.validate(); }).find("bytes of memory"), std::string::npos) << error_of([&] { big.validate(); });
+  for (const char* large : {"batch=1000000000", "model.layers=10000000"}) {
+    RunConfig fits;  // large but representable: left to train's check against the machine's memory
+    fits.data_dir = "d";
+    apply_config_overrides(fits, {large});
+    EXPECT_EQ(error_of([&] { fits.validate(); }), "(no error)") << large;
+  }
 }
 
 // A key given twice, a second document and a tag would each be dropped or half-applied silently.

@@ -332,13 +332,13 @@ TEST(Parsers, EmptyNumbersAndOutOfRangeKeysAreRefused) {
       {"eval " + quoted(work / "run") + " --max-windows ''", "--max-windows: is empty"},
       {"prepare " + quoted(work / "corpus.txt") + " --vocab-size '' -o " + quoted(work / "p"), "--vocab-size: is empty"},
       {"train " + quoted(work / "tiny.yaml") + " run.dir=" + quoted(work / "r") + " model.width=4611686018427387904",
-       "model.width=4611686018427387904 is out of range: give a value in [1, 262144]"},
+       "model.width=4611686018427387904 is out of range: give a value in [1, 1048576]"},
       {"train " + quoted(work / "tiny.yaml") + " run.dir=" + quoted(work / "r") + " batch=4611686018427387904",
        "batch=4611686018427387904 is out of range"},
       {"train " + quoted(work / "tiny.yaml") + " run.dir=" + quoted(work / "r") + " model.mlp_hidden=99999999999999999999",
        "model.mlp_hidden=99999999999999999999 is out of range"},
-      {"train " + quoted(work / "tiny.yaml") + " run.dir=" + quoted(work / "r") + " batch=16 model.context=4194304",
-       "the attention probabilities"},
+      {"train " + quoted(work / "tiny.yaml") + " run.dir=" + quoted(work / "r") + " batch=1073741824 model.context=16777216",
+       "bytes of memory"},
   };
   for (const auto& [args, expected] : cases) {
     const Result r = run(args);

@@ -35,7 +35,7 @@ int parse_int(std::string_view key, std::string_view v) {
   int out = 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec == std::errc::result_out_of_range && end == v.data() + v.size())
-    throw UsageError(std::string(key) + "=" + std::string(v) + " is out of range: a layer count is at most 1024");
+    throw UsageError(std::string(key) + "=" + std::string(v) + " is out of range: more layers than a model can have");
   if (ec != std::errc() || end != v.data() + v.size())
     throw UsageError(std::string(key) + "=" + std::string(v) + " is not an integer");
   return out;

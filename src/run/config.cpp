@@ -170,9 +170,11 @@ std::string schedule_name(Schedule s) {
 
 using C = RunConfig;
 
-// Bounds of the integer keys: far beyond any run (2^40 steps; 4M-token contexts), well within int64.
+// Bounds of the integer keys: far beyond any run (2^40 steps, 16M-token contexts), and small
+// enough that the product of two model or batch sizes fits in int64; refuse_unrepresentable_sizes
+// bounds the products of more.
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
-constexpr int64_t kMaxContext = int64_t{1} << 22;
+constexpr int64_t kMaxContext = int64_t{1} << 24;
 
 // run.dir .. resume: where the run lives and how it steps.
 void add_run_keys(std::vector<KeyEntry>& t) {
@@ -189,9 +191,9 @@ void add_run_keys(std::vector<KeyEntry>& t) {
     t.push_back(std::move(e));
   }
   t.push_back(int_key("steps", "optimizer steps", 1, kMaxSteps, [](C& c) -> int64_t& { return c.train.schedule.total_steps; }));
-  t.push_back(int_key("batch", "sequences per micro-batch", 1, 1 << 20, [](C& c) -> int64_t& { return c.train.batch; }));
+  t.push_back(int_key("batch", "sequences per micro-batch", 1, 1 << 30, [](C& c) -> int64_t& { return c.train.batch; }));
   t.push_back(int_key("seq", "tokens per sequence (0: model.context)", 0, kMaxContext, [](C& c) -> int64_t& { return c.train.seq; }));
-  t.push_back(int_key("grad_accum", "micro-batches per optimizer step", 1, 1 << 20, [](C& c) -> int64_t& { return c.train.grad_accum; }));
+  t.push_back(int_key("grad_accum", "micro-batches per optimizer step", 1, 1 << 30, [](C& c) -> int64_t& { return c.train.grad_accum; }));
   t.push_back(int_key("threads", "OpenMP threads (0: all)", 0, 4096, [](C& c) -> int64_t& { return c.threads; }));
   KeyEntry device = parsed_key<ops::Device>(
       "device", "where the model trains: cpu, or cuda (one NVIDIA GPU)", ops::parse_device,
@@ -204,11 +206,11 @@ void add_run_keys(std::vector<KeyEntry>& t) {
 }
 
 void add_model_keys(std::vector<KeyEntry>& t) {
-  t.push_back(int_key("model.layers", "transformer blocks", 1, 1024, [](C& c) -> int64_t& { return c.train.model.layers; }));
-  t.push_back(int_key("model.heads", "attention heads", 1, 1024, [](C& c) -> int64_t& { return c.train.model.heads; }));
-  t.push_back(int_key("model.kv_heads", "key/value heads (0: heads, no GQA)", 0, 1024, [](C& c) -> int64_t& { return c.train.model.kv_heads; }));
-  t.push_back(int_key("model.width", "residual width", 1, 1 << 18, [](C& c) -> int64_t& { return c.train.model.width; }));
-  t.push_back(int_key("model.mlp_hidden", "SwiGLU hidden size (0: 8/3 width)", 0, 1 << 20, [](C& c) -> int64_t& { return c.train.model.mlp_hidden; }));
+  t.push_back(int_key("model.layers", "transformer blocks", 1, 1 << 24, [](C& c) -> int64_t& { return c.train.model.layers; }));
+  t.push_back(int_key("model.heads", "attention heads", 1, 1 << 16, [](C& c) -> int64_t& { return c.train.model.heads; }));
+  t.push_back(int_key("model.kv_heads", "key/value heads (0: heads, no GQA)", 0, 1 << 16, [](C& c) -> int64_t& { return c.train.model.kv_heads; }));
+  t.push_back(int_key("model.width", "residual width", 1, 1 << 20, [](C& c) -> int64_t& { return c.train.model.width; }));
+  t.push_back(int_key("model.mlp_hidden", "SwiGLU hidden size (0: 8/3 width)", 0, 1 << 24, [](C& c) -> int64_t& { return c.train.model.mlp_hidden; }));
   t.push_back(int_key("model.context", "maximum sequence length", 1, kMaxContext, [](C& c) -> int64_t& { return c.train.model.context; }));
   t.push_back(bool_key("model.tied_embeddings", "LM head shares the embedding matrix", [](C& c) -> bool& { return c.train.model.tied_embeddings; }));
   t.push_back(double_key("model.rope_theta", "RoPE base", [](C& c) -> double& { return c.train.model.rope_theta; }));
@@ -235,7 +237,7 @@ void add_optimizer_keys(std::vector<KeyEntry>& t) {
 // eval.*, checkpoint.*, log.*: what the run writes and when.
 void add_output_keys(std::vector<KeyEntry>& t) {
   t.push_back(int_key("eval.interval", "steps between validation evaluations", 1, kMaxSteps, [](C& c) -> int64_t& { return c.eval_interval; }));
-  t.push_back(int_key("eval.batches", "validation batches per evaluation", 1, 1 << 20, [](C& c) -> int64_t& { return c.train.eval_batches; }));
+  t.push_back(int_key("eval.batches", "validation batches per evaluation", 1, 1 << 30, [](C& c) -> int64_t& { return c.train.eval_batches; }));
   t.push_back(int_key("checkpoint.interval", "steps between checkpoints", 1, kMaxSteps, [](C& c) -> int64_t& { return c.checkpoint_interval; }));
   t.push_back(int_key("checkpoint.keep", "newest checkpoints kept", 1, 1 << 20, [](C& c) -> int64_t& { return c.checkpoint_keep; }));
   t.push_back(int_key("log.interval", "steps between log lines and metrics records", 1, kMaxSteps, [](C& c) -> int64_t& { return c.log_interval; }));
@@ -325,29 +327,28 @@ std::string yaml_scalar(const std::string& value, ConfigValueKind kind) {
   return out + "\"";
 }
 
-// The largest arrays one step allocates, in values, multiplied out in double: past 2^40 values
-// (4 TiB of FP32) no machine holds one, and the int64 products of these sizes that the model and
-// the memory estimate form (times the layers, at most 1024) would overflow.
-void refuse_oversized_arrays(const TrainConfig& t) {
+// The memory a run would need, multiplied out in double as run/report.cpp's estimate_memory does in
+// int64 (an upper bound of it: every term there is a product of these positive sizes): beyond
+// 2^60 bytes (an exbibyte) no machine has it, and that estimate, the model's array sizes and the
+// tokens per step would overflow int64. Below it, train's own memory check (report.h) speaks.
+void refuse_unrepresentable_sizes(const TrainConfig& t) {
   const model::ModelConfig& m = t.model;
-  const double batch = static_cast<double>(t.batch), seq = static_cast<double>(t.seq > 0 ? t.seq : m.context);
-  const double tokens = batch * seq, width = static_cast<double>(m.width), hidden = static_cast<double>(m.hidden());
-  const struct {
-    const char* what;
-    double values;
-  } arrays[] = {
-      {"batch x seq x model.width (a block's activations)", tokens * width},
-      {"batch x seq x the MLP's hidden size (model.mlp_hidden)", tokens * hidden},
-      {"batch x model.heads x seq x seq (the attention probabilities)", batch * static_cast<double>(m.heads) * seq * seq},
-      {"batch x seq x the vocabulary (the logits)", tokens * static_cast<double>(m.vocab)},
-      {"model.width x the MLP's hidden size (an MLP weight)", width * hidden},
-  };
-  constexpr double kMaxValues = 1099511627776.0;  // 2^40
-  for (const auto& a : arrays)
-    if (a.values > kMaxValues)
-      throw UsageError(fmt::format("{} is {:.3g} values, more than any machine holds (at most 2^40 in one array): "
-                                   "lower batch, seq or model.context, or the model's size",
-                                   a.what, a.values));
+  auto v = [](int64_t x) { return static_cast<double>(x); };
+  const double d = v(m.width), f = v(m.hidden()), heads = v(m.heads), seq = v(t.seq > 0 ? t.seq : m.context);
+  const double attention = d * (heads + 2 * v(m.kv_head_count()));  // the qkv projection's outputs
+  const double params = 2 * v(m.vocab) * d + v(m.layers) * (2 * d + attention + d * d + 3 * f * d) + d;
+  const double tokens = v(t.batch) * seq;
+  const double block = tokens * (2 * d + 2 + attention + 2 * f) + v(t.batch) * heads * seq * seq;
+  const double linear_inputs = tokens * (3 * d + f);
+  const double activations = v(m.layers) * (block + linear_inputs) + tokens * (2 * d + 2 + v(m.vocab));
+  const double bytes = 16 * params + 12 * activations;  // weights, gradients, AdamW; FP32 and recipe copies
+  constexpr double kMaxBytes = 1152921504606846976.0;  // 2^60
+  if (bytes > kMaxBytes || tokens * v(t.grad_accum) > kMaxBytes)
+    throw UsageError(fmt::format("this run would need about {:.3g} bytes of memory ({:.3g} parameters; {:.3g} tokens "
+                                 "of batch x seq per micro-batch, {:.3g} per step with grad_accum), beyond any "
+                                 "machine: lower batch, grad_accum, seq or model.context, or the model's size "
+                                 "(model.width, model.layers)",
+                                 bytes, params, tokens, tokens * v(t.grad_accum)));
 }
 
 }  // namespace
@@ -450,7 +451,7 @@ void RunConfig::validate() const {
   positive("log.interval", log_interval);
   if (threads < 0) throw UsageError(fmt::format("threads={} must be >= 0 (0: all cores)", threads));
   train.validate();
-  refuse_oversized_arrays(train);
+  refuse_unrepresentable_sizes(train);
 }
 
 std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& config) {
