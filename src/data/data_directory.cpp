@@ -105,6 +105,12 @@ void sync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
+std::string appeared_message(const fs::path& destination) {
+  return fmt::format("{} was created while this prepare ran (by another prepare?), so nothing was replaced: pass "
+                     "--force to replace it",
+                     destination.string());
+}
+
 fs::path sibling(const fs::path& destination, std::string_view suffix) {
   return destination.parent_path() / (destination.filename().string() + std::string(suffix) + std::to_string(::getpid()));
 }
@@ -261,19 +267,31 @@ void StagedDataDirectory::remove_created_parents() noexcept {
   }
 }
 
-bool StagedDataDirectory::commit() {
+bool StagedDataDirectory::commit(bool force) {
   sync_directory(staging_);
   std::error_code ec;
   const bool replacing = fs::exists(fs::symlink_status(destination_, ec));
-  if (replacing) {
+  if (replacing && !force && !fs::is_empty(destination_, ec))
+    throw UsageError(appeared_message(destination_));
+  if (replacing)
     replace_existing();
-  } else {
-    if (::rename(staging_.c_str(), destination_.c_str()) != 0)
-      throw UsageError(fmt::format("cannot move {} to {}: {}", staging_.string(), destination_.string(), std::strerror(errno)));
-    committed_ = true;
-  }
+  else
+    move_into_place();
   sync_directory(destination_.parent_path());
   return replacing;
+}
+
+void StagedDataDirectory::move_into_place() {
+  // RENAME_NOREPLACE: a DEST made since the check above (by another prepare) is not replaced.
+  int rc = ::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, destination_.c_str(), RENAME_NOREPLACE);
+  if (rc != 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
+    rc = ::rename(staging_.c_str(), destination_.c_str());
+  if (rc != 0)
+    throw UsageError(errno == EEXIST || errno == ENOTEMPTY
+                         ? appeared_message(destination_)
+                         : fmt::format("cannot move {} to {}: {}", staging_.string(), destination_.string(),
+                                       std::strerror(errno)));
+  committed_ = true;
 }
 
 void StagedDataDirectory::replace_existing() {

@@ -66,10 +66,12 @@ class StagedDataDirectory {
 
   const std::filesystem::path& path() const { return staging_; }
   // Renames the directory to DEST, replacing an existing DEST (which check_prepare_output allowed);
-  // returns whether one was replaced.
-  bool commit();
+  // returns whether one was replaced. A data directory that appeared at DEST meanwhile (another
+  // prepare's) is replaced only with `force`.
+  bool commit(bool force);
 
  private:
+  void move_into_place();
   void replace_existing();
   void remove_created_parents() noexcept;
 

@@ -89,7 +89,7 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
   write_token_shard(staged.path() / kTrainShardFile, split.train, tokenizer->vocab_size());
   write_token_shard(staged.path() / kValShardFile, split.val, tokenizer->vocab_size());
   write_prepare_record(staged.path(), prepare_record(options, result, tokenizer->kind()));
-  result.replaced = staged.commit();
+  result.replaced = staged.commit(options.force);
   return result;
 }
 

@@ -183,9 +183,7 @@ void add_run_keys(std::vector<KeyEntry>& t) {
   {
     KeyEntry e{{"seed", ConfigValueKind::integer, "initialisation, data order and stochastic rounding"}, {}, {}};
     e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
-      const int64_t seed = parse_integer(k, v, o);
-      if (seed < 0) throw UsageError(fmt::format("{}={} must be >= 0", where(o, k), seed));
-      c.train.seed = static_cast<uint64_t>(seed);
+      c.train.seed = static_cast<uint64_t>(parse_bounded(k, v, o, 0, INT64_MAX, "a seed >= 0"));
     };
     e.get = [](const C& c) { return std::to_string(c.train.seed); };
     t.push_back(std::move(e));
