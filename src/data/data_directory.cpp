@@ -165,6 +165,7 @@ fs::path data_directory_destination(const fs::path& output) {
 }
 
 void check_prepare_output(const fs::path& output, std::span<const fs::path> inputs, bool force) {
+  if (output.empty()) throw UsageError("prepare -o is empty: give the directory to write the data into");
   io::refuse_output_overlapping_inputs(output, inputs, "prepare");
   const fs::path destination = data_directory_destination(output);
   const std::string o = output.string();
