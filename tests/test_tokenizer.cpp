@@ -113,7 +113,7 @@ TEST(Tokenizer, FirstInvalidUtf8FindsEveryMalformedSequence) {
   for (const auto& [text, offset] : bad) EXPECT_EQ(first_invalid_utf8(text), offset) << text;
 }
 
-// Inputs sentencepiece's trainer crashed on (a word of 32770+ characters: SIGSEGV; 65538+: abort;
+// Inputs sentencepiece's trainer crashed on (a word of 32770+ characters: SIGSEGV; 65537+: abort;
 // invalid UTF-8) or refused with the wrong advice (a line over 1 MB; more characters than the
 // vocabulary holds) are trained on, or refused naming the fix, before it sees them.
 TEST(Tokenizer, BpeTrainsOnLongWordsAndLinesAndRefusesWhatItCannotHold) {

@@ -30,7 +30,9 @@ constexpr const char* kManifestKey = "files";
 // What prepare writes into a data directory: the data files, then prepare.json.
 constexpr std::string_view kDataFiles[] = {kTrainShardFile, kValShardFile, kTokenizerFile, kSentencePieceFile};
 
-bool is_data_file(std::string_view name) { return std::find(std::begin(kDataFiles), std::end(kDataFiles), name) != std::end(kDataFiles); }
+bool is_data_file(std::string_view name) {
+  return std::find(std::begin(kDataFiles), std::end(kDataFiles), name) != std::end(kDataFiles);
+}
 
 std::string redo_advice(const fs::path& dir) {
   return fmt::format("prepare it again: nibble prepare TEXT... -o {} --force", dir.string());
@@ -45,14 +47,15 @@ std::optional<json> read_manifest(const fs::path& dir) {
   const auto bytes = io::read_regular_file(record, "a prepare.json record");
   const json j = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
-    throw UsageError(fmt::format("{}: not a JSON object: the data directory is damaged; {}", record.string(), redo_advice(dir)));
+    throw UsageError(
+        fmt::format("{}: not a JSON object: the data directory is damaged; {}", record.string(), redo_advice(dir)));
   if (!j.contains(kManifestKey)) return std::nullopt;
   const json& files = j[kManifestKey];
   bool well_formed = files.is_object();
   // Only a data file's name may appear: the manifest must not make a reader open anything else.
   for (auto it = files.begin(); well_formed && it != files.end(); ++it)
-    well_formed = is_data_file(it.key()) && it->is_object() && it->contains("bytes") && (*it)["bytes"].is_number_unsigned() &&
-                  it->contains("checksum") && (*it)["checksum"].is_string();
+    well_formed = is_data_file(it.key()) && it->is_object() && it->contains("bytes") &&
+                  (*it)["bytes"].is_number_unsigned() && it->contains("checksum") && (*it)["checksum"].is_string();
   if (!well_formed)
     throw UsageError(fmt::format("{}: its \"files\" record is damaged (each entry names a data file with its bytes "
                                  "and checksum); {}",
@@ -112,7 +115,8 @@ std::string appeared_message(const fs::path& destination) {
 }
 
 fs::path sibling(const fs::path& destination, std::string_view suffix) {
-  return destination.parent_path() / (destination.filename().string() + std::string(suffix) + std::to_string(::getpid()));
+  const std::string name = destination.filename().string() + std::string(suffix) + std::to_string(::getpid());
+  return destination.parent_path() / name;
 }
 
 }  // namespace
@@ -318,7 +322,8 @@ void StagedDataDirectory::replace_existing() {
   if (::rename(staging_.c_str(), destination_.c_str()) != 0) {
     const int err = errno;
     ::rename(aside.c_str(), destination_.c_str());
-    throw UsageError(fmt::format("cannot move {} to {}: {}", staging_.string(), destination_.string(), std::strerror(err)));
+    throw UsageError(
+        fmt::format("cannot move {} to {}: {}", staging_.string(), destination_.string(), std::strerror(err)));
   }
   committed_ = true;
   fs::remove_all(aside, ignored);

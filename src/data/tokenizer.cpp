@@ -106,7 +106,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 // sentencepiece's BPE trainer splits sentences into words at spaces and indexes a word's characters
 // in 16 bits through a signed shift: a word of 32770 characters makes it write out of bounds
-// (SIGSEGV), one of 65538 aborts the process; and it drops a sentence of more than
+// (SIGSEGV), one of 65537 aborts the process; and it drops a sentence of more than
 // max_sentence_length bytes. So no sentence it sees is longer than this many bytes.
 constexpr size_t kMaxSentenceBytes = 32768;
 
