@@ -14,6 +14,7 @@
 #include "format/codecs.h"
 #include "format/quantize.h"
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 #include "io/safetensors.h"
 #include "io/write_rules.h"
 #include "ops/backend.h"
@@ -566,7 +567,7 @@ std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
   if (p.run.tokenizer->kind() != TokenizerKind::bpe) return write_char_tokenizer(p.opt.run_dir, dir, context);
   // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
   // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).
-  const auto model_bytes = io::read_file_bytes(p.opt.run_dir / "tokenizer.model");
+  const auto model_bytes = io::read_regular_file(p.opt.run_dir / "tokenizer.model", "a sentencepiece model");
   io::write_file_atomically(dir / "tokenizer.model", model_bytes);
   write_json(dir / "tokenizer_config.json",
              {{"tokenizer_class", "LlamaTokenizer"},

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 #include "io/checksum.h"
 #include "io/directory_lock.h"
 #include "io/safetensors.h"
@@ -67,7 +68,7 @@ std::vector<uint8_t> read_verified(const fs::path& checkpoint, const char* name,
   const fs::path path = checkpoint / name;
   std::vector<uint8_t> bytes;
   try {
-    bytes = io::read_file_bytes(path);
+    bytes = io::read_regular_file(path, "a checkpoint file");
   } catch (const UsageError& e) {
     throw DamagedCheckpoint(fmt::format("{}\n{}", e.what(), damage_advice(checkpoint)));
   }
@@ -206,7 +207,7 @@ StateFile read_state_file(const fs::path& checkpoint) {
   const fs::path state_path = checkpoint / kStateFile;
   StateFile f;
   try {
-    const auto state_bytes = io::read_file_bytes(state_path);
+    const auto state_bytes = io::read_regular_file(state_path, "a checkpoint's state.json");
     f.json = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
     const nlohmann::json& s = f.json;
     if (!s.is_object()) throw DamagedCheckpoint(fmt::format("{}: not a JSON object\n{}", state_path.string(), damage_advice(checkpoint)));
