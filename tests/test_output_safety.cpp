@@ -145,3 +145,29 @@ TEST_F(OutputSafety, CompareOutputThatIsARunOrADirectoryIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// Inputs that never end: a device as the config file, or as a run's metrics.jsonl behind a symlink,
+// is refused at once (both were read until memory ran out). A FIFO stays a stream that is read.
+TEST_F(OutputSafety, DevicesAsInputsAreRefusedNotReadForever) {
+  // `timeout 60`: a regression reading the device fails the test instead of hanging it.
+  const std::string nibble = "timeout 60 " + std::string(NIBBLE_BINARY_DIR) + "/nibble ";
+  const Result config = cli_test::run_program(nibble + "train /dev/zero");
+  EXPECT_EQ(config.exit_code, 2) << config.output;
+  EXPECT_TRUE(contains(config.output, "is a device")) << config.output;
+  const fs::path copy = work_dir() / "metrics-is-a-device";
+  fs::remove_all(copy);
+  fs::create_directories(copy / "checkpoints");
+  fs::copy_file(run_dir() / "config.yaml", copy / "config.yaml");
+  fs::create_symlink("/dev/zero", copy / "metrics.jsonl");
+  const Result compare = cli_test::run_program(nibble + "compare " + copy.string() + " -o " + (work_dir() / "device.png").string());
+  EXPECT_EQ(compare.exit_code, 2) << compare.output;
+  EXPECT_TRUE(contains(compare.output, "is not a regular file")) << compare.output;
+  const Result streamed = cli_test::run_program("bash -c '" + std::string(NIBBLE_BINARY_DIR) +
+                                                "/nibble train <(printf \"steps: 3\\n\")'");
+  EXPECT_EQ(streamed.exit_code, 2) << streamed.output;  // read, then refused for what it lacks
+  EXPECT_TRUE(contains(streamed.output, "data.dir is not set")) << streamed.output;
+}
+
+}  // namespace

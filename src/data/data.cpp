@@ -47,10 +47,16 @@ std::string CharTokenizer::decode(const std::vector<int32_t>& ids) const {
 
 std::string read_text_file(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status))
     throw UsageError("'" + path + "' is a directory, not a file: give the path of a file in it");
+  // A device (/dev/zero) has no end and would be read until memory runs out; a FIFO is a stream
+  // with an end (`nibble train <(...)`, `prepare <(zcat x.gz)`), read as one.
+  if (std::filesystem::is_character_file(status) || std::filesystem::is_block_file(status) ||
+      std::filesystem::is_socket(status))
+    throw UsageError("'" + path + "' is a device or socket, not a text file: give the path of a file");
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw UsageError("cannot open corpus '" + path + "': check the path");
+  if (!f) throw UsageError("cannot open '" + path + "': check the path");
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();

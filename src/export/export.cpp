@@ -471,10 +471,12 @@ Staging open_staging_directory(const fs::path& out) {
 }
 
 // Into place: the old export (with --force) is removed only once the new one is complete.
-void publish(const Staging& s) {
+void publish(const Staging& s, bool force) {
   std::error_code ec;
   if (fs::exists(fs::symlink_status(s.out, ec))) {
-    check_replaceable(s.out, true);  // still an earlier export: nothing appeared there meanwhile
+    // Checked again: another export to the same -o may have finished meanwhile, or a user's file
+    // appeared; replaced only as validate_request would have allowed.
+    check_replaceable(s.out, force);
     const fs::path old = s.parent / fmt::format("{}.old.{}", s.out.filename().string(), ::getpid());
     fs::rename(s.out, old);
     fs::rename(s.tmp, s.out);
@@ -711,7 +713,7 @@ std::string export_run(const ExportOptions& options) {
   write_model_config(plan, weights, calibration.static_inputs, staging.tmp);
   const std::string tokenizer_note = write_tokenizer(plan, staging.tmp);
   write_text(staging.tmp / "README.md", model_card(plan, calibration, weights, tokenizer_note));
-  publish(staging);
+  publish(staging, opt.force);
   guard.armed = false;
   return export_note(plan, calibration, weights, tokenizer_note);
 }

@@ -90,6 +90,11 @@ void MetricsLog::write(const StepRecord& r) { append(finite_or_null(to_json(r)).
 void MetricsLog::write(const EvalRecord& r) { append(finite_or_null(to_json(r)).dump()); }
 
 MetricsHistory read_metrics(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw UsageError(fmt::format("'{}' is not a regular file (a device, FIFO or directory, perhaps through a symlink): a "
+                                 "run's metrics.jsonl is a file nibble train writes",
+                                 path.string()));
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("cannot read '{}': is this a run directory of `nibble train`?", path.string()));
   MetricsHistory h;
