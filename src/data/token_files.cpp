@@ -1,0 +1,306 @@
+#include "data/token_files.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <span>
+
+#include "common/error.h"
+#include "data/data_directory.h"
+#include "data/shards.h"
+#include "io/checksum.h"
+
+namespace nibble::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A regular file mapped read-only for as long as a TokenStream piece refers to it.
+class MappedFile {
+ public:
+  explicit MappedFile(const fs::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(data_), size_}; }
+  // Calls fn on [begin, end) in pieces of 64 MiB, each dropped from this process's memory after
+  // (the page cache keeps it while memory allows): a pass over a 10 GB shard stays small in RSS.
+  void scan(uint64_t begin, uint64_t end, const std::function<void(std::span<const uint8_t>, uint64_t)>& fn) const;
+  // After the checks: windows are read at random places, where read-ahead only wastes memory.
+  void expect_random_reads() const;
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+MappedFile::MappedFile(const fs::path& path) {
+  // O_NONBLOCK: a FIFO is refused, not waited on; the type is checked on the open descriptor.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) throw UsageError(fmt::format("cannot open token file {}: {}", path.string(), std::strerror(errno)));
+  struct stat st{};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const int stat_errno = errno;
+  if (!stat_ok || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw UsageError(stat_ok ? fmt::format("{} is not a regular file, not a token file: give the path of the file itself",
+                                           path.string())
+                             : fmt::format("cannot read {}: {}", path.string(), std::strerror(stat_errno)));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) data_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (data_ == MAP_FAILED)
+    throw UsageError(fmt::format("cannot map {} ({} bytes) into memory: {} (an address-space limit such as `ulimit -v` "
+                                 "must leave room for the token files)",
+                                 path.string(), size_, std::strerror(map_errno)));
+}
+
+MappedFile::~MappedFile() {
+  if (size_ > 0) ::munmap(data_, size_);
+}
+
+void MappedFile::scan(uint64_t begin, uint64_t end,
+                      const std::function<void(std::span<const uint8_t>, uint64_t)>& fn) const {
+  constexpr uint64_t kPiece = uint64_t{64} << 20;  // a multiple of every page size
+  auto* base = static_cast<uint8_t*>(data_);
+  for (uint64_t at = begin; at < end;) {
+    const uint64_t next = std::min(end, (at / kPiece + 1) * kPiece);
+    ::madvise(base + at / kPiece * kPiece, next - at / kPiece * kPiece, MADV_WILLNEED);
+    fn(std::span<const uint8_t>(base + at, next - at), at);
+    ::madvise(base + at / kPiece * kPiece, next - at / kPiece * kPiece, MADV_DONTNEED);
+    at = next;
+  }
+}
+
+void MappedFile::expect_random_reads() const {
+  if (size_ > 0) ::madvise(data_, size_, MADV_RANDOM);
+}
+
+int32_t read_i32(std::span<const uint8_t> bytes, size_t at) {
+  int32_t v;
+  std::memcpy(&v, bytes.data() + at, sizeof v);
+  return v;
+}
+
+// Every token of the payload [offset, offset + count * width) below `vocab`, in one streaming pass;
+// the first that is not is named with its position and byte offset.
+void check_tokens(const MappedFile& file, uint64_t offset, uint64_t count, uint32_t width, int64_t vocab,
+                  const fs::path& path, std::string_view fix) {
+  if (width == 2 && vocab >= 65536) return;  // every uint16 fits
+  file.scan(offset, offset + count * width, [&](std::span<const uint8_t> piece, uint64_t at) {
+    for (size_t i = 0; i < piece.size(); i += width) {
+      uint32_t token = 0;
+      std::memcpy(&token, piece.data() + i, width);  // little-endian host (token_stream.cpp)
+      if (token >= static_cast<uint64_t>(vocab))
+        throw UsageError(fmt::format("{}: token {} at position {} (byte offset {}) is >= the vocabulary size {}: {}",
+                                     path.string(), token, (at + i - offset) / width, at + i, vocab, fix));
+    }
+  });
+}
+
+std::string vocab_fix(int64_t vocab, std::string_view key) {
+  return fmt::format("the file holds ids of a larger vocabulary than {}={}: set {} to the size of the tokenizer that "
+                     "wrote it (50257 for GPT-2, 128256 for Llama 3)",
+                     key, vocab, key);
+}
+
+TokenFile finish(std::shared_ptr<const MappedFile> file, uint64_t offset, uint64_t count, uint32_t width,
+                 int64_t vocab) {
+  file->expect_random_reads();
+  TokenFile t;
+  t.vocab_size = vocab;
+  t.tokens.append(TokenStream::Piece{file->bytes().data() + offset, count, width}, file);
+  return t;
+}
+
+TokenFile open_llmc(const fs::path& path, int64_t vocab, std::string_view vocab_key) {
+  auto file = std::make_shared<const MappedFile>(path);
+  const auto bytes = file->bytes();
+  auto fail = [&](const std::string& why) {
+    return UsageError(fmt::format("{}: not a usable llm.c token shard: {}", path.string(), why));
+  };
+  constexpr size_t header = kLlmcHeaderInts * 4;
+  if (bytes.size() < header)
+    throw fail(fmt::format("its {} bytes are fewer than the {}-byte header (256 x int32)", bytes.size(), header));
+  if (const int32_t magic = read_i32(bytes, 0); magic != kLlmcMagic)
+    throw fail(fmt::format("header[0] (magic) is {}, not {}: not an llm.c shard (nanoGPT's raw train.bin is "
+                           "data.format=nanogpt; a `nibble prepare` directory data.format=nibble)",
+                           magic, kLlmcMagic));
+  const int32_t version = read_i32(bytes, 4);
+  if (version != 1 && version != 2)
+    throw fail(fmt::format("header[1] (version) is {}: llm.c writes 1 (uint16 tokens) or 2 (uint32 tokens)", version));
+  const int32_t count = read_i32(bytes, 8);
+  const uint32_t width = version == 1 ? 2 : 4;
+  const uint64_t payload = bytes.size() - header;
+  if (count < 0 || static_cast<uint64_t>(count) * width != payload)
+    throw fail(fmt::format("header[2] (token count) says {} tokens ({} bytes of version-{} tokens), but the file "
+                           "holds {} bytes after the header: it is truncated or its header lies; write it again",
+                           count, static_cast<int64_t>(count) * width, version, payload));
+  check_tokens(*file, header, static_cast<uint64_t>(count), width, vocab, path, vocab_fix(vocab, vocab_key));
+  return finish(std::move(file), header, static_cast<uint64_t>(count), width, vocab);
+}
+
+TokenFile open_nanogpt(const fs::path& path, int64_t vocab, std::string_view vocab_key) {
+  auto file = std::make_shared<const MappedFile>(path);
+  const auto bytes = file->bytes();
+  // A headed file read as raw tokens would train on its header: name the format it is.
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), kShardMagic, 8) == 0)
+    throw UsageError(fmt::format("{} is a `nibble prepare` shard (NIBTOKNS), not a raw nanoGPT file: set "
+                                 "data.format=nibble and data.dir to its directory",
+                                 path.string()));
+  if (bytes.size() >= 4 && read_i32(bytes, 0) == kLlmcMagic)
+    throw UsageError(fmt::format("{} begins with llm.c's magic {}, so it is an llm.c shard, not a raw nanoGPT file: "
+                                 "set data.format=llmc",
+                                 path.string(), kLlmcMagic));
+  if (bytes.size() % 2 != 0)
+    throw UsageError(fmt::format("{}: {} bytes is not a whole number of 2-byte tokens: a nanoGPT file holds uint16 "
+                                 "tokens and nothing else; it is truncated or not a nanoGPT file",
+                                 path.string(), bytes.size()));
+  const uint64_t count = bytes.size() / 2;
+  check_tokens(*file, 0, count, 2, vocab, path, vocab_fix(vocab, vocab_key));
+  return finish(std::move(file), 0, count, 2, vocab);
+}
+
+// A `nibble prepare` shard: checked against its directory's manifest, then its header
+// (parse_token_shard's checks, on the header alone), then its tokens.
+TokenFile open_nibble(const fs::path& path, int64_t vocab) {
+  auto file = std::make_shared<const MappedFile>(path);
+  const auto bytes = file->bytes();
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  check_data_file(dir, path.filename().string(), bytes.size(), [&] {
+    io::ContentHasher hasher;
+    file->scan(0, bytes.size(), [&](std::span<const uint8_t> piece, uint64_t) { hasher.update(piece); });
+    return hasher.digest();
+  });
+  // The header parsed as an empty shard: every field is checked, the length against the count below.
+  std::vector<uint8_t> header(bytes.begin(), bytes.begin() + std::min(bytes.size(), kShardHeaderBytes));
+  uint64_t count = 0;
+  if (header.size() == kShardHeaderBytes) {
+    std::memcpy(&count, header.data() + 24, 8);
+    std::memset(header.data() + 24, 0, 8);
+  }
+  const TokenShard shape = parse_token_shard(header, path.string());
+  const uint32_t width = shape.vocab_size <= 65536 ? 2 : 4;
+  const uint64_t payload = bytes.size() - kShardHeaderBytes;
+  if (count > payload / width || count * width != payload)
+    throw UsageError(fmt::format("{}: not a usable token shard: the header says {} tokens ({} bytes) but the file holds "
+                                 "{} bytes after the header (re-create it with `nibble prepare`)",
+                                 path.string(), count, count > UINT64_MAX / width ? UINT64_MAX : count * width, payload));
+  if (vocab > 0 && vocab != shape.vocab_size)
+    throw UsageError(fmt::format("{} holds ids of a vocabulary of {}, not {}", path.string(), shape.vocab_size, vocab));
+  check_tokens(*file, kShardHeaderBytes, count, width, shape.vocab_size, path,
+               "the file is damaged; re-create it with `nibble prepare`");
+  return finish(std::move(file), kShardHeaderBytes, count, width, shape.vocab_size);
+}
+
+// The files matching `patterns` (glob(3), comma-separated, relative to `dir` when set), each
+// pattern's matches in name order; every pattern must match.
+std::vector<fs::path> glob_files(const std::string& patterns, const fs::path& dir, std::string_view key) {
+  std::vector<fs::path> files;
+  size_t from = 0;
+  while (from <= patterns.size()) {
+    const size_t comma = std::min(patterns.find(',', from), patterns.size());
+    const std::string pattern = patterns.substr(from, comma - from);
+    from = comma + 1;
+    if (pattern.empty()) continue;
+    const std::string full = dir.empty() || fs::path(pattern).is_absolute() ? pattern : (dir / pattern).string();
+    glob_t g{};
+    const int rc = ::glob(full.c_str(), 0, nullptr, &g);  // glob sorts its matches
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+    ::globfree(&g);
+    if (rc != 0)
+      throw UsageError(fmt::format("{}: the pattern '{}' matches no file: check the path (relative patterns are taken "
+                                   "from data.dir when it is set)",
+                                   key, full));
+  }
+  return files;
+}
+
+// llm.c's own naming: fineweb_train_000001.bin, fineweb_val_000000.bin.
+std::vector<fs::path> llmc_files(const fs::path& dir, std::string_view role) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.ends_with(".bin") && name.find(role) != std::string::npos) files.push_back(it->path());
+  }
+  if (ec) throw UsageError(fmt::format("cannot list data.dir '{}': {}", dir.string(), ec.message()));
+  std::sort(files.begin(), files.end());
+  if (files.empty())
+    throw UsageError(fmt::format("data.dir '{}' holds no llm.c {} shard (a file named *{}*.bin): point data.dir at "
+                                 "the directory llm.c's script wrote, or give data.train_files and data.val_files",
+                                 dir.string(), role, role));
+  return files;
+}
+
+}  // namespace
+
+TokenFileLists list_token_files(const DataSpec& spec) {
+  if (spec.format == TokenFormat::nibble)
+    return {{spec.dir / kTrainShardFile}, {spec.dir / kValShardFile}};
+  if (!spec.dir.empty() && !fs::is_directory(spec.dir))
+    throw UsageError(fmt::format("data.dir '{}' is not a directory", spec.dir.string()));
+  TokenFileLists lists;
+  if (!spec.train_files.empty()) {
+    lists.train = glob_files(spec.train_files, spec.dir, "data.train_files");
+    lists.val = glob_files(spec.val_files, spec.dir, "data.val_files");
+  } else if (spec.format == TokenFormat::llmc) {
+    lists.train = llmc_files(spec.dir, "train");
+    lists.val = llmc_files(spec.dir, "val");
+  } else {
+    lists.train = {spec.dir / kTrainShardFile};
+    lists.val = {spec.dir / kValShardFile};
+  }
+  return lists;
+}
+
+TokenFormat parse_token_format(std::string_view name) {
+  if (name == "nibble") return TokenFormat::nibble;
+  if (name == "llmc") return TokenFormat::llmc;
+  if (name == "nanogpt") return TokenFormat::nanogpt;
+  throw UsageError(fmt::format("unknown token format '{}': use nibble (a `nibble prepare` directory), llmc (llm.c's "
+                               ".bin shards) or nanogpt (nanoGPT's raw uint16 train.bin/val.bin)",
+                               name));
+}
+
+std::string_view to_string(TokenFormat format) {
+  switch (format) {
+    case TokenFormat::nibble: return "nibble";
+    case TokenFormat::llmc: return "llmc";
+    case TokenFormat::nanogpt: return "nanogpt";
+  }
+  return "nibble";
+}
+
+TokenFile open_token_file(const fs::path& path, TokenFormat format, int64_t vocab, std::string_view vocab_key) {
+  switch (format) {
+    case TokenFormat::llmc: return open_llmc(path, vocab, vocab_key);
+    case TokenFormat::nanogpt: return open_nanogpt(path, vocab, vocab_key);
+    case TokenFormat::nibble: break;
+  }
+  return open_nibble(path, vocab);
+}
+
+std::string pretokenized_identity(TokenFormat format, int64_t vocab) {
+  return fmt::format("pretokenized:{}:vocab={}", to_string(format), vocab);
+}
+
+std::vector<int32_t> Dataset::corpus() const {
+  std::vector<int32_t> all = train.to_vector(), v = val.to_vector();
+  all.insert(all.end(), v.begin(), v.end());
+  return all;
+}
+
+}  // namespace nibble::train
