@@ -232,7 +232,7 @@ TEST(TokenFiles, MappedNibbleShardsEqualTheShardsRead) {
   EXPECT_TRUE(contains(error_of([&] { open_token_file(d / "small.bin", TokenFormat::nibble, 0); }),
                        "the header says 501 tokens (1002 bytes) but the file holds 1000 bytes"));
   EXPECT_TRUE(contains(error_of([&] { open_token_file("/dev/zero", TokenFormat::llmc, 10); }),
-                       "/dev/zero is not a regular file"));
+                       "/dev/zero is a device, not a token shard"));
 }
 
 // ---- through the binary ----

@@ -21,13 +21,13 @@ struct EvalOptions {
   bool json = false;
 };
 
-// A `nibble prepare` shard (the run's data.dir/val.bin unless --tokens names one), checked to be of
-// the run's tokenizer.
+// A `nibble prepare` shard (the run's data.dir/val.bin unless --tokens names one), memory-mapped,
+// checked to be of the run's tokenizer.
 train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::string& tokens, std::string& label) {
   const std::filesystem::path tokens_path =
       tokens.empty() ? std::filesystem::path(run.config.data_dir) / train::kValShardFile : std::filesystem::path(tokens);
   label = tokens_path.string();
-  auto shard = train::read_token_shard(tokens_path);
+  auto shard = train::open_token_file(tokens_path, train::TokenFormat::nibble, 0);
   if (shard.vocab_size != run.tokenizer->vocab_size())
     throw UsageError(fmt::format("{} was written for a vocabulary of {} ids, the run's tokenizer has {}: use a token "
                                  "file prepared with the run's tokenizer",
@@ -41,7 +41,7 @@ train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::strin
                                  "vocabulary size ({}) is the same: its token ids mean other text. Use a token file "
                                  "prepared with the run's tokenizer",
                                  label, (shard_dir / "tokenizer.json").string(), shard.vocab_size));
-  return train::TokenStream(std::move(shard.tokens));
+  return shard.tokens;
 }
 
 // The tokens to evaluate on: --tokens (in the run's data.format), else the run's validation files

@@ -44,6 +44,14 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISFIFO(mode)) return "a FIFO (pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 MappedFile::MappedFile(const fs::path& path) {
   // O_NONBLOCK: a FIFO is refused, not waited on; the type is checked on the open descriptor.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -53,8 +61,8 @@ MappedFile::MappedFile(const fs::path& path) {
   const int stat_errno = errno;
   if (!stat_ok || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw UsageError(stat_ok ? fmt::format("{} is not a regular file, not a token file: give the path of the file itself",
-                                           path.string())
+    throw UsageError(stat_ok ? fmt::format("{} is {}, not a token shard: give the path of the file itself", path.string(),
+                                           kind_of(st.st_mode))
                              : fmt::format("cannot read {}: {}", path.string(), std::strerror(stat_errno)));
   }
   size_ = static_cast<size_t>(st.st_size);
