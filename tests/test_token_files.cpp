@@ -34,18 +34,19 @@ namespace {
 fs::path fresh_dir(const std::string& name) { return nibble_test::fresh_dir("test_token_files", name); }
 
 // llm.c's write_datafile (dev/data/data_common.py): 256 int32 of header (magic, version, count),
-// then the tokens as uint16 (version 1) or uint32 (version 2). `count`: a header that lies.
+// then the tokens: uint16 for GPT-2 (magic 20240520, version 1), uint32 for Llama 3 (magic
+// 20240801, version 7); version 2 under 20240520 holds uint32 too. `count`: a header that lies.
 void write_llmc(const fs::path& path, int version, const std::vector<int32_t>& tokens,
                 std::optional<int64_t> count = std::nullopt,
                 int32_t magic = kLlmcMagic) {
   std::vector<int32_t> header(kLlmcHeaderInts, 0);
-  header[0] = magic;
+  header[0] = version == 7 && magic == kLlmcMagic ? kLlmcLlama3Magic : magic;
   header[1] = version;
   header[2] = static_cast<int32_t>(count.value_or(static_cast<int64_t>(tokens.size())));
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size() * 4));
   for (int32_t t : tokens) {
-    if (version == 1) {
+    if (version == 1 || (version != 2 && version != 7)) {
       const uint16_t v = static_cast<uint16_t>(t);
       out.write(reinterpret_cast<const char*>(&v), 2);
     } else {
@@ -81,14 +82,17 @@ std::vector<int32_t> shakespeare_ids(size_t from, size_t n) {
 
 }  // namespace
 
-TEST(TokenFiles, LlmcShardsOfBothVersionsReadAsWritten) {
+TEST(TokenFiles, LlmcShardsOfEveryVersionReadAsWritten) {
   const fs::path d = fresh_dir("llmc");
   const std::vector<int32_t> small = ramp(1000, 50257), large = ramp(1000, 128256, 70000);
-  write_llmc(d / "v1.bin", 1, small);
+  write_llmc(d / "gpt2.bin", 1, small);
+  write_llmc(d / "llama3.bin", 7, large);
   write_llmc(d / "v2.bin", 2, large);
-  EXPECT_EQ(open_token_file(d / "v1.bin", TokenFormat::llmc, 50257).tokens.to_vector(), small);
+  EXPECT_EQ(open_token_file(d / "gpt2.bin", TokenFormat::llmc, 50257).tokens.to_vector(), small);
+  EXPECT_EQ(open_token_file(d / "llama3.bin", TokenFormat::llmc, 128256).tokens.to_vector(), large);
   EXPECT_EQ(open_token_file(d / "v2.bin", TokenFormat::llmc, 128256).tokens.to_vector(), large);
-  EXPECT_EQ(fs::file_size(d / "v2.bin"), 1024u + 4000u);
+  EXPECT_EQ(fs::file_size(d / "llama3.bin"), 1024u + 4000u);
+  EXPECT_EQ(cli_test::file_bytes(d / "llama3.bin")[0], 20240801 & 0xFF);
 }
 
 TEST(TokenFiles, NanogptFilesReadAsWrittenAndHeadedFilesAreNamed) {
@@ -114,9 +118,11 @@ TEST(TokenFiles, LyingLlmcHeadersAreRefusedNamingFileAndField) {
     return e;
   };
   write_llmc(d / "magic.bin", 1, t, std::nullopt, 20240521);
-  EXPECT_TRUE(contains(refusal("magic.bin"), "header[0] (magic) is 20240521, not 20240520"));
+  EXPECT_TRUE(contains(refusal("magic.bin"), "header[0] (magic) is 20240521, not 20240520 (GPT-2 shards) or 20240801"));
   write_llmc(d / "version.bin", 3, t);
-  EXPECT_TRUE(contains(refusal("version.bin"), "header[1] (version) is 3"));
+  EXPECT_TRUE(contains(refusal("version.bin"), "header[1] (version) is 3, which magic 20240520 does not have"));
+  write_llmc(d / "llama_v1.bin", 1, t, std::nullopt, kLlmcLlama3Magic);
+  EXPECT_TRUE(contains(refusal("llama_v1.bin"), "header[1] (version) is 1, which magic 20240801 does not have"));
   write_llmc(d / "more.bin", 1, t, 101);
   EXPECT_TRUE(contains(refusal("more.bin"), "header[2] (token count) says 101 tokens (202 bytes"));
   write_llmc(d / "fewer.bin", 1, t, 99);
@@ -257,7 +263,7 @@ TEST(TokenFilesCli, LlmcShardsTrainEvaluateAndResumeBitwise) {
   const fs::path work = fresh_dir("cli_llmc"), data = work / "fineweb";
   fs::create_directories(data);
   write_llmc(data / "fw_train_000001.bin", 1, shakespeare_ids(0, 30000));
-  write_llmc(data / "fw_train_000002.bin", 2, shakespeare_ids(30000, 20000));
+  write_llmc(data / "fw_train_000002.bin", 7, shakespeare_ids(30000, 20000));
   write_llmc(data / "fw_val_000000.bin", 1, shakespeare_ids(50000, 5000));
   const std::string config = tiny_config(work, "data:\n  format: llmc\n  dir: " + data.string() + "\n", 8);
 
@@ -293,10 +299,10 @@ TEST(TokenFilesCli, LlmcShardsTrainEvaluateAndResumeBitwise) {
             cli_test::file_bytes(run_dir / "checkpoints" / "step_00000008" / "model.safetensors"));
 }
 
-TEST(TokenFilesCli, LlmcVersion2ShardsByGlobTrain) {
+TEST(TokenFilesCli, LlmcUint32ShardsByGlobTrain) {
   const fs::path work = fresh_dir("cli_glob"), data = work / "llama";
   fs::create_directories(data);
-  write_llmc(data / "a.bin", 2, shakespeare_ids(0, 20000));
+  write_llmc(data / "a.bin", 7, shakespeare_ids(0, 20000));
   write_llmc(data / "b.bin", 2, shakespeare_ids(20000, 3000));
   const std::string config = tiny_config(work, "data:\n  format: llmc\n  train_files: " + (data / "a*").string() +
                                                    "\n  val_files: " + (data / "b.bin").string() + "\n",
@@ -336,7 +342,7 @@ TEST(TokenFilesCli, BadFilesAreRefusedWithExit2NamingTheFile) {
   };
   refusal((data / "x_train_1.bin").string() + ": not a usable llm.c token shard: header[0] (magic) is 12345");
   write_llmc(data / "x_train_1.bin", 3, ids);
-  refusal("header[1] (version) is 3");
+  refusal("header[1] (version) is 3, which magic 20240520 does not have");
   write_llmc(data / "x_train_1.bin", 1, ids, 6000);
   refusal("header[2] (token count) says 6000 tokens");
   ids[4000] = 256;

@@ -150,6 +150,12 @@ TokenFile finish(std::shared_ptr<const MappedFile> file, uint64_t offset, uint64
   return t;
 }
 
+// Bytes per token of an llm.c shard of this magic and version; 0 for a pair llm.c does not write.
+uint32_t llmc_token_width(int32_t magic, int32_t version) {
+  if (magic == kLlmcMagic) return version == 1 ? 2 : version == 2 ? 4 : 0;
+  return version == 7 ? 4 : 0;  // kLlmcLlama3Magic
+}
+
 TokenFile open_llmc(const fs::path& path, int64_t vocab, std::string_view vocab_key) {
   auto file = std::make_shared<const MappedFile>(path);
   const auto bytes = file->bytes();
@@ -159,15 +165,19 @@ TokenFile open_llmc(const fs::path& path, int64_t vocab, std::string_view vocab_
   constexpr size_t header = kLlmcHeaderInts * 4;
   if (bytes.size() < header)
     throw fail(fmt::format("its {} bytes are fewer than the {}-byte header (256 x int32)", bytes.size(), header));
-  if (const int32_t magic = read_i32(bytes, 0); magic != kLlmcMagic)
-    throw fail(fmt::format("header[0] (magic) is {}, not {}: not an llm.c shard (nanoGPT's raw train.bin is "
-                           "data.format=nanogpt; a `nibble prepare` directory data.format=nibble)",
-                           magic, kLlmcMagic));
-  const int32_t version = read_i32(bytes, 4);
-  if (version != 1 && version != 2)
-    throw fail(fmt::format("header[1] (version) is {}: llm.c writes 1 (uint16 tokens) or 2 (uint32 tokens)", version));
+  const int32_t magic = read_i32(bytes, 0), version = read_i32(bytes, 4);
+  if (magic != kLlmcMagic && magic != kLlmcLlama3Magic)
+    throw fail(fmt::format("header[0] (magic) is {}, not {} (GPT-2 shards) or {} (Llama 3 shards): not an llm.c shard "
+                           "(nanoGPT's raw train.bin is data.format=nanogpt; a `nibble prepare` directory "
+                           "data.format=nibble)",
+                           magic, kLlmcMagic, kLlmcLlama3Magic));
+  const uint32_t width = llmc_token_width(magic, version);
+  if (width == 0)
+    throw fail(fmt::format("header[1] (version) is {}, which magic {} does not have: llm.c writes version 1 (uint16 "
+                           "tokens) under magic {}, version 7 (uint32 tokens) under magic {}; version 2 (uint32 tokens) "
+                           "under {} is read too",
+                           version, magic, kLlmcMagic, kLlmcLlama3Magic, kLlmcMagic));
   const int32_t count = read_i32(bytes, 8);
-  const uint32_t width = version == 1 ? 2 : 4;
   const uint64_t payload = bytes.size() - header;
   if (count < 0 || static_cast<uint64_t>(count) * width != payload)
     throw fail(fmt::format("header[2] (token count) says {} tokens ({} bytes of version-{} tokens), but the file "
@@ -185,10 +195,10 @@ TokenFile open_nanogpt(const fs::path& path, int64_t vocab, std::string_view voc
     throw UsageError(fmt::format("{} is a `nibble prepare` shard (NIBTOKNS), not a raw nanoGPT file: set "
                                  "data.format=nibble and data.dir to its directory",
                                  path.string()));
-  if (bytes.size() >= 4 && read_i32(bytes, 0) == kLlmcMagic)
+  if (bytes.size() >= 4 && (read_i32(bytes, 0) == kLlmcMagic || read_i32(bytes, 0) == kLlmcLlama3Magic))
     throw UsageError(fmt::format("{} begins with llm.c's magic {}, so it is an llm.c shard, not a raw nanoGPT file: "
                                  "set data.format=llmc",
-                                 path.string(), kLlmcMagic));
+                                 path.string(), read_i32(bytes, 0)));
   if (bytes.size() % 2 != 0)
     throw UsageError(fmt::format("{}: {} bytes is not a whole number of 2-byte tokens: a nanoGPT file holds uint16 "
                                  "tokens and nothing else; it is truncated or not a nanoGPT file",

@@ -2,8 +2,10 @@
 // stays bounded whatever the corpus size), in three formats:
 //   nibble   the NIBTOKNS shards `nibble prepare` writes (data/shards.h), with their tokenizer;
 //   llmc     llm.c's shards (dev/data/fineweb.py ...): a header of 256 little-endian int32,
-//            header[0] = 20240520, header[1] = version (1: uint16 tokens; 2: uint32, Llama 3),
-//            header[2] = token count, then the tokens;
+//            header[0] = magic, header[1] = version, header[2] = token count, then the tokens:
+//            GPT-2's magic 20240520 version 1 with uint16 tokens, Llama 3's magic 20240801 version
+//            7 with uint32 tokens (llm.c's data_common.py); magic 20240520 version 2 with uint32
+//            tokens is read too;
 //   nanogpt  nanoGPT's prepare.py output: raw little-endian uint16 tokens, no header.
 // llm.c and nanoGPT files carry no tokenizer and no vocabulary size: the caller gives the size.
 // Every file is checked when opened, in one streaming pass (header, exact length, every token below
@@ -26,7 +28,8 @@ enum class TokenFormat : uint8_t { nibble, llmc, nanogpt };
 TokenFormat parse_token_format(std::string_view name);  // UsageError listing nibble, llmc, nanogpt
 std::string_view to_string(TokenFormat format);
 
-inline constexpr int32_t kLlmcMagic = 20240520;
+inline constexpr int32_t kLlmcMagic = 20240520;        // GPT-2 shards
+inline constexpr int32_t kLlmcLlama3Magic = 20240801;  // Llama 3 shards
 inline constexpr size_t kLlmcHeaderInts = 256;
 
 // One file of `format`, mapped read-only and checked. `vocab`: the vocabulary every token must lie

@@ -409,8 +409,8 @@ int TrainingRun::finish(double last_loss, double last_val, const RunCheckpoints&
                                 : std::string(),
       run_dir_.string()));
   if (step_seconds_ > 0)
-    console_.print(fmt::format("data: {:.3f}s of {:.1f}s in training steps went to copying windows out of the token "
-                               "files ({:.2f}%)\n",
+    console_.print(fmt::format("data: {:.3g}s of {:.3g}s in training steps went to copying windows out of the token "
+                               "files ({:.3g}%)\n",
                                trainer_->data_seconds(), step_seconds_, 100 * trainer_->data_seconds() / step_seconds_));
   return 0;
 }
