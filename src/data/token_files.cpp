@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <span>
 
 #include "common/error.h"
@@ -115,23 +116,23 @@ uint32_t max_token(const uint8_t* p, size_t n) {
   return m;
 }
 
-// Every token of the payload [offset, offset + count * width) below `vocab`, in one streaming pass;
-// the first that is not is named with its position and byte offset.
-void check_tokens(const MappedFile& file, uint64_t offset, uint64_t count, uint32_t width, int64_t vocab,
-                  const fs::path& path, std::string_view fix) {
-  if (width == 2 && vocab >= 65536) return;  // every uint16 fits
-  auto largest = [width](const uint8_t* p, size_t n) {
-    return width == 2 ? max_token<uint16_t>(p, n) : max_token<uint32_t>(p, n);
-  };
-  file.scan(offset, offset + count * width, [&](std::span<const uint8_t> piece, uint64_t at) {
-    const size_t n = piece.size() / width;
-    if (largest(piece.data(), n) < static_cast<uint64_t>(vocab)) return;
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t token = largest(piece.data() + i * width, 1);
-      if (token >= static_cast<uint64_t>(vocab))
-        throw UsageError(fmt::format("{}: token {} at position {} (byte offset {}) is >= the vocabulary size {}: {}",
-                                     path.string(), token, (at - offset) / width + i, at + i * width, vocab, fix));
-    }
+uint32_t largest_token(const uint8_t* p, size_t n, uint32_t width) {
+  return width == 2 ? max_token<uint16_t>(p, n) : max_token<uint32_t>(p, n);
+}
+
+// Every token of the layout below `vocab`, in one streaming pass over the mapping; the first that
+// is not is named with its position and byte offset.
+void check_tokens(const MappedFile& file, const TokenLayout& layout, int64_t vocab, const fs::path& path,
+                  std::string_view fix) {
+  if (layout.width == 2 && vocab >= 65536) return;  // every uint16 fits
+  const uint64_t begin = layout.offset, end = layout.offset + layout.count * layout.width;
+  file.scan(begin, end, [&](std::span<const uint8_t> piece, uint64_t at) {
+    const auto beyond = first_token_beyond(piece, layout.width, vocab);
+    if (!beyond) return;
+    const uint64_t offset = at + *beyond * layout.width;
+    throw UsageError(fmt::format("{}: token {} at position {} (byte offset {}) is >= the vocabulary size {}: {}",
+                                 path.string(), largest_token(piece.data() + *beyond * layout.width, 1, layout.width),
+                                 (offset - begin) / layout.width, offset, vocab, fix));
   });
 }
 
@@ -141,26 +142,15 @@ std::string vocab_fix(int64_t vocab, std::string_view key) {
                      key, vocab, key);
 }
 
-TokenFile finish(std::shared_ptr<const MappedFile> file, uint64_t offset, uint64_t count, uint32_t width,
-                 int64_t vocab) {
-  file->expect_random_reads();
-  TokenFile t;
-  t.vocab_size = vocab;
-  t.tokens.append(TokenStream::Piece{file->bytes().data() + offset, count, width}, file);
-  return t;
-}
-
 // Bytes per token of an llm.c shard of this magic and version; 0 for a pair llm.c does not write.
 uint32_t llmc_token_width(int32_t magic, int32_t version) {
   if (magic == kLlmcMagic) return version == 1 ? 2 : version == 2 ? 4 : 0;
   return version == 7 ? 4 : 0;  // kLlmcLlama3Magic
 }
 
-TokenFile open_llmc(const fs::path& path, int64_t vocab, std::string_view vocab_key) {
-  auto file = std::make_shared<const MappedFile>(path);
-  const auto bytes = file->bytes();
+TokenLayout llmc_layout(std::span<const uint8_t> bytes, const std::string& source) {
   auto fail = [&](const std::string& why) {
-    return UsageError(fmt::format("{}: not a usable llm.c token shard: {}", path.string(), why));
+    return UsageError(fmt::format("{}: not a usable llm.c token shard: {}", source, why));
   };
   constexpr size_t header = kLlmcHeaderInts * 4;
   if (bytes.size() < header)
@@ -183,61 +173,54 @@ TokenFile open_llmc(const fs::path& path, int64_t vocab, std::string_view vocab_
     throw fail(fmt::format("header[2] (token count) says {} tokens ({} bytes of version-{} tokens), but the file "
                            "holds {} bytes after the header: it is truncated or its header lies; write it again",
                            count, static_cast<int64_t>(count) * width, version, payload));
-  check_tokens(*file, header, static_cast<uint64_t>(count), width, vocab, path, vocab_fix(vocab, vocab_key));
-  return finish(std::move(file), header, static_cast<uint64_t>(count), width, vocab);
+  return {header, static_cast<uint64_t>(count), width, 0};
 }
 
-TokenFile open_nanogpt(const fs::path& path, int64_t vocab, std::string_view vocab_key) {
-  auto file = std::make_shared<const MappedFile>(path);
-  const auto bytes = file->bytes();
+TokenLayout nanogpt_layout(std::span<const uint8_t> bytes, const std::string& source) {
   // A headed file read as raw tokens would train on its header: name the format it is.
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), kShardMagic, 8) == 0)
     throw UsageError(fmt::format("{} is a `nibble prepare` shard (NIBTOKNS), not a raw nanoGPT file: set "
                                  "data.format=nibble and data.dir to its directory",
-                                 path.string()));
+                                 source));
   if (bytes.size() >= 4 && (read_i32(bytes, 0) == kLlmcMagic || read_i32(bytes, 0) == kLlmcLlama3Magic))
     throw UsageError(fmt::format("{} begins with llm.c's magic {}, so it is an llm.c shard, not a raw nanoGPT file: "
                                  "set data.format=llmc",
-                                 path.string(), read_i32(bytes, 0)));
+                                 source, read_i32(bytes, 0)));
   if (bytes.size() % 2 != 0)
     throw UsageError(fmt::format("{}: {} bytes is not a whole number of 2-byte tokens: a nanoGPT file holds uint16 "
                                  "tokens and nothing else; it is truncated or not a nanoGPT file",
-                                 path.string(), bytes.size()));
-  const uint64_t count = bytes.size() / 2;
-  check_tokens(*file, 0, count, 2, vocab, path, vocab_fix(vocab, vocab_key));
-  return finish(std::move(file), 0, count, 2, vocab);
+                                 source, bytes.size()));
+  return {0, bytes.size() / 2, 2, 0};
 }
 
-// A `nibble prepare` shard: checked against its directory's manifest, then its header
-// (parse_token_shard's checks, on the header alone), then its tokens.
-TokenFile open_nibble(const fs::path& path, int64_t vocab) {
-  auto file = std::make_shared<const MappedFile>(path);
-  const auto bytes = file->bytes();
-  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  check_data_file(dir, path.filename().string(), bytes.size(), [&] {
-    io::ContentHasher hasher;
-    file->scan(0, bytes.size(), [&](std::span<const uint8_t> piece, uint64_t) { hasher.update(piece); });
-    return hasher.digest();
-  });
-  // The header parsed as an empty shard: every field is checked, the length against the count below.
+// parse_token_shard's checks on the header alone (parsed as an empty shard), then the length
+// against the header's count.
+TokenLayout nibble_layout(std::span<const uint8_t> bytes, const std::string& source) {
   std::vector<uint8_t> header(bytes.begin(), bytes.begin() + std::min(bytes.size(), kShardHeaderBytes));
   uint64_t count = 0;
   if (header.size() == kShardHeaderBytes) {
     std::memcpy(&count, header.data() + 24, 8);
     std::memset(header.data() + 24, 0, 8);
   }
-  const TokenShard shape = parse_token_shard(header, path.string());
+  const TokenShard shape = parse_token_shard(header, source);
   const uint32_t width = shape.vocab_size <= 65536 ? 2 : 4;
   const uint64_t payload = bytes.size() - kShardHeaderBytes;
   if (count > payload / width || count * width != payload)
     throw UsageError(fmt::format("{}: not a usable token shard: the header says {} tokens ({} bytes) but the file holds "
                                  "{} bytes after the header (re-create it with `nibble prepare`)",
-                                 path.string(), count, count > UINT64_MAX / width ? UINT64_MAX : count * width, payload));
-  if (vocab > 0 && vocab != shape.vocab_size)
-    throw UsageError(fmt::format("{} holds ids of a vocabulary of {}, not {}", path.string(), shape.vocab_size, vocab));
-  check_tokens(*file, kShardHeaderBytes, count, width, shape.vocab_size, path,
-               "the file is damaged; re-create it with `nibble prepare`");
-  return finish(std::move(file), kShardHeaderBytes, count, width, shape.vocab_size);
+                                 source, count, count > UINT64_MAX / width ? UINT64_MAX : count * width, payload));
+  return {kShardHeaderBytes, count, width, shape.vocab_size};
+}
+
+// A `nibble prepare` shard is checked against its directory's manifest first (as read_data_file
+// does), hashed in pieces so that its pages do not all stay resident.
+void check_against_manifest(const fs::path& path, const MappedFile& file) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  check_data_file(dir, path.filename().string(), file.bytes().size(), [&] {
+    io::ContentHasher hasher;
+    file.scan(0, file.bytes().size(), [&](std::span<const uint8_t> piece, uint64_t) { hasher.update(piece); });
+    return hasher.digest();
+  });
 }
 
 // The files matching `patterns` (glob(3), comma-separated, relative to `dir` when set), each
@@ -319,13 +302,40 @@ std::string_view to_string(TokenFormat format) {
   return "nibble";
 }
 
-TokenFile open_token_file(const fs::path& path, TokenFormat format, int64_t vocab, std::string_view vocab_key) {
+TokenLayout parse_token_layout(std::span<const uint8_t> bytes, TokenFormat format, const std::string& source) {
   switch (format) {
-    case TokenFormat::llmc: return open_llmc(path, vocab, vocab_key);
-    case TokenFormat::nanogpt: return open_nanogpt(path, vocab, vocab_key);
+    case TokenFormat::llmc: return llmc_layout(bytes, source);
+    case TokenFormat::nanogpt: return nanogpt_layout(bytes, source);
     case TokenFormat::nibble: break;
   }
-  return open_nibble(path, vocab);
+  return nibble_layout(bytes, source);
+}
+
+std::optional<uint64_t> first_token_beyond(std::span<const uint8_t> tokens, uint32_t width, int64_t vocab) {
+  const size_t n = tokens.size() / width;
+  if (largest_token(tokens.data(), n, width) < static_cast<uint64_t>(vocab)) return std::nullopt;
+  for (size_t i = 0; i < n; ++i)
+    if (largest_token(tokens.data() + i * width, 1, width) >= static_cast<uint64_t>(vocab)) return i;
+  return std::nullopt;
+}
+
+TokenFile open_token_file(const fs::path& path, TokenFormat format, int64_t vocab, std::string_view vocab_key) {
+  auto file = std::make_shared<const MappedFile>(path);
+  if (format == TokenFormat::nibble) check_against_manifest(path, *file);
+  const TokenLayout layout = parse_token_layout(file->bytes(), format, path.string());
+  std::string fix = vocab_fix(vocab, vocab_key);
+  if (format == TokenFormat::nibble) {
+    if (vocab > 0 && vocab != layout.vocab)
+      throw UsageError(fmt::format("{} holds ids of a vocabulary of {}, not {}", path.string(), layout.vocab, vocab));
+    vocab = layout.vocab;
+    fix = "the file is damaged; re-create it with `nibble prepare`";
+  }
+  check_tokens(*file, layout, vocab, path, fix);
+  file->expect_random_reads();
+  TokenFile t;
+  t.vocab_size = vocab;
+  t.tokens.append(TokenStream::Piece{file->bytes().data() + layout.offset, layout.count, layout.width}, file);
+  return t;
 }
 
 std::string pretokenized_identity(TokenFormat format, int64_t vocab) {

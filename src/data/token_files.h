@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +33,17 @@ std::string_view to_string(TokenFormat format);
 inline constexpr int32_t kLlmcMagic = 20240520;        // GPT-2 shards
 inline constexpr int32_t kLlmcLlama3Magic = 20240801;  // Llama 3 shards
 inline constexpr size_t kLlmcHeaderInts = 256;
+
+// Where a file's tokens lie in its bytes, from its header (llmc, nibble) or its length (nanogpt).
+// UsageError naming `source` and the field for a header that lies or a length that disagrees.
+struct TokenLayout {
+  uint64_t offset = 0, count = 0;
+  uint32_t width = 2;  // bytes per token
+  int64_t vocab = 0;   // the header's vocabulary (nibble); 0 where the format records none
+};
+TokenLayout parse_token_layout(std::span<const uint8_t> bytes, TokenFormat format, const std::string& source);
+// The index of the first of `tokens` (little-endian, `width` bytes each) >= vocab; nullopt if none.
+std::optional<uint64_t> first_token_beyond(std::span<const uint8_t> tokens, uint32_t width, int64_t vocab);
 
 // One file of `format`, mapped read-only and checked. `vocab`: the vocabulary every token must lie
 // below; for nibble shards 0 takes the header's, and another value must equal it.
