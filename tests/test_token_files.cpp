@@ -384,3 +384,23 @@ TEST(TokenFilesCli, CorpusBeyondTheAddressSpaceLimitTrains) {
   ASSERT_EQ(getrusage(RUSAGE_CHILDREN, &usage), 0);
   EXPECT_LT(usage.ru_maxrss, 1024 * 1024) << "peak RSS of a child in KiB";  // < 1 GiB for a 3 GB shard
 }
+
+// A shard truncated under a running trainer: the fault is named, exit 2, not a bare "Bus error".
+TEST(TokenFilesCli, AShardTruncatedWhileTrainingIsNamed) {
+  const fs::path work = fresh_dir("cli_truncated"), data = work / "data";
+  fs::create_directories(data);
+  write_llmc(data / "t_train_1.bin", 1, shakespeare_ids(0, 400000));
+  write_llmc(data / "t_val_1.bin", 1, shakespeare_ids(400000, 5000));
+  const std::string config = tiny_config(work, "data:\n  format: llmc\n  dir: " + data.string() + "\n", 100000000);
+  const std::string log = (work / "log.txt").string();
+  // Train in the background; once steps run, cut the shard to its header and wait for the trainer.
+  const cli_test::Result r = cli_test::run_program(
+      "bash -c '" + std::string(NIBBLE_BINARY_DIR) + "/nibble train " + config + " model.vocab=256 eval.interval=100000000 run.dir=" +
+      (work / "run").string() + " > " + log + " 2>&1 & pid=$!; until grep -q \"step  *2/\" " + log +
+      "; do kill -0 $pid || break; sleep 0.1; done; truncate -s 1024 " + (data / "t_train_1.bin").string() +
+      "; wait $pid; echo exit=$?; cat " + log + "'");
+  EXPECT_TRUE(contains(r.output, "exit=2")) << r.output;
+  EXPECT_TRUE(contains(r.output, "a memory-mapped token file was truncated (or its disk failed) while nibble read it "
+                                 "(SIGBUS)"))
+      << r.output;
+}
