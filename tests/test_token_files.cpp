@@ -287,6 +287,10 @@ TEST(TokenFilesCli, LlmcShardsTrainEvaluateAndResumeBitwise) {
   r = cli_test::run("generate " + run_dir.string() + " --max-tokens 4");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "which carry no tokenizer")) << r.output;
+  r = cli_test::run("export " + run_dir.string() + " --format hf -o " + (work / "exported").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "which carry no tokenizer, so there is none to export")) << r.output;
+  EXPECT_FALSE(fs::exists(work / "exported"));
 
   // Stopped before step 5 (the step-4 checkpoint written), then resumed: the same run to the bit.
   const fs::path resumed = work / "resumed";
