@@ -272,6 +272,12 @@ TEST(TokenFilesCli, LlmcShardsTrainEvaluateAndResumeBitwise) {
   EXPECT_TRUE(contains(r.output, "data.format=llmc files carry no vocabulary size: set model.vocab")) << r.output;
   EXPECT_FALSE(fs::exists(work / "run"));
 
+  r = cli_test::run("train " + config + " data.format=nibble run.dir=" + (work / "run").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "is not a `nibble prepare` directory (it has no prepare.json or tokenizer.json): for "
+                                 "llm.c's .bin shards set data.format=llmc"))
+      << r.output;
+
   r = cli_test::run("train " + config + " model.vocab=256 run.dir=" + (work / "run").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "vocab 256 (llmc token files, no tokenizer)")) << r.output;

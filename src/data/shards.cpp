@@ -98,6 +98,13 @@ Dataset load_prepared(const DataSpec& spec) {
   if (!std::filesystem::is_directory(data_dir))
     throw UsageError(fmt::format("data.dir '{}' is not a directory: run `nibble prepare TEXT_FILE -o {}` first",
                                  data_dir.string(), data_dir.string()));
+  // Neither file of a prepared directory: most likely llm.c's or nanoGPT's files without data.format.
+  if (!std::filesystem::exists(data_dir / kPrepareFile) && !std::filesystem::exists(data_dir / kTokenizerFile))
+    throw UsageError(fmt::format("data.dir '{}' is not a `nibble prepare` directory (it has no {} or {}): for llm.c's "
+                                 ".bin shards set data.format=llmc, for nanoGPT's train.bin/val.bin "
+                                 "data.format=nanogpt (with model.vocab), or prepare text with `nibble prepare TEXT_FILE "
+                                 "-o {}`",
+                                 data_dir.string(), kPrepareFile, kTokenizerFile, data_dir.string()));
   check_data_directory(data_dir);
   Dataset d;
   d.tokenizer = load_tokenizer(data_dir);
