@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <utility>
 
 namespace nibble::train {
 
@@ -17,6 +18,12 @@ ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
 std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, Communicator* comm) {
   c.validate();
   return std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
+}
+
+// The corpus's 90/10 split (data/data.h) as two streams owning their tokens.
+std::pair<TokenStream, TokenStream> split_streams(const std::vector<int32_t>& corpus) {
+  TokenSplit split = split_tokens(corpus);
+  return {TokenStream(std::move(split.train)), TokenStream(std::move(split.val))};
 }
 
 // Rows of each micro-batch this process runs: the recipe's tokens per micro-batch follow from them.
@@ -39,7 +46,10 @@ void TrainConfig::validate() const {
 }
 
 Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm)
-    : Trainer(config, TokenStream(split_tokens(corpus).train), TokenStream(split_tokens(corpus).val), comm) {}
+    : Trainer(config, split_streams(corpus), comm) {}
+
+Trainer::Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm)
+    : Trainer(config, std::move(split.first), std::move(split.second), comm) {}
 
 Trainer::Trainer(const TrainConfig& config, TokenStream train, TokenStream val, Communicator* comm)
     : config_(config),

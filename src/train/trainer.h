@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/transformer.h"
@@ -71,6 +72,7 @@ class Trainer {
   Communicator& communicator() { return *comm_; }
 
  private:
+  Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm);
   double progress() const;
 
   TrainConfig config_;
