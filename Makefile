@@ -38,12 +38,13 @@ bench-torch: build
 	@$(BUILD)/nibble bench train --vs-torch --torch-python $(TORCH_PYTHON) $(BENCH_TORCH_ARGS)
 
 # libFuzzer + ASan/UBSan on every reader of user files (.npy, safetensors, run config, token
-# shards, checkpoints; needs clang-14): the library is built by clang with the sanitizers in
-# build-fuzz/, each target runs FUZZ_SECONDS from the seeds in fuzz/corpus/ (new inputs go to
-# build-fuzz/corpus/, crashes to build-fuzz/); prints the executions each ran and fails on a finding.
+# shards, llm.c and nanoGPT token files, checkpoints; needs clang-14): the library is built by clang
+# with the sanitizers in build-fuzz/, each target runs FUZZ_SECONDS from the seeds in fuzz/corpus/
+# (new inputs go to build-fuzz/corpus/, crashes to build-fuzz/); prints the executions each ran and
+# fails on a finding.
 FUZZ_SECONDS ?= 60
 FUZZ_CXX ?= clang++-14
-FUZZ_TARGETS ?= npy safetensors config token_shard checkpoint
+FUZZ_TARGETS ?= npy safetensors config token_shard token_file checkpoint
 fuzz: deps
 	@cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNIBBLE_FUZZ=ON \
 	  -DNIBBLE_CUDA=OFF -DNIBBLE_BUILD_TESTS=OFF -DNIBBLE_BUILD_BENCH=OFF > build-fuzz.configure.log 2>&1 \

@@ -167,7 +167,7 @@ TEST(PrepareOutput, APrepareThatDiesMidWriteLeavesTheOldDirectoryWhole) {
   EXPECT_TRUE(entries_starting(work, "data.").empty());
 
   ASSERT_EQ(run(big).exit_code, 0);
-  EXPECT_EQ(train::load_dataset(d).tokenizer->decode(train::load_dataset(d).val).back(), '~');
+  EXPECT_EQ(train::load_dataset(d).tokenizer->decode(train::load_dataset(d).val.to_vector()).back(), '~');
 }
 
 TEST(PrepareOutput, OnlyAKilledPreparesOwnTemporariesAreRemoved) {

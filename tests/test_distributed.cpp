@@ -334,6 +334,41 @@ TEST_F(MpiTrain, ResumeAcrossRankCountsIsBitwise) {
   expect_same_run(one_then_two, one_rank());
 }
 
+// llm.c shards (memory-mapped, data/token_files.h) sampled by 2 ranks: the 1-process run to the bit,
+// also when 2 ranks resume what 1 rank began.
+TEST_F(MpiTrain, LlmcShardsOnTwoRanksEqualOneRankBitwise) {
+  const fs::path data = work_dir() / "llmc";
+  fs::create_directories(data);
+  const std::string text = train::read_text_file(std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  // llm.c's GPT-2 layout: 256 int32 of header (magic, version 1, count), then uint16 tokens.
+  auto write_shard = [&](const fs::path& path, size_t from, size_t count) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(count);
+    std::vector<uint16_t> tokens(text.begin() + static_cast<std::ptrdiff_t>(from),
+                                 text.begin() + static_cast<std::ptrdiff_t>(from + count));
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(count * 2));
+  };
+  write_shard(data / "s_train_000001.bin", 0, 20000);
+  write_shard(data / "s_train_000002.bin", 20000, 15000);
+  write_shard(data / "s_val_000000.bin", 35000, 4000);
+  const std::string llmc = "data.format=llmc data.dir=" + data.string() + " model.vocab=256";
+  const Result one = train_on(1, work_dir() / "llmc-one", llmc);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const Result two = train_on(2, work_dir() / "llmc-two", llmc);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("bitwise equal to 1 process"), std::string::npos) << two.output;
+  expect_same_run(work_dir() / "llmc-two", work_dir() / "llmc-one");
+  const fs::path one_then_two = work_dir() / "llmc-one-then-two";
+  EXPECT_EQ(train_on(1, one_then_two, llmc, "--fault rank_exits=0:5").exit_code, 17);
+  const Result resumed = train_on(2, one_then_two, llmc + " resume=true");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_same_run(one_then_two, work_dir() / "llmc-one");
+}
+
 TEST_F(MpiTrain, AStopOnAnyRankNamesTheSameLastGoodCheckpoint) {
   // Rank 1 alone meets non-finite activations in step 5: the message it ends the job with names the
   // step-4 checkpoint rank 0 wrote (it said "none" on rank 1 while rank 0 knew step 4).

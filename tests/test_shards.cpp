@@ -77,7 +77,7 @@ TEST(Shards, PrepareWritesANinetyTenSplitTheTrainerReadsBack) {
   EXPECT_EQ(r.train_tokens, 18000);
   Dataset d = load_dataset(o.output_dir);
   EXPECT_EQ(d.tokenizer->decode(d.corpus()), text);
-  EXPECT_EQ(split_tokens(d.corpus()).train, d.train);
+  EXPECT_EQ(split_tokens(d.corpus()).train, d.train.to_vector());
 
   // Shards from different prepare runs do not mix.
   write_token_shard(o.output_dir / "val.bin", std::vector<int32_t>{1, 2, 3}, 99);
@@ -121,7 +121,7 @@ TEST(Shards, EveryFileIsCheckedAgainstPrepareJson) {
   prepare_dataset([&] { PrepareOptions f = o; f.force = true; return f; }());
   std::ofstream(d / "prepare.json") << "{\"tokenizer\": \"char\", \"vocab_size\": 60}\n";
   std::ofstream(d / "val.bin", std::ios::binary) << changed;
-  EXPECT_EQ(load_dataset(d).val.back(), static_cast<int32_t>(changed[changed.size() - 2]));
+  EXPECT_EQ(load_dataset(d).val.to_vector().back(), static_cast<int32_t>(changed[changed.size() - 2]));
   std::ofstream(d / "prepare.json") << "{\"files\": {\"../../etc/passwd\": {\"bytes\": 1, \"checksum\": \"x\"}}}\n";
   EXPECT_NE(error_of([&] { load_dataset(d); }).find("its \"files\" record is damaged"), std::string::npos);
   EXPECT_NE(error_of([&] { read_token_shard("/dev/zero"); }).find("/dev/zero is a device, not a token shard"),

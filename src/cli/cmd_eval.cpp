@@ -21,6 +21,45 @@ struct EvalOptions {
   bool json = false;
 };
 
+// A `nibble prepare` shard (the run's data.dir/val.bin unless --tokens names one), memory-mapped,
+// checked to be of the run's tokenizer.
+train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::string& tokens, std::string& label) {
+  const std::filesystem::path tokens_path =
+      tokens.empty() ? std::filesystem::path(run.config.data_dir) / train::kValShardFile : std::filesystem::path(tokens);
+  label = tokens_path.string();
+  auto shard = train::open_token_file(tokens_path, train::TokenFormat::nibble, 0);
+  if (shard.vocab_size != run.tokenizer->vocab_size())
+    throw UsageError(fmt::format("{} was written for a vocabulary of {} ids, the run's tokenizer has {}: use a token "
+                                 "file prepared with the run's tokenizer",
+                                 label, shard.vocab_size, run.tokenizer->vocab_size()));
+  // A shard does not name its tokenizer, but `nibble prepare` writes one next to it: another
+  // tokenizer of the same vocabulary size would give a loss of other text, silently.
+  const std::filesystem::path shard_dir = tokens_path.parent_path().empty() ? "." : tokens_path.parent_path();
+  if (std::filesystem::exists(shard_dir / "tokenizer.json") &&
+      train::load_tokenizer(shard_dir)->identity() != run.tokenizer->identity())
+    throw UsageError(fmt::format("{} was prepared with another tokenizer ({}) than the run's, although the "
+                                 "vocabulary size ({}) is the same: its token ids mean other text. Use a token file "
+                                 "prepared with the run's tokenizer",
+                                 label, (shard_dir / "tokenizer.json").string(), shard.vocab_size));
+  return shard.tokens;
+}
+
+// The tokens to evaluate on: --tokens (in the run's data.format), else the run's validation files
+// (data.dir/val.bin, or the llm.c/nanoGPT val files its data.* keys name), memory-mapped.
+train::TokenStream evaluation_tokens(const train::LoadedRun& run, const std::string& tokens, std::string& label) {
+  if (run.config.data_format == train::TokenFormat::nibble) return prepared_tokens(run, tokens, label);
+  const int64_t vocab = run.config.train.model.vocab;
+  if (!tokens.empty()) {
+    label = tokens;
+    return train::open_token_file(tokens, run.config.data_format, vocab, "the run's model.vocab").tokens;
+  }
+  train::TokenStream all;
+  const auto files = train::list_token_files(run.config.data_spec()).val;
+  for (const auto& f : files) all.append(train::open_token_file(f, run.config.data_format, vocab, "the run's model.vocab").tokens);
+  label = files.size() == 1 ? files[0].string() : fmt::format("{} validation files ({} ...)", files.size(), files[0].string());
+  return all;
+}
+
 CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
   auto o = std::make_shared<EvalOptions>();
   CLI::App* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a trained run on a token file");
@@ -49,28 +88,14 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
                                device_from_flag(o->device));
     int replaced = 0;
     if (o->weights_only_quantized) replaced = train::apply_weight_only_quantization(run);
-    const std::filesystem::path tokens_path =
-        o->tokens.empty() ? std::filesystem::path(run.config.data_dir) / train::kValShardFile : std::filesystem::path(o->tokens);
-    const auto shard = train::read_token_shard(tokens_path);
-    if (shard.vocab_size != run.tokenizer->vocab_size())
-      throw UsageError(fmt::format("{} was written for a vocabulary of {} ids, the run's tokenizer has {}: use a token "
-                                   "file prepared with the run's tokenizer",
-                                   tokens_path.string(), shard.vocab_size, run.tokenizer->vocab_size()));
-    // A shard does not name its tokenizer, but `nibble prepare` writes one next to it: another
-    // tokenizer of the same vocabulary size would give a loss of other text, silently.
-    const std::filesystem::path shard_dir = tokens_path.parent_path().empty() ? "." : tokens_path.parent_path();
-    if (std::filesystem::exists(shard_dir / "tokenizer.json") &&
-        train::load_tokenizer(shard_dir)->identity() != run.tokenizer->identity())
-      throw UsageError(fmt::format("{} was prepared with another tokenizer ({}) than the run's, although the "
-                                   "vocabulary size ({}) is the same: its token ids mean other text. Use a token file "
-                                   "prepared with the run's tokenizer",
-                                   tokens_path.string(), (shard_dir / "tokenizer.json").string(), shard.vocab_size));
+    std::string tokens_label;
+    const train::TokenStream tokens = evaluation_tokens(run, o->tokens, tokens_label);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto r = train::evaluate_token_stream(run, shard.tokens, o->max_windows, !o->fp32 && !o->weights_only_quantized);
+    const auto r = train::evaluate_token_stream(run, tokens, o->max_windows, !o->fp32 && !o->weights_only_quantized);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o->json) {
       nlohmann::json j = {{"checkpoint", run.checkpoint.string()}, {"step", run.state.step},
-                          {"tokens_file", tokens_path.string()}, {"loss", r.loss}, {"tokens", r.tokens},
+                          {"tokens_file", tokens_label}, {"loss", r.loss}, {"tokens", r.tokens},
                           {"windows", r.windows},
                           {"mode", o->weights_only_quantized ? "weights-only-quantized" : o->fp32 ? "fp32" : "recipe"}};
       fmt::print("{}\n", j.dump());
@@ -78,7 +103,7 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
       return;
     }
     fmt::print("{} (step {}) on {}: loss {:.4f}, perplexity {:.3f} over {} tokens in {} windows ({}; {:.1f}s)\n",
-               run.checkpoint.string(), run.state.step, tokens_path.string(), r.loss, r.perplexity(), r.tokens,
+               run.checkpoint.string(), run.state.step, tokens_label, r.loss, r.perplexity(), r.tokens,
                r.windows,
                o->weights_only_quantized
                    ? fmt::format("FP32 GEMMs on the dequantized NVFP4 weights of {} linears", replaced)

@@ -34,6 +34,11 @@ CommandRegistration generate_command("generate", [](CLI::App& app, int& exit_cod
     auto run = train::load_run(o->run,
                                o->checkpoint.empty() ? std::nullopt : std::optional<std::filesystem::path>(o->checkpoint),
                                device_from_flag(o->device));
+    if (!run.tokenizer)
+      throw UsageError(fmt::format("{} was trained on data.format={} token files, which carry no tokenizer: generate "
+                                   "cannot encode the prompt nor decode what it samples (`nibble eval` works on this "
+                                   "run)",
+                                   o->run, to_string(run.config.data_format)));
     std::vector<int32_t> prompt;
     try {
       prompt = run.tokenizer->encode(o->prompt);

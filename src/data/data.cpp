@@ -70,12 +70,15 @@ TokenSplit split_tokens(const std::vector<int32_t>& tokens, double train_fractio
           std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end())};
 }
 
-BatchSampler::BatchSampler(const std::vector<int32_t>* tokens, int64_t seq, uint64_t seed)
-    : tokens_(tokens), seq_(seq), seed_(seed) {
-  if (static_cast<int64_t>(tokens->size()) < seq + 2)
-    throw UsageError("a split has " + std::to_string(tokens->size()) + " tokens, too few for windows of " +
+BatchSampler::BatchSampler(TokenStream tokens, int64_t seq, uint64_t seed)
+    : tokens_(std::move(tokens)), seq_(seq), seed_(seed) {
+  if (tokens_.size() < static_cast<uint64_t>(seq) + 2)
+    throw UsageError("a split has " + std::to_string(tokens_.size()) + " tokens, too few for windows of " +
                      std::to_string(seq + 1) + ": use a longer corpus or a shorter context");
 }
+
+BatchSampler::BatchSampler(const std::vector<int32_t>* tokens, int64_t seq, uint64_t seed)
+    : BatchSampler(TokenStream::view(*tokens), seq, seed) {}
 
 void BatchSampler::sample(int64_t index, int64_t batch, std::vector<int32_t>& inputs,
                           std::vector<int32_t>& targets) const {
@@ -86,14 +89,14 @@ void BatchSampler::sample_rows(int64_t index, int64_t first_row, int64_t rows, s
                                std::vector<int32_t>& targets) const {
   inputs.resize(static_cast<size_t>(rows * seq_));
   targets.resize(inputs.size());
-  const uint64_t windows = static_cast<uint64_t>(tokens_->size()) - static_cast<uint64_t>(seq_);
+  const uint64_t windows = tokens_.size() - static_cast<uint64_t>(seq_);
+  std::vector<int32_t> window(static_cast<size_t>(seq_ + 1));
   for (int64_t r = 0; r < rows; ++r) {
     const uint64_t b = static_cast<uint64_t>(first_row + r);
     const uint64_t start = mix64(mix64(seed_ ^ mix64(static_cast<uint64_t>(index))) + b) % windows;
-    for (int64_t t = 0; t < seq_; ++t) {
-      inputs[r * seq_ + t] = (*tokens_)[start + t];
-      targets[r * seq_ + t] = (*tokens_)[start + t + 1];
-    }
+    tokens_.read(start, window.size(), window.data());
+    std::copy(window.begin(), window.end() - 1, inputs.begin() + r * seq_);
+    std::copy(window.begin() + 1, window.end(), targets.begin() + r * seq_);
   }
 }
 

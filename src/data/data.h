@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "data/token_stream.h"
+
 namespace nibble::train {
 
 class CharTokenizer {
@@ -31,7 +33,10 @@ TokenSplit split_tokens(const std::vector<int32_t>& tokens, double train_fractio
 
 class BatchSampler {
  public:
-  // Windows of seq+1 tokens: inputs are the first seq, targets the last seq.
+  // Windows of seq+1 tokens: inputs are the first seq, targets the last seq. A window may start
+  // anywhere in the stream (across the boundary of two shards, as across two documents).
+  BatchSampler(TokenStream tokens, int64_t seq, uint64_t seed);
+  // A view of `tokens`, which must outlive the sampler.
   BatchSampler(const std::vector<int32_t>* tokens, int64_t seq, uint64_t seed);
   // Batch number `index` of `batch` windows at offsets drawn from (seed, index, row).
   void sample(int64_t index, int64_t batch, std::vector<int32_t>& inputs, std::vector<int32_t>& targets) const;
@@ -41,7 +46,7 @@ class BatchSampler {
                    std::vector<int32_t>& targets) const;
 
  private:
-  const std::vector<int32_t>* tokens_;
+  TokenStream tokens_;
   int64_t seq_;
   uint64_t seed_;
 };

@@ -69,19 +69,21 @@ std::string unlisted_message(const fs::path& dir, std::string_view name) {
                      (dir / name).string(), redo_advice(dir));
 }
 
-void check_recorded(const fs::path& dir, std::string_view name, std::span<const uint8_t> bytes, const json& files) {
+void check_recorded(const fs::path& dir, std::string_view name, uint64_t actual_size,
+                    const std::function<std::string()>& hash, const json& files) {
   const auto entry = files.find(std::string(name));
   if (entry == files.end()) {
     if (is_data_file(name)) throw UsageError(unlisted_message(dir, name));
     return;  // a file prepare does not write (eval --tokens D/other.bin): nothing records it
   }
   const uint64_t size = (*entry)["bytes"].get<uint64_t>();
-  const std::string recorded = (*entry)["checksum"].get<std::string>(), actual = io::content_hash(bytes);
-  if (size != bytes.size() || recorded != actual)
+  const std::string recorded = (*entry)["checksum"].get<std::string>();
+  const std::string actual = hash();
+  if (size != actual_size || recorded != actual)
     throw UsageError(fmt::format("{}: {} bytes with checksum {}, but prepare.json records {} bytes with checksum {}: "
                                  "the file was changed or damaged after `nibble prepare` wrote it, or the files come "
                                  "from different `nibble prepare` runs; {}",
-                                 (dir / name).string(), bytes.size(), actual, size, recorded, redo_advice(dir)));
+                                 (dir / name).string(), actual_size, actual, size, recorded, redo_advice(dir)));
 }
 
 // The first entry of DIR that prepare does not write there (anything but a regular data file,
@@ -123,8 +125,13 @@ fs::path sibling(const fs::path& destination, std::string_view suffix) {
 
 std::vector<uint8_t> read_data_file(const fs::path& dir, std::string_view name, std::string_view what) {
   std::vector<uint8_t> bytes = io::read_regular_file(dir / name, what);
-  if (const auto files = read_manifest(dir)) check_recorded(dir, name, bytes, *files);
+  if (const auto files = read_manifest(dir))
+    check_recorded(dir, name, bytes.size(), [&] { return io::content_hash(bytes); }, *files);
   return bytes;
+}
+
+void check_data_file(const fs::path& dir, std::string_view name, uint64_t size, const std::function<std::string()>& hash) {
+  if (const auto files = read_manifest(dir)) check_recorded(dir, name, size, hash, *files);
 }
 
 bool check_data_directory(const fs::path& dir) {

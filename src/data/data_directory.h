@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -30,6 +31,11 @@ inline constexpr const char* kPrepareFile = "prepare.json";
 // when the directory has a manifest. UsageError naming the file and the fix when it is missing, was
 // changed, or is a data file the manifest does not list. `what` names the file's kind for messages.
 std::vector<uint8_t> read_data_file(const std::filesystem::path& dir, std::string_view name, std::string_view what);
+
+// read_data_file's check for a file read another way (a token shard memory-mapped): `size` is its
+// length, and `hash` computes its io::content_hash, called only when the manifest records the file.
+void check_data_file(const std::filesystem::path& dir, std::string_view name, uint64_t size,
+                     const std::function<std::string()>& hash);
 
 // Whether DIR's file set is the one its manifest records: every recorded file present, no data file
 // unrecorded (their contents are checked by read_data_file as they are read). False, after a

@@ -91,33 +91,79 @@ TokenShard read_token_shard(const std::filesystem::path& path) {
   return parse_token_shard(read_data_file(dir, path.filename().string(), "a token shard"), path.string());
 }
 
-std::vector<int32_t> Dataset::corpus() const {
-  std::vector<int32_t> all(train);
-  all.insert(all.end(), val.begin(), val.end());
-  return all;
-}
+namespace {
 
-Dataset load_dataset(const std::filesystem::path& data_dir) {
+Dataset load_prepared(const DataSpec& spec) {
+  const std::filesystem::path& data_dir = spec.dir;
   if (!std::filesystem::is_directory(data_dir))
     throw UsageError(fmt::format("data.dir '{}' is not a directory: run `nibble prepare TEXT_FILE -o {}` first",
                                  data_dir.string(), data_dir.string()));
+  // Neither file of a prepared directory: most likely llm.c's or nanoGPT's files without data.format.
+  if (!std::filesystem::exists(data_dir / kPrepareFile) && !std::filesystem::exists(data_dir / kTokenizerFile))
+    throw UsageError(fmt::format("data.dir '{}' is not a `nibble prepare` directory (it has no {} or {}): for llm.c's "
+                                 ".bin shards set data.format=llmc, for nanoGPT's train.bin/val.bin "
+                                 "data.format=nanogpt (with model.vocab), or prepare text with `nibble prepare TEXT_FILE "
+                                 "-o {}`",
+                                 data_dir.string(), kPrepareFile, kTokenizerFile, data_dir.string()));
   check_data_directory(data_dir);
   Dataset d;
   d.tokenizer = load_tokenizer(data_dir);
-  TokenShard train = read_token_shard(data_dir / kTrainShardFile), val = read_token_shard(data_dir / kValShardFile);
-  if (train.vocab_size != d.tokenizer->vocab_size() || val.vocab_size != d.tokenizer->vocab_size())
+  d.vocab_size = d.tokenizer->vocab_size();
+  d.tokenizer_identity = d.tokenizer->identity();
+  if (spec.vocab > 0 && spec.vocab != d.vocab_size)
+    throw UsageError(fmt::format("{}={} differs from the vocabulary of {}'s tokenizer ({}): leave {} out (0) for a "
+                                 "prepared directory, whose tokenizer sets it",
+                                 spec.vocab_key, spec.vocab, data_dir.string(), d.vocab_size, spec.vocab_key));
+  TokenFile train = open_token_file(data_dir / kTrainShardFile, TokenFormat::nibble, 0),
+            val = open_token_file(data_dir / kValShardFile, TokenFormat::nibble, 0);
+  if (train.vocab_size != d.vocab_size || val.vocab_size != d.vocab_size)
     throw UsageError(fmt::format("{}: the shards' vocabularies ({} and {}) differ from the tokenizer's {}: the files come "
                                  "from different `nibble prepare` runs; prepare the directory again",
-                                 data_dir.string(), train.vocab_size, val.vocab_size, d.tokenizer->vocab_size()));
+                                 data_dir.string(), train.vocab_size, val.vocab_size, d.vocab_size));
   d.train = std::move(train.tokens);
   d.val = std::move(val.tokens);
   // The Trainer splits its corpus 90/10; the shards must be that split for train and val to stay apart.
-  const size_t total = d.train.size() + d.val.size();
-  if (static_cast<size_t>(static_cast<double>(total) * 0.9) != d.train.size())
+  const uint64_t total = d.train.size() + d.val.size();
+  if (static_cast<uint64_t>(static_cast<double>(total) * 0.9) != d.train.size())
     throw UsageError(fmt::format("{}: train.bin has {} and val.bin {} tokens, not the 90/10 split nibble trains on; "
                                  "prepare the directory with `nibble prepare`",
                                  data_dir.string(), d.train.size(), d.val.size()));
   return d;
+}
+
+// llm.c or nanoGPT files: no tokenizer, the vocabulary given; every file mapped and checked.
+Dataset load_pretokenized(const DataSpec& spec) {
+  const std::string_view format = to_string(spec.format);
+  if (spec.vocab <= 0)
+    throw UsageError(fmt::format("data.format={} files carry no vocabulary size: set {} to the size of the tokenizer "
+                                 "that wrote them (50257 for GPT-2, 128256 for Llama 3)",
+                                 format, spec.vocab_key));
+  if (spec.dir.empty() && spec.train_files.empty())
+    throw UsageError(fmt::format("data.format={}: set data.dir to the directory of the files, or data.train_files and "
+                                 "data.val_files to their paths (glob patterns)",
+                                 format));
+  if (spec.train_files.empty() != spec.val_files.empty())
+    throw UsageError("data.train_files and data.val_files go together: give both (the validation files are not taken "
+                     "from the training ones)");
+  const TokenFileLists files = list_token_files(spec);
+  Dataset d;
+  d.vocab_size = spec.vocab;
+  d.tokenizer_identity = pretokenized_identity(spec.format, spec.vocab);
+  for (const auto& f : files.train) d.train.append(open_token_file(f, spec.format, spec.vocab, spec.vocab_key).tokens);
+  for (const auto& f : files.val) d.val.append(open_token_file(f, spec.format, spec.vocab, spec.vocab_key).tokens);
+  return d;
+}
+
+}  // namespace
+
+Dataset load_dataset(const DataSpec& spec) {
+  return spec.format == TokenFormat::nibble ? load_prepared(spec) : load_pretokenized(spec);
+}
+
+Dataset load_dataset(const std::filesystem::path& data_dir) {
+  DataSpec spec;
+  spec.dir = data_dir;
+  return load_dataset(spec);
 }
 
 }  // namespace nibble::train

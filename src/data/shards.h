@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "data/token_files.h"
 #include "data/tokenizer.h"
 
 namespace nibble::train {
@@ -52,14 +53,7 @@ struct PrepareResult {
 };
 PrepareResult prepare_dataset(const PrepareOptions& options);
 
-// A prepared data directory, loaded and checked: every file against prepare.json's record of it,
-// the shards with each other and with the tokenizer.
-struct Dataset {
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::vector<int32_t> train, val;
-  // train followed by val: the corpus the Trainer splits 90/10 back into the same two parts.
-  std::vector<int32_t> corpus() const;
-};
+// A prepared data directory, loaded and checked (load_dataset of data/token_files.h, format nibble).
 Dataset load_dataset(const std::filesystem::path& data_dir);
 
 inline constexpr const char* kTrainShardFile = "train.bin";

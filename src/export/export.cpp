@@ -311,6 +311,13 @@ void validate_request(ExportOptions& opt) {
 // the format cannot hold.
 ExportPlan plan_export(const ExportOptions& opt) {
   ExportPlan p{opt, opt.format != ExportFormat::hf, load_run(opt.run_dir, opt.checkpoint), {}, {}, {}, {}};
+  // A model without its tokenizer is of no use to a Hugging Face user, and llm.c's files do not say
+  // which tokenizer wrote them.
+  if (!p.run.tokenizer)
+    throw UsageError(fmt::format("{} was trained on data.format={} token files, which carry no tokenizer, so there is "
+                                 "none to export with the model; this version exports only runs on `nibble prepare` "
+                                 "data (`nibble eval` works on this run)",
+                                 opt.run_dir.string(), to_string(p.run.config.data_format)));
   const int layers = static_cast<int>(p.run.config.train.model.layers);
   p.layout = hf_tensor_layout(*p.run.model);
   const Quantization q = p.run.config.train.recipe.quantization;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <vector>
 
 namespace nibble::io {
@@ -19,6 +20,15 @@ std::string hash_text(XXH64_hash_t h) {
 }  // namespace
 
 std::string content_hash(std::span<const uint8_t> bytes) { return hash_text(XXH3_64bits(bytes.data(), bytes.size())); }
+
+ContentHasher::ContentHasher() : state_(XXH3_createState()) {
+  if (!state_ || XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)) != XXH_OK) throw std::bad_alloc();
+}
+ContentHasher::~ContentHasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void ContentHasher::update(std::span<const uint8_t> bytes) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
+}
+std::string ContentHasher::digest() const { return hash_text(XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_))); }
 
 std::optional<std::string> file_content_hash(const std::filesystem::path& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);

@@ -16,6 +16,20 @@ std::string content_hash(std::span<const uint8_t> bytes);
 inline std::string content_hash(std::string_view text) {
   return content_hash(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
+// content_hash of bytes given in pieces, one after another (a memory-mapped file hashed without
+// keeping all of its pages resident).
+class ContentHasher {
+ public:
+  ContentHasher();
+  ~ContentHasher();
+  ContentHasher(const ContentHasher&) = delete;
+  ContentHasher& operator=(const ContentHasher&) = delete;
+  void update(std::span<const uint8_t> bytes);
+  std::string digest() const;
+
+ private:
+  void* state_;
+};
 // content_hash of a file's bytes, read in pieces (a checkpoint's optimizer state need not fit in
 // memory beside a training run); nullopt when it cannot be read.
 std::optional<std::string> file_content_hash(const std::filesystem::path& path);

@@ -176,10 +176,30 @@ using C = RunConfig;
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
 constexpr int64_t kMaxContext = int64_t{1} << 24;
 
+// data.format, data.train_files, data.val_files: pre-tokenized files read in place. Written to a
+// run's config.yaml only when set, so runs on prepared directories read as before.
+void add_data_format_keys(std::vector<KeyEntry>& t) {
+  KeyEntry format = parsed_key<TokenFormat>(
+      "data.format", "nibble (a `nibble prepare` directory), llmc (llm.c .bin shards) or nanogpt (raw uint16 train.bin/val.bin)",
+      parse_token_format, [](C& c) -> TokenFormat& { return c.data_format; },
+      [](const C& c) { return std::string(to_string(c.data_format)); });
+  format.printed = [](const C& c) { return c.data_format != TokenFormat::nibble; };
+  t.push_back(std::move(format));
+  KeyEntry train = text_key("data.train_files", "llmc/nanogpt: training files, glob patterns separated by commas (relative to data.dir when set)",
+                            [](C& c) -> std::string& { return c.train_files; });
+  train.printed = [](const C& c) { return !c.train_files.empty(); };
+  t.push_back(std::move(train));
+  KeyEntry val = text_key("data.val_files", "llmc/nanogpt: validation files, as data.train_files",
+                          [](C& c) -> std::string& { return c.val_files; });
+  val.printed = [](const C& c) { return !c.val_files.empty(); };
+  t.push_back(std::move(val));
+}
+
 // run.dir .. resume: where the run lives and how it steps.
 void add_run_keys(std::vector<KeyEntry>& t) {
   t.push_back(text_key("run.dir", "directory for config, metrics, checkpoints, tokenizer", [](C& c) -> std::string& { return c.run_dir; }));
-  t.push_back(text_key("data.dir", "directory written by `nibble prepare`", [](C& c) -> std::string& { return c.data_dir; }));
+  t.push_back(text_key("data.dir", "directory written by `nibble prepare` (or of llm.c / nanoGPT token files, see data.format)", [](C& c) -> std::string& { return c.data_dir; }));
+  add_data_format_keys(t);
   {
     KeyEntry e{{"seed", ConfigValueKind::integer, "initialisation, data order and stochastic rounding"}, {}, {}};
     e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
@@ -204,6 +224,10 @@ void add_run_keys(std::vector<KeyEntry>& t) {
 }
 
 void add_model_keys(std::vector<KeyEntry>& t) {
+  KeyEntry vocab = int_key("model.vocab", "vocabulary size: required for data.format llmc/nanogpt (50257 GPT-2, 128256 Llama 3); 0: the tokenizer's",
+                           0, INT32_MAX, [](C& c) -> int64_t& { return c.vocab; });
+  vocab.printed = [](const C& c) { return c.vocab != 0; };
+  t.push_back(std::move(vocab));
   t.push_back(int_key("model.layers", "transformer blocks", 1, 1 << 24, [](C& c) -> int64_t& { return c.train.model.layers; }));
   t.push_back(int_key("model.heads", "attention heads", 1, 1 << 16, [](C& c) -> int64_t& { return c.train.model.heads; }));
   t.push_back(int_key("model.kv_heads", "key/value heads (0: heads, no GQA)", 0, 1 << 16, [](C& c) -> int64_t& { return c.train.model.kv_heads; }));
@@ -438,8 +462,12 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 
 void RunConfig::validate() const {
   if (run_dir.empty()) throw UsageError("run.dir is empty: set run.dir=runs/NAME");
-  if (data_dir.empty())
-    throw UsageError("data.dir is not set: run `nibble prepare TEXT_FILE -o DIR` and set data.dir=DIR");
+  if (data_dir.empty() && train_files.empty())
+    throw UsageError("data.dir is not set: run `nibble prepare TEXT_FILE -o DIR` and set data.dir=DIR (or, for llm.c "
+                     "or nanoGPT token files, data.format=llmc|nanogpt with data.dir or data.train_files/val_files)");
+  if (data_format == TokenFormat::nibble && (!train_files.empty() || !val_files.empty()))
+    throw UsageError("data.train_files and data.val_files are for data.format=llmc or nanogpt: a `nibble prepare` "
+                     "directory is given by data.dir alone");
   auto positive = [](const char* key, int64_t v) {
     if (v <= 0) throw UsageError(fmt::format("{}={} must be positive", key, v));
   };
@@ -450,6 +478,17 @@ void RunConfig::validate() const {
   if (threads < 0) throw UsageError(fmt::format("threads={} must be >= 0 (0: all cores)", threads));
   train.validate();
   refuse_unrepresentable_sizes(train);
+}
+
+DataSpec RunConfig::data_spec() const {
+  DataSpec spec;
+  spec.format = data_format;
+  spec.dir = data_dir;
+  spec.train_files = train_files;
+  spec.val_files = val_files;
+  spec.vocab = vocab;
+  spec.vocab_key = "model.vocab";
+  return spec;
 }
 
 std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& config) {

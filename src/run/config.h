@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/token_files.h"
 #include "recipe/recipe.h"
 #include "train/trainer.h"
 
@@ -16,7 +17,10 @@ namespace nibble::train {
 struct RunConfig {
   TrainConfig train;               // model, recipe, optimizer, schedule, batch, seq, seed, ...
   std::string run_dir = "runs/default";
-  std::string data_dir;            // a directory written by `nibble prepare` (shards + tokenizer)
+  std::string data_dir;            // a directory written by `nibble prepare` (shards + tokenizer), or of llm.c/nanoGPT files
+  TokenFormat data_format = TokenFormat::nibble;  // how data.dir's files are stored (data/token_files.h)
+  std::string train_files, val_files;  // llmc/nanogpt: glob patterns instead of data.dir's listing
+  int64_t vocab = 0;               // model.vocab as given: required for llmc/nanogpt; 0: the tokenizer's
   int64_t eval_interval = 250;     // steps between validation evaluations (and at the end)
   int64_t checkpoint_interval = 500;  // steps between checkpoints (and at the end)
   int64_t checkpoint_keep = 3;     // newest checkpoints kept; older ones are deleted
@@ -31,6 +35,8 @@ struct RunConfig {
 
   // UsageError naming the key and the fix for values no run can use (also runs TrainConfig's).
   void validate() const;
+  // Where the run's tokens are, for data/token_files.h's load_dataset.
+  DataSpec data_spec() const;
 };
 
 // The recipe's keys (recipe/recipe.h: recipe_keys()) are config keys too and share their kinds.

@@ -74,13 +74,17 @@ LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& check
                                  run_dir.string(), config_path.string()));
   LoadedRun run;
   apply_config_yaml(run.config, read_text_file(config_path.string()), config_path.string());
-  run.tokenizer = load_tokenizer(run_dir);
-  run.config.train.model.vocab = run.tokenizer->vocab_size();
+  // A run on llm.c or nanoGPT files has no tokenizer: its vocabulary is its config's model.vocab.
+  const bool pretokenized = run.config.data_format != TokenFormat::nibble && !fs::exists(run_dir / kTokenizerFile);
+  if (!pretokenized) run.tokenizer = load_tokenizer(run_dir);
+  run.config.train.model.vocab = pretokenized ? run.config.vocab : run.tokenizer->vocab_size();
+  const std::string identity = pretokenized ? pretokenized_identity(run.config.data_format, run.config.vocab)
+                                            : run.tokenizer->identity();
   run.config.train.model.validate();
   run.checkpoint = checkpoint ? lock_chosen(run_dir, *checkpoint, run.checkpoint_lock)
                               : lock_newest(run_dir, run.checkpoint_lock);
   run.model = std::make_unique<model::Transformer>(run.config.train.model, backend);
-  run.state = load_checkpoint(run.checkpoint, *run.model, nullptr, run.tokenizer->identity());
+  run.state = load_checkpoint(run.checkpoint, *run.model, nullptr, identity);
   return run;
 }
 
@@ -88,14 +92,19 @@ double EvalResult::perplexity() const { return std::exp(loss); }
 
 EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tokens, int64_t max_windows,
                                  bool use_recipe, const std::function<void(const model::Transformer&)>& after_batch) {
-  const auto& c = run.config.train;
-  const int64_t seq = c.seq > 0 ? c.seq : c.model.context;
   const int64_t vocab = run.model->config().vocab;
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= vocab)
       throw UsageError(fmt::format("token {} at position {} is outside this run's vocabulary [0, {}): the token file "
                                    "was made with another tokenizer",
                                    tokens[i], i, vocab));
+  return evaluate_token_stream(run, TokenStream::view(tokens), max_windows, use_recipe, after_batch);
+}
+
+EvalResult evaluate_token_stream(LoadedRun& run, const TokenStream& tokens, int64_t max_windows, bool use_recipe,
+                                 const std::function<void(const model::Transformer&)>& after_batch) {
+  const auto& c = run.config.train;
+  const int64_t seq = c.seq > 0 ? c.seq : c.model.context;
   int64_t windows = tokens.size() > 1 ? static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(seq)) : 0;
   if (windows == 0)
     throw UsageError(fmt::format("the token file holds {} tokens, fewer than one window of {} + 1", tokens.size(), seq));
@@ -119,12 +128,12 @@ EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tok
     const int64_t rows = std::min(batch, windows - first);
     inputs.resize(static_cast<size_t>(rows * seq));
     targets.resize(inputs.size());
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t t = 0; t < seq; ++t) {
-        const size_t at = static_cast<size_t>((first + r) * seq + t);
-        inputs[r * seq + t] = tokens[at];
-        targets[r * seq + t] = tokens[at + 1];
-      }
+    std::vector<int32_t> window(static_cast<size_t>(seq + 1));
+    for (int64_t r = 0; r < rows; ++r) {
+      tokens.read(static_cast<uint64_t>((first + r) * seq), window.size(), window.data());
+      std::copy(window.begin(), window.end() - 1, inputs.begin() + r * seq);
+      std::copy(window.begin() + 1, window.end(), targets.begin() + r * seq);
+    }
     step.micro_step = -1 - first;
     total += run.model->forward(inputs, targets, rows, seq, step) * static_cast<double>(rows * seq);
     if (after_batch) after_batch(*run.model);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "data/token_files.h"
 #include "data/tokenizer.h"
 #include "io/directory_lock.h"
 #include "model/transformer.h"
@@ -25,7 +26,7 @@ namespace nibble::train {
 // when the newest one is removed between listing and locking, the newest is listed again.
 struct LoadedRun {
   RunConfig config;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Tokenizer> tokenizer;  // null for a run on llm.c or nanoGPT token files, which has none
   std::unique_ptr<model::Transformer> model;
   std::filesystem::path checkpoint;
   TrainingState state;
@@ -45,6 +46,9 @@ struct EvalResult {
 // linears' input statistics there).
 EvalResult evaluate_token_stream(LoadedRun& run, const std::vector<int32_t>& tokens, int64_t max_windows,
                                  bool use_recipe,
+                                 const std::function<void(const model::Transformer&)>& after_batch = {});
+// The same over a token stream (memory-mapped files, checked against the vocabulary when opened).
+EvalResult evaluate_token_stream(LoadedRun& run, const TokenStream& tokens, int64_t max_windows, bool use_recipe,
                                  const std::function<void(const model::Transformer&)>& after_batch = {});
 
 }  // namespace nibble::train

@@ -147,7 +147,7 @@ std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int lay
 }
 
 std::string startup_report(const RunConfig& c, const model::Transformer& model, const Recipe& recipe,
-                           const Tokenizer& tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops) {
+                           std::string_view tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops) {
   const auto& m = model.config();
   const int64_t seq = c.train.seq > 0 ? c.train.seq : m.context;
   const int64_t tokens_per_step = c.train.batch * seq * c.train.grad_accum;
@@ -157,9 +157,9 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
   const MemoryEstimate mem = estimate_memory(m, &recipe, c.train.batch, seq);
   std::string s;
   s += fmt::format("model      {} blocks x width {} ({} heads, {} kv heads, head dim {}), SwiGLU hidden {}, context {}, "
-                   "vocab {} ({} tokenizer), {} embeddings\n",
+                   "vocab {} ({}), {} embeddings\n",
                    m.layers, m.width, m.heads, m.kv_head_count(), m.head_dim(), m.hidden(), m.context, m.vocab,
-                   to_string(tokenizer.kind()), m.tied_embeddings ? "tied" : "untied");
+                   tokenizer, m.tied_embeddings ? "tied" : "untied");
   s += fmt::format("parameters {} ({:.2f}M; {:.2f}M without the embedding)\n", params, params / 1e6,
                    (params - embedding) / 1e6);
   s += fmt::format("data       {} train tokens, {} validation tokens; {} tokens/step = batch {} x seq {} x grad_accum "

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -34,8 +35,8 @@ void refuse_beyond_memory(const MemoryEstimate& estimate, const RunConfig& confi
 //   "blocks 1-2: fprop nvfp4 x nvfp4(16x16) | dgrad nvfp4/SR x nvfp4(16x16) | wgrad nvfp4/SR/RHT x nvfp4/RHT"
 std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers);
 
-// Everything printed before the first step.
+// Everything printed before the first step; `tokenizer` describes it ("char tokenizer").
 std::string startup_report(const RunConfig& config, const model::Transformer& model, const Recipe& recipe,
-                           const Tokenizer& tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops);
+                           std::string_view tokenizer, int64_t train_tokens, int64_t val_tokens, double peak_flops);
 
 }  // namespace nibble::train

@@ -106,6 +106,7 @@ class TrainingRun {
   std::optional<fs::path> resumed_from_;
   int64_t seq_ = 0, tokens_per_step_ = 0, total_steps_ = 0;
   double job_peak_flops_ = 0;
+  double step_seconds_ = 0;  // this process's time in training steps, for the loader's share
   std::optional<RunClock> clock_;
 };
 
@@ -149,17 +150,17 @@ void TrainingRun::validate() {
                                  "resume: leave out --checkpoint to start the run, or give the run.dir of the run the "
                                  "checkpoint belongs to",
                                  config_.resume_checkpoint, run_dir_.string()));
-  data_ = load_dataset(config_.data_dir);
-  config_.train.model.vocab = data_.tokenizer->vocab_size();
+  data_ = load_dataset(config_.data_spec());
+  config_.train.model.vocab = data_.vocab_size;
   config_.validate();
-  tokenizer_identity_ = data_.tokenizer->identity();
+  tokenizer_identity_ = data_.tokenizer_identity;
   seq_ = config_.train.seq > 0 ? config_.train.seq : config_.train.model.context;
   // A model that cannot fit is refused before its weights are allocated (minutes of paging for a
   // model.layers typo), the full estimate once the recipe exists.
   refuse_beyond_memory(estimate_memory(config_.train.model, nullptr, config_.train.batch, seq_), config_);
   // Built before anything is written, so that a recipe or shape the Trainer refuses leaves no
   // half-made run directory behind.
-  trainer_ = std::make_unique<Trainer>(config_.train, data_.corpus(), &comm_);
+  trainer_ = std::make_unique<Trainer>(config_.train, data_.train, data_.val, &comm_);
   refuse_beyond_memory(estimate_memory(config_.train.model, &trainer_->recipe(), config_.train.batch, seq_), config_);
   state_.seed = config_.train.seed;
   if (config_.resume && existing_) {
@@ -206,7 +207,7 @@ void TrainingRun::open_directory() {
   console_.print("# resolved config (saved as " + saved_config_.string() + ")\n" + resolved);
   if (root_) {
     write_text(saved_config_, resolved);
-    data_.tokenizer->save(run_dir_);
+    if (data_.tokenizer) data_.tokenizer->save(run_dir_);
   }
   if (config_.resume && existing_)
     console_.print(fmt::format("resuming from {} (step {}, {} tokens)\n", resumed_from_->string(), state_.step,
@@ -244,7 +245,10 @@ void TrainingRun::start_ranks_alike() {
 
 void TrainingRun::report() {
   const double peak = trainer_->model().backend().measure_peak_f32_flops(0.1);
-  console_.print(startup_report(config_, trainer_->model(), trainer_->recipe(), *data_.tokenizer,
+  const std::string tokenizer = data_.tokenizer
+                                    ? fmt::format("{} tokenizer", to_string(data_.tokenizer->kind()))
+                                    : fmt::format("{} token files, no tokenizer", to_string(config_.data_format));
+  console_.print(startup_report(config_, trainer_->model(), trainer_->recipe(), tokenizer,
                                 static_cast<int64_t>(data_.train.size()), static_cast<int64_t>(data_.val.size()), peak));
   if (comm_.size() > 1)
     console_.print(fmt::format("parallel   {}: {}; MFU counts {} x the peak above\n", comm_.describe(),
@@ -282,6 +286,7 @@ int TrainingRun::train() {
     new_run_cleanup_.armed = false;  // a step is done: from now on the directory is a run's
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     log.add_step_time(seconds);
+    step_seconds_ += seconds;
     state_.step = r.step;
     state_.tokens += tokens_per_step_;
     state_.micro_batches += config_.train.grad_accum;
@@ -403,6 +408,10 @@ int TrainingRun::finish(double last_loss, double last_val, const RunCheckpoints&
       state_.best_val_step >= 0 ? fmt::format(" (best {:.4f} at step {})", state_.best_val_loss, state_.best_val_step)
                                 : std::string(),
       run_dir_.string()));
+  if (step_seconds_ > 0)
+    console_.print(fmt::format("data: {:.3g}s of {:.3g}s in training steps went to copying windows out of the token "
+                               "files ({:.3g}%)\n",
+                               trainer_->data_seconds(), step_seconds_, 100 * trainer_->data_seconds() / step_seconds_));
   return 0;
 }
 

@@ -1,5 +1,8 @@
 #include "train/trainer.h"
 
+#include <chrono>
+#include <utility>
+
 namespace nibble::train {
 
 namespace {
@@ -15,6 +18,12 @@ ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
 std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, Communicator* comm) {
   c.validate();
   return std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
+}
+
+// The corpus's 90/10 split (data/data.h) as two streams owning their tokens.
+std::pair<TokenStream, TokenStream> split_streams(const std::vector<int32_t>& corpus) {
+  TokenSplit split = split_tokens(corpus);
+  return {TokenStream(std::move(split.train)), TokenStream(std::move(split.val))};
 }
 
 // Rows of each micro-batch this process runs: the recipe's tokens per micro-batch follow from them.
@@ -37,16 +46,21 @@ void TrainConfig::validate() const {
 }
 
 Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm)
+    : Trainer(config, split_streams(corpus), comm) {}
+
+Trainer::Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm)
+    : Trainer(config, std::move(split.first), std::move(split.second), comm) {}
+
+Trainer::Trainer(const TrainConfig& config, TokenStream train, TokenStream val, Communicator* comm)
     : config_(config),
       seq_(config.seq > 0 ? config.seq : config.model.context),
-      split_(split_tokens(corpus)),
       model_(make_model(config, comm)),
       recipe_(std::make_unique<Recipe>(config.recipe, static_cast<int>(config.model.layers),
                                        model_->block_linear_shapes(), rows_per_slice(config, comm) * seq_,
                                        model_->backend())),
       optimizer_(model_->params(), config.optimizer, model_->backend()),
-      train_sampler_(&split_.train, seq_, config.seed),
-      val_sampler_(&split_.val, seq_, kValidationSeed),
+      train_sampler_(std::move(train), seq_, config.seed),
+      val_sampler_(std::move(val), seq_, kValidationSeed),
       comm_(comm ? comm : &single_process_),
       plan_(config.batch, config.grad_accum, comm_->rank(), comm_->size()),
       gradient_sum_(model_->backend()) {}
@@ -68,7 +82,9 @@ StepResult Trainer::step() {
     const MicroBatchSlice& slice = slices[i];
     const int64_t micro = static_cast<int64_t>(i);
     const int64_t micro_step = step * config_.grad_accum + slice.micro_batch;
+    const auto sampling = std::chrono::steady_clock::now();
     train_sampler_.sample_rows(micro_step, slice.first_row, slice.rows, inputs_, targets_);
+    data_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling).count();
     model_->params().zero_grads();
     model::ModelStep ms;
     ms.recipe = recipe_.get();

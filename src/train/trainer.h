@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/transformer.h"
@@ -45,6 +46,9 @@ class Trainer {
   // config.device picks the backend (ops::cpu() or ops::cuda(); UsageError naming the fix when there
   // is no usable GPU, and for device=cuda with several ranks, which this version does not support).
   Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm = nullptr);
+  // Training and validation tokens given apart (memory-mapped shards, data/pretokenized.h): the
+  // same batches as the corpus constructor when `train` and `val` are its 90/10 split.
+  Trainer(const TrainConfig& config, TokenStream train, TokenStream val, Communicator* comm = nullptr);
 
   StepResult step();
   // Mean loss over the same eval_batches validation batches every time (fixed seed), with the
@@ -61,21 +65,25 @@ class Trainer {
   const AdamW& optimizer() const { return optimizer_; }
   // Telemetry of the last step that collected it (empty when telemetry is off).
   const std::vector<model::LinearTelemetry>& telemetry() const { return telemetry_; }
+  // Seconds this process spent copying training windows out of the token stream (the loader's share
+  // of a step, reported at the end of a run).
+  double data_seconds() const { return data_seconds_; }
   const DataParallelPlan& data_parallel() const { return plan_; }
   Communicator& communicator() { return *comm_; }
 
  private:
+  Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm);
   double progress() const;
 
   TrainConfig config_;
   int64_t seq_;
-  TokenSplit split_;
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<Recipe> recipe_;
   AdamW optimizer_;
   BatchSampler train_sampler_, val_sampler_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<model::LinearTelemetry> telemetry_;
+  double data_seconds_ = 0;
   // Data parallelism: this rank's share of each step, and the fixed-order sum of its slices' gradients.
   SingleProcessCommunicator single_process_;
   Communicator* comm_;
