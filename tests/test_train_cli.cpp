@@ -723,6 +723,7 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
       {train(work_dir() / "init", "model.init_std=0"), "init_std=0"},
       {train(work_dir() / "warmup", "steps=1"), "schedule.warmup_steps=2 must lie in [0, steps=1]"},
       {train(work_dir() / "kv", "model.kv_heads=3"), "model.kv_heads=3 must divide model.heads=2"},
+      {train(work_dir() / "data-file", "data.dir=" + npy.string()), "is a file, not a directory"},
       {"prepare " + run_copy.string() + " -o " + (work_dir() / "prepared").string(),
        "'" + run_copy.string() + "' is a directory: `nibble prepare` takes text files"},
       {"generate " + run_copy.string() + " --top-k -5", "--top-k -5"},

@@ -95,8 +95,12 @@ namespace {
 
 Dataset load_prepared(const DataSpec& spec) {
   const std::filesystem::path& data_dir = spec.dir;
-  if (!std::filesystem::is_directory(data_dir))
-    throw UsageError(fmt::format("data.dir '{}' is not a directory: run `nibble prepare TEXT_FILE -o {}` first",
+  std::error_code ec;
+  if (std::filesystem::exists(data_dir, ec) && !std::filesystem::is_directory(data_dir, ec))
+    throw UsageError(fmt::format("data.dir '{}' is a file, not a directory: give the directory `nibble prepare` wrote",
+                                 data_dir.string()));
+  if (!std::filesystem::is_directory(data_dir, ec))
+    throw UsageError(fmt::format("data.dir '{}' does not exist: run `nibble prepare TEXT_FILE -o {}` first",
                                  data_dir.string(), data_dir.string()));
   // Neither file of a prepared directory: most likely llm.c's or nanoGPT's files without data.format.
   if (!std::filesystem::exists(data_dir / kPrepareFile) && !std::filesystem::exists(data_dir / kTokenizerFile))
