@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -44,10 +45,15 @@ struct PrepareOptions {
   std::filesystem::path output_dir;
   TokenizerKind tokenizer = TokenizerKind::character;
   int64_t bpe_vocab_size = 1024;
+  // An existing tokenizer to encode with instead of training one (`prepare --tokenizer FILE`): each
+  // input is then a document, encoded on its own and followed by the tokenizer's end-of-text id.
+  std::filesystem::path tokenizer_file;
   bool force = false;  // replace an existing data directory
 };
 struct PrepareResult {
   int64_t vocab_size = 0, train_tokens = 0, val_tokens = 0, characters = 0;
+  std::optional<int32_t> end_of_text;  // the id that ends each document, for a loaded tokenizer
+  std::string end_of_text_token;       // its text
   bool replaced = false;  // an existing data directory was replaced
 };
 PrepareResult prepare_dataset(const PrepareOptions& options);

@@ -17,6 +17,8 @@
 #include "io/checksum.h"
 #include "data/data.h"
 #include "data/data_directory.h"
+#include "data/huggingface_tokenizer.h"
+#include "io/regular_file.h"
 
 namespace nibble::train {
 
@@ -218,10 +220,19 @@ void check_bpe_request(std::string_view corpus, int64_t vocab_size) {
 TokenizerKind parse_tokenizer_kind(std::string_view name) {
   if (name == "char") return TokenizerKind::character;
   if (name == "bpe") return TokenizerKind::bpe;
-  throw UsageError(fmt::format("tokenizer '{}' is unknown: use char or bpe", name));
+  throw UsageError(fmt::format("tokenizer '{}' is unknown: use char, bpe, or the path of a tokenizer file "
+                               "(a Hugging Face tokenizer.json)",
+                               name));
 }
 
-std::string_view to_string(TokenizerKind kind) { return kind == TokenizerKind::character ? "char" : "bpe"; }
+std::string_view to_string(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::character: return "char";
+    case TokenizerKind::bpe: return "bpe";
+    case TokenizerKind::huggingface: return "huggingface";
+  }
+  return "?";
+}
 
 std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus) {
   if (corpus.empty()) throw UsageError("the corpus is empty: a tokenizer needs at least one character");
@@ -288,6 +299,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory
                                  "directory or re-run `nibble prepare`",
                                  path.string(), e.what()));
   }
+  if (looks_like_huggingface_tokenizer(j)) return load_huggingface_tokenizer(std::string(bytes.begin(), bytes.end()), path.string());
   try {
     const std::string type = j.at("type").get<std::string>();
     if (type == "char") {
@@ -323,6 +335,19 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(fmt::format("{}: missing or mistyped field ({})", path.string(), e.what()));
   }
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file) {
+  const auto bytes = io::read_regular_file(file, "a tokenizer file");
+  const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    throw UsageError(fmt::format("{}: not a tokenizer nibble reads: it is not JSON (a Hugging Face tokenizer.json)",
+                                 file.string()));
+  if (!looks_like_huggingface_tokenizer(j))
+    throw UsageError(fmt::format("{}: a JSON file, but not a Hugging Face tokenizer.json (no \"model\" object and "
+                                 "\"added_tokens\" list): give the tokenizer.json of a model",
+                                 file.string()));
+  return load_huggingface_tokenizer(std::string(bytes.begin(), bytes.end()), file.string());
 }
 
 }  // namespace nibble::train

@@ -1,8 +1,11 @@
-// Tokenizers a run is trained with and sampled through. Two kinds behind one interface:
+// Tokenizers a run is trained with and sampled through, behind one interface:
 //   char: one token per byte present in the corpus (nanoGPT's shakespeare_char; 65 tokens there);
-//   bpe:  a byte-fallback BPE model trained with sentencepiece on the corpus itself.
+//   bpe:  a byte-fallback BPE model trained with sentencepiece on the corpus itself;
+//   huggingface: an existing Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2,
+//         Llama 3), loaded by `prepare --tokenizer FILE` (data/huggingface_tokenizer.h).
 // A tokenizer is saved next to the shards and copied into every run directory (tokenizer.json,
 // plus tokenizer.model for bpe), so a run can be evaluated or sampled without the data directory.
+// For huggingface, tokenizer.json is the original file itself, byte for byte.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -19,7 +22,7 @@ namespace nibble::train {
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
 inline constexpr const char* kSentencePieceFile = "tokenizer.model";
 
-enum class TokenizerKind : uint8_t { character, bpe };
+enum class TokenizerKind : uint8_t { character, bpe, huggingface };
 TokenizerKind parse_tokenizer_kind(std::string_view name);  // UsageError listing char, bpe
 std::string_view to_string(TokenizerKind kind);
 
@@ -29,7 +32,14 @@ class Tokenizer {
   virtual TokenizerKind kind() const = 0;
   virtual int64_t vocab_size() const = 0;
   // UsageError when `text` cannot be represented (a character the char vocabulary lacks).
+  // For a loaded tokenizer, as its reference implementation encodes a text (BOS included where
+  // the file adds it).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // One document of a corpus: encode() followed by the end-of-text id, where there is one. char
+  // and bpe have none (their corpus is encoded as one text, as nibble always has).
+  virtual std::vector<int32_t> encode_document(std::string_view text) const { return encode(text); }
+  virtual std::optional<int32_t> end_of_text() const { return std::nullopt; }
+  virtual std::optional<int32_t> begin_of_text() const { return std::nullopt; }
   // Ids outside the vocabulary decode to '?' rather than failing: sampling output is shown as is.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // Writes tokenizer.json (and the kind's own files) into `directory`, atomically each.
@@ -54,5 +64,9 @@ std::optional<size_t> first_invalid_utf8(std::string_view text);
 // directory the files are checked against prepare.json's record of them (data/data_directory.h);
 // a BPE tokenizer's model is a plain file name beside tokenizer.json, never a path elsewhere.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory);
+
+// An existing tokenizer file given to `prepare --tokenizer FILE`: a Hugging Face tokenizer.json.
+// UsageError naming the file, and the kind when it is one nibble does not read.
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file);
 
 }  // namespace nibble::train

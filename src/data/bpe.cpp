@@ -1,0 +1,280 @@
+#include "data/bpe.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <fmt/format.h>
+#include <pcre2.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "common/error.h"
+
+namespace nibble::train::bpe {
+
+namespace {
+
+std::atomic<int> g_threads{0};
+
+// `\s` -> `[\s\x{85}]` (inside a class: `\s\x{85}`), `\S` -> `[^\s\x{85}]` outside classes: see Regex.
+std::string widen_whitespace(std::string_view p) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      const char n = p[++i];
+      if (n == 's')
+        out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+      else if (n == 'S' && !in_class)
+        out += "[^\\s\\x{85}]";
+      else
+        out += {c, n};
+      continue;
+    }
+    out += c;
+    if (c == '[' && !in_class) {
+      in_class = true;
+      // A ']' right after '[' or '[^' is a literal member, not the class's end.
+      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
+    } else if (c == ']' && in_class) {
+      in_class = false;
+    }
+  }
+  return out;
+}
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buffer[256];
+  pcre2_get_error_message(code, buffer, sizeof buffer);
+  return reinterpret_cast<const char*>(buffer);
+}
+
+pcre2_code* code_of(const std::shared_ptr<void>& p) { return static_cast<pcre2_code*>(p.get()); }
+
+}  // namespace
+
+void set_threads(int threads) { g_threads = threads; }
+
+int threads() {
+  const int set = g_threads.load();
+  return set > 0 ? set : std::max(1u, std::thread::hardware_concurrency());
+}
+
+Regex::Regex(std::string_view pattern, bool literal, std::string_view source) : source_(source) {
+  const std::string translated = literal ? std::string(pattern) : widen_whitespace(pattern);
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options, &error,
+                                   &offset, nullptr);
+  if (code == nullptr)
+    throw UsageError(fmt::format("{}: the pattern '{}' does not compile ({} at offset {}): the tokenizer file is damaged "
+                                 "or uses a regex feature PCRE2 lacks",
+                                 source, pattern, pcre2_message(error), offset));
+  code_ = std::shared_ptr<void>(code, [](void* c) { pcre2_code_free(static_cast<pcre2_code*>(c)); });
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // where JIT is unavailable, pcre2_match interprets
+}
+
+void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const {
+  pcre2_code* code = code_of(code_);
+  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> data(pcre2_match_data_create_from_pattern(code, nullptr),
+                                                                      pcre2_match_data_free);
+  std::unique_ptr<pcre2_match_context, void (*)(pcre2_match_context*)> context(pcre2_match_context_create(nullptr),
+                                                                               pcre2_match_context_free);
+  // A run of a million spaces backtracks deeply in `\s+(?!\S)`: the JIT's stack may grow to 64 MiB.
+  std::unique_ptr<pcre2_jit_stack, void (*)(pcre2_jit_stack*)> stack(pcre2_jit_stack_create(32 << 10, 64 << 20, nullptr),
+                                                                     pcre2_jit_stack_free);
+  pcre2_jit_stack_assign(context.get(), nullptr, stack.get());
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t position = 0;
+  while (position < text.size()) {
+    const int rc = pcre2_match(code, subject, text.size(), position, PCRE2_NO_UTF_CHECK, data.get(), context.get());
+    if (rc == PCRE2_ERROR_NOMATCH) return;
+    if (rc < 0)
+      throw UsageError(fmt::format("{}: pre-tokenizing failed at byte {} of a text of {} bytes ({})", source_, position,
+                                   text.size(), pcre2_message(rc)));
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
+    if (ovector[1] > ovector[0]) {
+      matches.emplace_back(ovector[0], ovector[1]);
+      position = ovector[1];
+    } else {  // an empty match: searched again from the next character
+      position = ovector[0] + 1;
+      while (position < text.size() && (static_cast<unsigned char>(text[position]) & 0xC0) == 0x80) ++position;
+    }
+  }
+}
+
+void split(const Regex& regex, SplitBehavior behavior, std::string_view text, size_t begin, size_t end,
+           std::vector<std::pair<size_t, size_t>>& pieces) {
+  thread_local std::vector<std::pair<size_t, size_t>> matches;
+  matches.clear();
+  // The piece alone is the subject: lookarounds see no further, as each split is its own string there.
+  regex.find_all(text.substr(begin, end - begin), matches);
+  size_t previous = begin;
+  for (const auto& [b, e] : matches) {
+    if (begin + b > previous) pieces.emplace_back(previous, begin + b);
+    if (behavior == SplitBehavior::isolated) pieces.emplace_back(begin + b, begin + e);
+    previous = begin + e;
+  }
+  if (end > previous) pieces.emplace_back(previous, end);
+}
+
+void Merger::add_merge(int32_t left, int32_t right, uint32_t rank, int32_t merged) {
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  merges_.emplace(key, Pair{rank, merged});  // the first (lowest-ranked) of duplicate merges wins, as in HF
+}
+
+void Merger::add_token(std::string bytes, int32_t id) { tokens_.emplace(std::move(bytes), id); }
+
+const int32_t* Merger::find_token(std::string_view bytes) const {
+  const auto it = tokens_.find(bytes);
+  return it == tokens_.end() ? nullptr : &it->second;
+}
+
+bool Merger::pair_rank(std::string_view piece, uint32_t a_begin, uint32_t b_end, int32_t left, int32_t right,
+                       Pair& found) const {
+  if (concatenation_) {
+    const int32_t* id = find_token(piece.substr(a_begin, b_end - a_begin));
+    if (id == nullptr) return false;
+    found = {static_cast<uint32_t>(*id), *id};
+    return true;
+  }
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  const auto it = merges_.find(key);
+  if (it == merges_.end()) return false;
+  found = it->second;
+  return true;
+}
+
+namespace {
+
+struct Symbol {
+  int32_t id;
+  uint32_t begin, end;
+  int32_t prev, next;
+};
+struct Candidate {
+  uint32_t rank, position;
+  int32_t merged;
+  // std::*_heap keep the largest on top: the lowest rank, then the leftmost, must compare largest.
+  bool operator<(const Candidate& o) const { return rank != o.rank ? rank > o.rank : position > o.position; }
+};
+
+}  // namespace
+
+void Merger::encode(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  if (whole_piece_first_)
+    if (const int32_t* id = find_token(piece)) return out.push_back(*id);
+  thread_local std::vector<Symbol> symbols;
+  thread_local std::vector<Candidate> heap;
+  symbols.clear();
+  heap.clear();
+  for (uint32_t i = 0; i < piece.size(); ++i) {
+    int32_t id = byte_id_[static_cast<unsigned char>(piece[i])];
+    if (id < 0 && unknown_ < 0) continue;  // HF drops a byte it has no token for when there is no unknown token
+    if (id < 0 && fuse_unknown_ && !symbols.empty() && symbols.back().id == unknown_) {
+      symbols.back().end = i + 1;
+      continue;
+    }
+    if (id < 0) id = unknown_;
+    const int32_t n = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, i, i + 1, n - 1, -1});
+    if (n > 0) symbols[n - 1].next = n;
+  }
+  auto consider = [&](int32_t left) {
+    if (left < 0 || symbols[left].next < 0) return;
+    const Symbol &a = symbols[left], &b = symbols[a.next];
+    Pair p;
+    if (!pair_rank(piece, a.begin, b.end, a.id, b.id, p)) return;
+    heap.push_back({p.rank, static_cast<uint32_t>(left), p.merged});
+    std::push_heap(heap.begin(), heap.end());
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end());
+    const Candidate top = heap.back();
+    heap.pop_back();
+    Symbol& a = symbols[top.position];
+    if (a.id < 0 || a.next < 0) continue;  // merged away, or nothing to its right any more
+    Symbol& b = symbols[a.next];
+    Pair now;
+    // Stale when the pair there no longer forms the same token (HF's own test).
+    if (!pair_rank(piece, a.begin, b.end, a.id, b.id, now) || now.merged != top.merged) continue;
+    a.id = top.merged;
+    a.end = b.end;
+    a.next = b.next;
+    if (b.next >= 0) symbols[b.next].prev = static_cast<int32_t>(top.position);
+    b.id = -1;
+    consider(a.prev);
+    consider(static_cast<int32_t>(top.position));
+  }
+  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
+}
+
+namespace {
+
+// Pieces [first, last) into `out`; a piece with begin == npos stands for the id in its second.
+void encode_run(const Merger& merger, std::string_view text, const std::vector<std::pair<size_t, size_t>>& pieces,
+                size_t first, size_t last, std::vector<int32_t>& out) {
+  // Repeated pre-tokens (" the", " of") are merged once: piece text -> its ids' range in `cached`.
+  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;
+  std::vector<int32_t> cached;
+  constexpr size_t kMaxCached = 1 << 20;
+  for (size_t i = first; i < last; ++i) {
+    const auto [b, e] = pieces[i];
+    if (b == std::string::npos) {
+      out.push_back(static_cast<int32_t>(e));
+      continue;
+    }
+    const std::string_view piece = text.substr(b, e - b);
+    if (const auto it = cache.find(piece); it != cache.end()) {
+      out.insert(out.end(), cached.begin() + it->second.first, cached.begin() + it->second.second);
+      continue;
+    }
+    if (cache.size() >= kMaxCached) cache.clear(), cached.clear();
+    const size_t start = cached.size();
+    merger.encode(piece, cached);
+    cache.emplace(piece, std::pair<uint32_t, uint32_t>(start, cached.size()));
+    out.insert(out.end(), cached.begin() + start, cached.end());
+  }
+}
+
+}  // namespace
+
+std::vector<int32_t> encode_pieces(const Merger& merger, std::string_view text,
+                                   const std::vector<std::pair<size_t, size_t>>& pieces, int threads) {
+  // Below this many pieces a thread costs more than it saves (a prompt, a short document).
+  constexpr size_t kPiecesPerThread = 1 << 14;
+  const size_t n = std::max<size_t>(1, std::min<size_t>(threads, pieces.size() / kPiecesPerThread));
+  std::vector<std::vector<int32_t>> parts(n);
+  std::vector<std::thread> workers;
+  std::vector<std::exception_ptr> errors(n);
+  for (size_t t = 0; t < n; ++t) {
+    auto work = [&, t] {
+      try {
+        encode_run(merger, text, pieces, pieces.size() * t / n, pieces.size() * (t + 1) / n, parts[t]);
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    };
+    if (t + 1 < n)
+      workers.emplace_back(work);
+    else
+      work();
+  }
+  for (auto& w : workers) w.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  if (n == 1) return std::move(parts[0]);
+  std::vector<int32_t> ids;
+  size_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  ids.reserve(total);
+  for (const auto& p : parts) ids.insert(ids.end(), p.begin(), p.end());
+  return ids;
+}
+
+}  // namespace nibble::train::bpe

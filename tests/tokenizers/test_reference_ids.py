@@ -1,0 +1,148 @@
+"""ctest tokenizer_reference_ids: `nibble prepare --tokenizer FILE` gives, id for id, what the
+reference library gives for each document (followed by the end-of-text id), on a multilingual,
+emoji- and whitespace-heavy corpus written here, for tokenizers built here:
+  - a byte-level BPE trained with HF `tokenizers` with the GPT-2 ByteLevel pre-tokenizer;
+  - the same with a Llama-3-style Split regex + ByteLevel(use_regex=false) and a BOS template;
+and that nibble's decode of those ids is the text (via `nibble generate`-free route: the shard
+tokens decoded by the reference must be the corpus, and nibble's own decode is checked by the C++
+unit tests). Exit 1 with the first difference named.
+    test_reference_ids.py SOURCE_DIR WORK_DIR NIBBLE_BINARY
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders, processors, Regex
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# Documents: each becomes one input file. Scripts, combining marks, emoji ZWJ sequences, tabs,
+# runs of spaces, CRLF, digits, NEL (U+0085) and other Unicode spaces, contractions in both cases.
+DOCUMENTS = [
+    "Hello world! It's 2026; we'll see. DON'T SHOUT.  Two  spaces,   three.\n\tTabbed\tline\r\nCRLF line\r\n",
+    "日本語のテキストです。中文文本，包括标点符号。한국어 문장도 있습니다.\n",
+    "النص العربي مع الأرقام ١٢٣ و 456.\nעברית גם כן.\n",
+    "Combining: e\u0301 a\u0308 n\u0303 — Zalgo: Z\u0351\u0307a\u0365l\u0366g\u0368o\u0311.\n",
+    "Emoji: 👩‍👩‍👧‍👦 👍🏽 🏳️‍🌈 🇯🇵 ❤️ 🧑‍💻!!!\n",
+    "Numbers 1234567890 3.14159 1e-9 0x1F600 12,345,678\n",
+    "Whitespace\u00a0nbsp\u2003em\u3000ideographic\u0085nel\u2028ls   \n\n\n    indented\n\t\t\ttabs  \n",
+    "Mixed: naïve café résumé Ærøskøbing straße ﬁ ligature ſ long-s KELVIN\u212a 'S 'Ll\n",
+    "code: def f(x):\n    return x**2  # comment\n\nif __name__ == '__main__':\n\tprint(f(3))\n",
+    "<|endoftext|> inside the text, and <|begin_of_text|> too\n",
+    "    \n   leading and trailing spaces   ",
+    "Русский текст. Ελληνικά. ภาษาไทย. हिन्दी देवनागरी.\n",
+]
+
+
+# Encoded but not trained on: pieces the merges must build rather than find whole.
+UNSEEN = [
+    "Quick brown foxes jump over lazy dogs; Jackdaws love my big sphinx of quartz.\n" * 3,
+    " " * 100 + "x" + "\t" * 17 + "\r\n" * 5 + "\n" * 9,
+    "9876543210 0.000001 ١٢٣٤٥ 一二三 ½ ² ⅷ\n",
+    "🤷🏻‍♀️🤦🏿‍♂️👨‍👩‍👧 ✊🏾✌🏼 家族👪 مرحبا👋 ẞ ǅ ﬀ Å ﹏ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢\n",
+    "I'M HERE, YOU'RE THERE, WE'VE GOT IT, SHE'D SAY, HE'LL GO, IT'S FINE. i'm, you're\n",
+    "",
+]
+
+
+def train_corpus():
+    # Enough repetition for merges across all scripts.
+    return [d * 3 for d in DOCUMENTS] * 20
+
+
+def gpt2_style(special):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(train_corpus(), trainer)
+    return tok
+
+
+def llama3_style():
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(train_corpus(), trainer)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                                       special_tokens=[("<|begin_of_text|>", bos)])
+    return tok
+
+
+def read_shard(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"NIBTOKNS", path
+    _, width, vocab, count = struct.unpack("<IIQQ", data[8:32])
+    fmt = "<%d%s" % (count, "H" if width == 2 else "I")
+    return list(struct.unpack(fmt, data[32:32 + count * width])), vocab
+
+
+def prepare(nibble, work, name, tokenizer_path, docs):
+    inputs = []
+    for i, d in enumerate(docs):
+        p = os.path.join(work, "%s_doc%02d.txt" % (name, i))
+        with open(p, "w", encoding="utf-8", newline="") as f:
+            f.write(d)
+        inputs.append(p)
+    out = os.path.join(work, name + "_data")
+    shutil.rmtree(out, ignore_errors=True)
+    r = subprocess.run([nibble, "prepare", *inputs, "-o", out, "--tokenizer", tokenizer_path, "--threads", "2"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("FAIL: nibble prepare with %s exited %d: %s%s" % (tokenizer_path, r.returncode, r.stdout, r.stderr))
+    train, vocab = read_shard(os.path.join(out, "train.bin"))
+    val, _ = read_shard(os.path.join(out, "val.bin"))
+    return train + val, vocab, out
+
+
+def check(name, got, expected):
+    if got == expected:
+        return
+    n = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    sys.exit("FAIL: %s: nibble's ids differ from the reference at token %d (of %d vs %d): nibble %s, reference %s"
+             % (name, n, len(got), len(expected), got[max(0, n - 3):n + 5], expected[max(0, n - 3):n + 5]))
+
+
+def check_huggingface(nibble, work, name, tok, eot_name):
+    path = os.path.join(work, name + ".json")
+    tok.save(path)
+    ref = Tokenizer.from_file(path)  # as a user's file is read
+    eot = ref.token_to_id(eot_name)
+    expected = []
+    for d in DOCUMENTS + UNSEEN:
+        ids = ref.encode(d).ids
+        plain = ref.encode(d, add_special_tokens=False).ids
+        assert ref.decode(plain, skip_special_tokens=False) == d, "reference round trip of %r" % d
+        expected += ids + [eot]
+    got, vocab, out = prepare(nibble, work, name, path, DOCUMENTS + UNSEEN)
+    check(name, got, expected)
+    if vocab != ref.get_vocab_size(with_added_tokens=True):
+        sys.exit("FAIL: %s: shard vocabulary %d, reference %d" % (name, vocab, ref.get_vocab_size(True)))
+    with open(os.path.join(out, "tokenizer.json"), "rb") as a, open(path, "rb") as b:
+        if a.read() != b.read():
+            sys.exit("FAIL: %s: the data directory's tokenizer.json is not the given file" % name)
+    print("ok: %s: %d tokens id for id (end of text %s = %d)" % (name, len(got), eot_name, eot))
+
+
+def main():
+    src, work, nibble = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    check_huggingface(nibble, work, "hf_gpt2_bytelevel", gpt2_style(["<|endoftext|>"]), "<|endoftext|>")
+    check_huggingface(nibble, work, "hf_llama3_split", llama3_style(), "<|end_of_text|>")
+
+
+if __name__ == "__main__":
+    main()
