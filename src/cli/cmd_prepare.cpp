@@ -28,7 +28,8 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
   cmd->add_option("-o,--output", o->output, "output directory (train.bin, val.bin, tokenizer.json)")->required();
   cmd->add_option("--tokenizer", o->tokenizer,
                   "char (one token per byte), bpe (sentencepiece, trained on the text), or the path of an existing "
-                  "Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3) to encode with")
+                  "Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3) or sentencepiece .model (Llama 2, Gemma) to "
+                  "encode with")
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads encoding with a tokenizer file (0: every core)")->capture_default_str();
   cmd->add_option("--vocab-size", o->vocab_size, "BPE vocabulary size")->capture_default_str();
@@ -50,7 +51,8 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
     const auto r = train::prepare_dataset(p);
     if (!p.tokenizer_file.empty())
       fmt::print("{}: {} documents, each followed by {}\n", o->tokenizer, p.inputs.size(),
-                 r.end_of_text ? fmt::format("the end-of-text token {} (id {})", r.end_of_text_token, *r.end_of_text)
+                 r.end_of_text ? fmt::format("the end-of-text token {} (id {}){}", r.end_of_text_token, *r.end_of_text,
+                                             r.begin_of_text ? fmt::format(", preceded by {}", r.begin_of_text_token) : "")
                                : std::string("nothing (the tokenizer has no end-of-text token)"));
     fmt::print("{} characters -> {} tokens with a {} tokenizer of {} ids: {} train + {} validation tokens\n"
                "{} {}/{{train.bin, val.bin, tokenizer.json, prepare.json}}; train with data.dir={}\n",

@@ -103,7 +103,9 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
     tokenizer = load_tokenizer_file(options.tokenizer_file);
     split = split_tokens(encode_documents(options, *tokenizer, result.characters));
     result.end_of_text = tokenizer->end_of_text();
-    if (result.end_of_text) result.end_of_text_token = tokenizer->decode(std::vector<int32_t>{*result.end_of_text});
+    if (result.end_of_text) result.end_of_text_token = tokenizer->token_text(*result.end_of_text);
+    result.begin_of_text = tokenizer->begin_of_text();
+    if (result.begin_of_text) result.begin_of_text_token = tokenizer->token_text(*result.begin_of_text);
   }
   if (split.val.size() < 2 || split.train.size() < 2)
     throw UsageError(fmt::format("the corpus gives only {} tokens: too few for a train/validation split",

@@ -54,6 +54,8 @@ struct PrepareResult {
   int64_t vocab_size = 0, train_tokens = 0, val_tokens = 0, characters = 0;
   std::optional<int32_t> end_of_text;  // the id that ends each document, for a loaded tokenizer
   std::string end_of_text_token;       // its text
+  std::optional<int32_t> begin_of_text;  // the id that begins each document, where one does
+  std::string begin_of_text_token;
   bool replaced = false;  // an existing data directory was replaced
 };
 PrepareResult prepare_dataset(const PrepareOptions& options);

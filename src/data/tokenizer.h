@@ -2,7 +2,9 @@
 //   char: one token per byte present in the corpus (nanoGPT's shakespeare_char; 65 tokens there);
 //   bpe:  a byte-fallback BPE model trained with sentencepiece on the corpus itself;
 //   huggingface: an existing Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2,
-//         Llama 3), loaded by `prepare --tokenizer FILE` (data/huggingface_tokenizer.h).
+//         Llama 3), loaded by `prepare --tokenizer FILE` (data/huggingface_tokenizer.h);
+//   sentencepiece: an existing sentencepiece model (Llama 2, Gemma), `prepare --tokenizer x.model`;
+//         a document is BOS + its ids + EOS, where the model has them.
 // A tokenizer is saved next to the shards and copied into every run directory (tokenizer.json,
 // plus tokenizer.model for bpe), so a run can be evaluated or sampled without the data directory.
 // For huggingface, tokenizer.json is the original file itself, byte for byte.
@@ -22,7 +24,7 @@ namespace nibble::train {
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
 inline constexpr const char* kSentencePieceFile = "tokenizer.model";
 
-enum class TokenizerKind : uint8_t { character, bpe, huggingface };
+enum class TokenizerKind : uint8_t { character, bpe, huggingface, sentencepiece };
 TokenizerKind parse_tokenizer_kind(std::string_view name);  // UsageError listing char, bpe
 std::string_view to_string(TokenizerKind kind);
 
@@ -40,6 +42,9 @@ class Tokenizer {
   virtual std::vector<int32_t> encode_document(std::string_view text) const { return encode(text); }
   virtual std::optional<int32_t> end_of_text() const { return std::nullopt; }
   virtual std::optional<int32_t> begin_of_text() const { return std::nullopt; }
+  // How a special token is written (<s>, <|endoftext|>): what decode gives, except where decoding
+  // drops control tokens (sentencepiece).
+  virtual std::string token_text(int32_t id) const { return decode(std::span(&id, 1)); }
   // Ids outside the vocabulary decode to '?' rather than failing: sampling output is shown as is.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // Writes tokenizer.json (and the kind's own files) into `directory`, atomically each.
@@ -65,7 +70,8 @@ std::optional<size_t> first_invalid_utf8(std::string_view text);
 // a BPE tokenizer's model is a plain file name beside tokenizer.json, never a path elsewhere.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory);
 
-// An existing tokenizer file given to `prepare --tokenizer FILE`: a Hugging Face tokenizer.json.
+// An existing tokenizer file given to `prepare --tokenizer FILE`: a Hugging Face tokenizer.json or
+// a sentencepiece model.
 // UsageError naming the file, and the kind when it is one nibble does not read.
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file);
 

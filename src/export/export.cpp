@@ -553,11 +553,31 @@ std::string write_huggingface_tokenizer(const ExportPlan& p, const fs::path& dir
   json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                  {"clean_up_tokenization_spaces", false},
                  {"model_max_length", context}};
-  if (const auto bos = t.begin_of_text()) config["bos_token"] = t.decode(std::vector<int32_t>{*bos});
-  if (const auto eos = t.end_of_text()) config["eos_token"] = t.decode(std::vector<int32_t>{*eos});
+  if (const auto bos = t.begin_of_text()) config["bos_token"] = t.token_text(*bos);
+  if (const auto eos = t.end_of_text()) config["eos_token"] = t.token_text(*eos);
   write_json(dir / "tokenizer_config.json", config);
   return "tokenizer.json (the Hugging Face tokenizer the run was prepared with, unchanged) + tokenizer_config.json "
          "(PreTrainedTokenizerFast)";
+}
+
+// A sentencepiece model the run was prepared with (Llama 2, Gemma): the model as given, read by
+// transformers' LlamaTokenizer, which adds BOS as nibble's documents begin (EOS ends a document,
+// not a prompt, so it is not added).
+std::string write_sentencepiece_tokenizer(const ExportPlan& p, const fs::path& dir, int64_t context) {
+  const auto model_bytes = io::read_regular_file(p.opt.run_dir / "tokenizer.model", "a sentencepiece model");
+  io::write_file_atomically(dir / "tokenizer.model", model_bytes);
+  const Tokenizer& t = *p.run.tokenizer;
+  json config = {{"tokenizer_class", "LlamaTokenizer"},
+                 {"add_bos_token", t.begin_of_text().has_value()},
+                 {"add_eos_token", false},
+                 {"legacy", true},
+                 {"clean_up_tokenization_spaces", false},
+                 {"model_max_length", context}};
+  if (const auto bos = t.begin_of_text()) config["bos_token"] = t.token_text(*bos);
+  if (const auto eos = t.end_of_text()) config["eos_token"] = t.token_text(*eos);
+  write_json(dir / "tokenizer_config.json", config);
+  return "tokenizer.model (the sentencepiece model the run was prepared with, unchanged) + tokenizer_config.json "
+         "(LlamaTokenizer, BOS added)";
 }
 
 // config.json (the checkpoint's LlamaConfig, plus dtype, token ids and the quantization block),
@@ -583,6 +603,7 @@ void write_model_config(const ExportPlan& p, const ExportedWeights& w, bool stat
 std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
   const int64_t context = p.run.config.train.model.context;
   if (p.run.tokenizer->kind() == TokenizerKind::huggingface) return write_huggingface_tokenizer(p, dir, context);
+  if (p.run.tokenizer->kind() == TokenizerKind::sentencepiece) return write_sentencepiece_tokenizer(p, dir, context);
   if (p.run.tokenizer->kind() != TokenizerKind::bpe) return write_char_tokenizer(p.opt.run_dir, dir, context);
   // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
   // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).

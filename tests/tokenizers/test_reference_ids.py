@@ -3,6 +3,8 @@ reference library gives for each document (followed by the end-of-text id), on a
 emoji- and whitespace-heavy corpus written here, for tokenizers built here:
   - a byte-level BPE trained with HF `tokenizers` with the GPT-2 ByteLevel pre-tokenizer;
   - the same with a Llama-3-style Split regex + ByteLevel(use_regex=false) and a BOS template;
+  - sentencepiece BPE models trained here (Llama 2's settings; NFKC + dummy prefix), each document
+    as <s> + sp.encode(text) + </s>;
 and that nibble's decode of those ids is the text (via `nibble generate`-free route: the shard
 tokens decoded by the reference must be the corpus, and nibble's own decode is checked by the C++
 unit tests). Exit 1 with the first difference named.
@@ -137,11 +139,38 @@ def check_huggingface(nibble, work, name, tok, eot_name):
     print("ok: %s: %d tokens id for id (end of text %s = %d)" % (name, len(got), eot_name, eot))
 
 
+def check_sentencepiece(nibble, work, name, **options):
+    import sentencepiece as spm
+    prefix = os.path.join(work, name)
+    corpus = os.path.join(work, name + "_corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write("\n".join(train_corpus()))
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=800, character_coverage=1.0, hard_vocab_limit=False,
+                                   minloglevel=2, **options)
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    expected = []
+    for d in DOCUMENTS + UNSEEN:
+        expected += [sp.bos_id()] + sp.encode(d) + [sp.eos_id()]
+    got, vocab, out = prepare(nibble, work, name, prefix + ".model", DOCUMENTS + UNSEEN)
+    check(name, got, expected)
+    if vocab != sp.get_piece_size():
+        sys.exit("FAIL: %s: shard vocabulary %d, reference %d" % (name, vocab, sp.get_piece_size()))
+    print("ok: %s: %d tokens id for id (each document in <s> %d ... </s> %d)" % (name, len(got), sp.bos_id(),
+                                                                               sp.eos_id()))
+
+
 def main():
     src, work, nibble = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
     check_huggingface(nibble, work, "hf_gpt2_bytelevel", gpt2_style(["<|endoftext|>"]), "<|endoftext|>")
     check_huggingface(nibble, work, "hf_llama3_split", llama3_style(), "<|end_of_text|>")
+    # Llama 2's settings (BPE, byte fallback, digits split, identity normalization), and BPE with
+    # sentencepiece's default NFKC normalization and dummy prefix. (A unigram model is left out:
+    # Debian's libsentencepiece 0.1.97 breaks ties between equal-score segmentations, "!" "!!" vs
+    # "!!" "!", otherwise than PyPI's >= 0.1.98, so its ids are that library's, not PyPI's.)
+    check_sentencepiece(nibble, work, "spm_llama2_bpe", model_type="bpe", byte_fallback=True, split_digits=True,
+                        normalization_rule_name="identity")
+    check_sentencepiece(nibble, work, "spm_bpe_nfkc", model_type="bpe")
 
 
 if __name__ == "__main__":
