@@ -126,7 +126,7 @@ TEST(HuggingFaceTokenizer, RefusesKindsItDoesNotImplement) {
   std::string bad_merge = kModel;
   bad_merge.replace(bad_merge.find("\"o r\""), 5, "\"o q\"");
   EXPECT_NE(refusal("merge", tokenizer_json(kByteLevel, bad_merge)).find("'o' 'q'"), std::string::npos);
-  EXPECT_NE(refusal("not-json", "{\"model\":").find("not JSON"), std::string::npos);
+  EXPECT_NE(refusal("not-json", "{\"model\":").find("neither JSON"), std::string::npos);
   EXPECT_NE(refusal("other-json", "{\"type\":\"char\"}").find("not a Hugging Face tokenizer.json"), std::string::npos);
   EXPECT_NE(refusal("regex", tokenizer_json(R"({"type":"Split","pattern":{"Regex":"(["},"behavior":"Isolated"})"))
                 .find("does not compile"),
