@@ -17,6 +17,7 @@ struct PrepareCliOptions {
   std::string output;
   std::string tokenizer = "char";
   int64_t vocab_size = 1024;
+  std::string tiktoken_encoding;
   int threads = 0;
   bool force = false;
 };
@@ -28,9 +29,12 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
   cmd->add_option("-o,--output", o->output, "output directory (train.bin, val.bin, tokenizer.json)")->required();
   cmd->add_option("--tokenizer", o->tokenizer,
                   "char (one token per byte), bpe (sentencepiece, trained on the text), or the path of an existing "
-                  "Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3) or sentencepiece .model (Llama 2, Gemma) to "
-                  "encode with")
+                  "Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3) or sentencepiece .model (Llama 2, Gemma) "
+                  "or tiktoken NAME.tiktoken file to encode with")
       ->capture_default_str();
+  cmd->add_option("--tiktoken-encoding", o->tiktoken_encoding,
+                  "for a .tiktoken file: r50k_base, p50k_base, cl100k_base or o200k_base, whose pattern and special "
+                  "tokens it uses (default: the file's name)");
   cmd->add_option("--threads", o->threads, "threads encoding with a tokenizer file (0: every core)")->capture_default_str();
   cmd->add_option("--vocab-size", o->vocab_size, "BPE vocabulary size")->capture_default_str();
   cmd->add_flag("--force", o->force, "replace the output if it is already a data directory (runs trained on it then read the new data)");
@@ -46,6 +50,7 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
       train::parse_tokenizer_kind(o->tokenizer);  // refused there, naming the choices
     if (o->threads < 0) throw UsageError(fmt::format("--threads {} is negative: give a count, or 0 for every core", o->threads));
     train::bpe::set_threads(o->threads);
+    p.tiktoken_encoding = o->tiktoken_encoding;
     p.bpe_vocab_size = o->vocab_size;
     p.force = o->force;
     const auto r = train::prepare_dataset(p);

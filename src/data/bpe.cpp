@@ -62,11 +62,14 @@ int threads() {
   return set > 0 ? set : std::max(1u, std::thread::hardware_concurrency());
 }
 
-Regex::Regex(std::string_view pattern, bool literal, std::string_view source) : source_(source) {
+Regex::Regex(std::string_view pattern, bool literal, std::string_view source, Dialect dialect) : source_(source) {
   const std::string translated = literal ? std::string(pattern) : widen_whitespace(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL admits few other options (UTF among them).
+  const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL
+                                   : PCRE2_UTF | PCRE2_UCP |
+                                         (dialect == Dialect::oniguruma ? PCRE2_MULTILINE : PCRE2_DOLLAR_ENDONLY);
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options, &error,
                                    &offset, nullptr);
   if (code == nullptr)

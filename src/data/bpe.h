@@ -15,10 +15,14 @@ namespace nibble::train::bpe {
 // A compiled pre-tokenization pattern. `\s` and `\S` are widened to Unicode's White_Space (PCRE2's
 // UCP \s omits U+0085 NEL, which Oniguruma in `tokenizers` and Rust's regex in tiktoken include),
 // so that pieces fall where the reference implementations put them.
+// Whose regex syntax a pattern is written in: Oniguruma's (Hugging Face `tokenizers`; `^` and `$`
+// match at every line) or Rust's (tiktoken; `$` matches only at the end of the text).
+enum class Dialect { oniguruma, rust };
+
 class Regex {
  public:
   // `literal`: match `pattern` as a plain string. UsageError naming `source` for a bad pattern.
-  Regex(std::string_view pattern, bool literal, std::string_view source);
+  Regex(std::string_view pattern, bool literal, std::string_view source, Dialect dialect = Dialect::oniguruma);
   // The non-empty matches in `text` (valid UTF-8), left to right, as [begin, end) byte offsets;
   // each search starts where the previous match ended (Rust's find_iter).
   void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const;

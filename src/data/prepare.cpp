@@ -100,7 +100,7 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
     split = split_tokens(tokenizer->encode(text));
     result.characters = static_cast<int64_t>(text.size());
   } else {
-    tokenizer = load_tokenizer_file(options.tokenizer_file);
+    tokenizer = load_tokenizer_file(options.tokenizer_file, options.tiktoken_encoding);
     split = split_tokens(encode_documents(options, *tokenizer, result.characters));
     result.end_of_text = tokenizer->end_of_text();
     if (result.end_of_text) result.end_of_text_token = tokenizer->token_text(*result.end_of_text);

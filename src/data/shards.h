@@ -48,6 +48,7 @@ struct PrepareOptions {
   // An existing tokenizer to encode with instead of training one (`prepare --tokenizer FILE`): each
   // input is then a document, encoded on its own and followed by the tokenizer's end-of-text id.
   std::filesystem::path tokenizer_file;
+  std::string tiktoken_encoding;  // for a .tiktoken tokenizer_file: its pattern's name (else its file name)
   bool force = false;  // replace an existing data directory
 };
 struct PrepareResult {

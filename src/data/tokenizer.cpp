@@ -18,6 +18,7 @@
 #include "data/data.h"
 #include "data/data_directory.h"
 #include "data/huggingface_tokenizer.h"
+#include "data/tiktoken_tokenizer.h"
 #include "io/regular_file.h"
 
 namespace nibble::train {
@@ -241,7 +242,7 @@ TokenizerKind parse_tokenizer_kind(std::string_view name) {
   if (name == "char") return TokenizerKind::character;
   if (name == "bpe") return TokenizerKind::bpe;
   throw UsageError(fmt::format("tokenizer '{}' is unknown: use char, bpe, or the path of a tokenizer file "
-                               "(a Hugging Face tokenizer.json, a sentencepiece .model)",
+                               "(a Hugging Face tokenizer.json, a sentencepiece .model, a .tiktoken file)",
                                name));
 }
 
@@ -251,6 +252,7 @@ std::string_view to_string(TokenizerKind kind) {
     case TokenizerKind::bpe: return "bpe";
     case TokenizerKind::huggingface: return "huggingface";
     case TokenizerKind::sentencepiece: return "sentencepiece";
+    case TokenizerKind::tiktoken: return "tiktoken";
   }
   return "?";
 }
@@ -354,14 +356,25 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory
                                      j.at("vocab_size").get<int64_t>(), model_path.string(), tokenizer->vocab_size()));
       return tokenizer;
     }
-    throw UsageError(fmt::format("{}: tokenizer type '{}' is unknown (char, bpe or sentencepiece)", path.string(), type));
+    if (type == "tiktoken") {
+      // The file's name is fixed, whatever the pointer says: nothing else is read.
+      const auto ranks = read_data_file(directory, kTiktokenFile, "a tiktoken file");
+      return load_tiktoken_tokenizer(std::string(ranks.begin(), ranks.end()), j.at("encoding").get<std::string>(),
+                                     (directory / kTiktokenFile).string());
+    }
+    throw UsageError(fmt::format("{}: tokenizer type '{}' is unknown (char, bpe, sentencepiece or tiktoken)", path.string(), type));
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(fmt::format("{}: missing or mistyped field ({})", path.string(), e.what()));
   }
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file) {
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file, std::string_view tiktoken_encoding) {
   const auto bytes = io::read_regular_file(file, "a tokenizer file");
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (file.extension() == ".tiktoken" || looks_like_tiktoken_file(text)) {
+    const std::string encoding = tiktoken_encoding.empty() ? file.stem().string() : std::string(tiktoken_encoding);
+    return load_tiktoken_tokenizer(std::string(text), encoding, file.string());
+  }
   const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     // Not JSON: a sentencepiece model (a protobuf) is the other kind nibble reads.
@@ -369,8 +382,8 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file
     const std::string model(bytes.begin(), bytes.end());
     if (probe.LoadFromSerializedProto(model).ok())
       return std::make_unique<SentencePieceTokenizer>(model, file.string(), TokenizerKind::sentencepiece);
-    throw UsageError(fmt::format("{}: not a tokenizer nibble reads: neither JSON (a Hugging Face tokenizer.json) nor a "
-                                 "sentencepiece model (tokenizer.model)",
+    throw UsageError(fmt::format("{}: not a tokenizer nibble reads: neither JSON (a Hugging Face tokenizer.json), a "
+                                 "sentencepiece model (tokenizer.model) nor a tiktoken file (NAME.tiktoken)",
                                  file.string()));
   }
   if (!looks_like_huggingface_tokenizer(j))

@@ -4,7 +4,9 @@
 //   huggingface: an existing Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2,
 //         Llama 3), loaded by `prepare --tokenizer FILE` (data/huggingface_tokenizer.h);
 //   sentencepiece: an existing sentencepiece model (Llama 2, Gemma), `prepare --tokenizer x.model`;
-//         a document is BOS + its ids + EOS, where the model has them.
+//         a document is BOS + its ids + EOS, where the model has them;
+//   tiktoken: a .tiktoken ranks file with the pattern of one of OpenAI's encodings
+//         (data/tiktoken_tokenizer.h), kept as tokenizer.tiktoken.
 // A tokenizer is saved next to the shards and copied into every run directory (tokenizer.json,
 // plus tokenizer.model for bpe), so a run can be evaluated or sampled without the data directory.
 // For huggingface, tokenizer.json is the original file itself, byte for byte.
@@ -23,8 +25,9 @@ namespace nibble::train {
 // The files a tokenizer is saved as, in a data directory and in every run directory.
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
 inline constexpr const char* kSentencePieceFile = "tokenizer.model";
+inline constexpr const char* kTiktokenFile = "tokenizer.tiktoken";
 
-enum class TokenizerKind : uint8_t { character, bpe, huggingface, sentencepiece };
+enum class TokenizerKind : uint8_t { character, bpe, huggingface, sentencepiece, tiktoken };
 TokenizerKind parse_tokenizer_kind(std::string_view name);  // UsageError listing char, bpe
 std::string_view to_string(TokenizerKind kind);
 
@@ -70,9 +73,10 @@ std::optional<size_t> first_invalid_utf8(std::string_view text);
 // a BPE tokenizer's model is a plain file name beside tokenizer.json, never a path elsewhere.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory);
 
-// An existing tokenizer file given to `prepare --tokenizer FILE`: a Hugging Face tokenizer.json or
-// a sentencepiece model.
+// An existing tokenizer file given to `prepare --tokenizer FILE`: a Hugging Face tokenizer.json, a
+// sentencepiece model, or a .tiktoken file, whose encoding (pattern, special tokens) is
+// `tiktoken_encoding` or else the file's name (cl100k_base.tiktoken).
 // UsageError naming the file, and the kind when it is one nibble does not read.
-std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file);
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file, std::string_view tiktoken_encoding = "");
 
 }  // namespace nibble::train

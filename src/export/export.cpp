@@ -253,10 +253,10 @@ struct ExportedWeights {
 
 // What an export writes. --force replaces only a directory that holds nothing else (an earlier
 // export), so a mistyped -o (a home directory, a project) is never deleted.
-constexpr std::array<std::string_view, 10> kExportFiles = {
+constexpr std::array<std::string_view, 11> kExportFiles = {
     "model.safetensors", "config.json",           "generation_config.json", "hf_quant_config.json",
     "README.md",         "tokenizer.json",        "tokenizer_config.json",  "tokenizer.model",
-    "special_tokens_map.json", "nibble_char_tokenizer.json"};
+    "special_tokens_map.json", "nibble_char_tokenizer.json", "tokenizer.tiktoken"};
 
 // The first entry of `dir` that an export does not write (a user's file, a subdirectory, a link).
 std::optional<fs::path> foreign_entry(const fs::path& dir) {
@@ -604,6 +604,16 @@ std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
   const int64_t context = p.run.config.train.model.context;
   if (p.run.tokenizer->kind() == TokenizerKind::huggingface) return write_huggingface_tokenizer(p, dir, context);
   if (p.run.tokenizer->kind() == TokenizerKind::sentencepiece) return write_sentencepiece_tokenizer(p, dir, context);
+  if (p.run.tokenizer->kind() == TokenizerKind::tiktoken) {
+    const auto ranks = io::read_regular_file(p.opt.run_dir / kTiktokenFile, "a tiktoken file");
+    io::write_file_atomically(dir / kTiktokenFile, ranks);
+    const std::string encoding = read_json(p.opt.run_dir / kTokenizerFile).value("encoding", std::string("?"));
+    return fmt::format("tokenizer.tiktoken (the tiktoken ranks the run was prepared with, unchanged), to be read with "
+                       "the pattern of {} and <|endoftext|> = {}: tiktoken.Encoding(name, pat_str=<{}'s pattern>, "
+                       "mergeable_ranks=tiktoken.load.load_tiktoken_bpe(path), special_tokens=...); no tokenizer.json "
+                       "is written for it yet",
+                       encoding, p.run.tokenizer->end_of_text().value_or(-1), encoding);
+  }
   if (p.run.tokenizer->kind() != TokenizerKind::bpe) return write_char_tokenizer(p.opt.run_dir, dir, context);
   // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
   // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).

@@ -5,6 +5,8 @@ emoji- and whitespace-heavy corpus written here, for tokenizers built here:
   - the same with a Llama-3-style Split regex + ByteLevel(use_regex=false) and a BOS template;
   - sentencepiece BPE models trained here (Llama 2's settings; NFKC + dummy prefix), each document
     as <s> + sp.encode(text) + </s>;
+  - a tiktoken encoding of custom ranks (tiktoken.Encoding) written as a .tiktoken file, with the
+    patterns of r50k_base, cl100k_base and o200k_base: encode_ordinary(text) + <|endoftext|>;
 and that nibble's decode of those ids is the text (via `nibble generate`-free route: the shard
 tokens decoded by the reference must be the corpus, and nibble's own decode is checked by the C++
 unit tests). Exit 1 with the first difference named.
@@ -92,7 +94,7 @@ def read_shard(path):
     return list(struct.unpack(fmt, data[32:32 + count * width])), vocab
 
 
-def prepare(nibble, work, name, tokenizer_path, docs):
+def prepare(nibble, work, name, tokenizer_path, docs, extra=()):
     inputs = []
     for i, d in enumerate(docs):
         p = os.path.join(work, "%s_doc%02d.txt" % (name, i))
@@ -101,7 +103,7 @@ def prepare(nibble, work, name, tokenizer_path, docs):
         inputs.append(p)
     out = os.path.join(work, name + "_data")
     shutil.rmtree(out, ignore_errors=True)
-    r = subprocess.run([nibble, "prepare", *inputs, "-o", out, "--tokenizer", tokenizer_path, "--threads", "2"],
+    r = subprocess.run([nibble, "prepare", *inputs, "-o", out, "--tokenizer", tokenizer_path, "--threads", "2", *extra],
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("FAIL: nibble prepare with %s exited %d: %s%s" % (tokenizer_path, r.returncode, r.stdout, r.stderr))
@@ -159,10 +161,51 @@ def check_sentencepiece(nibble, work, name, **options):
                                                                                sp.eos_id()))
 
 
+def openai_patterns():
+    """The pattern of each of OpenAI's encodings, from tiktoken itself (its ranks are not downloaded)."""
+    import tiktoken_ext.openai_public as public
+    public.load_tiktoken_bpe = lambda *args, **kwargs: {}
+    return {name: getattr(public, name)()["pat_str"] for name in ("r50k_base", "cl100k_base", "o200k_base")}
+
+
+def check_tiktoken(nibble, work, hf_tokenizer):
+    import base64
+    import tiktoken
+    # Custom ranks: the byte-level tokens of a BPE trained here, in id order (bytes first).
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:] + [256 + n for n in range(256 - len(bs))]
+    bs += [b for b in range(256) if b not in bs]
+    byte_of = {chr(c): b for b, c in zip(bs, cs)}
+    vocab = sorted(hf_tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    tokens = [bytes(byte_of[ch] for ch in t) for t, _ in vocab if all(ch in byte_of for ch in t) and t != "<|endoftext|>"]
+    ranks = {t: i for i, t in enumerate(tokens)}
+    path = os.path.join(work, "custom.tiktoken")
+    with open(path, "w") as f:
+        for t, r in ranks.items():
+            f.write("%s %d\n" % (base64.b64encode(t).decode(), r))
+    for name, pattern in openai_patterns().items():
+        eot = len(ranks)
+        enc = tiktoken.Encoding("custom_" + name, pat_str=pattern, mergeable_ranks=ranks,
+                                special_tokens={"<|endoftext|>": eot})
+        expected = []
+        for d in DOCUMENTS + UNSEEN:
+            ids = enc.encode_ordinary(d)
+            assert enc.decode_bytes(ids) == d.encode()
+            expected += ids + [eot]
+        got, vocab_size, out = prepare(nibble, work, "tiktoken_" + name, path, DOCUMENTS + UNSEEN,
+                                       ["--tiktoken-encoding", name])
+        check("tiktoken " + name, got, expected)
+        if vocab_size != enc.n_vocab:
+            sys.exit("FAIL: tiktoken %s: shard vocabulary %d, reference %d" % (name, vocab_size, enc.n_vocab))
+        print("ok: tiktoken with %s's pattern, %d custom ranks: %d tokens id for id (<|endoftext|> = %d)"
+              % (name, len(ranks), len(got), eot))
+
+
 def main():
     src, work, nibble = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
-    check_huggingface(nibble, work, "hf_gpt2_bytelevel", gpt2_style(["<|endoftext|>"]), "<|endoftext|>")
+    gpt2 = gpt2_style(["<|endoftext|>"])
+    check_huggingface(nibble, work, "hf_gpt2_bytelevel", gpt2, "<|endoftext|>")
     check_huggingface(nibble, work, "hf_llama3_split", llama3_style(), "<|end_of_text|>")
     # Llama 2's settings (BPE, byte fallback, digits split, identity normalization), and BPE with
     # sentencepiece's default NFKC normalization and dummy prefix. (A unigram model is left out:
@@ -171,6 +214,7 @@ def main():
     check_sentencepiece(nibble, work, "spm_llama2_bpe", model_type="bpe", byte_fallback=True, split_digits=True,
                         normalization_rule_name="identity")
     check_sentencepiece(nibble, work, "spm_bpe_nfkc", model_type="bpe")
+    check_tiktoken(nibble, work, gpt2)
 
 
 if __name__ == "__main__":
