@@ -5,6 +5,8 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <atomic>
 #include <thread>
 
@@ -124,9 +126,44 @@ void split(const Regex& regex, SplitBehavior behavior, std::string_view text, si
   if (end > previous) pieces.emplace_back(previous, end);
 }
 
+void Merger::PairTable::grow() {
+  std::vector<uint64_t> keys = std::move(keys_);
+  std::vector<Pair> values = std::move(values_);
+  const size_t capacity = keys.empty() ? 1024 : keys.size() * 2;
+  shift_ = 64 - std::countr_zero(capacity);
+  keys_.assign(capacity, kEmpty);
+  values_.assign(capacity, Pair{});
+  size_ = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (keys[i] != kEmpty) insert(keys[i], values[i]);
+}
+
+void Merger::PairTable::insert(uint64_t key, Pair value) {
+  if (2 * (size_ + 1) > keys_.size()) grow();  // at most half full: short probe runs
+  for (size_t i = slot(key);; i = (i + 1) & (keys_.size() - 1)) {
+    if (keys_[i] == key) {
+      values_[i] = value;
+      return;
+    }
+    if (keys_[i] == kEmpty) {
+      keys_[i] = key, values_[i] = value, ++size_;
+      return;
+    }
+  }
+}
+
+const Merger::Pair* Merger::PairTable::find(uint64_t key) const {
+  if (keys_.empty()) return nullptr;
+  for (size_t i = slot(key);; i = (i + 1) & (keys_.size() - 1)) {
+    if (keys_[i] == key) return &values_[i];
+    if (keys_[i] == kEmpty) return nullptr;
+  }
+}
+
 void Merger::add_merge(int32_t left, int32_t right, uint32_t rank, int32_t merged) {
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-  merges_.emplace(key, Pair{rank, merged});  // the first (lowest-ranked) of duplicate merges wins, as in HF
+  // Of a pair listed twice the later entry counts: HF collects the list into a map the same way.
+  merges_.insert(key, Pair{rank, merged});
 }
 
 void Merger::add_token(std::string bytes, int32_t id) { tokens_.emplace(std::move(bytes), id); }
@@ -145,9 +182,9 @@ bool Merger::pair_rank(std::string_view piece, uint32_t a_begin, uint32_t b_end,
     return true;
   }
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-  const auto it = merges_.find(key);
-  if (it == merges_.end()) return false;
-  found = it->second;
+  const Pair* pair = merges_.find(key);
+  if (pair == nullptr) return false;
+  found = *pair;
   return true;
 }
 
@@ -219,29 +256,66 @@ void Merger::encode(std::string_view piece, std::vector<int32_t>& out) const {
 
 namespace {
 
+// Repeated pre-tokens (" the", " of") are merged once: piece text -> its ids, kept in one array.
+// Open addressing over a fixed table of 2^17 slots (3 MiB), emptied when half full: bounded memory.
+class PieceCache {
+ public:
+  PieceCache() : slots_(kSlots) {}
+  // The ids of `piece`, merged by `merger` on first sight, appended to `out`.
+  void encode(const Merger& merger, std::string_view piece, std::vector<int32_t>& out) {
+    const uint64_t hash = std::hash<std::string_view>{}(piece);
+    size_t i = hash & (kSlots - 1);
+    for (; slots_[i].length != 0; i = (i + 1) & (kSlots - 1)) {
+      const Slot& s = slots_[i];
+      if (s.hash == hash && s.length == piece.size() && std::memcmp(s.text, piece.data(), piece.size()) == 0) {
+        out.insert(out.end(), ids_.begin() + s.first, ids_.begin() + s.last);
+        return;
+      }
+    }
+    const size_t first = ids_.size();
+    merger.encode(piece, ids_);
+    out.insert(out.end(), ids_.begin() + first, ids_.end());
+    if (2 * ++used_ > kSlots) return clear();
+    slots_[i] = {hash, piece.data(), static_cast<uint32_t>(piece.size()), static_cast<uint32_t>(first),
+                 static_cast<uint32_t>(ids_.size())};
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    const char* text = nullptr;
+    uint32_t length = 0, first = 0, last = 0;  // length 0: empty (no piece is empty)
+  };
+  void clear() {
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    ids_.clear();
+    used_ = 0;
+  }
+  static constexpr size_t kSlots = 1 << 17;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> ids_;
+  size_t used_ = 0;
+};
+
 // Pieces [first, last) into `out`; a piece with begin == npos stands for the id in its second.
 void encode_run(const Merger& merger, std::string_view text, const std::vector<std::pair<size_t, size_t>>& pieces,
                 size_t first, size_t last, std::vector<int32_t>& out) {
-  // Repeated pre-tokens (" the", " of") are merged once: piece text -> its ids' range in `cached`.
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;
-  std::vector<int32_t> cached;
-  constexpr size_t kMaxCached = 1 << 20;
+  // A prompt need not fill (and clear) 3 MiB of slots for a few pieces.
+  if (last - first < 4096) {
+    for (size_t i = first; i < last; ++i)
+      if (pieces[i].first == std::string::npos)
+        out.push_back(static_cast<int32_t>(pieces[i].second));
+      else
+        merger.encode(text.substr(pieces[i].first, pieces[i].second - pieces[i].first), out);
+    return;
+  }
+  PieceCache cache;
   for (size_t i = first; i < last; ++i) {
     const auto [b, e] = pieces[i];
-    if (b == std::string::npos) {
+    if (b == std::string::npos)
       out.push_back(static_cast<int32_t>(e));
-      continue;
-    }
-    const std::string_view piece = text.substr(b, e - b);
-    if (const auto it = cache.find(piece); it != cache.end()) {
-      out.insert(out.end(), cached.begin() + it->second.first, cached.begin() + it->second.second);
-      continue;
-    }
-    if (cache.size() >= kMaxCached) cache.clear(), cached.clear();
-    const size_t start = cached.size();
-    merger.encode(piece, cached);
-    cache.emplace(piece, std::pair<uint32_t, uint32_t>(start, cached.size()));
-    out.insert(out.end(), cached.begin() + start, cached.end());
+    else
+      cache.encode(merger, text.substr(b, e - b), out);
   }
 }
 
