@@ -51,6 +51,9 @@ UNSEEN = [
     "I'M HERE, YOU'RE THERE, WE'VE GOT IT, SHE'D SAY, HE'LL GO, IT'S FINE. i'm, you're\n",
     "",
 ]
+# One large document: enough pre-tokens (> 2 x 16384) that nibble encodes it on 2 threads, each
+# with its cache of repeated pieces.
+UNSEEN.append("".join(DOCUMENTS + UNSEEN) * 150)
 
 
 def train_corpus():
@@ -139,6 +142,28 @@ def check_huggingface(nibble, work, name, tok, eot_name):
         if a.read() != b.read():
             sys.exit("FAIL: %s: the data directory's tokenizer.json is not the given file" % name)
     print("ok: %s: %d tokens id for id (end of text %s = %d)" % (name, len(got), eot_name, eot))
+    check_export(nibble, work, name, out, lambda d: ref.encode(d).ids)
+
+
+def check_export(nibble, work, name, data_dir, reference):
+    """Trains 2 steps on DATA_DIR, exports (--format hf) and opens the export's tokenizer with
+    transformers' AutoTokenizer, as a user would in a plain venv: its ids must be the reference's."""
+    from transformers import AutoTokenizer
+    config = os.path.join(work, name + "_config.yaml")
+    with open(config, "w") as f:
+        f.write("data:\n  dir: %s\nsteps: 2\nbatch: 2\nquantization: nvfp4\nmodel:\n  layers: 1\n  heads: 2\n"
+                "  width: 32\n  context: 32\nschedule:\n  warmup_steps: 1\nthreads: 2\n" % data_dir)
+    run_dir, export_dir = os.path.join(work, name + "_run"), os.path.join(work, name + "_export")
+    for command in (["train", config, "run.dir=" + run_dir], ["export", run_dir, "-o", export_dir, "--format", "hf"]):
+        r = subprocess.run([nibble, *command], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("FAIL: %s: nibble %s exited %d: %s%s" % (name, command[0], r.returncode, r.stdout, r.stderr))
+    auto = AutoTokenizer.from_pretrained(export_dir)
+    for d in DOCUMENTS + UNSEEN[:-1]:
+        if auto(d)["input_ids"] != reference(d):
+            sys.exit("FAIL: %s: AutoTokenizer on the export gives %s for %r, the reference %s"
+                     % (name, auto(d)["input_ids"], d, reference(d)))
+    print("ok: %s: the export's tokenizer (AutoTokenizer) gives the reference's ids" % name)
 
 
 def check_sentencepiece(nibble, work, name, **options):
