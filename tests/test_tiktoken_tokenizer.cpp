@@ -66,6 +66,8 @@ TEST(TiktokenTokenizer, SavesAndLoadsBack) {
   const fs::path dir = nibble_test::fresh_dir("test_tiktoken_tokenizer", "save-dir");
   t->save(dir);
   EXPECT_TRUE(fs::exists(dir / kTiktokenFile));
+  EXPECT_TRUE(fs::exists(dir / kNibbleTokenizerFile));  // not tokenizer.json: it is no Hugging Face file
+  EXPECT_FALSE(fs::exists(dir / kTokenizerFile));
   const auto loaded = load_tokenizer(dir);
   EXPECT_EQ(loaded->identity(), t->identity());
   EXPECT_EQ(loaded->encode("hello world"), t->encode("hello world"));

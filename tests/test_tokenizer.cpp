@@ -186,6 +186,8 @@ TEST(Tokenizer, AnExistingSentencePieceModelMarksDocuments) {
   EXPECT_NE(given->identity(), own->identity());
   const fs::path saved = fresh_dir("spm-saved");
   given->save(saved);
+  EXPECT_TRUE(fs::exists(saved / kNibbleTokenizerFile));  // not tokenizer.json: it is no Hugging Face file
+  EXPECT_FALSE(fs::exists(saved / kTokenizerFile));
   const auto loaded = load_tokenizer(saved);
   EXPECT_EQ(loaded->kind(), TokenizerKind::sentencepiece);
   EXPECT_EQ(loaded->identity(), given->identity());

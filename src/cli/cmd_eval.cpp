@@ -59,12 +59,12 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
     // A shard does not name its tokenizer, but `nibble prepare` writes one next to it: another
     // tokenizer of the same vocabulary size would give a loss of other text, silently.
     const std::filesystem::path shard_dir = tokens_path.parent_path().empty() ? "." : tokens_path.parent_path();
-    if (std::filesystem::exists(shard_dir / "tokenizer.json") &&
+    if (train::has_tokenizer(shard_dir) &&
         train::load_tokenizer(shard_dir)->identity() != run.tokenizer->identity())
       throw UsageError(fmt::format("{} was prepared with another tokenizer ({}) than the run's, although the "
                                    "vocabulary size ({}) is the same: its token ids mean other text. Use a token file "
                                    "prepared with the run's tokenizer",
-                                   tokens_path.string(), (shard_dir / "tokenizer.json").string(), shard.vocab_size));
+                                   tokens_path.string(), shard_dir.string(), shard.vocab_size));
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = train::evaluate_token_stream(run, shard.tokens, o->max_windows, !o->fp32 && !o->weights_only_quantized);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

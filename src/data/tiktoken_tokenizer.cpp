@@ -125,7 +125,7 @@ class TiktokenTokenizer final : public Tokenizer {
                               std::span(reinterpret_cast<const uint8_t*>(file_.data()), file_.size()));
     const std::string pointer =
         nlohmann::json{{"type", "tiktoken"}, {"file", kTiktokenFile}, {"encoding", encoding_}}.dump() + "\n";
-    io::write_file_atomically(directory / kTokenizerFile,
+    io::write_file_atomically(directory / kNibbleTokenizerFile,
                               std::span(reinterpret_cast<const uint8_t*>(pointer.data()), pointer.size()));
   }
   std::string identity() const override { return io::content_hash("tiktoken\n" + encoding_ + "\n" + file_); }

@@ -111,7 +111,10 @@ class SentencePieceTokenizer final : public Tokenizer {
     j["type"] = std::string(to_string(kind_));
     j["model"] = kSentencePieceFile;
     j["vocab_size"] = vocab_size();
-    write_text_atomically(directory / kTokenizerFile, j.dump() + "\n");
+    // nibble's own BPE keeps its tokenizer.json (directories byte for byte as before); a given
+    // model's description is no Hugging Face tokenizer.json, so it is not called one.
+    const char* name = kind_ == TokenizerKind::bpe ? kTokenizerFile : kNibbleTokenizerFile;
+    write_text_atomically(directory / name, j.dump() + "\n");
   }
   std::string identity() const override {
     return io::content_hash(std::string(to_string(kind_)) + "\n" + serialized_);
@@ -312,8 +315,10 @@ std::unique_ptr<Tokenizer> train_tokenizer(TokenizerKind kind, std::string_view 
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory) {
-  const auto path = directory / kTokenizerFile;
-  const auto bytes = read_data_file(directory, kTokenizerFile, "a tokenizer file");
+  std::error_code ec;
+  const char* name = std::filesystem::exists(directory / kNibbleTokenizerFile, ec) ? kNibbleTokenizerFile : kTokenizerFile;
+  const auto path = directory / name;
+  const auto bytes = read_data_file(directory, name, "a tokenizer file");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(bytes.begin(), bytes.end());
@@ -366,6 +371,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(fmt::format("{}: missing or mistyped field ({})", path.string(), e.what()));
   }
+}
+
+bool has_tokenizer(const std::filesystem::path& directory) {
+  std::error_code ec;
+  return std::filesystem::exists(directory / kNibbleTokenizerFile, ec) || std::filesystem::exists(directory / kTokenizerFile, ec);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file, std::string_view tiktoken_encoding) {

@@ -26,6 +26,10 @@ namespace nibble::train {
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
 inline constexpr const char* kSentencePieceFile = "tokenizer.model";
 inline constexpr const char* kTiktokenFile = "tokenizer.tiktoken";
+// nibble's own description of a tokenizer, where tokenizer.json would be a misleading name (it is no
+// Hugging Face tokenizer.json): a given sentencepiece model's and a tiktoken file's. char and bpe
+// still write theirs as tokenizer.json, as they always have; a directory has one or the other.
+inline constexpr const char* kNibbleTokenizerFile = "nibble_tokenizer.json";
 
 enum class TokenizerKind : uint8_t { character, bpe, huggingface, sentencepiece, tiktoken };
 TokenizerKind parse_tokenizer_kind(std::string_view name);  // UsageError listing char, bpe
@@ -72,6 +76,8 @@ std::optional<size_t> first_invalid_utf8(std::string_view text);
 // directory the files are checked against prepare.json's record of them (data/data_directory.h);
 // a BPE tokenizer's model is a plain file name beside tokenizer.json, never a path elsewhere.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory);
+// Whether `directory` holds a tokenizer load_tokenizer would read (nibble_tokenizer.json or tokenizer.json).
+bool has_tokenizer(const std::filesystem::path& directory);
 
 // An existing tokenizer file given to `prepare --tokenizer FILE`: a Hugging Face tokenizer.json, a
 // sentencepiece model, or a .tiktoken file, whose encoding (pattern, special tokens) is

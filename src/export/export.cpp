@@ -607,7 +607,7 @@ std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
   if (p.run.tokenizer->kind() == TokenizerKind::tiktoken) {
     const auto ranks = io::read_regular_file(p.opt.run_dir / kTiktokenFile, "a tiktoken file");
     io::write_file_atomically(dir / kTiktokenFile, ranks);
-    const std::string encoding = read_json(p.opt.run_dir / kTokenizerFile).value("encoding", std::string("?"));
+    const std::string encoding = read_json(p.opt.run_dir / kNibbleTokenizerFile).value("encoding", std::string("?"));
     return fmt::format("tokenizer.tiktoken (the tiktoken ranks the run was prepared with, unchanged), to be read with "
                        "the pattern of {} and <|endoftext|> = {}: tiktoken.Encoding(name, pat_str=<{}'s pattern>, "
                        "mergeable_ranks=tiktoken.load.load_tiktoken_bpe(path), special_tokens=...); no tokenizer.json "

@@ -21,8 +21,8 @@ namespace {
 
 // The files nibble writes at the top of a run directory (run.h; the tokenizer's, data/tokenizer.h),
 // and its directories there.
-constexpr std::array<std::string_view, 5> kRunFiles = {kRunConfigFile, kRunMetricsFile, kTokenizerFile,
-                                                       kSentencePieceFile, kTiktokenFile};
+constexpr std::array<std::string_view, 6> kRunFiles = {kRunConfigFile,     kRunMetricsFile, kTokenizerFile,
+                                                       kSentencePieceFile, kTiktokenFile,   kNibbleTokenizerFile};
 constexpr std::array<std::string_view, 3> kRunSubdirectories = {"checkpoints", "abandoned", kRunTensorBoardDir};
 
 bool is_run_file_temporary(std::string_view name) {

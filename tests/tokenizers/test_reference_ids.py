@@ -154,6 +154,8 @@ def check_export(nibble, work, name, data_dir, reference):
         f.write("data:\n  dir: %s\nsteps: 2\nbatch: 2\nquantization: nvfp4\nmodel:\n  layers: 1\n  heads: 2\n"
                 "  width: 32\n  context: 32\nschedule:\n  warmup_steps: 1\nthreads: 2\n" % data_dir)
     run_dir, export_dir = os.path.join(work, name + "_run"), os.path.join(work, name + "_export")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.rmtree(export_dir, ignore_errors=True)
     for command in (["train", config, "run.dir=" + run_dir], ["export", run_dir, "-o", export_dir, "--format", "hf"]):
         r = subprocess.run([nibble, *command], capture_output=True, text=True)
         if r.returncode != 0:
