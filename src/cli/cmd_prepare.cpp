@@ -60,9 +60,9 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
                                              r.begin_of_text ? fmt::format(", preceded by {}", r.begin_of_text_token) : "")
                                : std::string("nothing (the tokenizer has no end-of-text token)"));
     fmt::print("{} characters -> {} tokens with a {} tokenizer of {} ids: {} train + {} validation tokens\n"
-               "{} {}/{{train.bin, val.bin, tokenizer.json, prepare.json}}; train with data.dir={}\n",
+               "{} {}/{{train.bin, val.bin, {}, prepare.json}}; train with data.dir={}\n",
                r.characters, r.train_tokens + r.val_tokens, o->tokenizer, r.vocab_size, r.train_tokens, r.val_tokens,
-               r.replaced ? "replaced the data directory with" : "wrote", o->output, o->output);
+               r.replaced ? "replaced the data directory with" : "wrote", o->output, r.tokenizer_files, o->output);
     exit_code = 0;
   });
 });

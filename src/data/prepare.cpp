@@ -122,6 +122,8 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
   tokenizer->save(staged.path());
   write_token_shard(staged.path() / kTrainShardFile, split.train, tokenizer->vocab_size());
   write_token_shard(staged.path() / kValShardFile, split.val, tokenizer->vocab_size());
+  for (const char* name : {kTokenizerFile, kSentencePieceFile, kTiktokenFile, kNibbleTokenizerFile})
+    if (fs::exists(staged.path() / name)) result.tokenizer_files += (result.tokenizer_files.empty() ? "" : ", ") + std::string(name);
   write_prepare_record(staged.path(), prepare_record(options, result, tokenizer->kind()));
   result.replaced = staged.commit(options.force);
   return result;

@@ -57,6 +57,7 @@ struct PrepareResult {
   std::string end_of_text_token;       // its text
   std::optional<int32_t> begin_of_text;  // the id that begins each document, where one does
   std::string begin_of_text_token;
+  std::string tokenizer_files;  // the tokenizer's files in the data directory, comma-separated
   bool replaced = false;  // an existing data directory was replaced
 };
 PrepareResult prepare_dataset(const PrepareOptions& options);
