@@ -1,11 +1,15 @@
 // `nibble prepare`: text files into a data directory (data/shards.h, data/data_directory.h).
 #include <fmt/format.h>
 
+#include <atomic>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
+#include "data/bpe.h"
 #include "data/data.h"
 #include "data/data_directory.h"
 #include "data/shards.h"
@@ -49,22 +53,51 @@ std::string read_corpus(const PrepareOptions& options) {
   return text;
 }
 
+// Documents encoded on bpe::threads() threads, each taking the next document not yet taken: many
+// small documents (web pages) keep every thread busy, as a large one does inside encode().
+std::vector<std::vector<int32_t>> encode_in_parallel(const Tokenizer& tokenizer, const std::vector<std::string>& documents) {
+  std::vector<std::vector<int32_t>> encoded(documents.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    for (size_t i; (i = next++) < documents.size();) {
+      try {
+        encoded[i] = tokenizer.encode_document(documents[i]);
+      } catch (...) {
+        const std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = documents.size();  // the others stop too
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  const size_t n = std::min<size_t>(bpe::threads(), documents.size());
+  for (size_t t = 1; t < n; ++t) workers.emplace_back(work);
+  work();
+  for (auto& w : workers) w.join();
+  if (error) std::rethrow_exception(error);
+  return encoded;
+}
+
 // A loaded tokenizer's corpus: each input a document (data/tokenizer.h encode_document), each
 // checked to be UTF-8 first so that the message names the file and the offset in it.
 std::vector<int32_t> encode_documents(const PrepareOptions& options, const Tokenizer& tokenizer, int64_t& bytes) {
-  std::vector<int32_t> ids;
+  std::vector<std::string> documents;
   for (const auto& input : options.inputs) {
-    const std::string part = read_text_file(input.string());
+    documents.push_back(read_text_file(input.string()));
+    const std::string& part = documents.back();
     if (const auto bad = first_invalid_utf8(part))
       throw UsageError(fmt::format("{}: the byte 0x{:02X} at offset {} begins no UTF-8 character, and {} encodes "
                                    "UTF-8 text: convert the file (e.g. iconv -f LATIN1 -t UTF-8)",
                                    input.string(), static_cast<unsigned char>(part[*bad]), *bad,
                                    options.tokenizer_file.string()));
-    const std::vector<int32_t> document = tokenizer.encode_document(part);
-    ids.insert(ids.end(), document.begin(), document.end());
     bytes += static_cast<int64_t>(part.size());
   }
   if (bytes == 0) throw UsageError("the input text is empty: prepare needs a corpus");
+  const std::vector<std::vector<int32_t>> encoded = encode_in_parallel(tokenizer, documents);
+  std::vector<int32_t> ids;
+  for (const auto& document : encoded) ids.insert(ids.end(), document.begin(), document.end());
   return ids;
 }
 
