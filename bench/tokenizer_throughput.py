@@ -2,7 +2,7 @@
 (encode_batch) and tiktoken (encode_ordinary_batch) on the same text, on THREADS threads each.
 The tokenizer is a GPT-2-style byte-level BPE (ByteLevel pre-tokenizer, the GPT-2 pattern) trained
 here with `tokenizers`; tiktoken gets the same vocabulary as ranks and the same pattern.
-    bench/tokenizer_throughput.py NIBBLE_BINARY WORK_DIR [MB] [THREADS] [VOCAB]
+    bench/tokenizer_throughput.py NIBBLE_BINARY WORK_DIR [MB] [THREADS] [VOCAB] [DOCUMENT_KB]
 Run in a venv with tokenizers and tiktoken (ctest's BUILD/tokenizer_venv has them)."""
 import base64
 import os
@@ -15,6 +15,7 @@ nibble, work = sys.argv[1], sys.argv[2]
 mb = int(sys.argv[3]) if len(sys.argv) > 3 else 32
 threads = int(sys.argv[4]) if len(sys.argv) > 4 else 2
 vocab_size = int(sys.argv[5]) if len(sys.argv) > 5 else 32000
+document_kb = int(sys.argv[6]) if len(sys.argv) > 6 else 1000
 os.environ["RAYON_NUM_THREADS"] = str(threads)
 os.environ["TOKENIZERS_PARALLELISM"] = "true"
 import tiktoken  # noqa: E402
@@ -23,12 +24,21 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tinyshakespeare.txt")
 base = open(src, encoding="utf-8").read()
 os.makedirs(work, exist_ok=True)
-# Documents of ~1 MB: Shakespeare with each copy's words shifted, so the text does not simply repeat.
-docs = []
+# Copies of Shakespeare with each copy's words shifted, so the text does not simply repeat, cut into
+# documents of DOCUMENT_KB (at a space).
+copies = []
 words = base.split(" ")
-while sum(len(d) for d in docs) < mb * 1_000_000:
-    k = len(docs)
-    docs.append(" ".join(words[k * 7919 % len(words):] + words[:k * 7919 % len(words)]))
+while sum(len(d) for d in copies) < mb * 1_000_000:
+    k = len(copies)
+    copies.append(" ".join(words[k * 7919 % len(words):] + words[:k * 7919 % len(words)]))
+docs = []
+for c in copies:
+    start = 0
+    while start < len(c):
+        end = c.find(" ", start + document_kb * 1000)
+        end = len(c) if end < 0 else end
+        docs.append(c[start:end])
+        start = end
 total_bytes = sum(len(d.encode()) for d in docs)
 
 tok = Tokenizer(models.BPE())
@@ -43,7 +53,7 @@ tok = Tokenizer.from_file(path)
 
 inputs = []
 for i, d in enumerate(docs):
-    p = os.path.join(work, "doc%03d.txt" % i)
+    p = os.path.join(work, "doc%05d.txt" % i)
     with open(p, "w", encoding="utf-8") as f:
         f.write(d)
     inputs.append(p)
@@ -54,6 +64,9 @@ def report(name, seconds, tokens):
                                                                         tokens / seconds / 1e6, tokens))
 
 
+for old in os.listdir(work):
+    if old.startswith("doc") and os.path.join(work, old) not in inputs:
+        os.remove(os.path.join(work, old))
 out = os.path.join(work, "data")
 shutil.rmtree(out, ignore_errors=True)
 t = time.perf_counter()

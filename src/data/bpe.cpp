@@ -17,6 +17,7 @@ namespace nibble::train::bpe {
 namespace {
 
 std::atomic<int> g_threads{0};
+std::atomic<uint64_t> g_merger_serial{0};
 
 // `\s` -> `[\s\x{85}]` (inside a class: `\s\x{85}`), `\S` -> `[^\s\x{85}]` outside classes: see Regex.
 std::string widen_whitespace(std::string_view p) {
@@ -160,6 +161,8 @@ const Merger::Pair* Merger::PairTable::find(uint64_t key) const {
   }
 }
 
+Merger::Merger() : serial_(++g_merger_serial) { std::fill(std::begin(byte_id_), std::end(byte_id_), -1); }
+
 void Merger::add_merge(int32_t left, int32_t right, uint32_t rank, int32_t merged) {
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   // Of a pair listed twice the later entry counts: HF collects the list into a map the same way.
@@ -256,18 +259,20 @@ void Merger::encode(std::string_view piece, std::vector<int32_t>& out) const {
 
 namespace {
 
-// Repeated pre-tokens (" the", " of") are merged once: piece text -> its ids, kept in one array.
-// Open addressing over a fixed table of 2^17 slots (3 MiB), emptied when half full: bounded memory.
+// Repeated pre-tokens (" the", " of") are merged once: piece bytes -> ids, kept per thread across
+// calls (documents), for one Merger at a time. Open addressing over 2^17 slots (3 MiB), the pieces'
+// bytes in an arena; emptied when half full or the arena passes 64 MiB: bounded memory.
 class PieceCache {
  public:
-  PieceCache() : slots_(kSlots) {}
   // The ids of `piece`, merged by `merger` on first sight, appended to `out`.
   void encode(const Merger& merger, std::string_view piece, std::vector<int32_t>& out) {
+    if (owner_ != merger.serial()) reset(merger.serial());
+    if (piece.size() > kMaxArena) return merger.encode(piece, out);  // too long to keep (offsets are 32-bit)
     const uint64_t hash = std::hash<std::string_view>{}(piece);
     size_t i = hash & (kSlots - 1);
     for (; slots_[i].length != 0; i = (i + 1) & (kSlots - 1)) {
       const Slot& s = slots_[i];
-      if (s.hash == hash && s.length == piece.size() && std::memcmp(s.text, piece.data(), piece.size()) == 0) {
+      if (s.hash == hash && s.length == piece.size() && std::memcmp(arena_.data() + s.offset, piece.data(), piece.size()) == 0) {
         out.insert(out.end(), ids_.begin() + s.first, ids_.begin() + s.last);
         return;
       }
@@ -275,41 +280,36 @@ class PieceCache {
     const size_t first = ids_.size();
     merger.encode(piece, ids_);
     out.insert(out.end(), ids_.begin() + first, ids_.end());
-    if (2 * ++used_ > kSlots) return clear();
-    slots_[i] = {hash, piece.data(), static_cast<uint32_t>(piece.size()), static_cast<uint32_t>(first),
-                 static_cast<uint32_t>(ids_.size())};
+    if (2 * ++used_ > kSlots || arena_.size() + piece.size() > kMaxArena) return reset(owner_);
+    slots_[i] = {hash, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(piece.size()),
+                 static_cast<uint32_t>(first), static_cast<uint32_t>(ids_.size())};
+    arena_.append(piece);
   }
 
  private:
   struct Slot {
     uint64_t hash = 0;
-    const char* text = nullptr;
-    uint32_t length = 0, first = 0, last = 0;  // length 0: empty (no piece is empty)
+    uint32_t offset = 0, length = 0, first = 0, last = 0;  // length 0: empty (no piece is empty)
   };
-  void clear() {
-    std::fill(slots_.begin(), slots_.end(), Slot{});
+  void reset(uint64_t owner) {
+    slots_.assign(kSlots, Slot{});
+    arena_.clear();
     ids_.clear();
     used_ = 0;
+    owner_ = owner;
   }
-  static constexpr size_t kSlots = 1 << 17;
+  static constexpr size_t kSlots = 1 << 17, kMaxArena = 64 << 20;
   std::vector<Slot> slots_;
+  std::string arena_;
   std::vector<int32_t> ids_;
   size_t used_ = 0;
+  uint64_t owner_ = 0;  // Merger::serial() of the merger the entries are of; 0: none yet
 };
 
 // Pieces [first, last) into `out`; a piece with begin == npos stands for the id in its second.
 void encode_run(const Merger& merger, std::string_view text, const std::vector<std::pair<size_t, size_t>>& pieces,
                 size_t first, size_t last, std::vector<int32_t>& out) {
-  // A prompt need not fill (and clear) 3 MiB of slots for a few pieces.
-  if (last - first < 4096) {
-    for (size_t i = first; i < last; ++i)
-      if (pieces[i].first == std::string::npos)
-        out.push_back(static_cast<int32_t>(pieces[i].second));
-      else
-        merger.encode(text.substr(pieces[i].first, pieces[i].second - pieces[i].first), out);
-    return;
-  }
-  PieceCache cache;
+  thread_local PieceCache cache;
   for (size_t i = first; i < last; ++i) {
     const auto [b, e] = pieces[i];
     if (b == std::string::npos)

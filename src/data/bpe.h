@@ -97,9 +97,13 @@ class Merger {
   int32_t byte_id_[256];
   bool concatenation_ = false, whole_piece_first_ = false, fuse_unknown_ = false;
   int32_t unknown_ = -1;
+  uint64_t serial_;  // unique per Merger ever made: caches of merged pieces are keyed by it
 
  public:
-  Merger() { std::fill(std::begin(byte_id_), std::end(byte_id_), -1); }
+  Merger();
+  Merger(const Merger&) = delete;  // a copy would share the serial, and so the cached pieces
+  Merger& operator=(const Merger&) = delete;
+  uint64_t serial() const { return serial_; }
 };
 
 // Encodes `pieces` of `text` with `merger` on up to `threads` threads (pieces cut into one
