@@ -93,6 +93,9 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
   std::unique_ptr<pcre2_jit_stack, void (*)(pcre2_jit_stack*)> stack(pcre2_jit_stack_create(32 << 10, 64 << 20, nullptr),
                                                                      pcre2_jit_stack_free);
   pcre2_jit_stack_assign(context.get(), nullptr, stack.get());
+  // The default limit (10 million backtracking steps) stops `\s+(?!\S)` on a run of 20 million
+  // spaces, which is valid text: the steps grow linearly with a run, so no limit is needed.
+  pcre2_set_match_limit(context.get(), UINT32_MAX);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t position = 0;
   while (position < text.size()) {
