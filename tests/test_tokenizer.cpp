@@ -180,8 +180,10 @@ TEST(Tokenizer, AnExistingSentencePieceModelMarksDocuments) {
   EXPECT_EQ(given->encode(text), expected);
   expected.insert(expected.begin(), 1);  // <s>
   expected.push_back(2);                 // </s>
+  EXPECT_EQ(given->encode_prompt(text), std::vector<int32_t>(expected.begin(), expected.end() - 1));
   EXPECT_EQ(given->encode_document(text), expected);
   EXPECT_EQ(own->encode_document(text), own->encode(text));
+  EXPECT_EQ(own->encode_prompt(text), own->encode(text));
   EXPECT_EQ(given->token_text(2), "</s>");
   EXPECT_NE(given->identity(), own->identity());
   const fs::path saved = fresh_dir("spm-saved");

@@ -36,7 +36,7 @@ CommandRegistration generate_command("generate", [](CLI::App& app, int& exit_cod
                                device_from_flag(o->device));
     std::vector<int32_t> prompt;
     try {
-      prompt = run.tokenizer->encode(o->prompt);
+      prompt = run.tokenizer->encode_prompt(o->prompt);
     } catch (const UsageError& e) {
       throw UsageError(fmt::format("the prompt cannot be encoded by this run's tokenizer: {}", e.what()));
     }

@@ -72,9 +72,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<int32_t> begin_of_text() const override { return special(processor_.bos_id()); }
   std::optional<int32_t> end_of_text() const override { return special(processor_.eos_id()); }
   std::string token_text(int32_t id) const override { return processor_.IdToPiece(id); }
-  std::vector<int32_t> encode_document(std::string_view text) const override {
+  std::vector<int32_t> encode_prompt(std::string_view text) const override {
     std::vector<int32_t> ids = encode(text);
     if (const auto bos = begin_of_text()) ids.insert(ids.begin(), *bos);
+    return ids;
+  }
+  std::vector<int32_t> encode_document(std::string_view text) const override {
+    std::vector<int32_t> ids = encode_prompt(text);
     if (const auto eos = end_of_text()) ids.push_back(*eos);
     return ids;
   }

@@ -47,6 +47,9 @@ class Tokenizer {
   // One document of a corpus: encode() followed by the end-of-text id, where there is one. char
   // and bpe have none (their corpus is encoded as one text, as nibble always has).
   virtual std::vector<int32_t> encode_document(std::string_view text) const { return encode(text); }
+  // A prompt to continue: as a document begins (a sentencepiece model's <s>; a Hugging Face
+  // template's BOS is in encode() already), without the end.
+  virtual std::vector<int32_t> encode_prompt(std::string_view text) const { return encode(text); }
   virtual std::optional<int32_t> end_of_text() const { return std::nullopt; }
   virtual std::optional<int32_t> begin_of_text() const { return std::nullopt; }
   // How a special token is written (<s>, <|endoftext|>): what decode gives, except where decoding
