@@ -19,8 +19,13 @@ namespace {
 std::atomic<int> g_threads{0};
 std::atomic<uint64_t> g_merger_serial{0};
 
-// `\s` -> `[\s\x{85}]` (inside a class: `\s\x{85}`), `\S` -> `[^\s\x{85}]` outside classes: see Regex.
-std::string widen_whitespace(std::string_view p) {
+// Unicode's White_Space characters: what `\s` matches in Oniguruma (tokenizers) and Rust's regex
+// (tiktoken). PCRE2's UCP `\s` also matches U+180E (Mongolian vowel separator, White_Space until
+// Unicode 6.3), so `\s` and `\S` are spelled out with this list instead.
+constexpr const char* kWhiteSpace = "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+// `\s` -> `[WHITE_SPACE]` (inside a class: the list alone), `\S` -> `[^WHITE_SPACE]` outside classes.
+std::string exact_whitespace(std::string_view p) {
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < p.size(); ++i) {
@@ -28,9 +33,9 @@ std::string widen_whitespace(std::string_view p) {
     if (c == '\\' && i + 1 < p.size()) {
       const char n = p[++i];
       if (n == 's')
-        out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
       else if (n == 'S' && !in_class)
-        out += "[^\\s\\x{85}]";
+        out += "[^" + std::string(kWhiteSpace) + "]";
       else
         out += {c, n};
       continue;
@@ -66,7 +71,7 @@ int threads() {
 }
 
 Regex::Regex(std::string_view pattern, bool literal, std::string_view source, Dialect dialect) : source_(source) {
-  const std::string translated = literal ? std::string(pattern) : widen_whitespace(pattern);
+  const std::string translated = literal ? std::string(pattern) : exact_whitespace(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
   // PCRE2_LITERAL admits few other options (UTF among them).

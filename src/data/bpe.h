@@ -12,9 +12,9 @@
 
 namespace nibble::train::bpe {
 
-// A compiled pre-tokenization pattern. `\s` and `\S` are widened to Unicode's White_Space (PCRE2's
-// UCP \s omits U+0085 NEL, which Oniguruma in `tokenizers` and Rust's regex in tiktoken include),
-// so that pieces fall where the reference implementations put them.
+// A compiled pre-tokenization pattern. `\s` and `\S` mean Unicode's White_Space, as in Oniguruma
+// (`tokenizers`) and Rust's regex (tiktoken); PCRE2's own `\s` also takes U+180E. So pieces fall
+// where the reference implementations put them.
 // Whose regex syntax a pattern is written in: Oniguruma's (Hugging Face `tokenizers`; `^` and `$`
 // match at every line) or Rust's (tiktoken; `$` matches only at the end of the text).
 enum class Dialect { oniguruma, rust };

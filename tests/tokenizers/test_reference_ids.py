@@ -34,6 +34,8 @@ DOCUMENTS = [
     "Emoji: 👩‍👩‍👧‍👦 👍🏽 🏳️‍🌈 🇯🇵 ❤️ 🧑‍💻!!!\n",
     "Numbers 1234567890 3.14159 1e-9 0x1F600 12,345,678\n",
     "Whitespace\u00a0nbsp\u2003em\u3000ideographic\u0085nel\u2028ls   \n\n\n    indented\n\t\t\ttabs  \n",
+    # U+180E is no whitespace to Oniguruma and Rust's regex but is to PCRE2's \s; NEL is to all.
+    "MVS after a space: a \u180eb, two  \u180e\u180e x, end \u180e; NEL: a \u0085b \u0085\n",
     "Mixed: naïve café résumé Ærøskøbing straße ﬁ ligature ſ long-s KELVIN\u212a 'S 'Ll\n",
     "code: def f(x):\n    return x**2  # comment\n\nif __name__ == '__main__':\n\tprint(f(3))\n",
     "<|endoftext|> inside the text, and <|begin_of_text|> too\n",
