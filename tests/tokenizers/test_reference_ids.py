@@ -50,6 +50,7 @@ UNSEEN = [
     " " * 100 + "x" + "\t" * 17 + "\r\n" * 5 + "\n" * 9,
     "9876543210 0.000001 ١٢٣٤٥ 一二三 ½ ² ⅷ\n",
     "🤷🏻‍♀️🤦🏿‍♂️👨‍👩‍👧 ✊🏾✌🏼 家族👪 مرحبا👋 ẞ ǅ ﬀ Å ﹏ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢\n",
+    "it'ſ odd: IT'ſ, ſ'S, Kelvin'\u212a \n",
     "I'M HERE, YOU'RE THERE, WE'VE GOT IT, SHE'D SAY, HE'LL GO, IT'S FINE. i'm, you're\n",
     "",
 ]
