@@ -36,7 +36,7 @@ void write_token_shard(const std::filesystem::path& path, std::span<const int32_
 TokenShard read_token_shard(const std::filesystem::path& path);
 
 // What `nibble prepare` makes in `output_dir`: train.bin, val.bin (the last tenth of the tokens,
-// the split the Trainer uses), tokenizer.json (+ tokenizer.model) and prepare.json, written as a
+// the split the Trainer uses), the tokenizer's files (data/tokenizer.h) and prepare.json, written as a
 // whole or not at all (data/data_directory.h). Everything is checked before anything is written:
 // the output (check_prepare_output: an existing data directory needs `force`), the inputs (text
 // files, not directories or devices; UTF-8 for BPE) and the tokenizer's training.
