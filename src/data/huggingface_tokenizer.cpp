@@ -1,15 +1,18 @@
-// A Hugging Face `tokenizers` file of the byte-level BPE kind (GPT-2, Llama 3, Qwen without a
-// normalizer), encoded as `Tokenizer.from_file(p).encode(text).ids` does:
-//   1. added tokens are cut out first (those with normalized=false, then the others; leftmost-
-//      longest each), the text between them is pre-tokenized on its own;
+// A Hugging Face `tokenizers` file of the byte-level BPE kind (GPT-2, Llama 3, Qwen), encoded as
+// `Tokenizer.from_file(p).encode(text).ids` does:
+//   1. added tokens with normalized=false are cut out of the text, the rest is normalized (Unicode
+//      NFC/NFD/NFKC/NFKD by ICU, as Qwen's NFC), then the other added tokens are cut out (leftmost-
+//      longest each), and the text between them is pre-tokenized on its own;
 //   2. the pre-tokenizer's regexes split it (ByteLevel's GPT-2 pattern, Split's pattern);
 //   3. each piece's bytes are merged by the merge list (data/bpe.h);
 //   4. the post-processor's template adds its tokens around the result (Llama 3's BOS).
-// What it does not implement (normalizers, byte_fallback models, add_prefix_space, ...) is refused
+// What it does not implement (other normalizers, byte_fallback models, add_prefix_space, ...) is refused
 // with the file and the kind named, never encoded differently.
 #include "data/huggingface_tokenizer.h"
 
 #include <fmt/format.h>
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
@@ -81,6 +84,7 @@ class HuggingFaceTokenizer final : public Tokenizer {
     if (j.is_discarded() || !j.is_object()) fail("is not a JSON object", "give a Hugging Face tokenizer.json");
     try {
       check_unsupported(j);
+      read_normalizer(j.value("normalizer", json()));
       read_model(j.at("model"));
       read_added_tokens(j.at("added_tokens"));
       read_pre_tokenizer(j.at("pre_tokenizer"));
@@ -124,9 +128,12 @@ class HuggingFaceTokenizer final : public Tokenizer {
   void unsupported(const std::string& what) const {
     fail(fmt::format("{}, which nibble does not implement", what),
          "nibble reads byte-level BPE tokenizers (GPT-2, Llama 3, Qwen style: model BPE, a ByteLevel pre-tokenizer "
-         "or Split + ByteLevel, no normalizer); for a sentencepiece-style model pass its tokenizer.model instead");
+         "or Split + ByteLevel, no normalizer or a Unicode NF* one); for a sentencepiece-style model pass its "
+         "tokenizer.model instead");
   }
   void check_unsupported(const json& j) const;
+  void read_normalizer(const json& n);
+  std::string normalize(std::string_view text) const;
   void read_model(const json& model);
   void read_added_tokens(const json& added);
   void read_pre_tokenizer(const json& p);
@@ -138,6 +145,7 @@ class HuggingFaceTokenizer final : public Tokenizer {
   void pre_tokenize(std::string_view text, size_t begin, size_t end, std::vector<std::pair<size_t, size_t>>& out) const;
 
   std::string file_, source_;
+  std::vector<const icu::Normalizer2*> normalizers_;  // applied in order; none: the text as it is
   bpe::Merger merger_;
   std::vector<PreTokenizeStage> stages_;
   std::vector<AddedToken> added_;
@@ -149,9 +157,36 @@ class HuggingFaceTokenizer final : public Tokenizer {
   std::optional<int32_t> end_of_text_;
 };
 
+void HuggingFaceTokenizer::read_normalizer(const json& n) {
+  if (n.is_null()) return;
+  const std::string type = n.at("type").get<std::string>();
+  if (type == "Sequence") {
+    for (const json& step : n.at("normalizers")) read_normalizer(step);
+    return;
+  }
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* normalizer = type == "NFC"    ? icu::Normalizer2::getNFCInstance(status)
+                                       : type == "NFD"  ? icu::Normalizer2::getNFDInstance(status)
+                                       : type == "NFKC" ? icu::Normalizer2::getNFKCInstance(status)
+                                       : type == "NFKD" ? icu::Normalizer2::getNFKDInstance(status)
+                                                        : nullptr;
+  if (normalizer == nullptr && U_SUCCESS(status)) unsupported(fmt::format("its normalizer is {}", type));
+  if (U_FAILURE(status)) fail(fmt::format("ICU has no {} normalizer ({})", type, u_errorName(status)), "install ICU's data");
+  normalizers_.push_back(normalizer);
+}
+
+std::string HuggingFaceTokenizer::normalize(std::string_view text) const {
+  icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  for (const icu::Normalizer2* normalizer : normalizers_) {
+    UErrorCode status = U_ZERO_ERROR;
+    u = normalizer->normalize(u, status);
+    if (U_FAILURE(status)) throw UsageError(fmt::format("{}: normalizing a text failed ({})", source_, u_errorName(status)));
+  }
+  std::string out;
+  return u.toUTF8String(out);
+}
+
 void HuggingFaceTokenizer::check_unsupported(const json& j) const {
-  if (!j.value("normalizer", json()).is_null())
-    unsupported(fmt::format("its normalizer is {}", j["normalizer"].value("type", std::string("?"))));
   if (!j.value("truncation", json()).is_null() || !j.value("padding", json()).is_null())
     fail("sets truncation or padding, which would change the ids of a document",
          "set \"truncation\" and \"padding\" to null in the file");
@@ -323,17 +358,29 @@ std::vector<int32_t> HuggingFaceTokenizer::encode(std::string_view text) const {
                                  static_cast<unsigned char>(text[*bad]), *bad));
   std::vector<std::pair<size_t, size_t>> first, second, pieces;
   split_added(text, 0, text.size(), false, first);
+  // With a normalizer, the spans between those added tokens are normalized into `normalized`, and
+  // the rest works on that text.
+  std::string normalized;
+  if (!normalizers_.empty()) {
+    for (auto& [b, e] : first) {
+      if (b == std::string::npos) continue;
+      const size_t start = normalized.size();
+      normalized += normalize(text.substr(b, e - b));
+      b = start, e = normalized.size();
+    }
+  }
+  const std::string_view work = normalizers_.empty() ? text : std::string_view(normalized);
   for (const auto& [b, e] : first)
     if (b == std::string::npos)
       second.emplace_back(b, e);
     else
-      split_added(text, b, e, true, second);
+      split_added(work, b, e, true, second);
   for (const auto& [b, e] : second)
     if (b == std::string::npos)
       pieces.emplace_back(b, e);
     else
-      pre_tokenize(text, b, e, pieces);
-  std::vector<int32_t> ids = bpe::encode_pieces(merger_, text, pieces, bpe::threads());
+      pre_tokenize(work, b, e, pieces);
+  std::vector<int32_t> ids = bpe::encode_pieces(merger_, work, pieces, bpe::threads());
   ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
   ids.insert(ids.end(), suffix_.begin(), suffix_.end());
   return ids;

@@ -3,6 +3,7 @@ reference library gives for each document (followed by the end-of-text id), on a
 emoji- and whitespace-heavy corpus written here, for tokenizers built here:
   - a byte-level BPE trained with HF `tokenizers` with the GPT-2 ByteLevel pre-tokenizer;
   - the same with a Llama-3-style Split regex + ByteLevel(use_regex=false) and a BOS template;
+  - a Qwen-2-style one: NFC normalizer, Split + ByteLevel;
   - sentencepiece BPE models trained here (Llama 2's settings; NFKC + dummy prefix), each document
     as <s> + sp.encode(text) + </s>;
   - a tiktoken encoding of custom ranks (tiktoken.Encoding) written as a .tiktoken file, with the
@@ -19,7 +20,7 @@ import struct
 import subprocess
 import sys
 
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders, processors, Regex
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers, decoders, processors, Regex
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -91,6 +92,21 @@ def llama3_style():
     return tok
 
 
+def qwen_style():
+    """Qwen 2's shape: an NFC normalizer before a Split regex + ByteLevel(use_regex=false)."""
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(train_corpus(), trainer)
+    return tok
+
+
 def read_shard(path):
     with open(path, "rb") as f:
         data = f.read()
@@ -135,7 +151,9 @@ def check_huggingface(nibble, work, name, tok, eot_name):
     for d in DOCUMENTS + UNSEEN:
         ids = ref.encode(d).ids
         plain = ref.encode(d, add_special_tokens=False).ids
-        assert ref.decode(plain, skip_special_tokens=False) == d, "reference round trip of %r" % d
+        # A normalizer's text comes back normalized (NFC), as nibble's decode gives it too.
+        text = ref.normalizer.normalize_str(d) if ref.normalizer else d
+        assert ref.decode(plain, skip_special_tokens=False) == text, "reference round trip of %r" % d
         expected += ids + [eot]
     got, vocab, out = prepare(nibble, work, name, path, DOCUMENTS + UNSEEN)
     check(name, got, expected)
@@ -237,6 +255,7 @@ def main():
     gpt2 = gpt2_style(["<|endoftext|>"])
     check_huggingface(nibble, work, "hf_gpt2_bytelevel", gpt2, "<|endoftext|>")
     check_huggingface(nibble, work, "hf_llama3_split", llama3_style(), "<|end_of_text|>")
+    check_huggingface(nibble, work, "hf_qwen_nfc", qwen_style(), "<|endoftext|>")
     # Llama 2's settings (BPE, byte fallback, digits split, identity normalization), and BPE with
     # sentencepiece's default NFKC normalization and dummy prefix. (A unigram model is left out:
     # Debian's libsentencepiece 0.1.97 breaks ties between equal-score segmentations, "!" "!!" vs
