@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ctest tokenizer_reference_ids: compares `nibble prepare --tokenizer FILE` with the reference
-# tokenizer libraries (tokenizers, tiktoken, sentencepiece; transformers for the export) from PyPI in a virtual environment of its
-# own, BUILD/tokenizer_venv, made here on first use. Exit 77 (SKIP_RETURN_CODE) only when that
-# environment is missing and PyPI cannot be reached to make it.
+# tokenizer libraries from PyPI (tokenizers, tiktoken, sentencepiece; transformers for the export)
+# in a virtual environment of its own, BUILD/tokenizer_venv, made here on first use. Exit 77
+# (SKIP_RETURN_CODE) only when that environment is missing and PyPI cannot be reached to make it.
 #   run_reference.sh SOURCE_DIR BUILD_DIR NIBBLE_BINARY [PYTHON3]
 set -euo pipefail
 src=$1 build=$2 nibble=$3 python=${4:-python3}
