@@ -389,4 +389,10 @@ TEST(PrepareTokenizerFile, AnUnsupportedKindIsRefusedNamingFileAndKind) {
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_TRUE(contains(missing.output, "is unknown: use char, bpe, or the path of a tokenizer file")) << missing.output;
   EXPECT_FALSE(fs::exists(dir / "data"));
+  // --vocab-size is for a tokenizer prepare trains: with a file it would be silently ignored.
+  const Result sized = run("prepare " + (dir / "corpus.txt").string() + " -o " + (dir / "data").string() +
+                           " --tokenizer " + (dir / "wordpiece.json").string() + " --vocab-size 4096");
+  EXPECT_EQ(sized.exit_code, 2) << sized.output;
+  EXPECT_TRUE(contains(sized.output, "has its own vocabulary")) << sized.output;
+  EXPECT_FALSE(fs::exists(dir / "data"));
 }

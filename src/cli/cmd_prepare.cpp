@@ -38,7 +38,7 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
   cmd->add_option("--threads", o->threads, "threads encoding with a tokenizer file (0: every core)")->capture_default_str();
   cmd->add_option("--vocab-size", o->vocab_size, "BPE vocabulary size")->capture_default_str();
   cmd->add_flag("--force", o->force, "replace the output if it is already a data directory (runs trained on it then read the new data)");
-  cmd->callback([o, &exit_code] {
+  cmd->callback([o, cmd, &exit_code] {
     train::PrepareOptions p;
     for (const auto& i : o->inputs) p.inputs.emplace_back(i);
     p.output_dir = o->output;
@@ -48,6 +48,14 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
       p.tokenizer_file = o->tokenizer;
     else
       train::parse_tokenizer_kind(o->tokenizer);  // refused there, naming the choices
+    if (!p.tokenizer_file.empty() && cmd->count("--vocab-size") > 0)
+      throw UsageError(fmt::format("--vocab-size {} is for a tokenizer prepare trains (bpe); {} has its own "
+                                   "vocabulary: leave --vocab-size out",
+                                   o->vocab_size, o->tokenizer));
+    if (p.tokenizer_file.empty() && !o->tiktoken_encoding.empty())
+      throw UsageError(fmt::format("--tiktoken-encoding {} names the pattern of a .tiktoken file: give the file "
+                                   "with --tokenizer FILE.tiktoken",
+                                   o->tiktoken_encoding));
     if (o->threads < 0) throw UsageError(fmt::format("--threads {} is negative: give a count, or 0 for every core", o->threads));
     train::bpe::set_threads(o->threads);
     p.tiktoken_encoding = o->tiktoken_encoding;
