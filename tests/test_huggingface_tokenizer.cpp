@@ -147,4 +147,8 @@ TEST(HuggingFaceTokenizer, RefusesKindsItDoesNotImplement) {
   EXPECT_NE(refusal("regex", tokenizer_json(R"({"type":"Split","pattern":{"Regex":"(["},"behavior":"Isolated"})"))
                 .find("does not compile"),
             std::string::npos);
+  EXPECT_NE(refusal("interval-plus",
+                    tokenizer_json(R"({"type":"Split","pattern":{"Regex":"\\p{N}{1,3}+"},"behavior":"Isolated"})"))
+                .find("X{n,m}+"),
+            std::string::npos);
 }

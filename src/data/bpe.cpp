@@ -5,8 +5,10 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
+#include <regex>
 #include <atomic>
 #include <thread>
 
@@ -63,6 +65,29 @@ pcre2_code* code_of(const std::shared_ptr<void>& p) { return static_cast<pcre2_c
 
 }  // namespace
 
+std::string byte_level_text(std::string_view bytes) {
+  static const std::array<char32_t, 256> table = [] {
+    std::array<char32_t, 256> t{};
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      t[b] = printable ? static_cast<char32_t>(b) : next++;
+    }
+    return t;
+  }();
+  std::string out;
+  for (unsigned char b : bytes) {
+    const char32_t c = table[b];  // below U+0800: one or two UTF-8 bytes
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+      out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    }
+  }
+  return out;
+}
+
 void set_threads(int threads) { g_threads = threads; }
 
 int threads() {
@@ -71,6 +96,12 @@ int threads() {
 }
 
 Regex::Regex(std::string_view pattern, bool literal, std::string_view source, Dialect dialect) : source_(source) {
+  // Oniguruma reads X{1,3}+ as (X{1,3})+, PCRE2 as a possessive X{1,3}: refused rather than split otherwise.
+  if (!literal && dialect == Dialect::oniguruma &&
+      std::regex_search(pattern.begin(), pattern.end(), std::regex(R"(\{[0-9]+(,[0-9]*)?\}\+)")))
+    throw UsageError(fmt::format("{}: the pattern '{}' has an interval followed by + (X{{n,m}}+), which Oniguruma "
+                                 "reads as (X{{n,m}})+ and nibble's PCRE2 as possessive: write (?:X{{n,m}})+ in the file",
+                                 source, pattern));
   const std::string translated = literal ? std::string(pattern) : exact_whitespace(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;

@@ -111,6 +111,10 @@ class Merger {
 std::vector<int32_t> encode_pieces(const Merger& merger, std::string_view text,
                                    const std::vector<std::pair<size_t, size_t>>& pieces, int threads);
 
+// `bytes` as GPT-2's byte-level alphabet writes them (printable bytes as themselves, the others
+// from U+0100 on): the form of a Hugging Face byte-level vocabulary's tokens.
+std::string byte_level_text(std::string_view bytes);
+
 // The number of threads encoders use: set_threads(n) for n > 0 (`prepare --threads`), else every core.
 void set_threads(int threads);
 int threads();

@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <array>
 #include <optional>
+#include <regex>
 #include <utility>
 #include <vector>
 
@@ -90,6 +92,7 @@ class TiktokenTokenizer final : public Tokenizer {
       throw UsageError(fmt::format("{}: tiktoken encoding '{}' is unknown: name its pattern with --tiktoken-encoding "
                                    "r50k_base, p50k_base, cl100k_base or o200k_base",
                                    source_, encoding_));
+    pattern_ = e->pattern;
     regex_.emplace(e->pattern, false, source_, bpe::Dialect::rust);
     read_ranks();
     if (ranks_ == e->ranks) {
@@ -142,8 +145,11 @@ class TiktokenTokenizer final : public Tokenizer {
     set_id(id, text);
   }
   void read_ranks();
+  std::optional<std::string> converted_to_huggingface() const override;
+  std::vector<std::string> merge_of(const std::string& token, int32_t rank) const;
 
   std::string file_, encoding_, source_;
+  std::string pattern_;
   std::optional<bpe::Regex> regex_;
   bpe::Merger merger_;
   std::vector<std::string> bytes_of_id_;
@@ -188,6 +194,64 @@ void TiktokenTokenizer::read_ranks() {
       throw UsageError(fmt::format("{}: the byte 0x{:02X} has no rank, so some texts cannot be encoded: a tiktoken "
                                    "file gives each of the 256 bytes a rank",
                                    source_, b));
+}
+
+// `pattern` for Oniguruma (tokenizers): there `X{1,3}+` is (X{1,3})+, not a possessive X{1,3}, so the
+// `+` goes; greedy instead of possessive changes nothing where the interval ends its alternative, as
+// in cl100k_base's `\p{N}{1,3}+`. (`?+`, `*+`, `++` are possessive in both.)
+std::string oniguruma_pattern(const std::string& pattern) {
+  return std::regex_replace(pattern, std::regex(R"((\{[0-9]+(,[0-9]*)?\})\+)"), "$1");
+}
+
+// The parts tiktoken's merging leaves of `token` when only ranks below its own may merge: two
+// parts are the merge that makes the token (transformers' tiktoken conversion does the same).
+std::vector<std::string> TiktokenTokenizer::merge_of(const std::string& token, int32_t rank) const {
+  std::vector<std::string> parts;
+  for (char c : token) parts.emplace_back(1, c);
+  while (parts.size() > 1) {
+    size_t best = 0;
+    int32_t best_rank = -1;
+    for (size_t i = 0; i + 1 < parts.size(); ++i)
+      if (const int32_t* r = merger_.find_token(parts[i] + parts[i + 1]); r && *r < rank && (best_rank < 0 || *r < best_rank))
+        best = i, best_rank = *r;
+    if (best_rank < 0) break;
+    parts[best] += parts[best + 1];
+    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  return parts;
+}
+
+// A byte-level BPE with the ranks as ids, merges in rank order, ignore_merges (tiktoken takes a
+// piece that is a token whole), the encoding's pattern as a Split before ByteLevel, and the
+// special tokens as added tokens.
+std::optional<std::string> TiktokenTokenizer::converted_to_huggingface() const {
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
+  for (size_t id = 0; id < bytes_of_id_.size(); ++id) {
+    const bool special = std::any_of(specials_.begin(), specials_.end(), [&](const auto& s) { return s.second == static_cast<int32_t>(id); });
+    if (!has_id_[id] || special) continue;
+    vocab[bpe::byte_level_text(bytes_of_id_[id])] = id;
+    if (bytes_of_id_[id].size() < 2) continue;
+    const auto parts = merge_of(bytes_of_id_[id], static_cast<int32_t>(id));
+    if (parts.size() == 2) merges.push_back({bpe::byte_level_text(parts[0]), bpe::byte_level_text(parts[1])});
+  }
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  for (const auto& [text, id] : specials_)
+    added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", true}});
+  const nlohmann::ordered_json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                                             {"use_regex", false}};
+  const nlohmann::ordered_json j = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", oniguruma_pattern(pattern_)}}},
+                                                                   {"behavior", "Isolated"}, {"invert", false}},
+                                                                  byte_level}}}},
+      {"post_processor", nullptr}, {"decoder", byte_level},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+                 {"ignore_merges", true}, {"vocab", vocab}, {"merges", merges}}}};
+  return j.dump(1) + "\n";
 }
 
 }  // namespace

@@ -55,6 +55,9 @@ class Tokenizer {
   // How a special token is written (<s>, <|endoftext|>): what decode gives, except where decoding
   // drops control tokens (sentencepiece).
   virtual std::string token_text(int32_t id) const { return decode(std::span(&id, 1)); }
+  // The tokenizer as a Hugging Face tokenizer.json giving the same ids, for export, where it is
+  // not one already and can be written as one (tiktoken); nullopt otherwise.
+  virtual std::optional<std::string> converted_to_huggingface() const { return std::nullopt; }
   // Ids outside the vocabulary decode to '?' rather than failing: sampling output is shown as is.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // Writes tokenizer.json (and the kind's own files) into `directory`, atomically each.

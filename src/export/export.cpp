@@ -608,11 +608,17 @@ std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
     const auto ranks = io::read_regular_file(p.opt.run_dir / kTiktokenFile, "a tiktoken file");
     io::write_file_atomically(dir / kTiktokenFile, ranks);
     const std::string encoding = read_json(p.opt.run_dir / kNibbleTokenizerFile).value("encoding", std::string("?"));
-    return fmt::format("tokenizer.tiktoken (the tiktoken ranks the run was prepared with, unchanged), to be read with "
-                       "the pattern of {} and <|endoftext|> = {}: tiktoken.Encoding(name, pat_str=<{}'s pattern>, "
-                       "mergeable_ranks=tiktoken.load.load_tiktoken_bpe(path), special_tokens=...); no tokenizer.json "
-                       "is written for it yet",
-                       encoding, p.run.tokenizer->end_of_text().value_or(-1), encoding);
+    const std::string converted = *p.run.tokenizer->converted_to_huggingface();
+    io::write_file_atomically(dir / "tokenizer.json",
+                              std::span(reinterpret_cast<const uint8_t*>(converted.data()), converted.size()));
+    write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                               {"clean_up_tokenization_spaces", false},
+                                               {"eos_token", "<|endoftext|>"},
+                                               {"model_max_length", context}});
+    return fmt::format("tokenizer.tiktoken (the tiktoken ranks the run was prepared with, unchanged; pattern {}, "
+                       "<|endoftext|> = {}) and the same as a Hugging Face tokenizer.json (ranks as ids, the merges "
+                       "they imply, the pattern as a Split) + tokenizer_config.json (PreTrainedTokenizerFast)",
+                       encoding, p.run.tokenizer->end_of_text().value_or(-1));
   }
   if (p.run.tokenizer->kind() != TokenizerKind::bpe) return write_char_tokenizer(p.opt.run_dir, dir, context);
   // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to

@@ -8,6 +8,7 @@ emoji- and whitespace-heavy corpus written here, for tokenizers built here:
     as <s> + sp.encode(text) + </s>;
   - a tiktoken encoding of custom ranks (tiktoken.Encoding) written as a .tiktoken file, with the
     patterns of r50k_base, cl100k_base and o200k_base: encode_ordinary(text) + <|endoftext|>;
+  - for the Hugging Face and tiktoken runs, `nibble export`'s tokenizer opened with AutoTokenizer;
 and that nibble's decode of those ids is the text (via `nibble generate`-free route: the shard
 tokens decoded by the reference must be the corpus, and nibble's own decode is checked by the C++
 unit tests). Exit 1 with the first difference named.
@@ -247,6 +248,9 @@ def check_tiktoken(nibble, work, hf_tokenizer):
             sys.exit("FAIL: tiktoken %s: shard vocabulary %d, reference %d" % (name, vocab_size, enc.n_vocab))
         print("ok: tiktoken with %s's pattern, %d custom ranks: %d tokens id for id (<|endoftext|> = %d)"
               % (name, len(ranks), len(got), eot))
+        # The export converts it to a tokenizer.json, where special-token text is special (as
+        # tiktoken's encode with allowed_special="all").
+        check_export(nibble, work, "tiktoken_" + name, out, lambda d: enc.encode(d, allowed_special="all"))
 
 
 def main():
