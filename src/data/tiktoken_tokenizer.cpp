@@ -31,7 +31,7 @@ struct Encoding {
   std::vector<std::pair<std::string, int32_t>> specials;
 };
 
-// Patterns as tiktoken_ext/openai_public.py (tiktoken 0.9) writes them.
+// Patterns as tiktoken_ext/openai_public.py (tiktoken 0.14) writes them.
 constexpr const char* kR50k = R"('(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s)";
 constexpr const char* kCl100k =
     R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s)";
