@@ -367,3 +367,32 @@ TEST(Parsers, ARunDirWithANewlineResumesWhereItIs) {
   EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_00000004")) << r.output;
   EXPECT_FALSE(fs::exists(work / "run x"));
 }
+
+// A tokenizer file of a kind nibble does not read is refused before anything is written, with exit
+// 2 and a message naming the file and the kind (a WordPiece tokenizer.json, a BERT's); so is a
+// --tokenizer that is neither char, bpe nor an existing file.
+TEST(PrepareTokenizerFile, AnUnsupportedKindIsRefusedNamingFileAndKind) {
+  const fs::path dir = fresh("unsupported-tokenizer");
+  write_text(dir / "corpus.txt", shakespeare(2000));
+  write_text(dir / "wordpiece.json",
+             R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,)"
+             R"("pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,)"
+             R"("model":{"type":"WordPiece","unk_token":"[UNK]","vocab":{"[UNK]":0}}})");
+  const Result r = run("prepare " + (dir / "corpus.txt").string() + " -o " + (dir / "data").string() +
+                       " --tokenizer " + (dir / "wordpiece.json").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, (dir / "wordpiece.json").string())) << r.output;
+  EXPECT_TRUE(contains(r.output, "WordPiece")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "data"));
+  const Result missing = run("prepare " + (dir / "corpus.txt").string() + " -o " + (dir / "data").string() +
+                             " --tokenizer " + (dir / "gpt2.json").string());
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_TRUE(contains(missing.output, "is unknown: use char, bpe, or the path of a tokenizer file")) << missing.output;
+  EXPECT_FALSE(fs::exists(dir / "data"));
+  // --vocab-size is for a tokenizer prepare trains: with a file it would be silently ignored.
+  const Result sized = run("prepare " + (dir / "corpus.txt").string() + " -o " + (dir / "data").string() +
+                           " --tokenizer " + (dir / "wordpiece.json").string() + " --vocab-size 4096");
+  EXPECT_EQ(sized.exit_code, 2) << sized.output;
+  EXPECT_TRUE(contains(sized.output, "has its own vocabulary")) << sized.output;
+  EXPECT_FALSE(fs::exists(dir / "data"));
+}

@@ -164,3 +164,33 @@ TEST(Tokenizer, ABpeModelIsAFileBesideItsTokenizerJson) {
     }
   }
 }
+
+// A sentencepiece model given to `prepare --tokenizer x.model` (here one nibble trained): ids are
+// sentencepiece's, a document is wrapped in the model's <s> and </s>, and it saves and loads back
+// as that kind (nibble's own bpe kind, from the same bytes, marks no documents and hashes apart).
+TEST(Tokenizer, AnExistingSentencePieceModelMarksDocuments) {
+  const std::string corpus = shakespeare_prefix(20000);
+  const fs::path trained = fresh_dir("spm-trained");
+  train_bpe_tokenizer(corpus, 400)->save(trained);
+  const auto own = load_tokenizer(trained);
+  const auto given = load_tokenizer_file(trained / kSentencePieceFile);
+  EXPECT_EQ(given->kind(), TokenizerKind::sentencepiece);
+  const std::string text = "ROMEO: what light";
+  std::vector<int32_t> expected = own->encode(text);
+  EXPECT_EQ(given->encode(text), expected);
+  expected.insert(expected.begin(), 1);  // <s>
+  expected.push_back(2);                 // </s>
+  EXPECT_EQ(given->encode_prompt(text), std::vector<int32_t>(expected.begin(), expected.end() - 1));
+  EXPECT_EQ(given->encode_document(text), expected);
+  EXPECT_EQ(own->encode_document(text), own->encode(text));
+  EXPECT_EQ(own->encode_prompt(text), own->encode(text));
+  EXPECT_EQ(given->token_text(2), "</s>");
+  EXPECT_NE(given->identity(), own->identity());
+  const fs::path saved = fresh_dir("spm-saved");
+  given->save(saved);
+  EXPECT_TRUE(fs::exists(saved / kNibbleTokenizerFile));  // not tokenizer.json: it is no Hugging Face file
+  EXPECT_FALSE(fs::exists(saved / kTokenizerFile));
+  const auto loaded = load_tokenizer(saved);
+  EXPECT_EQ(loaded->kind(), TokenizerKind::sentencepiece);
+  EXPECT_EQ(loaded->identity(), given->identity());
+}

@@ -35,12 +35,12 @@ train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::strin
   // A shard does not name its tokenizer, but `nibble prepare` writes one next to it: another
   // tokenizer of the same vocabulary size would give a loss of other text, silently.
   const std::filesystem::path shard_dir = tokens_path.parent_path().empty() ? "." : tokens_path.parent_path();
-  if (std::filesystem::exists(shard_dir / "tokenizer.json") &&
+  if (train::has_tokenizer(shard_dir) &&
       train::load_tokenizer(shard_dir)->identity() != run.tokenizer->identity())
     throw UsageError(fmt::format("{} was prepared with another tokenizer ({}) than the run's, although the "
                                  "vocabulary size ({}) is the same: its token ids mean other text. Use a token file "
                                  "prepared with the run's tokenizer",
-                                 label, (shard_dir / "tokenizer.json").string(), shard.vocab_size));
+                                 label, shard_dir.string(), shard.vocab_size));
   return shard.tokens;
 }
 

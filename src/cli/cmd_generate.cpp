@@ -41,7 +41,7 @@ CommandRegistration generate_command("generate", [](CLI::App& app, int& exit_cod
                                    o->run, to_string(run.config.data_format)));
     std::vector<int32_t> prompt;
     try {
-      prompt = run.tokenizer->encode(o->prompt);
+      prompt = run.tokenizer->encode_prompt(o->prompt);
     } catch (const UsageError& e) {
       throw UsageError(fmt::format("the prompt cannot be encoded by this run's tokenizer: {}", e.what()));
     }

@@ -28,7 +28,8 @@ namespace {
 
 constexpr const char* kManifestKey = "files";
 // What prepare writes into a data directory: the data files, then prepare.json.
-constexpr std::string_view kDataFiles[] = {kTrainShardFile, kValShardFile, kTokenizerFile, kSentencePieceFile};
+constexpr std::string_view kDataFiles[] = {kTrainShardFile, kValShardFile,      kTokenizerFile,
+                                           kSentencePieceFile, kTiktokenFile, kNibbleTokenizerFile};
 
 bool is_data_file(std::string_view name) {
   return std::find(std::begin(kDataFiles), std::end(kDataFiles), name) != std::end(kDataFiles);

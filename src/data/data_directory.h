@@ -1,5 +1,6 @@
 // A data directory as `nibble prepare` writes it, whole or not at all: train.bin, val.bin,
-// tokenizer.json (+ tokenizer.model for BPE) and, written last, prepare.json, whose "files" manifest
+// the tokenizer's files (tokenizer.json, + tokenizer.model for BPE; nibble_tokenizer.json with
+// tokenizer.model or tokenizer.tiktoken for a given one) and, written last, prepare.json, whose "files" manifest
 // records every other file's size and XXH3 checksum.
 //
 // Writing: the directory is built beside its destination, as DEST.tmp.PID, and renamed into place

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,7 +37,7 @@ void write_token_shard(const std::filesystem::path& path, std::span<const int32_
 TokenShard read_token_shard(const std::filesystem::path& path);
 
 // What `nibble prepare` makes in `output_dir`: train.bin, val.bin (the last tenth of the tokens,
-// the split the Trainer uses), tokenizer.json (+ tokenizer.model) and prepare.json, written as a
+// the split the Trainer uses), the tokenizer's files (data/tokenizer.h) and prepare.json, written as a
 // whole or not at all (data/data_directory.h). Everything is checked before anything is written:
 // the output (check_prepare_output: an existing data directory needs `force`), the inputs (text
 // files, not directories or devices; UTF-8 for BPE) and the tokenizer's training.
@@ -45,10 +46,19 @@ struct PrepareOptions {
   std::filesystem::path output_dir;
   TokenizerKind tokenizer = TokenizerKind::character;
   int64_t bpe_vocab_size = 1024;
+  // An existing tokenizer to encode with instead of training one (`prepare --tokenizer FILE`): each
+  // input is then a document, encoded on its own and followed by the tokenizer's end-of-text id.
+  std::filesystem::path tokenizer_file;
+  std::string tiktoken_encoding;  // for a .tiktoken tokenizer_file: its pattern's name (else its file name)
   bool force = false;  // replace an existing data directory
 };
 struct PrepareResult {
   int64_t vocab_size = 0, train_tokens = 0, val_tokens = 0, characters = 0;
+  std::optional<int32_t> end_of_text;  // the id that ends each document, for a loaded tokenizer
+  std::string end_of_text_token;       // its text
+  std::optional<int32_t> begin_of_text;  // the id that begins each document, where one does
+  std::string begin_of_text_token;
+  std::string tokenizer_files;  // the tokenizer's files in the data directory, comma-separated
   bool replaced = false;  // an existing data directory was replaced
 };
 PrepareResult prepare_dataset(const PrepareOptions& options);

@@ -17,6 +17,9 @@
 #include "io/checksum.h"
 #include "data/data.h"
 #include "data/data_directory.h"
+#include "data/huggingface_tokenizer.h"
+#include "data/tiktoken_tokenizer.h"
+#include "io/regular_file.h"
 
 namespace nibble::train {
 
@@ -54,14 +57,31 @@ class CharacterTokenizer final : public Tokenizer {
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(std::string serialized_model, std::string_view source)
-      : serialized_(std::move(serialized_model)) {
+  // `kind`: bpe for the model nibble trained (documents are not marked, as always), sentencepiece
+  // for one given to `prepare --tokenizer x.model` (each document in its BOS and EOS).
+  explicit SentencePieceTokenizer(std::string serialized_model, std::string_view source,
+                                  TokenizerKind kind = TokenizerKind::bpe)
+      : serialized_(std::move(serialized_model)), kind_(kind) {
     auto status = processor_.LoadFromSerializedProto(serialized_);
     if (!status.ok())
-      throw UsageError(fmt::format("{}: not a sentencepiece model ({}): run `nibble prepare` again", source,
-                                   status.ToString()));
+      throw UsageError(fmt::format("{}: not a sentencepiece model ({}): {}", source, status.ToString(),
+                                   kind == TokenizerKind::bpe ? "run `nibble prepare` again"
+                                                              : "give a tokenizer.model that sentencepiece reads"));
   }
-  TokenizerKind kind() const override { return TokenizerKind::bpe; }
+  TokenizerKind kind() const override { return kind_; }
+  std::optional<int32_t> begin_of_text() const override { return special(processor_.bos_id()); }
+  std::optional<int32_t> end_of_text() const override { return special(processor_.eos_id()); }
+  std::string token_text(int32_t id) const override { return processor_.IdToPiece(id); }
+  std::vector<int32_t> encode_prompt(std::string_view text) const override {
+    std::vector<int32_t> ids = encode(text);
+    if (const auto bos = begin_of_text()) ids.insert(ids.begin(), *bos);
+    return ids;
+  }
+  std::vector<int32_t> encode_document(std::string_view text) const override {
+    std::vector<int32_t> ids = encode_prompt(text);
+    if (const auto eos = end_of_text()) ids.push_back(*eos);
+    return ids;
+  }
   int64_t vocab_size() const override { return processor_.GetPieceSize(); }
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int> ids;
@@ -92,15 +112,25 @@ class SentencePieceTokenizer final : public Tokenizer {
   void save(const std::filesystem::path& directory) const override {
     write_text_atomically(directory / kSentencePieceFile, serialized_);
     nlohmann::json j;
-    j["type"] = "bpe";
+    j["type"] = std::string(to_string(kind_));
     j["model"] = kSentencePieceFile;
     j["vocab_size"] = vocab_size();
-    write_text_atomically(directory / kTokenizerFile, j.dump() + "\n");
+    // nibble's own BPE keeps its tokenizer.json (directories byte for byte as before); a given
+    // model's description is no Hugging Face tokenizer.json, so it is not called one.
+    const char* name = kind_ == TokenizerKind::bpe ? kTokenizerFile : kNibbleTokenizerFile;
+    write_text_atomically(directory / name, j.dump() + "\n");
   }
-  std::string identity() const override { return io::content_hash("bpe\n" + serialized_); }
+  std::string identity() const override {
+    return io::content_hash(std::string(to_string(kind_)) + "\n" + serialized_);
+  }
 
  private:
+  // nibble's own BPE has <s> and </s> too, but documents were never marked with them.
+  std::optional<int32_t> special(int id) const {
+    return kind_ == TokenizerKind::sentencepiece && id >= 0 ? std::optional<int32_t>(id) : std::nullopt;
+  }
   std::string serialized_;
+  TokenizerKind kind_;
   sentencepiece::SentencePieceProcessor processor_;
 };
 
@@ -218,10 +248,21 @@ void check_bpe_request(std::string_view corpus, int64_t vocab_size) {
 TokenizerKind parse_tokenizer_kind(std::string_view name) {
   if (name == "char") return TokenizerKind::character;
   if (name == "bpe") return TokenizerKind::bpe;
-  throw UsageError(fmt::format("tokenizer '{}' is unknown: use char or bpe", name));
+  throw UsageError(fmt::format("tokenizer '{}' is unknown: use char, bpe, or the path of a tokenizer file "
+                               "(a Hugging Face tokenizer.json, a sentencepiece .model, a .tiktoken file)",
+                               name));
 }
 
-std::string_view to_string(TokenizerKind kind) { return kind == TokenizerKind::character ? "char" : "bpe"; }
+std::string_view to_string(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::character: return "char";
+    case TokenizerKind::bpe: return "bpe";
+    case TokenizerKind::huggingface: return "huggingface";
+    case TokenizerKind::sentencepiece: return "sentencepiece";
+    case TokenizerKind::tiktoken: return "tiktoken";
+  }
+  return "?";
+}
 
 std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus) {
   if (corpus.empty()) throw UsageError("the corpus is empty: a tokenizer needs at least one character");
@@ -278,8 +319,10 @@ std::unique_ptr<Tokenizer> train_tokenizer(TokenizerKind kind, std::string_view 
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory) {
-  const auto path = directory / kTokenizerFile;
-  const auto bytes = read_data_file(directory, kTokenizerFile, "a tokenizer file");
+  std::error_code ec;
+  const char* name = std::filesystem::exists(directory / kNibbleTokenizerFile, ec) ? kNibbleTokenizerFile : kTokenizerFile;
+  const auto path = directory / name;
+  const auto bytes = read_data_file(directory, name, "a tokenizer file");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(bytes.begin(), bytes.end());
@@ -288,6 +331,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory
                                  "directory or re-run `nibble prepare`",
                                  path.string(), e.what()));
   }
+  if (looks_like_huggingface_tokenizer(j)) return load_huggingface_tokenizer(std::string(bytes.begin(), bytes.end()), path.string());
   try {
     const std::string type = j.at("type").get<std::string>();
     if (type == "char") {
@@ -302,7 +346,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory
       if (alphabet.empty()) throw UsageError(fmt::format("{}: the char vocabulary is empty", path.string()));
       return std::make_unique<CharacterTokenizer>(std::move(alphabet));
     }
-    if (type == "bpe") {
+    if (type == "bpe" || type == "sentencepiece") {
       const std::string model_name = j.at("model").get<std::string>();
       // A name, not a path: the tokenizer is read from its own directory and nothing else (a copied
       // or edited tokenizer.json must not make nibble read /dev/zero or another run's files).
@@ -313,16 +357,54 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& directory
                                      path.string(), model_name, kSentencePieceFile));
       const auto model_path = directory / model_name;
       const auto model = read_data_file(directory, model_name, "a sentencepiece model");
-      auto tokenizer = std::make_unique<SentencePieceTokenizer>(std::string(model.begin(), model.end()), model_path.string());
+      auto tokenizer = std::make_unique<SentencePieceTokenizer>(
+          std::string(model.begin(), model.end()), model_path.string(),
+          type == "bpe" ? TokenizerKind::bpe : TokenizerKind::sentencepiece);
       if (tokenizer->vocab_size() != j.at("vocab_size").get<int64_t>())
         throw UsageError(fmt::format("{}: vocab_size {} disagrees with {} ({} pieces)", path.string(),
                                      j.at("vocab_size").get<int64_t>(), model_path.string(), tokenizer->vocab_size()));
       return tokenizer;
     }
-    throw UsageError(fmt::format("{}: tokenizer type '{}' is unknown (char or bpe)", path.string(), type));
+    if (type == "tiktoken") {
+      // The file's name is fixed, whatever the pointer says: nothing else is read.
+      const auto ranks = read_data_file(directory, kTiktokenFile, "a tiktoken file");
+      return load_tiktoken_tokenizer(std::string(ranks.begin(), ranks.end()), j.at("encoding").get<std::string>(),
+                                     (directory / kTiktokenFile).string());
+    }
+    throw UsageError(fmt::format("{}: tokenizer type '{}' is unknown (char, bpe, sentencepiece or tiktoken)", path.string(), type));
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(fmt::format("{}: missing or mistyped field ({})", path.string(), e.what()));
   }
+}
+
+bool has_tokenizer(const std::filesystem::path& directory) {
+  std::error_code ec;
+  return std::filesystem::exists(directory / kNibbleTokenizerFile, ec) || std::filesystem::exists(directory / kTokenizerFile, ec);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::filesystem::path& file, std::string_view tiktoken_encoding) {
+  const auto bytes = io::read_regular_file(file, "a tokenizer file");
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (file.extension() == ".tiktoken" || looks_like_tiktoken_file(text)) {
+    const std::string encoding = tiktoken_encoding.empty() ? file.stem().string() : std::string(tiktoken_encoding);
+    return load_tiktoken_tokenizer(std::string(text), encoding, file.string());
+  }
+  const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Not JSON: a sentencepiece model (a protobuf) is the other kind nibble reads.
+    sentencepiece::SentencePieceProcessor probe;
+    const std::string model(bytes.begin(), bytes.end());
+    if (probe.LoadFromSerializedProto(model).ok())
+      return std::make_unique<SentencePieceTokenizer>(model, file.string(), TokenizerKind::sentencepiece);
+    throw UsageError(fmt::format("{}: not a tokenizer nibble reads: neither JSON (a Hugging Face tokenizer.json), a "
+                                 "sentencepiece model (tokenizer.model) nor a tiktoken file (NAME.tiktoken)",
+                                 file.string()));
+  }
+  if (!looks_like_huggingface_tokenizer(j))
+    throw UsageError(fmt::format("{}: a JSON file, but not a Hugging Face tokenizer.json (no \"model\" object and "
+                                 "\"added_tokens\" list): give the tokenizer.json of a model",
+                                 file.string()));
+  return load_huggingface_tokenizer(std::string(bytes.begin(), bytes.end()), file.string());
 }
 
 }  // namespace nibble::train

@@ -253,10 +253,10 @@ struct ExportedWeights {
 
 // What an export writes. --force replaces only a directory that holds nothing else (an earlier
 // export), so a mistyped -o (a home directory, a project) is never deleted.
-constexpr std::array<std::string_view, 10> kExportFiles = {
+constexpr std::array<std::string_view, 11> kExportFiles = {
     "model.safetensors", "config.json",           "generation_config.json", "hf_quant_config.json",
     "README.md",         "tokenizer.json",        "tokenizer_config.json",  "tokenizer.model",
-    "special_tokens_map.json", "nibble_char_tokenizer.json"};
+    "special_tokens_map.json", "nibble_char_tokenizer.json", "tokenizer.tiktoken"};
 
 // The first entry of `dir` that an export does not write (a user's file, a subdirectory, a link).
 std::optional<fs::path> foreign_entry(const fs::path& dir) {
@@ -546,33 +546,89 @@ json compressed_tensors_quantization_config(const std::vector<std::string>& excl
               {"format", "nvfp4-pack-quantized"}}}}}};
 }
 
+// The BOS and EOS ids config.json names: sentencepiece's defaults for nibble's BPE, which `nibble
+// prepare` keeps (<unk> 0, <s> 1, </s> 2); a loaded tokenizer's own.
+std::pair<std::optional<int32_t>, std::optional<int32_t>> special_ids(const Tokenizer& t) {
+  if (t.kind() == TokenizerKind::bpe) return {1, 2};
+  return {t.begin_of_text(), t.end_of_text()};
+}
+
+// A Hugging Face tokenizer.json run: the file as it was given, and a tokenizer_config.json that
+// makes AutoTokenizer a PreTrainedTokenizerFast of it (its post-processor adds what it adds).
+std::string write_huggingface_tokenizer(const ExportPlan& p, const fs::path& dir, int64_t context) {
+  const auto bytes = io::read_regular_file(p.opt.run_dir / "tokenizer.json", "a tokenizer.json");
+  io::write_file_atomically(dir / "tokenizer.json", bytes);
+  const Tokenizer& t = *p.run.tokenizer;
+  json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                 {"clean_up_tokenization_spaces", false},
+                 {"model_max_length", context}};
+  if (const auto bos = t.begin_of_text()) config["bos_token"] = t.token_text(*bos);
+  if (const auto eos = t.end_of_text()) config["eos_token"] = t.token_text(*eos);
+  write_json(dir / "tokenizer_config.json", config);
+  return "tokenizer.json (the Hugging Face tokenizer the run was prepared with, unchanged) + tokenizer_config.json "
+         "(PreTrainedTokenizerFast)";
+}
+
+// A sentencepiece model the run was prepared with (Llama 2, Gemma): the model as given, read by
+// transformers' LlamaTokenizer, which adds BOS as nibble's documents begin (EOS ends a document,
+// not a prompt, so it is not added).
+std::string write_sentencepiece_tokenizer(const ExportPlan& p, const fs::path& dir, int64_t context) {
+  const auto model_bytes = io::read_regular_file(p.opt.run_dir / "tokenizer.model", "a sentencepiece model");
+  io::write_file_atomically(dir / "tokenizer.model", model_bytes);
+  const Tokenizer& t = *p.run.tokenizer;
+  json config = {{"tokenizer_class", "LlamaTokenizer"},
+                 {"add_bos_token", t.begin_of_text().has_value()},
+                 {"add_eos_token", false},
+                 {"legacy", true},
+                 {"clean_up_tokenization_spaces", false},
+                 {"model_max_length", context}};
+  if (const auto bos = t.begin_of_text()) config["bos_token"] = t.token_text(*bos);
+  if (const auto eos = t.end_of_text()) config["eos_token"] = t.token_text(*eos);
+  write_json(dir / "tokenizer_config.json", config);
+  return "tokenizer.model (the sentencepiece model the run was prepared with, unchanged) + tokenizer_config.json "
+         "(LlamaTokenizer, BOS added)";
+}
+
 // config.json (the checkpoint's LlamaConfig, plus dtype, token ids and the quantization block),
 // hf_quant_config.json for ModelOpt, and generation_config.json.
 void write_model_config(const ExportPlan& p, const ExportedWeights& w, bool static_inputs, const fs::path& dir) {
   json config = read_json(p.run.checkpoint / "config.json");
   config["torch_dtype"] = p.opt.bf16 ? "bfloat16" : "float32";
-  const bool bpe = p.run.tokenizer->kind() == TokenizerKind::bpe;
-  if (bpe) {
-    // sentencepiece's defaults, which `nibble prepare` keeps: <unk> 0, <s> 1, </s> 2.
-    config["bos_token_id"] = 1;
-    config["eos_token_id"] = 2;
-  }
+  const auto [bos, eos] = special_ids(*p.run.tokenizer);
+  if (bos) config["bos_token_id"] = *bos;
+  if (eos) config["eos_token_id"] = *eos;
   if (p.opt.format == ExportFormat::modelopt_nvfp4)
     config["quantization_config"] = modelopt_quantization_config(w.excluded_modules, static_inputs, dir);
   else if (p.opt.format == ExportFormat::compressed_tensors_nvfp4)
     config["quantization_config"] = compressed_tensors_quantization_config(w.excluded_modules, static_inputs);
   write_json(dir / "config.json", config);
   json generation = {{"max_length", p.run.config.train.model.context}};
-  if (bpe) {
-    generation["bos_token_id"] = 1;
-    generation["eos_token_id"] = 2;
-  }
+  if (bos) generation["bos_token_id"] = *bos;
+  if (eos) generation["eos_token_id"] = *eos;
   write_json(dir / "generation_config.json", generation);
 }
 
 // The tokenizer in the form transformers reads; returns the model card's sentence about it.
 std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
   const int64_t context = p.run.config.train.model.context;
+  if (p.run.tokenizer->kind() == TokenizerKind::huggingface) return write_huggingface_tokenizer(p, dir, context);
+  if (p.run.tokenizer->kind() == TokenizerKind::sentencepiece) return write_sentencepiece_tokenizer(p, dir, context);
+  if (p.run.tokenizer->kind() == TokenizerKind::tiktoken) {
+    const auto ranks = io::read_regular_file(p.opt.run_dir / kTiktokenFile, "a tiktoken file");
+    io::write_file_atomically(dir / kTiktokenFile, ranks);
+    const std::string encoding = read_json(p.opt.run_dir / kNibbleTokenizerFile).value("encoding", std::string("?"));
+    const std::string converted = *p.run.tokenizer->converted_to_huggingface();
+    io::write_file_atomically(dir / "tokenizer.json",
+                              std::span(reinterpret_cast<const uint8_t*>(converted.data()), converted.size()));
+    write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                               {"clean_up_tokenization_spaces", false},
+                                               {"eos_token", "<|endoftext|>"},
+                                               {"model_max_length", context}});
+    return fmt::format("tokenizer.tiktoken (the tiktoken ranks the run was prepared with, unchanged; pattern {}, "
+                       "<|endoftext|> = {}) and the same as a Hugging Face tokenizer.json (ranks as ids, the merges "
+                       "they imply, the pattern as a Split) + tokenizer_config.json (PreTrainedTokenizerFast)",
+                       encoding, p.run.tokenizer->end_of_text().value_or(-1));
+  }
   if (p.run.tokenizer->kind() != TokenizerKind::bpe) return write_char_tokenizer(p.opt.run_dir, dir, context);
   // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
   // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).

@@ -1,6 +1,8 @@
 // `nibble train`: the driver that turns a RunConfig into a run directory
 //   RUN/config.yaml       the resolved configuration (what was actually trained)
-//   RUN/tokenizer.json    (+ tokenizer.model) copied from the data directory
+//   RUN/tokenizer.json    (+ tokenizer.model) copied from the data directory; for a given
+//                         sentencepiece model or tiktoken file, nibble_tokenizer.json +
+//                         tokenizer.model / tokenizer.tiktoken instead (data/tokenizer.h)
 //   RUN/metrics.jsonl     train and eval records (run/metrics.h)
 //   RUN/checkpoints/      step_NNNNNNNN directories (run/checkpoint.h)
 //   RUN/tensorboard/      event files, with log.tensorboard=true

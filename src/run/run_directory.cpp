@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "data/tokenizer.h"
 #include "io/write_rules.h"
 #include "run/checkpoint.h"
 #include "run/run.h"
@@ -20,8 +21,8 @@ namespace {
 
 // The files nibble writes at the top of a run directory (run.h; the tokenizer's, data/tokenizer.h),
 // and its directories there.
-constexpr std::array<std::string_view, 4> kRunFiles = {kRunConfigFile, kRunMetricsFile, "tokenizer.json",
-                                                       "tokenizer.model"};
+constexpr std::array<std::string_view, 6> kRunFiles = {kRunConfigFile,     kRunMetricsFile, kTokenizerFile,
+                                                       kSentencePieceFile, kTiktokenFile,   kNibbleTokenizerFile};
 constexpr std::array<std::string_view, 3> kRunSubdirectories = {"checkpoints", "abandoned", kRunTensorBoardDir};
 
 bool is_run_file_temporary(std::string_view name) {
