@@ -16,6 +16,7 @@
 #include <span>
 
 #include "common/error.h"
+#include "io/regular_file.h"
 #include "data/data_directory.h"
 #include "data/shards.h"
 #include "io/checksum.h"
@@ -67,32 +68,12 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-std::string kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  if (S_ISFIFO(mode)) return "a FIFO (pipe)";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 MappedFile::MappedFile(const fs::path& path) {
   explain_bus_errors();
-  // O_NONBLOCK: a FIFO is refused, not waited on; the type is checked on the open descriptor.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) throw UsageError(fmt::format("cannot open token file {}: {}", path.string(), std::strerror(errno)));
-  struct stat st{};
-  const bool stat_ok = ::fstat(fd, &st) == 0;
-  const int stat_errno = errno;
-  if (!stat_ok || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw UsageError(stat_ok ? fmt::format("{} is {}, not a token shard: give the path of the file itself", path.string(),
-                                           kind_of(st.st_mode))
-                             : fmt::format("cannot read {}: {}", path.string(), std::strerror(stat_errno)));
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ > 0) data_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+  const io::RegularFile file(path, "a token shard");
+  size_ = file.size();
+  if (size_ > 0) data_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, file.fd(), 0);  // outlives the descriptor
   const int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file
   if (data_ == MAP_FAILED)
     throw UsageError(fmt::format("cannot map {} ({} bytes) into memory: {} (an address-space limit such as `ulimit -v` "
                                  "must leave room for the token files)",

@@ -553,17 +553,25 @@ std::pair<std::optional<int32_t>, std::optional<int32_t>> special_ids(const Toke
   return {t.begin_of_text(), t.end_of_text()};
 }
 
+// A tokenizer file of the run copied into the export unchanged.
+void copy_run_file(const fs::path& run_dir, const char* name, std::string_view what, const fs::path& dir) {
+  io::write_file_atomically(dir / name, io::read_regular_file(run_dir / name, what));
+}
+
+// tokenizer_config.json's bos_token / eos_token: the tokens the run's tokenizer begins and ends text with.
+void name_special_tokens(json& config, const Tokenizer& t) {
+  if (const auto bos = t.begin_of_text()) config["bos_token"] = t.token_text(*bos);
+  if (const auto eos = t.end_of_text()) config["eos_token"] = t.token_text(*eos);
+}
+
 // A Hugging Face tokenizer.json run: the file as it was given, and a tokenizer_config.json that
 // makes AutoTokenizer a PreTrainedTokenizerFast of it (its post-processor adds what it adds).
 std::string write_huggingface_tokenizer(const ExportPlan& p, const fs::path& dir, int64_t context) {
-  const auto bytes = io::read_regular_file(p.opt.run_dir / "tokenizer.json", "a tokenizer.json");
-  io::write_file_atomically(dir / "tokenizer.json", bytes);
-  const Tokenizer& t = *p.run.tokenizer;
+  copy_run_file(p.opt.run_dir, "tokenizer.json", "a tokenizer.json", dir);
   json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                  {"clean_up_tokenization_spaces", false},
                  {"model_max_length", context}};
-  if (const auto bos = t.begin_of_text()) config["bos_token"] = t.token_text(*bos);
-  if (const auto eos = t.end_of_text()) config["eos_token"] = t.token_text(*eos);
+  name_special_tokens(config, *p.run.tokenizer);
   write_json(dir / "tokenizer_config.json", config);
   return "tokenizer.json (the Hugging Face tokenizer the run was prepared with, unchanged) + tokenizer_config.json "
          "(PreTrainedTokenizerFast)";
@@ -573,8 +581,7 @@ std::string write_huggingface_tokenizer(const ExportPlan& p, const fs::path& dir
 // transformers' LlamaTokenizer, which adds BOS as nibble's documents begin (EOS ends a document,
 // not a prompt, so it is not added).
 std::string write_sentencepiece_tokenizer(const ExportPlan& p, const fs::path& dir, int64_t context) {
-  const auto model_bytes = io::read_regular_file(p.opt.run_dir / "tokenizer.model", "a sentencepiece model");
-  io::write_file_atomically(dir / "tokenizer.model", model_bytes);
+  copy_run_file(p.opt.run_dir, "tokenizer.model", "a sentencepiece model", dir);
   const Tokenizer& t = *p.run.tokenizer;
   json config = {{"tokenizer_class", "LlamaTokenizer"},
                  {"add_bos_token", t.begin_of_text().has_value()},
@@ -582,8 +589,7 @@ std::string write_sentencepiece_tokenizer(const ExportPlan& p, const fs::path& d
                  {"legacy", true},
                  {"clean_up_tokenization_spaces", false},
                  {"model_max_length", context}};
-  if (const auto bos = t.begin_of_text()) config["bos_token"] = t.token_text(*bos);
-  if (const auto eos = t.end_of_text()) config["eos_token"] = t.token_text(*eos);
+  name_special_tokens(config, t);
   write_json(dir / "tokenizer_config.json", config);
   return "tokenizer.model (the sentencepiece model the run was prepared with, unchanged) + tokenizer_config.json "
          "(LlamaTokenizer, BOS added)";
@@ -608,32 +614,32 @@ void write_model_config(const ExportPlan& p, const ExportedWeights& w, bool stat
   write_json(dir / "generation_config.json", generation);
 }
 
+// A tiktoken run: the ranks unchanged, and the same converted to a Hugging Face tokenizer.json.
+std::string write_tiktoken_tokenizer(const ExportPlan& p, const fs::path& dir, int64_t context) {
+  copy_run_file(p.opt.run_dir, kTiktokenFile, "a tiktoken file", dir);
+  const std::string encoding = read_json(p.opt.run_dir / kNibbleTokenizerFile).value("encoding", std::string("?"));
+  const std::string converted = *p.run.tokenizer->converted_to_huggingface();
+  write_text(dir / "tokenizer.json", converted);
+  write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                             {"clean_up_tokenization_spaces", false},
+                                             {"eos_token", "<|endoftext|>"},
+                                             {"model_max_length", context}});
+  return fmt::format("tokenizer.tiktoken (the tiktoken ranks the run was prepared with, unchanged; pattern {}, "
+                     "<|endoftext|> = {}) and the same as a Hugging Face tokenizer.json (ranks as ids, the merges "
+                     "they imply, the pattern as a Split) + tokenizer_config.json (PreTrainedTokenizerFast)",
+                     encoding, p.run.tokenizer->end_of_text().value_or(-1));
+}
+
 // The tokenizer in the form transformers reads; returns the model card's sentence about it.
 std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
   const int64_t context = p.run.config.train.model.context;
   if (p.run.tokenizer->kind() == TokenizerKind::huggingface) return write_huggingface_tokenizer(p, dir, context);
   if (p.run.tokenizer->kind() == TokenizerKind::sentencepiece) return write_sentencepiece_tokenizer(p, dir, context);
-  if (p.run.tokenizer->kind() == TokenizerKind::tiktoken) {
-    const auto ranks = io::read_regular_file(p.opt.run_dir / kTiktokenFile, "a tiktoken file");
-    io::write_file_atomically(dir / kTiktokenFile, ranks);
-    const std::string encoding = read_json(p.opt.run_dir / kNibbleTokenizerFile).value("encoding", std::string("?"));
-    const std::string converted = *p.run.tokenizer->converted_to_huggingface();
-    io::write_file_atomically(dir / "tokenizer.json",
-                              std::span(reinterpret_cast<const uint8_t*>(converted.data()), converted.size()));
-    write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "PreTrainedTokenizerFast"},
-                                               {"clean_up_tokenization_spaces", false},
-                                               {"eos_token", "<|endoftext|>"},
-                                               {"model_max_length", context}});
-    return fmt::format("tokenizer.tiktoken (the tiktoken ranks the run was prepared with, unchanged; pattern {}, "
-                       "<|endoftext|> = {}) and the same as a Hugging Face tokenizer.json (ranks as ids, the merges "
-                       "they imply, the pattern as a Split) + tokenizer_config.json (PreTrainedTokenizerFast)",
-                       encoding, p.run.tokenizer->end_of_text().value_or(-1));
-  }
+  if (p.run.tokenizer->kind() == TokenizerKind::tiktoken) return write_tiktoken_tokenizer(p, dir, context);
   if (p.run.tokenizer->kind() != TokenizerKind::bpe) return write_char_tokenizer(p.opt.run_dir, dir, context);
   // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
   // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).
-  const auto model_bytes = io::read_regular_file(p.opt.run_dir / "tokenizer.model", "a sentencepiece model");
-  io::write_file_atomically(dir / "tokenizer.model", model_bytes);
+  copy_run_file(p.opt.run_dir, "tokenizer.model", "a sentencepiece model", dir);
   write_json(dir / "tokenizer_config.json",
              {{"tokenizer_class", "LlamaTokenizer"},
               {"add_bos_token", false},

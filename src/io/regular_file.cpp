@@ -14,13 +14,6 @@ namespace nibble::io {
 
 namespace {
 
-struct Descriptor {
-  int fd;
-  ~Descriptor() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 std::string kind_of(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
@@ -31,23 +24,36 @@ std::string kind_of(mode_t mode) {
 
 }  // namespace
 
-std::vector<uint8_t> read_regular_file(const std::filesystem::path& path, std::string_view what) {
+RegularFile::RegularFile(const std::filesystem::path& path, std::string_view what) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused. The type is
   // checked on the open descriptor, so a file swapped for a device after a stat cannot slip through.
-  const Descriptor d{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
-  if (d.fd < 0) throw UsageError("cannot open " + path.string() + ": " + std::strerror(errno));
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd_ < 0) throw UsageError("cannot open " + path.string() + ": " + std::strerror(errno));
   struct stat st{};
-  if (::fstat(d.fd, &st) != 0) throw UsageError("cannot read " + path.string() + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw UsageError("cannot read " + path.string() + ": " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
     throw UsageError(path.string() + " is " + kind_of(st.st_mode) + ", not " + std::string(what) +
                      ": give the path of the file itself");
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+}
+
+RegularFile::~RegularFile() { ::close(fd_); }
+
+std::vector<uint8_t> read_regular_file(const std::filesystem::path& path, std::string_view what) {
+  const RegularFile file(path, what);
+  std::vector<uint8_t> bytes(file.size());
   size_t done = 0;
   for (;;) {
     // Room past the size fstat gave: the read that meets end of file needs it, and a file that grew
     // since is still read whole.
     if (done == bytes.size()) bytes.resize(bytes.size() + (bytes.size() / 2) + 4096);
-    const ssize_t got = ::read(d.fd, bytes.data() + done, bytes.size() - done);
+    const ssize_t got = ::read(file.fd(), bytes.data() + done, bytes.size() - done);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) throw UsageError("cannot read " + path.string() + ": " + std::strerror(errno));
     if (got == 0) break;
