@@ -169,12 +169,7 @@ void write_prepare_record(const fs::path& dir, json record) {
   io::write_file_atomically(dir / kPrepareFile, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
-fs::path data_directory_destination(const fs::path& output) {
-  std::error_code ec;
-  fs::path p = fs::weakly_canonical(fs::absolute(output, ec), ec);
-  if (ec) p = fs::absolute(output).lexically_normal();
-  return p.filename().empty() ? p.parent_path() : p;  // "D/" names D
-}
+fs::path data_directory_destination(const fs::path& output) { return io::resolved_path(output); }
 
 void check_prepare_output(const fs::path& output, std::span<const fs::path> inputs, bool force) {
   if (output.empty()) throw UsageError("prepare -o is empty: give the directory to write the data into");

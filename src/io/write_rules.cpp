@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <charconv>
+#include <fstream>
 #include <string>
 
 #include "common/error.h"
@@ -26,14 +27,6 @@ bool is_regular(const fs::path& p) {
 bool is_dir(const fs::path& p) {
   std::error_code ec;
   return fs::is_directory(p, ec);
-}
-
-// `path` made absolute with symlinks resolved as far as it exists: a name not yet created keeps its
-// last components as given (`weakly_canonical`), so a new output compares with existing directories.
-fs::path resolved(const fs::path& path) {
-  std::error_code ec;
-  fs::path r = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  return ec ? fs::absolute(path).lexically_normal() : r;
 }
 
 bool is_within(const fs::path& inner, const fs::path& outer) {
@@ -81,7 +74,7 @@ std::string_view to_string(DirectoryKind kind) {
 }
 
 std::optional<OwnedDirectory> enclosing_owned_directory(const fs::path& path) {
-  for (fs::path p = resolved(path); !p.empty(); p = p.parent_path()) {
+  for (fs::path p = resolved_path(path); !p.empty(); p = p.parent_path()) {
     if (const DirectoryKind k = directory_kind(p); k != DirectoryKind::other) return OwnedDirectory{p, k};
     if (p == p.root_path()) break;
   }
@@ -90,7 +83,7 @@ std::optional<OwnedDirectory> enclosing_owned_directory(const fs::path& path) {
 
 void refuse_output_in_owned_directory(const fs::path& output, std::string_view command, int depth) {
   if (auto owner = enclosing_owned_directory(output)) {
-    const bool is_it = resolved(output) == owner->dir;
+    const bool is_it = resolved_path(output) == owner->dir;
     throw UsageError(std::string(command) + " -o " + output.string() + ": " + (is_it ? "is" : "lies inside") +
                      " the " + std::string(to_string(owner->kind)) + " " + owner->dir.string() + "; " +
                      fix_for(owner->kind));
@@ -104,9 +97,9 @@ void refuse_output_in_owned_directory(const fs::path& output, std::string_view c
 
 void refuse_output_overlapping_inputs(const fs::path& output, std::span<const fs::path> inputs,
                                       std::string_view command) {
-  const fs::path out = resolved(output);
+  const fs::path out = resolved_path(output);
   for (const fs::path& input : inputs) {
-    const fs::path in = resolved(input);
+    const fs::path in = resolved_path(input);
     std::error_code ec;
     const bool same = in == out || fs::equivalent(input, output, ec);
     const char* relation = same ? "is" : is_within(in, out) ? "holds" : is_within(out, in) ? "lies inside" : nullptr;
@@ -184,7 +177,19 @@ bool is_temporary_name(std::string_view file_name, std::string_view of_name) {
 }
 
 bool process_is_alive(long pid) {
-  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+  if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  if (!status) return !fs::exists("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmSize:")) return true;
+  return false;
+}
+
+fs::path resolved_path(const fs::path& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) p = fs::absolute(path).lexically_normal();
+  return p.has_filename() ? p : p.parent_path();
 }
 
 }  // namespace nibble::io

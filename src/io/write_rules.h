@@ -61,6 +61,15 @@ void write_output_file(const std::filesystem::path& output, std::span<const uint
 bool is_temporary_name(std::string_view file_name, std::string_view of_name);
 // The pid in `<of_name>.tmp.<pid>`, when `file_name` is one.
 std::optional<long> temporary_owner_pid(std::string_view file_name, std::string_view of_name);
+// Whether process `pid` may still write: it exists and still has an address space. A killed process
+// shows for a moment after its files and locks are gone, while the kernel finishes its exit (and a
+// zombie stays until reaped); its memory goes first, so no VmSize in /proc/PID/status means it writes
+// nothing more. Without /proc, kill(2)'s answer stands.
 bool process_is_alive(long pid);
+
+// `path` absolute, symlinks resolved as far as it exists (a name not yet created keeps its last
+// components as given), without a trailing separator ("D/" is D): how outputs and directories are
+// compared with each other.
+std::filesystem::path resolved_path(const std::filesystem::path& path);
 
 }  // namespace nibble::io

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <string_view>
 
 #include "common/error.h"
@@ -45,27 +44,6 @@ bool overrides_run_dir(std::span<const std::string> overrides) {
   return std::any_of(overrides.begin(), overrides.end(), [](const std::string& w) { return w.starts_with("run.dir="); });
 }
 
-// `path` absolute, symlinks resolved as far as it exists, without a trailing separator.
-fs::path resolved(const fs::path& path) {
-  std::error_code ec;
-  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  if (ec) p = fs::absolute(path).lexically_normal();
-  return p.has_filename() ? p : p.parent_path();
-}
-
-// Whether the process that named a temporary may still write it. A killed trainer can still show
-// as a process for a moment after its run's lock (which the caller holds now) went with its files,
-// while the kernel finishes its exit: its memory is released before its files, so a process without
-// an address space (no VmSize in /proc/PID/status: exiting, or a zombie) writes nothing more.
-bool may_still_write(long pid) {
-  if (!io::process_is_alive(pid)) return false;
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  if (!status) return !fs::exists("/proc/self/status");  // without /proc, kill(2)'s answer stands
-  for (std::string line; std::getline(status, line);)
-    if (line.starts_with("VmSize:")) return true;
-  return false;
-}
-
 }  // namespace
 
 std::string settle_run_dir(RunConfig& config, const fs::path& config_file, std::span<const std::string> overrides) {
@@ -90,7 +68,7 @@ void refuse_owned_location(const fs::path& run_dir) {
     throw UsageError(fmt::format("run.dir '{}' is a data directory (made by nibble prepare): a run there would replace "
                                  "its tokenizer files. Choose another run.dir (e.g. runs/NAME) and keep data.dir={}",
                                  run_dir.string(), run_dir.string()));
-  if (const auto owner = io::enclosing_owned_directory(resolved(run_dir).parent_path()))
+  if (const auto owner = io::enclosing_owned_directory(io::resolved_path(run_dir).parent_path()))
     throw UsageError(fmt::format("run.dir '{}' lies inside the {} {}: only {} writes there. Choose a run.dir outside "
                                  "it (e.g. runs/NAME)",
                                  run_dir.string(), io::to_string(owner->kind), owner->dir.string(),
@@ -150,7 +128,7 @@ void remove_stray_temporaries(const fs::path& run_dir) {
     if (!fs::is_regular_file(it->symlink_status(status_ec))) continue;
     for (std::string_view file : kRunFiles) {
       const auto pid = io::temporary_owner_pid(name, file);
-      if (!pid || may_still_write(*pid)) continue;
+      if (!pid || io::process_is_alive(*pid)) continue;
       std::error_code ignored;
       fs::remove(it->path(), ignored);
     }
