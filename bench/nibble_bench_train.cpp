@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/train_bench.h"
+#include "common/wait_policy.h"
 #include "train/experiment.h"
 
 namespace {
@@ -77,6 +78,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nibble::apply_default_wait_policy(argv);  // may start the program again
   try {
     return run(argc, argv);
   } catch (const nibble::UsageError& e) {

@@ -101,6 +101,9 @@ std::vector<OptionSpec> make_options() {
       text_option("--torch-script", "--vs-torch: the PyTorch benchmark script", &O::torch_script, "FILE", true),
       text_option("--torch-modes", "--vs-torch: fp32, bf16 (autocast), fp32-compile, bf16-compile", &O::torch_modes,
                   "MODES", true),
+      text_option("--contended",
+                  "speed: time each recipe again with a busy process per thread on the same cores; print the slowdown",
+                  &O::contended, "", false),
       text_option("--json", "also write the rates to FILE as JSON (for bench/torch_train.py --vs-nibble FILE)", &O::json,
                   "FILE", false),
   };

@@ -41,6 +41,9 @@ struct TrainBenchOptions {
   std::string torch_python = "python3";
   std::string torch_script = default_torch_script();
   std::string torch_modes = "fp32,bf16,bf16-compile";
+  // --contended: each recipe timed again with a busy process per thread on the same cores, as beside
+  // another run or a test suite; prints the slowdown (a fair share of the cores is 2x).
+  bool contended = false;
   std::string json;  // nibble_bench_train --json FILE: the rates, for torch_train.py --vs-nibble FILE
 
   // bench/torch_train.py in the source tree this was built from.

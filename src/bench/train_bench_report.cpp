@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/wait_policy.h"
 #include "data/data.h"
 #include "kernels/cpu/common/cpu_features.h"
 #include "kernels/cpu/gemm/gemm.h"
@@ -142,6 +145,7 @@ int run_process(std::vector<std::string> args, bool quiet) {
   const pid_t pid = ::fork();
   if (pid < 0) return -1;
   if (pid == 0) {
+    forget_default_wait_policy();  // PyTorch runs with its own libgomp's defaults, as for a user
     if (quiet) {
       std::FILE* null = std::fopen("/dev/null", "w");
       if (null) ::dup2(::fileno(null), 1), ::dup2(::fileno(null), 2);
@@ -158,6 +162,39 @@ int run_process(std::vector<std::string> args, bool quiet) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+// --contended: `processes` single-threaded processes that compute until this object goes, on the
+// cores training uses (as the threads of another run or a test suite do). Processes rather than
+// threads of a child: a forked child of this multi-threaded program may only compute, not start
+// threads. Each dies with its parent (PR_SET_PDEATHSIG), so an interrupted benchmark leaves none.
+class BusyProcesses {
+ public:
+  explicit BusyProcesses(int processes) {
+    std::fflush(stdout);
+    for (int i = 0; i < processes; ++i) {
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error(std::string("--contended: cannot start a busy process: ") + std::strerror(errno));
+      if (pid == 0) spin();
+      pids_.push_back(pid);
+    }
+  }
+  ~BusyProcesses() {
+    for (const pid_t pid : pids_) ::kill(pid, SIGKILL);
+    for (const pid_t pid : pids_)
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+  }
+  BusyProcesses(const BusyProcesses&) = delete;
+  BusyProcesses& operator=(const BusyProcesses&) = delete;
+
+ private:
+  [[noreturn]] static void spin() {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    volatile double x = 1.0;
+    for (;;) x = x * 1.0000001 + 1e-9;
+  }
+  std::vector<pid_t> pids_;
+};
 
 // --vs-torch: refuses a missing script or a Python without PyTorch before minutes go into nibble's runs.
 void check_torch(const TrainBenchOptions& o) {
@@ -246,6 +283,7 @@ struct CpuRow {
   Quantization quantization;
   double tokens_per_s, step_s;
   train::StepWork work;
+  double contended_step_s = 0;  // --contended: the step with a busy process per thread beside it
 };
 
 std::array<double, 4> ideal_parts(const CpuRow& row, const Peaks& peaks, double copy_bandwidth) {
@@ -271,6 +309,7 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
   const double copy_bandwidth = measured_copy_bandwidth();
   fmt::print("measured: 1024^3 GEMM peak fp32 {:.1f}, bf16 {:.1f} GFLOP/s; memcpy {:.1f} GB/s (read + write)\n",
              peaks.fp32() / 1e9, peaks.bf16() / 1e9, copy_bandwidth / 1e9);
+  fmt::print("OpenMP waits: {}\n", describe_wait_policy());
   fmt::print("kernels ({}): NVFP4/MXFP4 GEMMs {}; FP8 GEMMs {} (gemm_summation=auto unless --set); BF16 GEMMs (bf16 "
              "recipe, BF16-kept layers, attention products for every recipe but none) {}\n",
              cpu::to_string(cpu::active_isa()),
@@ -301,6 +340,10 @@ std::vector<CpuRow> time_recipes_on_cpu(const TrainBenchOptions& o, const train:
     auto r = train::measure_training_speed(c, corpus, o.warmup, o.timed_steps);
     if (c.recipe.quantization == Quantization::none) none_tps = r.tokens_per_s;
     rows.push_back({name, c.recipe.quantization, r.tokens_per_s, r.step_s, r.work});
+    if (o.contended) {  // right after the quiet measurement, so that both see the same machine
+      const BusyProcesses busy(omp_get_max_threads());
+      rows.back().contended_step_s = train::measure_training_speed(c, corpus, o.warmup, o.timed_steps).step_s;
+    }
     const double ideal = sum(ideal_parts(rows.back(), peaks, copy_bandwidth));
     fmt::print("{:<8} {:>10.0f} {:>9.1f} {:>6.0f}% {:>6.0f}% {:>6.0f}% {:>10} {:>10.1f}% {:>8.1f}% {:>9.1f} {:>7.0f}%\n", name,
                r.tokens_per_s, 1e3 * r.step_s, 100 * r.gemm_s / r.step_s, 100 * r.quantize_s / r.step_s,
@@ -342,6 +385,19 @@ void print_ideal_steps(const std::vector<CpuRow>& rows, Peaks& peaks, double cop
 int run_speed_on_gpu(const TrainBenchOptions& o, const train::TrainConfig& base, const std::vector<int32_t>& corpus,
                      const std::vector<std::pair<std::string, RecipeConfig>>& recipes, const ops::Backend& gpu);
 
+// --contended: each recipe's step beside a busy process per training thread, against its quiet step.
+void print_contended_steps(const std::vector<CpuRow>& rows) {
+  const int threads = omp_get_max_threads();
+  const double fair = std::max(1.0, 2.0 * threads / std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  fmt::print("\ncontended: each recipe again with {} busy single-threaded processes on the same cores ({} online);\n"
+             "a fair share of the cores makes the step {:.1f}x the quiet one. OpenMP waits: {}\n",
+             threads, ::sysconf(_SC_NPROCESSORS_ONLN), fair, describe_wait_policy());
+  fmt::print("{:<8} {:>10} {:>14} {:>9} {:>13}\n", "recipe", "quiet ms", "contended ms", "slowdown", "vs fair share");
+  for (const auto& row : rows)
+    fmt::print("{:<8} {:>10.1f} {:>14.1f} {:>8.2f}x {:>12.2f}x\n", row.name, 1e3 * row.step_s,
+               1e3 * row.contended_step_s, row.contended_step_s / row.step_s, row.contended_step_s / row.step_s / fair);
+}
+
 int run_speed(const TrainBenchOptions& o) {
   const auto recipes = resolve_recipes(o);
   ops::Backend& backend = ops::backend(ops::parse_device(o.device));  // no usable GPU: the fix, before anything is measured
@@ -354,6 +410,7 @@ int run_speed(const TrainBenchOptions& o) {
   const double copy_bandwidth = print_cpu_preamble(o, base, peaks);
   const std::vector<CpuRow> rows = time_recipes_on_cpu(o, base, corpus, recipes, peaks, copy_bandwidth);
   print_ideal_steps(rows, peaks, copy_bandwidth);
+  if (o.contended) print_contended_steps(rows);
   if (o.vs_torch) {
     fmt::print("\nPyTorch on the same model, batch and threads, right after ({} {}):\n", o.torch_python, o.torch_script);
     if (o.torch_modes.find("bf16") != std::string::npos && cpu::active_isa() < cpu::Isa::avx512bf16)
@@ -399,6 +456,8 @@ int run_speed_on_gpu(const TrainBenchOptions& o, const train::TrainConfig& base,
 int run_train_bench(const TrainBenchOptions& o) {
   if (o.vs_torch && o.quality) throw UsageError("--vs-torch measures speed: drop --quality");
   if (o.device != "cpu" && o.quality) throw UsageError("--device measures speed: drop --quality");
+  if (o.contended && (o.quality || o.device != "cpu"))
+    throw UsageError("--contended measures CPU training speed beside busy processes: drop --quality and --device");
   return o.quality ? run_quality(o) : run_speed(o);
 }
 

@@ -95,15 +95,15 @@ class CpuBackend final : public Backend {
   }
 
   void add(float* y, const float* x, int64_t n) override {
-#pragma omp parallel for schedule(static) if (n >= cpu::kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, cpu::dynamic_chunk(n, 1024)) if (n >= cpu::kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) y[i] += x[i];
   }
   void round_to_bf16(const float* x, bf16* y, int64_t n) override {
-#pragma omp parallel for simd schedule(static) if (n >= cpu::kMinParallelWork)
+#pragma omp parallel for simd schedule(dynamic, cpu::dynamic_chunk(n, 1024)) if (n >= cpu::kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) y[i] = bf16_from_float_rn(x[i]);
   }
   void widen_bf16(const bf16* x, float* y, int64_t n) override {
-#pragma omp parallel for simd schedule(static) if (n >= cpu::kMinParallelWork)
+#pragma omp parallel for simd schedule(dynamic, cpu::dynamic_chunk(n, 1024)) if (n >= cpu::kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(x[i]);
   }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/wait_policy.h"
 #include "ops/backend.h"
 #include "run/metrics.h"
 #include "train/experiment.h"
@@ -180,7 +181,7 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
   s += fmt::format("recipe     {}\n", describe(recipe.config()));
   for (const auto& line : describe_recipe_per_layer(recipe, static_cast<int>(m.layers))) s += "           " + line + "\n";
   s += fmt::format("kernels    {}\n", describe_kernels(recipe));
-  s += fmt::format("threads    {}\n", omp_get_max_threads());
+  s += fmt::format("threads    {}; OpenMP waits: {}\n", omp_get_max_threads(), describe_wait_policy());
   s += fmt::format("device     {}\n", model.backend().describe());
   return s;
 }

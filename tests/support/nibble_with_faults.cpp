@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/app.h"
+#include "common/wait_policy.h"
 
 namespace {
 
@@ -44,6 +45,7 @@ bool parse_fault(const std::string& word, FaultPlan& plan) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nibble::apply_default_wait_policy(argv);  // may start the program again
   FaultPlan plan;
   std::vector<char*> args{argv[0]};
   int i = 1;

@@ -14,6 +14,7 @@
 
 #include "format/gemm_rules.h"
 #include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/common/parallel.h"
 #include "kernels/cpu/common/simd_clones.h"
 #include "kernels/cpu/common/workspace.h"
 #include "kernels/cpu/gemm/gemm.h"
@@ -233,9 +234,9 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
 
 #pragma omp parallel if (parallel)
   {
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, dynamic_chunk(a_panels))
     for (int64_t p = 0; p < a_panels; ++p) pack_a(p * mr, packed_a + p * a_panel_bytes);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, dynamic_chunk(b_panels))
     for (int64_t p = 0; p < b_panels; ++p) pack_b(p * nr, packed_b + p * b_panel_bytes);
     // (implicit barrier: both operands are packed before any tile starts)
 

@@ -39,7 +39,7 @@ NIBBLE_SIMD_CLONES void adamw_range(
 double sum_of_squares(const float* g, int64_t n) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(chunks)) if (n >= kMinParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     // Eight interleaved partial sums (lane i % 8), added in a fixed order: vectorisable, and the
     // same bits for any thread count because the chunks are fixed.
@@ -59,7 +59,7 @@ double sum_of_squares(const float* g, int64_t n) {
 void adamw_update(const AdamWConstants& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask,
                   int64_t n) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(chunks)) if (n >= kMinParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
     adamw_range(k, g + begin, m + begin, v + begin, w + begin, decay_mask + begin, end - begin);

@@ -20,7 +20,7 @@ namespace nibble::cpu {
 
 template <typename T>
 double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t vocab, T* loss) {
-#pragma omp parallel for schedule(static) if (n * vocab * 8 >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * vocab * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const T* l = logits + i * vocab;
     const T m = *std::max_element(l, l + vocab);
@@ -34,7 +34,7 @@ double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n,
 
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, int64_t n, int64_t vocab, T scale, T* dlogits) {
-#pragma omp parallel for schedule(static) if (n * vocab * 8 >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * vocab * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const T* l = logits + i * vocab;
     T* d = dlogits + i * vocab;
@@ -79,7 +79,7 @@ float exp_of_shifted_row(const float* l, int64_t vocab, float* e) {
 template <>
 double cross_entropy_forward<float>(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                     float* loss) {
-#pragma omp parallel for schedule(static) if (n * vocab * 8 >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * vocab * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     static thread_local std::vector<float> e;
     e.resize(static_cast<size_t>(vocab));
@@ -95,7 +95,7 @@ double cross_entropy_forward<float>(const float* logits, const int32_t* targets,
 template <>
 void cross_entropy_backward<float>(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
                                    float* dlogits) {
-#pragma omp parallel for schedule(static) if (n * vocab * 8 >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * vocab * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     float* d = dlogits + i * vocab;  // may be the logits themselves: each row is read before it is written
     const float* l = logits + i * vocab;

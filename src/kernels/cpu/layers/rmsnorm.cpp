@@ -41,20 +41,20 @@ NIBBLE_SIMD_CLONES void gain_gradient_block(const T* __restrict x, const T* __re
 
 template <typename T>
 void rmsnorm_forward(const T* x, const T* gain, int64_t n, int64_t width, T eps, T* y, T* rstd) {
-#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * width >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) forward_row(x + i * width, gain, width, eps, y + i * width, rstd + i);
 }
 
 template <typename T>
 void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int64_t n, int64_t width, T* dx,
                       T* dgain) {
-#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * width >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) backward_row(x + i * width, gain, rstd[i], dy + i * width, width, dx + i * width);
   // The gain gradient sums over tokens: parallel over column blocks, each column summed in token
   // order. Walking a block's columns side by side for each token reads rows contiguously and lets
   // the compiler vectorise across columns (a column at a time strode through memory, scalar).
   constexpr int64_t kBlock = 64;
-#pragma omp parallel for schedule(static) if (n * width >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk((width + kBlock - 1) / kBlock)) if (n * width >= kMinParallelWork)
   for (int64_t c0 = 0; c0 < width; c0 += kBlock) {
     const int64_t cols = std::min(kBlock, width - c0);
     T s[kBlock] = {};

@@ -43,7 +43,7 @@ void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col
             const RopeTable<T>& t, T direction, int64_t first_position) {
   NIBBLE_CHECK(first_position >= 0 && first_position + seq <= t.context, "RoPE: positions inside the table's context");
   const int64_t hd = t.head_dim, half = hd / 2;
-#pragma omp parallel for schedule(static) if (tokens * heads * t.head_dim >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(tokens)) if (tokens * heads * t.head_dim >= kMinParallelWork)
   for (int64_t n = 0; n < tokens; ++n) {
     const int64_t pos = first_position + n % seq;
     rotate_token(x + n * stride + first_col, heads, hd, t.cos.data() + pos * half, t.sin.data() + pos * half,

@@ -11,7 +11,7 @@ namespace nibble::cpu {
 
 template <typename T>
 void swiglu_forward(const T* gate_up, int64_t n, int64_t hidden, T* a) {
-#pragma omp parallel for schedule(static) if (n * hidden * 8 >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * hidden * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const T* g = gate_up + i * 2 * hidden;
     const T* u = g + hidden;
@@ -22,7 +22,7 @@ void swiglu_forward(const T* gate_up, int64_t n, int64_t hidden, T* a) {
 
 template <typename T>
 void swiglu_backward(const T* gate_up, const T* da, int64_t n, int64_t hidden, T* dgate_up) {
-#pragma omp parallel for schedule(static) if (n * hidden * 8 >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * hidden * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const T* g = gate_up + i * 2 * hidden;
     const T* u = g + hidden;
@@ -73,7 +73,7 @@ NIBBLE_SIMD_CLONES void backward_row(const float* __restrict g, const float* __r
 
 template <>
 void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, float* a) {
-#pragma omp parallel for schedule(static) if (n * hidden * 8 >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * hidden * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float* __restrict g = gate_up + i * 2 * hidden;
     const float* __restrict u = g + hidden;
@@ -84,7 +84,7 @@ void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, floa
 
 template <>
 void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) {
-#pragma omp parallel for schedule(static) if (n * hidden * 8 >= kMinParallelWork)
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * hidden * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float* __restrict g = gate_up + i * 2 * hidden;
     const float* __restrict u = g + hidden;
