@@ -180,7 +180,7 @@ TEST(Recipe, KeyTableParsesPrintsAndListsEveryKey) {
                                            "nvfp4.four_over_six, nvfp4.four_over_six_error, "
                                            "nvfp4.four_over_six_e4m3_max, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers"),
             std::string::npos);
-  EXPECT_NE(error_of("learning_rate=3").find("use quantization, precision_switch_at, gemm_summation, attention or nvfp4.*"),
+  EXPECT_NE(error_of("learning_rate=3").find("use quantization, precision_switch_at, precision_switch_scope, gemm_summation, attention or nvfp4.*"),
             std::string::npos);
   EXPECT_NE(error_of("quantization=nvfp4 nvfp4.weight_2d=maybe").find("nvfp4.weight_2d=maybe is not a boolean"),
             std::string::npos);
@@ -199,6 +199,7 @@ TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
   refuses("quantization=nvfp4 precision_switch_at=1.5", 4, 768, "outside [0, 1]");
   refuses("quantization=none precision_switch_at=0.5", 4, 768, "applies to quantized recipes");
   refuses("quantization=mxfp8 gemm_summation=block_exact", 4, 768, "or drop gemm_summation");
+  refuses("quantization=nvfp4 precision_switch_scope=forward", 4, 768, "precision_switch_at=1 never switches");
   refuses("quantization=nvfp4 nvfp4.bf16_first_layers=2 nvfp4.bf16_last_layers=2", 4, 768, "leaving none in NVFP4");
   refuses("quantization=nvfp4", 4, 760, "multiple of 16");
   refuses("quantization=mxfp4", 4, 784, "multiple of 32");
@@ -227,6 +228,23 @@ TEST(Recipe, KeepsFirstAndLastLayersInBf16AndSwitchesLate) {
   EXPECT_EQ(r.for_layer(2, 0.5).wgrad.precision, GemmPrecision::quantized);
   EXPECT_EQ(r.for_layer(3, 0.0).dgrad.precision, GemmPrecision::bf16);
   for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_layer(1, 0.75)[role].precision, GemmPrecision::bf16);
+}
+
+TEST(Recipe, AForwardOnlySwitchMovesOnlyFpropToBf16) {
+  Recipe r(parse_recipe("quantization=nvfp4 nvfp4.bf16_first_layers=0 nvfp4.bf16_last_layers=1 precision_switch_at=0.8 "
+                        "precision_switch_scope=forward"),
+           4, kShapes, 768, ops::cpu());
+  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_layer(1, 0.79)[role].precision, GemmPrecision::quantized);
+  const LinearRecipe after = r.for_layer(1, 0.8);
+  EXPECT_EQ(after.fprop.precision, GemmPrecision::bf16);
+  EXPECT_EQ(after.dgrad.precision, GemmPrecision::quantized);
+  EXPECT_EQ(after.wgrad.precision, GemmPrecision::quantized);
+  EXPECT_EQ(after.wgrad.a.rounding, Rounding::stochastic);  // the backward keeps the whole recipe
+  EXPECT_TRUE(after.wgrad.a.rht);
+  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_layer(3, 0.9)[role].precision, GemmPrecision::bf16);  // kept layer
+  EXPECT_THROW(parse_recipe("precision_switch_scope=backward"), UsageError);
+  EXPECT_NE(describe(r.config()).find("precision_switch_at=0.8 precision_switch_scope=forward"), std::string::npos)
+      << describe(r.config());
 }
 
 TEST(Recipe, SrSeedsDifferPerStepLayerRoleAndOperand) {

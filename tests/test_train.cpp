@@ -227,6 +227,38 @@ TEST(Trainer, ShortRunLossFallsUnderEveryRecipe) {
   }
 }
 
+// precision_switch_at=0.5 of 10 steps: steps 0-4 are the unswitched run's bits; from step 5 on a
+// forward-only switch (fprop in BF16, the backward still NVFP4) trains differently from the
+// unswitched run, and from step 6 on from the switch of every GEMM.
+TEST(Trainer, PrecisionSwitchScopeChangesTheRunFromTheSwitchOn) {
+  int64_t vocab = 0;
+  auto corpus = shakespeare_prefix(20000, vocab);
+  auto losses = [&](double at, SwitchScope scope) {
+    TrainConfig c = tiny_run(vocab, Quantization::nvfp4);
+    c.schedule.total_steps = 10;
+    c.recipe.precision_switch_at = at;
+    c.recipe.precision_switch_scope = scope;
+    Trainer t(c, corpus);
+    std::vector<double> out;
+    for (int s = 0; s < 8; ++s) out.push_back(t.step().loss);
+    return out;
+  };
+  const auto never = losses(1.0, SwitchScope::all), all = losses(0.5, SwitchScope::all),
+             forward = losses(0.5, SwitchScope::forward);
+  for (int s = 0; s < 5; ++s) {
+    EXPECT_EQ(all[s], never[s]) << s;
+    EXPECT_EQ(forward[s], never[s]) << s;
+  }
+  // Step 5 is the first switched one: both switches ran its forward in BF16 on the same weights;
+  // their backward passes differ, and so does every later step.
+  EXPECT_NE(forward[5], never[5]);
+  EXPECT_EQ(forward[5], all[5]);
+  for (int s = 6; s < 8; ++s) {
+    EXPECT_NE(forward[s], never[s]) << s;
+    EXPECT_NE(forward[s], all[s]) << s;
+  }
+}
+
 TEST(Trainer, TinyModelOverfitsAPeriodicText) {
   std::string text;
   for (int i = 0; i < 400; ++i) text += "the quick brown fox. ";

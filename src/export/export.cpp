@@ -342,9 +342,11 @@ ExportPlan plan_export(const ExportOptions& opt) {
   for (int l = 0; l < layers; ++l) (p.layer_options[static_cast<size_t>(l)] ? p.nvfp4_layers : p.bf16_layers).push_back(l);
   if (p.quantized_format && p.nvfp4_layers.empty())
     throw UsageError(fmt::format(
-        "--format {}: at step {} no layer of this run multiplies NVFP4 weights (precision_switch_at={} switched every "
-        "GEMM to BF16, or every layer is kept in BF16): export it with --format hf",
-        to_string(opt.format), p.run.state.step, p.run.config.train.recipe.precision_switch_at));
+        "--format {}: at step {} no layer of this run multiplies NVFP4 weights in its forward pass "
+        "(precision_switch_at={} with precision_switch_scope={} switched the forward GEMMs to BF16, or every layer is "
+        "kept in BF16): export it with --format hf",
+        to_string(opt.format), p.run.state.step, p.run.config.train.recipe.precision_switch_at,
+        to_string(p.run.config.train.recipe.precision_switch_scope)));
   return p;
 }
 

@@ -99,6 +99,8 @@ std::string_view to_string(GemmPrecision p) {
   return "?";
 }
 
+std::string_view to_string(SwitchScope s) { return s == SwitchScope::forward ? "forward" : "all"; }
+
 std::string_view to_string(AttentionPrecision a) {
   switch (a) {
     case AttentionPrecision::automatic: return "auto";
@@ -142,6 +144,14 @@ GemmSummation parse_gemm_summation(std::string_view value) {
                    "block) or fp32_products (BF16-decoded operands, FP32 accumulation; AMX-BF16 CPUs)");
 }
 
+SwitchScope parse_switch_scope(std::string_view value) {
+  for (SwitchScope s : {SwitchScope::all, SwitchScope::forward})
+    if (value == to_string(s)) return s;
+  throw UsageError("precision_switch_scope=" + std::string(value) +
+                   " is unknown: use all (every GEMM switches to BF16) or forward (only the forward GEMMs switch; "
+                   "the backward keeps the recipe)");
+}
+
 AttentionPrecision parse_attention(std::string_view value) {
   for (AttentionPrecision a : {AttentionPrecision::automatic, AttentionPrecision::fp32, AttentionPrecision::bf16})
     if (value == to_string(a)) return a;
@@ -152,6 +162,10 @@ AttentionPrecision parse_attention(std::string_view value) {
 std::string boolean_text(bool b) { return b ? "true" : "false"; }
 
 bool always_printed(const RecipeConfig&) { return true; }
+// Only where it means something (or was set to where it does not, which the recipe then refuses).
+bool switch_scope_printed(const RecipeConfig& c) {
+  return c.precision_switch_at < 1.0 || c.precision_switch_scope != SwitchScope::all;
+}
 bool nvfp4_knob_printed(const RecipeConfig& c) { return c.quantization == Quantization::nvfp4 || c.nvfp4_knobs_given; }
 // The two Four Over Six knobs: only with four_over_six on (or set to other than the defaults, which
 // the recipe then refuses).
@@ -184,6 +198,10 @@ constexpr RecipeKey kRecipeKeys[] = {
     {"precision_switch_at", KeyValueKind::real, "fraction of training after which GEMMs run in BF16",
      [](Config& c, Text k, Text v) { c.precision_switch_at = parse_double(k, v); },
      [](const Config& c) { return shortest_decimal(c.precision_switch_at); }, always_printed},
+    {"precision_switch_scope", KeyValueKind::text,
+     "GEMMs precision_switch_at moves to BF16: all, or forward (fprop only; dgrad and wgrad keep the recipe)",
+     [](Config& c, Text, Text v) { c.precision_switch_scope = parse_switch_scope(v); },
+     [](const Config& c) { return std::string(to_string(c.precision_switch_scope)); }, switch_scope_printed},
     {"gemm_summation", KeyValueKind::text,
      "NVFP4/MXFP4/FP8 GEMM sums: auto, block_exact (each 16-block product exact) or fp32_products (AMX-BF16)",
      [](Config& c, Text, Text v) {
@@ -273,7 +291,9 @@ std::string describe(const RecipeConfig& c) {
          " nvfp4.bf16_last_layers=" + layers(c.nvfp4.bf16_last_layers) +
          " gemm_summation=" + std::string(to_string(c.gemm_summation));
   }
-  if (c.precision_switch_at < 1.0) s += " precision_switch_at=" + std::to_string(c.precision_switch_at);
+  if (c.precision_switch_at < 1.0)
+    s += " precision_switch_at=" + shortest_decimal(c.precision_switch_at) +
+         " precision_switch_scope=" + std::string(to_string(c.precision_switch_scope));
   if (c.attention != AttentionPrecision::automatic) s += " attention=" + std::string(to_string(c.attention));
   return s;
 }
@@ -393,6 +413,10 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
   if (config.precision_switch_at < 1.0 && (q == Quantization::none || q == Quantization::bf16))
     throw UsageError("precision_switch_at applies to quantized recipes, not quantization=" +
                      std::string(to_string(q)) + ": drop it or choose fp8/mxfp8/mxfp4/nvfp4");
+  if (config.precision_switch_scope != SwitchScope::all && config.precision_switch_at >= 1.0)
+    throw UsageError("precision_switch_scope=" + std::string(to_string(config.precision_switch_scope)) +
+                     " says which GEMMs precision_switch_at moves to BF16, but precision_switch_at=1 never switches: "
+                     "set precision_switch_at (e.g. 0.8) or drop precision_switch_scope");
   attention_bf16_ = config.attention == AttentionPrecision::bf16 ||
                     (config.attention == AttentionPrecision::automatic && q != Quantization::none);
   if (config.gemm_summation_given && !has_gemm_summation(q))
@@ -412,9 +436,12 @@ LinearRecipe Recipe::for_layer(int layer, double progress) const {
   NIBBLE_CHECK(layer >= 0 && layer < layers_, "Recipe::for_layer(%d) of a %d-layer model", layer, layers_);
   Quantization q = config_.quantization;
   bool quantized = q != Quantization::none && q != Quantization::bf16;
-  if (quantized && progress >= config_.precision_switch_at && config_.precision_switch_at < 1.0) q = Quantization::bf16;
+  const bool switched = quantized && progress >= config_.precision_switch_at && config_.precision_switch_at < 1.0;
+  if (switched && config_.precision_switch_scope == SwitchScope::all) q = Quantization::bf16;
   if (q == Quantization::nvfp4 && (layer < bf16_first_ || layer >= layers_ - bf16_last_)) q = Quantization::bf16;
   LinearRecipe r = operands(q, config_.nvfp4);
+  if (switched && config_.precision_switch_scope == SwitchScope::forward)
+    r.fprop = operands(Quantization::bf16, config_.nvfp4).fprop;
   for (GemmRole role : kGemmRoles) r[role].summation = summation_;
   return r;
 }

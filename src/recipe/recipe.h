@@ -77,11 +77,19 @@ struct Nvfp4Knobs {
 enum class AttentionPrecision : uint8_t { automatic, fp32, bf16 };
 std::string_view to_string(AttentionPrecision a);
 
+// The `precision_switch_scope` key: which GEMMs precision_switch_at moves to BF16. all: fprop,
+// dgrad and wgrad (the paper's switch, section 4.4 of arXiv 2509.25149); forward: fprop only, the
+// backward keeps the recipe (the paper's forward-only variant, which recovers most of the loss gap
+// while gradients stay in NVFP4).
+enum class SwitchScope : uint8_t { all, forward };
+std::string_view to_string(SwitchScope s);
+
 struct RecipeConfig {
   Quantization quantization = Quantization::none;
   Nvfp4Knobs nvfp4;
   // Fraction of training after which every GEMM runs in BF16 (1 = never), paper section 4.
   double precision_switch_at = 1.0;
+  SwitchScope precision_switch_scope = SwitchScope::all;
   GemmSummation gemm_summation = GemmSummation::automatic;
   AttentionPrecision attention = AttentionPrecision::automatic;
   // Set when the user wrote an nvfp4.* key (or gemm_summation), so a recipe other than nvfp4 can refuse it.

@@ -139,8 +139,12 @@ std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int lay
   }
   flush(layers - 1);
   if (recipe.config().precision_switch_at < 1.0)
-    lines.push_back(fmt::format("after {:.0f}% of the steps every GEMM runs in BF16 (precision_switch_at)",
-                                100 * recipe.config().precision_switch_at));
+    lines.push_back(fmt::format("after {:.0f}% of the steps {} (precision_switch_at, precision_switch_scope={})",
+                                100 * recipe.config().precision_switch_at,
+                                recipe.config().precision_switch_scope == SwitchScope::forward
+                                    ? "the forward GEMMs (fprop) run in BF16; dgrad and wgrad keep the recipe"
+                                    : "every GEMM runs in BF16",
+                                to_string(recipe.config().precision_switch_scope)));
   lines.push_back(recipe.attention_bf16()
                       ? "embedding, norms, softmax, LM head and loss: FP32; attention's QK^T and PV: BF16 operands, FP32 sums"
                       : "embedding, norms, attention core, LM head and loss: FP32");
