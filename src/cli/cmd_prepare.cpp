@@ -17,6 +17,7 @@ struct PrepareCliOptions {
   std::string output, field = "text";
   double val_fraction = 0.1;
   uint64_t shard_tokens = 100'000'000;
+  uint64_t batch_mb = 16;
   bool quiet = false;
   std::string tokenizer = "char";
   int64_t vocab_size = 1024;
@@ -51,6 +52,10 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
                   "validation inputs (same kinds as the inputs); then the inputs all train, none is split")
       ->expected(1, -1);
   cmd->add_option("--shard-tokens", o->shard_tokens, "at most this many tokens a shard file")->capture_default_str();
+  cmd->add_option("--batch-mb", o->batch_mb,
+                  "megabytes of text read and encoded at a time: memory is about 6 times this (char) or "
+                  "this plus its tokens (a tokenizer file), besides the largest single document")
+      ->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "no progress line on stderr");
   cmd->add_option("--tokenizer", o->tokenizer,
                   "char (one token per byte), bpe (sentencepiece, trained on the text), or the path of an existing "
@@ -73,6 +78,10 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
     p.val_fraction = o->val_fraction;
     p.field = o->field;
     p.shard_tokens = o->shard_tokens;
+    if (o->batch_mb == 0 || o->batch_mb > 65536)
+      throw UsageError(fmt::format("--batch-mb {} is outside [1, 65536]: give the megabytes of text to encode at a time",
+                                   o->batch_mb));
+    p.batch_bytes = static_cast<size_t>(o->batch_mb) << 20;
     p.progress = !o->quiet;
     p.output_dir = o->output;
     if (o->tokenizer == "char" || o->tokenizer == "bpe")

@@ -163,7 +163,8 @@ std::vector<std::vector<int32_t>> encode_in_parallel(const Tokenizer& tokenizer,
 // first part goes to the training shards and the rest to the validation shards.
 class Spool {
  public:
-  explicit Spool(const fs::path& dir) : path_(dir / kSpoolFile) {
+  // `width`: bytes a token (2 for vocabularies up to 65536, as in the shards).
+  Spool(const fs::path& dir, uint32_t width) : path_(dir / kSpoolFile), width_(width) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) throw UsageError(fmt::format("cannot create {}: {}", path_.string(), std::strerror(errno)));
   }
@@ -175,7 +176,12 @@ class Spool {
   Spool& operator=(const Spool&) = delete;
 
   void append(std::span<const int32_t> tokens) {
-    check(::pwrite(fd_, tokens.data(), tokens.size_bytes(), static_cast<off_t>(count_ * 4)), tokens.size_bytes());
+    const void* data = tokens.data();
+    if (width_ == 2) {
+      narrow_.assign(tokens.begin(), tokens.end());  // ids below 65536: the tokenizer's vocabulary
+      data = narrow_.data();
+    }
+    check(::pwrite(fd_, data, tokens.size() * width_, static_cast<off_t>(count_ * width_)), tokens.size() * width_);
     count_ += tokens.size();
   }
   uint64_t size() const { return count_; }
@@ -184,7 +190,10 @@ class Spool {
     std::vector<int32_t> buffer(size_t{1} << 20);
     for (uint64_t at = begin; at < end;) {
       const size_t n = std::min<uint64_t>(buffer.size(), end - at);
-      check(::pread(fd_, buffer.data(), n * 4, static_cast<off_t>(at * 4)), n * 4);
+      if (width_ == 2) narrow_.resize(n);
+      void* into = width_ == 2 ? static_cast<void*>(narrow_.data()) : buffer.data();
+      check(::pread(fd_, into, n * width_, static_cast<off_t>(at * width_)), n * width_);
+      if (width_ == 2) std::copy(narrow_.begin(), narrow_.end(), buffer.begin());
       series.append(std::span(buffer.data(), n));
       at += n;
     }
@@ -201,8 +210,10 @@ class Spool {
                                    done < 0 ? std::strerror(errno) : "a short transfer (is the disk full?)"));
   }
   fs::path path_;
+  uint32_t width_;
   int fd_ = -1;
   uint64_t count_ = 0;
+  std::vector<uint16_t> narrow_;
 };
 
 // Where each source's tokens go: straight to the train or val shards (with --val), or through the
@@ -212,7 +223,7 @@ class TokenRouter {
   TokenRouter(const fs::path& dir, const PrepareOptions& o, int64_t vocab)
       : train_(dir, "train", vocab, o.shard_tokens), val_(dir, "val", vocab, o.shard_tokens),
         fraction_(o.val_inputs.empty() ? o.val_fraction : 0) {
-    if (fraction_ > 0) spool_ = std::make_unique<Spool>(dir);
+    if (fraction_ > 0) spool_ = std::make_unique<Spool>(dir, vocab <= 65536 ? 2 : 4);
   }
   void append(bool validation, std::span<const int32_t> tokens) {
     if (spool_) spool_->append(tokens);
