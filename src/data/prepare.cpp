@@ -181,7 +181,14 @@ class Spool {
       narrow_.assign(tokens.begin(), tokens.end());  // ids below 65536: the tokenizer's vocabulary
       data = narrow_.data();
     }
-    check(::pwrite(fd_, data, tokens.size() * width_, static_cast<off_t>(count_ * width_)), tokens.size() * width_);
+    // A short write is continued: at a file-size limit the next one fails (EFBIG) or raises SIGXFSZ.
+    const auto* bytes = static_cast<const char*>(data);
+    for (size_t done = 0, n = tokens.size() * width_; done < n;) {
+      const ssize_t w = ::pwrite(fd_, bytes + done, n - done, static_cast<off_t>(count_ * width_ + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail(w);
+      done += static_cast<size_t>(w);
+    }
     count_ += tokens.size();
   }
   uint64_t size() const { return count_; }
@@ -192,7 +199,7 @@ class Spool {
       const size_t n = std::min<uint64_t>(buffer.size(), end - at);
       if (width_ == 2) narrow_.resize(n);
       void* into = width_ == 2 ? static_cast<void*>(narrow_.data()) : buffer.data();
-      check(::pread(fd_, into, n * width_, static_cast<off_t>(at * width_)), n * width_);
+      if (::pread(fd_, into, n * width_, static_cast<off_t>(at * width_)) != static_cast<ssize_t>(n * width_)) fail(-1);
       if (width_ == 2) std::copy(narrow_.begin(), narrow_.end(), buffer.begin());
       series.append(std::span(buffer.data(), n));
       at += n;
@@ -204,10 +211,9 @@ class Spool {
   }
 
  private:
-  void check(ssize_t done, size_t wanted) const {
-    if (done != static_cast<ssize_t>(wanted))
-      throw UsageError(fmt::format("cannot write or read back {}: {}", path_.string(),
-                                   done < 0 ? std::strerror(errno) : "a short transfer (is the disk full?)"));
+  [[noreturn]] void fail(ssize_t result) const {
+    throw UsageError(fmt::format("cannot write or read back {}: {}", path_.string(),
+                                 result < 0 ? std::strerror(errno) : "nothing written (is the disk full?)"));
   }
   fs::path path_;
   uint32_t width_;
