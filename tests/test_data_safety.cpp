@@ -240,10 +240,10 @@ TEST(DataDirectory, FilesChangedAfterPrepareAreRefused) {
   EXPECT_TRUE(contains(r.output, "different `nibble prepare` runs")) << r.output;
   EXPECT_FALSE(fs::exists(work / "new-run"));
   fs::copy_file(work / "run" / "tokenizer.json", d / "tokenizer.json", fs::copy_options::overwrite_existing);
-  fs::copy_file(work / "other" / "val.bin", d / "val.bin", fs::copy_options::overwrite_existing);
-  r = run("eval " + quoted(work / "run") + " --tokens " + quoted(d / "val.bin"));
+  fs::copy_file(work / "other" / "val-00000.bin", d / "val-00000.bin", fs::copy_options::overwrite_existing);
+  r = run("eval " + quoted(work / "run") + " --tokens " + quoted(d / "val-00000.bin"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, (d / "val.bin").string() + ": ")) << r.output;
+  EXPECT_TRUE(contains(r.output, (d / "val-00000.bin").string() + ": ")) << r.output;
 
   ASSERT_EQ(run("prepare " + quoted(work / "corpus.txt") + " -o " + quoted(d) + " --force").exit_code, 0);
   nlohmann::json record = nlohmann::json::parse(std::ifstream(d / "prepare.json"));
@@ -305,7 +305,7 @@ TEST(Readers, DevicesAndPathsOutsideTheRunAreNotRead) {
   // A BPE tokenizer.json whose model is a path, or a model file that is a device.
   const fs::path copy = work / "copy";
   fs::copy(work / "run", copy, fs::copy_options::recursive);
-  for (const std::string model : {"/dev/zero", "../data/train.bin"}) {
+  for (const std::string model : {"/dev/zero", "../data/train-00000.bin"}) {
     std::ofstream(copy / "tokenizer.json") << nlohmann::json{{"type", "bpe"}, {"model", model}, {"vocab_size", 65}}.dump();
     r = run("eval " + quoted(copy));
     EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -512,7 +512,7 @@ TEST_F(TrainCli, RefusedResumeLeavesEveryByteOfTheRunDirectory) {
 }
 
 TEST_F(TrainCli, EvalRefusesATokenFileOfAnotherTokenizerWithTheSameVocabularySize) {
-  const Result r = run("eval " + reference().string() + " --tokens " + (other_data() / "val.bin").string());
+  const Result r = run("eval " + reference().string() + " --tokens " + (other_data() / "val-00000.bin").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "another tokenizer")) << r.output;
   // A run whose tokenizer.json was replaced no longer matches its checkpoints' tokenizer identity.
