@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -322,6 +323,8 @@ TEST(PrepareInputsCli, EveryBadInputIsNamedWithItsLineOrOffsetAndNothingIsWritte
   expect_refused(dir, q(dir / "empty.txt"), {"the input text is empty"});
   write(dir / "blank.jsonl", "\n\n");
   expect_refused(dir, q(dir / "blank.jsonl") + tok, {"the input text is empty"});
+  ASSERT_EQ(::mkfifo((dir / "pipe").c_str(), 0600), 0);
+  expect_refused(dir, q(dir / "pipe"), {"pipe' is a pipe, not a file", "reads the corpus twice"});
   expect_refused(dir, q(dir / "latin1.txt") + " --val-fraction 0", {"--val-fraction 0 leaves no validation data", "--val"});
 }
 

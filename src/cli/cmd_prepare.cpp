@@ -53,8 +53,8 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
       ->expected(1, -1);
   cmd->add_option("--shard-tokens", o->shard_tokens, "at most this many tokens a shard file")->capture_default_str();
   cmd->add_option("--batch-mb", o->batch_mb,
-                  "megabytes of text read and encoded at a time: memory is about 6 times this (char) or "
-                  "this plus its tokens (a tokenizer file), besides the largest single document")
+                  "megabytes of text read and encoded at a time: memory is about 7 times this (char: its text and "
+                  "4-byte ids), besides the largest single document (docs/data-directory.md)")
       ->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "no progress line on stderr");
   cmd->add_option("--tokenizer", o->tokenizer,

@@ -365,7 +365,15 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
   const size_t first_val = sources.size();
   for (auto& v : expand_inputs(options.val_inputs, "--val input")) sources.push_back(std::move(v));
   std::vector<fs::path> paths;
-  for (const auto& s : sources) paths.push_back(s.path);
+  for (const auto& s : sources) {
+    // char and bpe read the corpus twice (to learn the tokenizer, then to encode): a pipe once only.
+    if (options.tokenizer_file.empty() && !s.bytes)
+      throw UsageError(fmt::format("input '{}' is a pipe, not a file: --tokenizer {} reads the corpus twice (to learn "
+                                   "the tokenizer, then to encode it), a pipe only once; give the file itself (.gz and "
+                                   ".zst files are read as they are), or encode with --tokenizer FILE",
+                                   s.path.string(), to_string(options.tokenizer)));
+    paths.push_back(s.path);
+  }
   check_prepare_output(options.output_dir, paths, options.force);
   PrepareResult result;
   Progress progress(options.progress, total_bytes(sources));
