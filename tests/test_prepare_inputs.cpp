@@ -203,6 +203,9 @@ TEST(PrepareInputs, DirectoriesAndGlobPatterns) {
                                  "holds no file prepare reads"));
   EXPECT_TRUE(cli_test::contains(error_of([&] { prepare_dataset(options({in / "*.nothing"}, dir / "o2")); }),
                                  "*.nothing' matches no file"));
+  // A data directory's files are no corpus (nor a run's metrics.jsonl: test_train_cli).
+  EXPECT_TRUE(cli_test::contains(error_of([&] { prepare_dataset(options({dir / "from-dir"}, dir / "o3")); }),
+                                 "from-dir' is the data directory"));
   EXPECT_FALSE(fs::exists(dir / "o1"));
   EXPECT_FALSE(fs::exists(dir / "o2"));
 }

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "data/tokenizer.h"
+#include "io/write_rules.h"
 
 namespace nibble::train {
 
@@ -85,6 +86,12 @@ void expand_one(const fs::path& input, std::string_view role, std::vector<InputS
   std::error_code ec;
   const std::string s = input.string();
   if (fs::is_directory(input, ec)) {
+    // A run's metrics.jsonl or a data directory's files are no corpus.
+    if (const auto owner = io::enclosing_owned_directory(input))
+      throw UsageError(fmt::format("{} '{}' {} the {} {}: its files are nibble's records, not text to train on; give "
+                                   "the directories or files of your corpus",
+                                   role, s, owner->dir == io::resolved_path(input) ? "is" : "lies inside",
+                                   io::to_string(owner->kind), owner->dir.string()));
     const auto files = directory_files(input);
     if (files.empty())
       throw UsageError(fmt::format("{} directory '{}' holds no file prepare reads (*.txt, *.text, *.md, *.jsonl, "
