@@ -49,7 +49,8 @@ CommandRegistration prepare_command("prepare", [](CLI::App& app, int& exit_code)
                   "the last this fraction of each input file's tokens validate (one file: the last tenth, as always)")
       ->capture_default_str();
   cmd->add_option("--val", o->val_inputs,
-                  "validation inputs (same kinds as the inputs); then the inputs all train, none is split")
+                  "validation inputs (same kinds as the inputs; give them after the inputs, as --val takes every "
+                  "argument up to the next option); then the inputs all train, none is split")
       ->expected(1, -1);
   cmd->add_option("--shard-tokens", o->shard_tokens, "at most this many tokens a shard file")->capture_default_str();
   cmd->add_option("--batch-mb", o->batch_mb,

@@ -275,6 +275,7 @@ std::vector<SourceRecord> encode_sources(const PrepareOptions& o, const std::vec
                                          size_t first_val, const Tokenizer& tokenizer, TokenRouter& router,
                                          Progress& progress, PrepareResult& result) {
   progress.phase(o.tokenizer_file.empty() ? "2/2 encoding" : "encoding");
+  uint64_t tokens = 0;  // encoded so far, for the progress line
   const bool documents = piece_mode(o) == PieceMode::documents;
   std::vector<SourceRecord> records;
   std::vector<std::string> batch;
@@ -286,7 +287,7 @@ std::vector<SourceRecord> encode_sources(const PrepareOptions& o, const std::vec
     const auto encoded = encode_in_parallel(tokenizer, batch, documents);
     for (size_t i = 0; i < batch.size(); ++i) {
       router.append(batch_source[i] >= first_val, encoded[i]);
-      result.train_tokens += static_cast<int64_t>(encoded[i].size());  // the total, split below
+      tokens += encoded[i].size();
     }
     batch.clear();
     batch_source.clear();
@@ -300,8 +301,7 @@ std::vector<SourceRecord> encode_sources(const PrepareOptions& o, const std::vec
       batch.push_back(std::move(piece));
       batch_source.push_back(s);
       if (batched >= o.batch_bytes) route(), batched = 0;
-      progress.update(done + reader->consumed(), result.documents + reader->documents(),
-                      static_cast<uint64_t>(result.train_tokens));
+      progress.update(done + reader->consumed(), result.documents + reader->documents(), tokens);
     }
     route();  // the source's last pieces, so that it can be split now
     const auto [train, val] = router.end_source(s >= first_val);
@@ -309,7 +309,7 @@ std::vector<SourceRecord> encode_sources(const PrepareOptions& o, const std::vec
     done += reader->consumed();
     result.documents += reader->documents();
   }
-  progress.update(done, result.documents, static_cast<uint64_t>(result.train_tokens));
+  progress.update(done, result.documents, tokens);
   progress.summary();
   return records;
 }
