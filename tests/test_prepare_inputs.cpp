@@ -353,3 +353,29 @@ TEST(PrepareInputsCli, MemoryStaysBoundedWhateverTheCorpusSize) {
   EXPECT_EQ(record["shards"]["train"].size(), 4u);  // 151 M tokens in shards of 50 M
   fs::remove(dir / "big.txt");
 }
+
+// A run trained on a directory of many shards evaluates, by default, on all its validation shards
+// in order: the loss of the single shard of the same tokens.
+TEST(PrepareInputsCli, TrainAndEvalReadEveryShardInOrder) {
+  const fs::path dir = fresh("train-eval");
+  write(dir / "corpus.txt", shakespeare(60000));
+  ASSERT_EQ(cli_test::run("prepare " + q(dir / "corpus.txt") + " -o " + q(dir / "one") + " --quiet").exit_code, 0);
+  const cli_test::Result p =
+      cli_test::run("prepare " + q(dir / "corpus.txt") + " -o " + q(dir / "many") + " --quiet --shard-tokens 2500");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_TRUE(cli_test::contains(p.output, "train-00000.bin ... train-00021.bin (22 shards), val-00000.bin ... "
+                                           "val-00002.bin (3 shards)"))
+      << p.output;
+  std::ofstream(dir / "tiny.yaml") << "steps: 4\nbatch: 2\nquantization: nvfp4\n"
+                                   << "model:\n  layers: 1\n  heads: 2\n  width: 32\n  context: 32\n"
+                                   << "schedule:\n  warmup_steps: 2\neval:\n  interval: 4\n  batches: 2\ncheckpoint:\n  interval: 4\nthreads: 2\n";
+  const cli_test::Result t = cli_test::run("train " + q(dir / "tiny.yaml") + " data.dir=" + q(dir / "many") +
+                                           " run.dir=" + q(dir / "run"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const cli_test::Result all = cli_test::run("eval " + q(dir / "run") + " --json");
+  const cli_test::Result single = cli_test::run("eval " + q(dir / "run") + " --json --tokens " + q(dir / "one" / "val-00000.bin"));
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const auto loss = [](const std::string& out) { return nlohmann::json::parse(out.substr(out.find('{')))["loss"].dump(); };
+  EXPECT_EQ(loss(all.output), loss(single.output));
+}
