@@ -72,8 +72,9 @@ DEMO_RUN ?= runs/shakespeare-nvfp4
 demo: configure
 	@cmake --build $(BUILD) -j$(JOBS) --target nibble
 	@# prepared once (re-preparing needs --force; a directory an earlier nibble made, without the
-	@# checksums of prepare.json's "files", is rewritten once, to the same bytes)
-	@grep -qs '"files"' data/shakespeare_char/prepare.json || $(BUILD)/nibble prepare data/tinyshakespeare.txt -o data/shakespeare_char --force
+	@# shard list of prepare.json's "shards" (train.bin/val.bin), is rewritten once, to the same tokens
+	@# in train-00000.bin/val-00000.bin)
+	@grep -qs '"shards"' data/shakespeare_char/prepare.json || $(BUILD)/nibble prepare data/tinyshakespeare.txt -o data/shakespeare_char --force
 	@$(BUILD)/nibble train configs/shakespeare.yaml run.dir=$(DEMO_RUN) resume=true
 	@echo "--- a sample from $(DEMO_RUN):"
 	@$(BUILD)/nibble generate $(DEMO_RUN) --prompt "ROMEO:" --max-tokens 300 --seed 1

@@ -5,6 +5,7 @@ here with `tokenizers`; tiktoken gets the same vocabulary as ranks and the same 
     bench/tokenizer_throughput.py NIBBLE_BINARY WORK_DIR [MB] [THREADS] [VOCAB] [DOCUMENT_KB]
 Run in a venv with tokenizers and tiktoken (ctest's BUILD/tokenizer_venv has them)."""
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -73,8 +74,9 @@ t = time.perf_counter()
 subprocess.run([nibble, "prepare", *inputs, "-o", out, "--tokenizer", path, "--threads", str(threads)], check=True,
                stdout=subprocess.DEVNULL)
 nibble_s = time.perf_counter() - t
-nibble_tokens = (os.path.getsize(os.path.join(out, "train.bin")) + os.path.getsize(os.path.join(out, "val.bin"))
-                 - 64) // 2 - len(docs)  # 2-byte tokens, less one end-of-text per document
+with open(os.path.join(out, "prepare.json")) as f:
+    record = json.load(f)
+nibble_tokens = record["train_tokens"] + record["val_tokens"] - len(docs)  # less one end-of-text per document
 
 t = time.perf_counter()
 hf = tok.encode_batch(docs)

@@ -11,6 +11,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libyaml-cpp-dev libsentencepiece-dev libpcre2-dev libicu-dev libcairo2-dev libxxhash-dev
+  zlib1g-dev libzstd-dev
   libopenmpi-dev openmpi-bin openssh-client
   clang libclang-rt-14-dev
   python3-numpy python3-torch python3-venv

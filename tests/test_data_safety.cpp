@@ -115,15 +115,18 @@ TEST(PrepareOutput, ARefusedPrepareCreatesNothing) {
   write_text(work / "a.txt", shakespeare(5000));
   fs::create_directories(work / "texts");
   write_text(work / "texts" / "b.txt", "more text\n");
-  fs::create_directory_symlink(work / "texts", work / "texts-link");
+  fs::create_directories(work / "nothing");
+  write_text(work / "nothing" / "notes.bin", "no text file prepare reads");
+  fs::create_directory_symlink(work / "nothing", work / "nothing-link");
   const auto texts = snapshot(work / "texts");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"prepare " + quoted(work / "missing.txt") + " -o " + quoted(work / "out" / "new"), "missing.txt"},
-      {"prepare " + quoted(work / "a.txt") + " " + quoted(work / "texts") + " -o " + quoted(work / "out" / "new"),
-       "is a directory: `nibble prepare` takes text files"},
-      {"prepare " + quoted(work / "a.txt") + " " + quoted(work / "texts") + "/ -o " + quoted(work / "out" / "new"),
-       "is a directory"},
-      {"prepare " + quoted(work / "texts-link") + " -o " + quoted(work / "out" / "new"), "is a directory"},
+      {"prepare " + quoted(work / "a.txt") + " " + quoted(work / "nothing") + " -o " + quoted(work / "out" / "new"),
+       "nothing' holds no file prepare reads"},
+      {"prepare " + quoted(work / "a.txt") + " " + quoted(work / "nothing") + "/ -o " + quoted(work / "out" / "new"),
+       "holds no file prepare reads"},
+      {"prepare " + quoted(work / "nothing-link") + " -o " + quoted(work / "out" / "new"), "holds no file prepare reads"},
+      {"prepare " + quoted(work / "a.txt") + " --val-fraction 1 -o " + quoted(work / "out" / "new"), "no training data"},
       {"prepare /dev/zero -o " + quoted(work / "out" / "new"), "'/dev/zero' is a device"},
       {"prepare " + quoted(work / "a.txt") + " --tokenizer bpe --vocab-size 100 -o " + quoted(work / "out" / "new"),
        "--vocab-size"},
@@ -179,6 +182,8 @@ TEST(PrepareOutput, OnlyAKilledPreparesOwnTemporariesAreRemoved) {
     write_text(work / name / file, "partial");
   };
   staged("data.tmp." + dead, "train.bin.tmp." + dead);  // a killed prepare's: removed
+  write_text(work / ("data.tmp." + dead) / "train-00003.bin", "partial");   // with its shards
+  write_text(work / ("data.tmp." + dead) / "source-tokens.spool", "partial");  // and spool
   staged("data.old.tmp." + dead, "val.bin");             // a killed replacement's old copy: removed
   staged("data.tmp." + alive, "train.bin");              // a live process's: kept
   staged("data.tmp.1" + dead, "notes.txt");              // holds a file prepare never writes: kept
@@ -202,7 +207,7 @@ TEST(PrepareOutput, OutputsInARunOrOverAnInputAreRefused) {
       {"prepare " + corpus + " -o " + quoted(run_dir), "is the run directory " + run_dir.string()},
       {"prepare " + corpus + " -o " + quoted(run_dir) + " --force", "is the run directory"},
       {"prepare " + corpus + " -o " + quoted(run_dir / "data"), "lies inside the run directory " + run_dir.string()},
-      {"prepare " + quoted(d / "train.bin") + " -o " + quoted(d) + " --force", "the output holds the input"},
+      {"prepare " + quoted(d / "train-00000.bin") + " -o " + quoted(d) + " --force", "the output holds the input"},
       {"prepare " + quoted(d / "tokenizer.json") + " -o " + quoted(d) + " --force", "the output holds the input"},
       {"prepare " + corpus + " -o " + quoted(d / "sub"), "lies inside the data directory " + d.string()},
   };
@@ -235,10 +240,10 @@ TEST(DataDirectory, FilesChangedAfterPrepareAreRefused) {
   EXPECT_TRUE(contains(r.output, "different `nibble prepare` runs")) << r.output;
   EXPECT_FALSE(fs::exists(work / "new-run"));
   fs::copy_file(work / "run" / "tokenizer.json", d / "tokenizer.json", fs::copy_options::overwrite_existing);
-  fs::copy_file(work / "other" / "val.bin", d / "val.bin", fs::copy_options::overwrite_existing);
-  r = run("eval " + quoted(work / "run") + " --tokens " + quoted(d / "val.bin"));
+  fs::copy_file(work / "other" / "val-00000.bin", d / "val-00000.bin", fs::copy_options::overwrite_existing);
+  r = run("eval " + quoted(work / "run") + " --tokens " + quoted(d / "val-00000.bin"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, (d / "val.bin").string() + ": ")) << r.output;
+  EXPECT_TRUE(contains(r.output, (d / "val-00000.bin").string() + ": ")) << r.output;
 
   ASSERT_EQ(run("prepare " + quoted(work / "corpus.txt") + " -o " + quoted(d) + " --force").exit_code, 0);
   nlohmann::json record = nlohmann::json::parse(std::ifstream(d / "prepare.json"));
@@ -300,7 +305,7 @@ TEST(Readers, DevicesAndPathsOutsideTheRunAreNotRead) {
   // A BPE tokenizer.json whose model is a path, or a model file that is a device.
   const fs::path copy = work / "copy";
   fs::copy(work / "run", copy, fs::copy_options::recursive);
-  for (const std::string model : {"/dev/zero", "../data/train.bin"}) {
+  for (const std::string model : {"/dev/zero", "../data/train-00000.bin"}) {
     std::ofstream(copy / "tokenizer.json") << nlohmann::json{{"type", "bpe"}, {"model", model}, {"vocab_size", 65}}.dump();
     r = run("eval " + quoted(copy));
     EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -117,7 +117,7 @@ TEST_F(OutputSafety, OutputsInsideARunOrDataDirectoryAreRefused) {
   ASSERT_FALSE(checkpoints.empty());
   const fs::path weights = checkpoints.back() / "model.safetensors";
   const auto weights_before = file_bytes(weights), config_before = file_bytes(run_dir() / "config.yaml");
-  for (const fs::path& out : {weights, run_dir() / "config.yaml", run_dir() / "loss.png", data() / "train.bin",
+  for (const fs::path& out : {weights, run_dir() / "config.yaml", run_dir() / "loss.png", data() / "train-00000.bin",
                               data() / "new.npy"}) {
     for (const std::string& command : writing_to(out)) {
       const Result r = run(command);

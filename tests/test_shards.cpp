@@ -80,7 +80,7 @@ TEST(Shards, PrepareWritesANinetyTenSplitTheTrainerReadsBack) {
   EXPECT_EQ(split_tokens(d.corpus()).train, d.train.to_vector());
 
   // Shards from different prepare runs do not mix.
-  write_token_shard(o.output_dir / "val.bin", std::vector<int32_t>{1, 2, 3}, 99);
+  write_token_shard(o.output_dir / "val-00000.bin", std::vector<int32_t>{1, 2, 3}, 99);
   EXPECT_NE(error_of([&] { load_dataset(o.output_dir); }).find("different `nibble prepare` runs"), std::string::npos);
   EXPECT_NE(error_of([&] { load_dataset(dir / "missing"); }).find("nibble prepare"), std::string::npos);
   o.inputs = {dir / "nope.txt"};
@@ -98,30 +98,34 @@ TEST(Shards, EveryFileIsCheckedAgainstPrepareJson) {
   prepare_dataset(o);
   const fs::path d = o.output_dir;
   const std::string record = read_text_file((d / "prepare.json").string());
-  EXPECT_NE(record.find("\"train.bin\""), std::string::npos) << record;
+  EXPECT_NE(record.find("\"train-00000.bin\""), std::string::npos) << record;
   EXPECT_NE(record.find("xxh3-64:"), std::string::npos) << record;
   EXPECT_EQ(load_dataset(d).train.size(), 4500u);
 
-  const std::string shard = read_text_file((d / "val.bin").string());
+  const std::string shard = read_text_file((d / "val-00000.bin").string());
   std::string changed = shard;
   char& last_token = changed[changed.size() - 2];  // its low byte: still a token of the vocabulary
   last_token = static_cast<char>(last_token == 1 ? 2 : 1);
-  std::ofstream(d / "val.bin", std::ios::binary) << changed;
-  EXPECT_NE(error_of([&] { load_dataset(d); }).find("val.bin: 1032 bytes with checksum"), std::string::npos)
+  std::ofstream(d / "val-00000.bin", std::ios::binary) << changed;
+  EXPECT_NE(error_of([&] { load_dataset(d); }).find("val-00000.bin: 1032 bytes with checksum"), std::string::npos)
       << error_of([&] { load_dataset(d); });
-  EXPECT_NE(error_of([&] { read_token_shard(d / "val.bin"); }).find("prepare.json records 1032 bytes"), std::string::npos);
-  std::ofstream(d / "val.bin", std::ios::binary) << shard;
+  EXPECT_NE(error_of([&] { read_token_shard(d / "val-00000.bin"); }).find("prepare.json records 1032 bytes"), std::string::npos);
+  std::ofstream(d / "val-00000.bin", std::ios::binary) << shard;
   std::ofstream(d / "tokenizer.model") << "a file prepare did not write";
   EXPECT_NE(error_of([&] { load_dataset(d); }).find("prepare.json does not list this file"), std::string::npos);
   fs::remove(d / "tokenizer.model");
-  fs::remove(d / "train.bin");
+  fs::remove(d / "train-00000.bin");
   EXPECT_NE(error_of([&] { load_dataset(d); }).find("missing, though prepare.json lists it"), std::string::npos);
 
-  // An earlier nibble's record: no "files".
+  // An earlier nibble's directory: train.bin and val.bin, a record without "files" or "shards".
   prepare_dataset([&] { PrepareOptions f = o; f.force = true; return f; }());
+  fs::rename(d / "train-00000.bin", d / "train.bin");
+  fs::remove(d / "val-00000.bin");
   std::ofstream(d / "prepare.json") << "{\"tokenizer\": \"char\", \"vocab_size\": 60}\n";
   std::ofstream(d / "val.bin", std::ios::binary) << changed;
   EXPECT_EQ(load_dataset(d).val.to_vector().back(), static_cast<int32_t>(changed[changed.size() - 2]));
+  EXPECT_EQ(load_dataset(d).train.size(), 4500u);
+  EXPECT_EQ(list_token_files(DataSpec{.dir = d}).val, std::vector<fs::path>{d / "val.bin"});
   std::ofstream(d / "prepare.json") << "{\"files\": {\"../../etc/passwd\": {\"bytes\": 1, \"checksum\": \"x\"}}}\n";
   EXPECT_NE(error_of([&] { load_dataset(d); }).find("its \"files\" record is damaged"), std::string::npos);
   EXPECT_NE(error_of([&] { read_token_shard("/dev/zero"); }).find("/dev/zero is a device, not a token shard"),

@@ -512,7 +512,7 @@ TEST_F(TrainCli, RefusedResumeLeavesEveryByteOfTheRunDirectory) {
 }
 
 TEST_F(TrainCli, EvalRefusesATokenFileOfAnotherTokenizerWithTheSameVocabularySize) {
-  const Result r = run("eval " + reference().string() + " --tokens " + (other_data() / "val.bin").string());
+  const Result r = run("eval " + reference().string() + " --tokens " + (other_data() / "val-00000.bin").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "another tokenizer")) << r.output;
   // A run whose tokenizer.json was replaced no longer matches its checkpoints' tokenizer identity.
@@ -725,7 +725,7 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
       {train(work_dir() / "kv", "model.kv_heads=3"), "model.kv_heads=3 must divide model.heads=2"},
       {train(work_dir() / "data-file", "data.dir=" + npy.string()), "is a file, not a directory"},
       {"prepare " + run_copy.string() + " -o " + (work_dir() / "prepared").string(),
-       "'" + run_copy.string() + "' is a directory: `nibble prepare` takes text files"},
+       "input '" + run_copy.string() + "' is the run directory"},
       {"generate " + run_copy.string() + " --top-k -5", "--top-k -5"},
       {"eval " + run_copy.string() + " --max-windows -3", "--max-windows -3"},
       {"quantize " + npy.string() + " -o " + (work_dir() / "y.st").string() + " --format nvfp4 --rounding sr --seed -1", "-1"},

@@ -21,12 +21,9 @@ struct EvalOptions {
   bool json = false;
 };
 
-// A `nibble prepare` shard (the run's data.dir/val.bin unless --tokens names one), memory-mapped,
-// checked to be of the run's tokenizer.
-train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::string& tokens, std::string& label) {
-  const std::filesystem::path tokens_path =
-      tokens.empty() ? std::filesystem::path(run.config.data_dir) / train::kValShardFile : std::filesystem::path(tokens);
-  label = tokens_path.string();
+// A `nibble prepare` shard (--tokens), memory-mapped, checked to be of the run's tokenizer.
+train::TokenStream prepared_shard(const train::LoadedRun& run, const std::filesystem::path& tokens_path) {
+  const std::string label = tokens_path.string();
   auto shard = train::open_token_file(tokens_path, train::TokenFormat::nibble, 0);
   if (shard.vocab_size != run.tokenizer->vocab_size())
     throw UsageError(fmt::format("{} was written for a vocabulary of {} ids, the run's tokenizer has {}: use a token "
@@ -44,8 +41,24 @@ train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::strin
   return shard.tokens;
 }
 
+// --tokens FILE, else the run's data.dir validation shards in order (val-00000.bin ..., or an
+// earlier nibble's val.bin).
+train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::string& tokens, std::string& label) {
+  if (!tokens.empty()) {
+    label = tokens;
+    return prepared_shard(run, tokens);
+  }
+  const std::filesystem::path dir(run.config.data_dir);
+  const auto files = train::prepared_shards(dir).val;
+  train::TokenStream all;
+  for (const auto& f : files) all.append(prepared_shard(run, dir / f.file));
+  label = files.size() == 1 ? (dir / files[0].file).string()
+                            : fmt::format("{} validation shards ({} ...)", files.size(), (dir / files[0].file).string());
+  return all;
+}
+
 // The tokens to evaluate on: --tokens (in the run's data.format), else the run's validation files
-// (data.dir/val.bin, or the llm.c/nanoGPT val files its data.* keys name), memory-mapped.
+// (data.dir's val-*.bin, or the llm.c/nanoGPT val files its data.* keys name), memory-mapped.
 train::TokenStream evaluation_tokens(const train::LoadedRun& run, const std::string& tokens, std::string& label) {
   if (run.config.data_format == train::TokenFormat::nibble) return prepared_tokens(run, tokens, label);
   const int64_t vocab = run.config.train.model.vocab;
@@ -64,7 +77,7 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
   auto o = std::make_shared<EvalOptions>();
   CLI::App* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a trained run on a token file");
   cmd->add_option("run", o->run, "run directory (written by nibble train)")->required();
-  cmd->add_option("--tokens", o->tokens, "token shard to evaluate on (default: the run's data.dir/val.bin)");
+  cmd->add_option("--tokens", o->tokens, "token shard to evaluate on (default: the run's validation shards, data.dir/val-*.bin)");
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint of the run, by name (step_00000100) or path (default: the newest)")
       ->check(checkpoint_name());
   cmd->add_option("--device", o->device, "cpu, or cuda (one NVIDIA GPU), whichever trained the run")

@@ -32,7 +32,17 @@ constexpr std::string_view kDataFiles[] = {kTrainShardFile, kValShardFile,      
                                            kSentencePieceFile, kTiktokenFile, kNibbleTokenizerFile};
 
 bool is_data_file(std::string_view name) {
-  return std::find(std::begin(kDataFiles), std::end(kDataFiles), name) != std::end(kDataFiles);
+  return std::find(std::begin(kDataFiles), std::end(kDataFiles), name) != std::end(kDataFiles) || is_shard_name(name);
+}
+
+// The data files in DIR (regular or not: a symlink in place of a shard must be reported too).
+std::vector<std::string> data_files_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (is_data_file(it->path().filename().string())) names.push_back(it->path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::string redo_advice(const fs::path& dir) {
@@ -97,6 +107,7 @@ std::string foreign_entry(const fs::path& dir) {
     const std::string name = it->path().filename().string();
     bool ours = false;
     for (std::string_view known : kDataFiles) ours |= name == known || io::is_temporary_name(name, known);
+    ours |= is_shard_name(name) || name == kSpoolFile;
     ours |= name == kPrepareFile || io::is_temporary_name(name, kPrepareFile);
     std::error_code type_error;
     if (!ours || it->is_symlink(type_error) || !it->is_regular_file(type_error)) return name;
@@ -145,24 +156,26 @@ bool check_data_directory(const fs::path& dir) {
                dir.string(), dir.string());
     return false;
   }
-  for (std::string_view name : kDataFiles) {
+  for (const std::string& name : data_files_in(dir))
+    if (!files->contains(name)) throw UsageError(unlisted_message(dir, name));
+  for (auto it = files->begin(); it != files->end(); ++it) {
     std::error_code ec;
-    const bool present = fs::exists(fs::symlink_status(dir / name, ec));
-    if (present && !files->contains(std::string(name))) throw UsageError(unlisted_message(dir, name));
-    if (!present && files->contains(std::string(name)))
+    if (!fs::exists(fs::symlink_status(dir / it.key(), ec)))
       throw UsageError(fmt::format("{}: missing, though prepare.json lists it: the data directory lost a file; {}",
-                                   (dir / name).string(), redo_advice(dir)));
+                                   (dir / it.key()).string(), redo_advice(dir)));
   }
   return true;
 }
 
 void write_prepare_record(const fs::path& dir, json record) {
   json files = json::object();
-  for (std::string_view name : kDataFiles) {
+  for (const std::string& name : data_files_in(dir)) {
     std::error_code ec;
     if (!fs::is_regular_file(dir / name, ec)) continue;
-    const auto bytes = io::read_regular_file(dir / name, "a data file");
-    files[std::string(name)] = {{"bytes", bytes.size()}, {"checksum", io::content_hash(bytes)}};
+    // Hashed in pieces: a shard of gigabytes is never read into memory whole.
+    const auto hash = io::file_content_hash(dir / name);
+    if (!hash) throw UsageError(fmt::format("cannot read {} back to checksum it", (dir / name).string()));
+    files[name] = {{"bytes", fs::file_size(dir / name)}, {"checksum", *hash}};
   }
   record[kManifestKey] = std::move(files);
   const std::string text = record.dump(2) + "\n";

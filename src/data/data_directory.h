@@ -1,4 +1,5 @@
-// A data directory as `nibble prepare` writes it, whole or not at all: train.bin, val.bin,
+// A data directory as `nibble prepare` writes it, whole or not at all: train-00000.bin ...,
+// val-00000.bin ... (an earlier nibble wrote train.bin, val.bin),
 // the tokenizer's files (tokenizer.json, + tokenizer.model for BPE; nibble_tokenizer.json with
 // tokenizer.model or tokenizer.tiktoken for a given one) and, written last, prepare.json, whose "files" manifest
 // records every other file's size and XXH3 checksum.
@@ -27,6 +28,9 @@
 namespace nibble::train {
 
 inline constexpr const char* kPrepareFile = "prepare.json";
+// The tokens of the source being split into train and validation, spooled while prepare works
+// (removed before the directory is complete; a killed prepare's is removed with its staging).
+inline constexpr const char* kSpoolFile = "source-tokens.spool";
 
 // The bytes of DIR/NAME (a regular file only), checked against DIR/prepare.json's record of NAME
 // when the directory has a manifest. UsageError naming the file and the fix when it is missing, was

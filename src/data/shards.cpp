@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -9,6 +13,7 @@
 
 #include "common/error.h"
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 #include "data/data.h"
 #include "data/data_directory.h"
 
@@ -91,7 +96,145 @@ TokenShard read_token_shard(const std::filesystem::path& path) {
   return parse_token_shard(read_data_file(dir, path.filename().string(), "a token shard"), path.string());
 }
 
+std::string shard_name(std::string_view prefix, uint64_t index) { return fmt::format("{}-{:05d}.bin", prefix, index); }
+
+bool is_shard_name(std::string_view name) {
+  for (std::string_view prefix : {"train-", "val-"}) {
+    if (!name.starts_with(prefix) || !name.ends_with(".bin")) continue;
+    const std::string_view digits = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+    return digits.size() >= 5 && digits.find_first_not_of("0123456789") == std::string_view::npos;
+  }
+  return false;
+}
+
+ShardSeries::ShardSeries(std::filesystem::path dir, std::string prefix, int64_t vocab_size, uint64_t shard_tokens)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), vocab_(vocab_size), width_(bytes_per_token(vocab_size)),
+      limit_(shard_tokens) {
+  if (shard_tokens == 0) throw UsageError("--shard-tokens 0: a shard holds at least one token");
+}
+
+ShardSeries::~ShardSeries() {
+  if (fd_ >= 0) ::close(fd_);  // an abandoned series: its staging directory is removed with it
+}
+
+void ShardSeries::open_next() {
+  shards_.push_back({shard_name(prefix_, shards_.size()), 0});
+  const std::filesystem::path path = dir_ / shards_.back().file;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw UsageError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+  // The header's count is 0 until close_current fills it in.
+  pending_ = serialize_token_shard({}, vocab_);
+}
+
+void ShardSeries::flush() {
+  for (size_t done = 0; done < pending_.size();) {
+    const ssize_t n = ::write(fd_, pending_.data() + done, pending_.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw UsageError(fmt::format("cannot write {}: {}", (dir_ / shards_.back().file).string(), std::strerror(errno)));
+    done += static_cast<size_t>(n);
+  }
+  pending_.clear();
+}
+
+void ShardSeries::close_current() {
+  flush();
+  uint8_t count[8];
+  for (int i = 0; i < 8; ++i) count[i] = static_cast<uint8_t>(shards_.back().tokens >> (8 * i));
+  const std::string path = (dir_ / shards_.back().file).string();
+  if (::pwrite(fd_, count, 8, 24) != 8 || ::fsync(fd_) != 0)
+    throw UsageError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  ::close(fd_);
+  fd_ = -1;
+}
+
+void ShardSeries::append(std::span<const int32_t> tokens) {
+  for (size_t i = 0; i < tokens.size();) {
+    if (fd_ < 0) open_next();
+    const size_t take = std::min<uint64_t>(tokens.size() - i, limit_ - shards_.back().tokens);
+    for (size_t k = i; k < i + take; ++k) {
+      const int32_t t = tokens[k];
+      if (t < 0 || t >= vocab_)
+        throw UsageError(fmt::format("token {} is outside the vocabulary [0, {})", t, vocab_));
+      for (uint32_t b = 0; b < width_; ++b) pending_.push_back(static_cast<uint8_t>(static_cast<uint32_t>(t) >> (8 * b)));
+    }
+    shards_.back().tokens += take;
+    total_ += take;
+    i += take;
+    if (pending_.size() >= (size_t{1} << 20)) flush();
+    if (shards_.back().tokens == limit_) close_current();
+  }
+}
+
+void ShardSeries::finish() {
+  if (fd_ >= 0) close_current();
+}
+
 namespace {
+
+// prepare.json's "shards" lists: each entry a shard's name (never a path) and token count.
+std::vector<ShardSeries::Shard> listed_shards(const nlohmann::json& list, const std::filesystem::path& record) {
+  std::vector<ShardSeries::Shard> shards;
+  bool ok = list.is_array() && !list.empty();
+  for (size_t i = 0; ok && i < list.size(); ++i) {
+    const auto& e = list[i];
+    ok = e.is_object() && e.contains("file") && e["file"].is_string() && is_shard_name(e["file"].get<std::string>()) &&
+         e.contains("tokens") && e["tokens"].is_number_unsigned();
+    if (ok) shards.push_back({e["file"].get<std::string>(), e["tokens"].get<uint64_t>()});
+  }
+  if (!ok)
+    throw UsageError(fmt::format("{}: its \"shards\" record is damaged (lists of {{\"file\": \"train-00000.bin\", "
+                                 "\"tokens\": N}}); prepare the directory again with `nibble prepare ... --force`",
+                                 record.string()));
+  return shards;
+}
+
+}  // namespace
+
+PreparedShards prepared_shards(const std::filesystem::path& data_dir) {
+  const std::filesystem::path record = data_dir / kPrepareFile;
+  PreparedShards p;
+  std::error_code ec;
+  if (std::filesystem::exists(record, ec)) {
+    const auto bytes = io::read_regular_file(record, "a prepare.json record");
+    const auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("shards")) {
+      const auto& s = j["shards"];
+      if (!s.is_object() || !s.contains("train") || !s.contains("val"))
+        throw UsageError(fmt::format("{}: its \"shards\" record lacks the train or val list; prepare the directory "
+                                     "again with `nibble prepare ... --force`",
+                                     record.string()));
+      p.train = listed_shards(s["train"], record);
+      p.val = listed_shards(s["val"], record);
+      p.listed = true;
+      return p;
+    }
+  }
+  p.train = {{kTrainShardFile, 0}};
+  p.val = {{kValShardFile, 0}};
+  return p;
+}
+
+namespace {
+
+// The shards of one list, in order, as one stream; each of the tokenizer's vocabulary and, when
+// prepare.json lists it, of the count listed.
+TokenStream open_shards(const std::filesystem::path& dir, const std::vector<ShardSeries::Shard>& shards, bool listed,
+                        int64_t vocab) {
+  TokenStream stream;
+  for (const auto& s : shards) {
+    TokenFile f = open_token_file(dir / s.file, TokenFormat::nibble, 0);
+    if (f.vocab_size != vocab)
+      throw UsageError(fmt::format("{}: the shard's vocabulary ({}) differs from the tokenizer's {}: the files come "
+                                   "from different `nibble prepare` runs; prepare the directory again",
+                                   (dir / s.file).string(), f.vocab_size, vocab));
+    if (listed && f.tokens.size() != s.tokens)
+      throw UsageError(fmt::format("{}: holds {} tokens, prepare.json lists {}: prepare the directory again",
+                                   (dir / s.file).string(), f.tokens.size(), s.tokens));
+    stream.append(f.tokens);
+  }
+  return stream;
+}
 
 Dataset load_prepared(const DataSpec& spec) {
   const std::filesystem::path& data_dir = spec.dir;
@@ -118,17 +261,13 @@ Dataset load_prepared(const DataSpec& spec) {
     throw UsageError(fmt::format("{}={} differs from the vocabulary of {}'s tokenizer ({}): leave {} out (0) for a "
                                  "prepared directory, whose tokenizer sets it",
                                  spec.vocab_key, spec.vocab, data_dir.string(), d.vocab_size, spec.vocab_key));
-  TokenFile train = open_token_file(data_dir / kTrainShardFile, TokenFormat::nibble, 0),
-            val = open_token_file(data_dir / kValShardFile, TokenFormat::nibble, 0);
-  if (train.vocab_size != d.vocab_size || val.vocab_size != d.vocab_size)
-    throw UsageError(fmt::format("{}: the shards' vocabularies ({} and {}) differ from the tokenizer's {}: the files come "
-                                 "from different `nibble prepare` runs; prepare the directory again",
-                                 data_dir.string(), train.vocab_size, val.vocab_size, d.vocab_size));
-  d.train = std::move(train.tokens);
-  d.val = std::move(val.tokens);
-  // The Trainer splits its corpus 90/10; the shards must be that split for train and val to stay apart.
+  const PreparedShards shards = prepared_shards(data_dir);
+  d.train = open_shards(data_dir, shards.train, shards.listed, d.vocab_size);
+  d.val = open_shards(data_dir, shards.val, shards.listed, d.vocab_size);
+  // An earlier nibble's train.bin/val.bin are the 90/10 split of one corpus: another split means
+  // the two come from different prepares.
   const uint64_t total = d.train.size() + d.val.size();
-  if (static_cast<uint64_t>(static_cast<double>(total) * 0.9) != d.train.size())
+  if (!shards.listed && static_cast<uint64_t>(static_cast<double>(total) * 0.9) != d.train.size())
     throw UsageError(fmt::format("{}: train.bin has {} and val.bin {} tokens, not the 90/10 split nibble trains on; "
                                  "prepare the directory with `nibble prepare`",
                                  data_dir.string(), d.train.size(), d.val.size()));

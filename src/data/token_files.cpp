@@ -270,8 +270,13 @@ std::vector<fs::path> llmc_files(const fs::path& dir, std::string_view role) {
 }  // namespace
 
 TokenFileLists list_token_files(const DataSpec& spec) {
-  if (spec.format == TokenFormat::nibble)
-    return {{spec.dir / kTrainShardFile}, {spec.dir / kValShardFile}};
+  if (spec.format == TokenFormat::nibble) {
+    const PreparedShards shards = prepared_shards(spec.dir);
+    TokenFileLists lists;
+    for (const auto& s : shards.train) lists.train.push_back(spec.dir / s.file);
+    for (const auto& s : shards.val) lists.val.push_back(spec.dir / s.file);
+    return lists;
+  }
   if (!spec.dir.empty() && !fs::is_directory(spec.dir))
     throw UsageError(fmt::format("data.dir '{}' is not a directory", spec.dir.string()));
   TokenFileLists lists;

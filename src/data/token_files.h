@@ -55,7 +55,8 @@ struct TokenFile {
 TokenFile open_token_file(const std::filesystem::path& path, TokenFormat format, int64_t vocab,
                           std::string_view vocab_key = "vocab");
 
-// Where a run's tokens are. For nibble, `dir` is a prepared data directory. For llmc, `dir` holds
+// Where a run's tokens are. For nibble, `dir` is a prepared data directory (its shards in the
+// order prepare.json lists them). For llmc, `dir` holds
 // llm.c's shards: train = the files named *train*.bin, val = *val*.bin, in name order. For nanogpt,
 // `dir` holds train.bin and val.bin. Globs (`train_files`, `val_files`: glob(3) patterns, several
 // separated by commas, relative to `dir` when it is set) replace the directory's listing for

@@ -37,7 +37,7 @@ std::optional<OwnedDirectory> enclosing_owned_directory(const std::filesystem::p
 void refuse_output_in_owned_directory(const std::filesystem::path& output, std::string_view command, int depth = 3);
 
 // Throws UsageError when `output` is one of `inputs` (the same file, through any link), lies inside
-// an input directory, or is a directory that holds an input (`prepare D/train.bin -o D`).
+// an input directory, or is a directory that holds an input (`prepare D/train-00000.bin -o D`).
 void refuse_output_overlapping_inputs(const std::filesystem::path& output,
                                       std::span<const std::filesystem::path> inputs, std::string_view command);
 

@@ -272,7 +272,7 @@ for name, exp in [("mo", "fp32"), ("ct", "fp32"), ("mo_bf16", "bf16")]:
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, CompressedTensorsConfig
 
-with open(os.path.join(data, "val.bin"), "rb") as f:
+with open(os.path.join(data, "val-00000.bin"), "rb") as f:
     raw = f.read()
 magic, version, width, vocab, count = struct.unpack("<8sIIQQ", raw[:32])
 val = np.frombuffer(raw[32:], dtype=np.uint16 if width == 2 else np.uint32).astype(np.int64)
@@ -336,14 +336,15 @@ def read_shard(path):
 
 
 # A sentencepiece BPE run: transformers' LlamaTokenizer on the exported tokenizer.model must give
-# the ids `nibble prepare` wrote for the whole corpus (train.bin then val.bin).
+# the ids `nibble prepare` wrote for the whole corpus (its one input: train-00000.bin then val-00000.bin).
 bpe_data, bpe_run = os.path.join(WORK, "bpe-data"), os.path.join(WORK, "bpe-run")
 nibble("prepare", os.path.join(WORK, "corpus.txt"), "-o", bpe_data, "--tokenizer", "bpe", "--vocab-size", "400")
 nibble("train", os.path.join(WORK, "tiny.yaml"), f"run.dir={bpe_run}", f"data.dir={bpe_data}", "steps=4")
 nibble("export", bpe_run, "--format", "hf", "-o", os.path.join(WORK, "bpe-hf"))
 bpe_tok = AutoTokenizer.from_pretrained(os.path.join(WORK, "bpe-hf"))
 bpe_ids = np.array(bpe_tok(corpus)["input_ids"])
-want = np.concatenate([read_shard(os.path.join(bpe_data, "train.bin")), read_shard(os.path.join(bpe_data, "val.bin"))])
+want = np.concatenate([read_shard(os.path.join(bpe_data, "train-00000.bin")),
+                       read_shard(os.path.join(bpe_data, "val-00000.bin"))])
 check(bpe_ids.shape == want.shape and np.array_equal(bpe_ids, want) and bpe_tok.decode(bpe_ids[:500].tolist()) ==
       bpe_tok.decode(want[:500].tolist()),
       f"AutoTokenizer ({type(bpe_tok).__name__}) on the BPE export: {len(bpe_ids)} ids, nibble prepare wrote "

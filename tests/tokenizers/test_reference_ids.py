@@ -130,9 +130,27 @@ def prepare(nibble, work, name, tokenizer_path, docs, extra=()):
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("FAIL: nibble prepare with %s exited %d: %s%s" % (tokenizer_path, r.returncode, r.stdout, r.stderr))
-    train, vocab = read_shard(os.path.join(out, "train.bin"))
-    val, _ = read_shard(os.path.join(out, "val.bin"))
-    return train + val, vocab, out
+    return prepared_ids(out) + (out,)
+
+
+def prepared_ids(out):
+    """The ids of every document in input order: each source's training part, then its validation
+    part (prepare splits each input file; prepare.json lists the shards and each source's counts)."""
+    with open(os.path.join(out, "prepare.json")) as f:
+        record = json.load(f)
+    parts, vocab = {}, None
+    for role in ("train", "val"):
+        parts[role] = []
+        for shard in record["shards"][role]:
+            ids, vocab = read_shard(os.path.join(out, shard["file"]))
+            parts[role] += ids
+    ids, at = [], {"train": 0, "val": 0}
+    for source in record["sources"]:
+        for role in ("train", "val"):
+            n = source[role + "_tokens"]
+            ids += parts[role][at[role]:at[role] + n]
+            at[role] += n
+    return ids, vocab
 
 
 def check(name, got, expected):
