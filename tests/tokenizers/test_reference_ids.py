@@ -4,6 +4,12 @@ emoji- and whitespace-heavy corpus written here, for tokenizers built here:
   - a byte-level BPE trained with HF `tokenizers` with the GPT-2 ByteLevel pre-tokenizer;
   - the same with a Llama-3-style Split regex + ByteLevel(use_regex=false) and a BOS template;
   - a Qwen-2-style one: NFC normalizer, Split + ByteLevel;
+  - sentencepiece-style BPE with byte_fallback, fuse_unk and the 256 <0xNN> tokens (Llama 2,
+    TinyLlama, Mistral as tokenizer.json), built from a BPE trained here: Llama 2's Prepend("▁") +
+    Replace(" ", "▁") normalizer and no pre-tokenizer (each document one piece), and Metaspace
+    pre-tokenizers (prepend_scheme first without split, as Mistral's legacy=false; always with
+    split), each with <s> $A and Llama's decoder; characters left out of the alphabet fall back to
+    their bytes;
   - sentencepiece BPE models trained here (Llama 2's settings; NFKC + dummy prefix), each document
     as <s> + sp.encode(text) + </s>;
   - a tiktoken encoding of custom ranks (tiktoken.Encoding) written as a .tiktoken file, with the
@@ -108,6 +114,36 @@ def qwen_style():
     return tok
 
 
+def byte_fallback_style(name, normalizer, pre_tokenizer, decoder):
+    """A Llama-2-style tokenizer.json: a BPE trained here on the corpus as `normalizer` and
+    `pre_tokenizer` see it (alphabet limited, so rarer characters take the byte fallback), rebuilt
+    with <unk> <s> </s> and <0x00>..<0xFF> first, as Llama 2's vocabulary is laid out."""
+    trained = Tokenizer(models.BPE(unk_token="<unk>"))
+    trained.normalizer = normalizer
+    trained.pre_tokenizer = pre_tokenizer
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=120)
+    trained.train_from_iterator(train_corpus(), trainer)
+    model = json.loads(trained.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for token, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1]):
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoder
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return tok
+
+
+def llama2_decoder():
+    return decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                              decoders.Strip(" ", 1, 0)])
+
+
 def read_shard(path):
     with open(path, "rb") as f:
         data = f.read()
@@ -143,7 +179,7 @@ def check(name, got, expected):
              % (name, n, len(got), len(expected), got[max(0, n - 3):n + 5], expected[max(0, n - 3):n + 5]))
 
 
-def check_huggingface(nibble, work, name, tok, eot_name):
+def check_huggingface(nibble, work, name, tok, eot_name, byte_fallback=False):
     path = os.path.join(work, name + ".json")
     tok.save(path)
     ref = Tokenizer.from_file(path)  # as a user's file is read
@@ -152,9 +188,11 @@ def check_huggingface(nibble, work, name, tok, eot_name):
     for d in DOCUMENTS + UNSEEN:
         ids = ref.encode(d).ids
         plain = ref.encode(d, add_special_tokens=False).ids
-        # A normalizer's text comes back normalized (NFC), as nibble's decode gives it too.
-        text = ref.normalizer.normalize_str(d) if ref.normalizer else d
-        assert ref.decode(plain, skip_special_tokens=False) == text, "reference round trip of %r" % d
+        # A normalizer's text comes back normalized (NFC), as nibble's decode gives it too. Byte
+        # fallback ones decode to the text itself (Metaspace's "first" loses a leading space).
+        if not byte_fallback:
+            text = ref.normalizer.normalize_str(d) if ref.normalizer else d
+            assert ref.decode(plain, skip_special_tokens=False) == text, "reference round trip of %r" % d
         expected += ids + [eot]
     got, vocab, out = prepare(nibble, work, name, path, DOCUMENTS + UNSEEN)
     check(name, got, expected)
@@ -260,6 +298,15 @@ def main():
     check_huggingface(nibble, work, "hf_gpt2_bytelevel", gpt2, "<|endoftext|>")
     check_huggingface(nibble, work, "hf_llama3_split", llama3_style(), "<|end_of_text|>")
     check_huggingface(nibble, work, "hf_qwen_nfc", qwen_style(), "<|endoftext|>")
+    llama2 = byte_fallback_style("llama2", normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]),
+                                 None, llama2_decoder())
+    check_huggingface(nibble, work, "hf_llama2_byte_fallback", llama2, "</s>", byte_fallback=True)
+    mistral = byte_fallback_style("mistral", None, pre_tokenizers.Metaspace("▁", prepend_scheme="first", split=False),
+                                  llama2_decoder())
+    check_huggingface(nibble, work, "hf_mistral_metaspace_first", mistral, "</s>", byte_fallback=True)
+    split = byte_fallback_style("metaspace", None, pre_tokenizers.Metaspace("▁", prepend_scheme="always", split=True),
+                                decoders.Metaspace("▁", prepend_scheme="always", split=True))
+    check_huggingface(nibble, work, "hf_metaspace_always_split", split, "</s>", byte_fallback=True)
     # Llama 2's settings (BPE, byte fallback, digits split, identity normalization), and BPE with
     # sentencepiece's default NFKC normalization and dummy prefix. (A unigram model is left out:
     # Debian's libsentencepiece 0.1.97 breaks ties between equal-score segmentations, "!" "!!" vs
