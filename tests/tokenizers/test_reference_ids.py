@@ -67,6 +67,11 @@ UNSEEN = [
 UNSEEN.append("".join(DOCUMENTS + UNSEEN) * 150)
 
 
+# For the Llama-style tokenizers, whose added tokens are <unk> <s> </s>: text after an added token
+# is a span of its own (normalized, given Metaspace's ▁ or not, on its own).
+LLAMA_SPECIAL = ["Text<s> inside</s> and </s>after, <unk> too\n", "</s>  leading </s>", "<s>", " <s> x</s>"]
+
+
 def train_corpus():
     # Enough repetition for merges across all scripts.
     return [d * 3 for d in DOCUMENTS] * 20
@@ -184,8 +189,9 @@ def check_huggingface(nibble, work, name, tok, eot_name, byte_fallback=False):
     tok.save(path)
     ref = Tokenizer.from_file(path)  # as a user's file is read
     eot = ref.token_to_id(eot_name)
+    docs = DOCUMENTS + UNSEEN + (LLAMA_SPECIAL if byte_fallback else [])
     expected = []
-    for d in DOCUMENTS + UNSEEN:
+    for d in docs:
         ids = ref.encode(d).ids
         plain = ref.encode(d, add_special_tokens=False).ids
         # A normalizer's text comes back normalized (NFC), as nibble's decode gives it too. Byte
@@ -194,7 +200,7 @@ def check_huggingface(nibble, work, name, tok, eot_name, byte_fallback=False):
             text = ref.normalizer.normalize_str(d) if ref.normalizer else d
             assert ref.decode(plain, skip_special_tokens=False) == text, "reference round trip of %r" % d
         expected += ids + [eot]
-    got, vocab, out = prepare(nibble, work, name, path, DOCUMENTS + UNSEEN)
+    got, vocab, out = prepare(nibble, work, name, path, docs)
     check(name, got, expected)
     if vocab != ref.get_vocab_size(with_added_tokens=True):
         sys.exit("FAIL: %s: shard vocabulary %d, reference %d" % (name, vocab, ref.get_vocab_size(True)))
