@@ -8,6 +8,7 @@ sentencepiece learns within words). The ids nibble writes are checked equal to t
 Run in a venv with tokenizers (ctest's BUILD/tokenizer_venv has it)."""
 import json
 import os
+import resource
 import shutil
 import struct
 import subprocess
@@ -73,9 +74,15 @@ for old in os.listdir(work):
         os.remove(os.path.join(work, old))
 
 
-def report(name, seconds, tokens):
-    print("%-34s %6.2f s  %7.1f MB/s  %6.2f M tokens/s  (%d tokens)" % (name, seconds, total_bytes / seconds / 1e6,
-                                                                        tokens / seconds / 1e6, tokens))
+def report(name, seconds, cpu, tokens):
+    """`cpu`: CPU seconds (user + system) on all threads: steadier than wall time on a shared machine."""
+    print("%-34s %6.2f s  %7.1f MB/s  %6.2f M tokens/s  (%d tokens; %.2f CPU s, %.2f MB per CPU s)"
+          % (name, seconds, total_bytes / seconds / 1e6, tokens / seconds / 1e6, tokens, cpu, total_bytes / cpu / 1e6))
+
+
+def cpu_seconds(who):
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
 
 
 def shard(p):
@@ -86,19 +93,19 @@ def shard(p):
 
 out = os.path.join(work, "data")
 shutil.rmtree(out, ignore_errors=True)
-t = time.perf_counter()
+t, c = time.perf_counter(), cpu_seconds(resource.RUSAGE_CHILDREN)
 subprocess.run([nibble, "prepare", *inputs, "-o", out, "--tokenizer", path, "--threads", str(threads)], check=True,
                stdout=subprocess.DEVNULL)
-nibble_s = time.perf_counter() - t
+nibble_s, nibble_cpu = time.perf_counter() - t, cpu_seconds(resource.RUSAGE_CHILDREN) - c
 nibble_ids = shard(os.path.join(out, "train.bin")) + shard(os.path.join(out, "val.bin"))
 
-t = time.perf_counter()
+t, c = time.perf_counter(), cpu_seconds(resource.RUSAGE_SELF)
 hf = tok.encode_batch(docs)
-hf_s = time.perf_counter() - t
+hf_s, hf_cpu = time.perf_counter() - t, cpu_seconds(resource.RUSAGE_SELF) - c
 hf_ids = [i for e in hf for i in e.ids + [2]]
 
 print("%.1f MB in %d documents of %d kB (each one piece), vocabulary %d, %d threads" %
       (total_bytes / 1e6, len(docs), document_kb, tok.get_vocab_size(), threads))
-report("nibble prepare (whole command)", nibble_s, len(nibble_ids) - len(docs))
-report("tokenizers encode_batch", hf_s, len(hf_ids) - len(docs))
+report("nibble prepare (whole command)", nibble_s, nibble_cpu, len(nibble_ids) - len(docs))
+report("tokenizers encode_batch", hf_s, hf_cpu, len(hf_ids) - len(docs))
 print("ids equal:", nibble_ids == hf_ids)
