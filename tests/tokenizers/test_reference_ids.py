@@ -7,9 +7,9 @@ emoji- and whitespace-heavy corpus written here, for tokenizers built here:
   - sentencepiece-style BPE with byte_fallback, fuse_unk and the 256 <0xNN> tokens (Llama 2,
     TinyLlama, Mistral as tokenizer.json), built from a BPE trained here: Llama 2's Prepend("▁") +
     Replace(" ", "▁") normalizer and no pre-tokenizer (each document one piece), and Metaspace
-    pre-tokenizers (prepend_scheme first without split, as Mistral's legacy=false; always with
-    split), each with <s> $A and Llama's decoder; characters left out of the alphabet fall back to
-    their bytes;
+    pre-tokenizers (prepend_scheme first without split, as Mistral's legacy=false; always and never
+    with split), each with <s> $A and Llama's decoder; characters left out of the alphabet fall back
+    to their bytes; their corpus adds texts with <s> </s> <unk> inside and 400 random short ones;
   - sentencepiece BPE models trained here (Llama 2's settings; NFKC + dummy prefix), each document
     as <s> + sp.encode(text) + </s>;
   - a tiktoken encoding of custom ranks (tiktoken.Encoding) written as a .tiktoken file, with the
@@ -70,6 +70,16 @@ UNSEEN.append("".join(DOCUMENTS + UNSEEN) * 150)
 # For the Llama-style tokenizers, whose added tokens are <unk> <s> </s>: text after an added token
 # is a span of its own (normalized, given Metaspace's ▁ or not, on its own).
 LLAMA_SPECIAL = ["Text<s> inside</s> and </s>after, <unk> too\n", "</s>  leading </s>", "<s>", " <s> x</s>"]
+
+
+def random_documents(n=400, seed=28):
+    """Short texts drawn from the corpus's characters, runs of spaces, ▁ itself, <s> </s> <unk>,
+    <0x41> as text, combining marks, emoji: where spans, prepends and byte fallback meet."""
+    import random
+    rng = random.Random(seed)
+    pieces = sorted(set("".join(DOCUMENTS))) + [" "] * 20 + ["\n", "\t", "<s>", "</s>", "<unk>", "▁", "▁▁", "😀",
+                                                          "𝔘", "\u0301", "\u00a0", "\u3000", "  ", "<0x41>", "é"]
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(n)]
 
 
 def train_corpus():
@@ -189,7 +199,7 @@ def check_huggingface(nibble, work, name, tok, eot_name, byte_fallback=False):
     tok.save(path)
     ref = Tokenizer.from_file(path)  # as a user's file is read
     eot = ref.token_to_id(eot_name)
-    docs = DOCUMENTS + UNSEEN + (LLAMA_SPECIAL if byte_fallback else [])
+    docs = DOCUMENTS + UNSEEN + (LLAMA_SPECIAL + random_documents() if byte_fallback else [])
     expected = []
     for d in docs:
         ids = ref.encode(d).ids
@@ -313,6 +323,9 @@ def main():
     split = byte_fallback_style("metaspace", None, pre_tokenizers.Metaspace("▁", prepend_scheme="always", split=True),
                                 decoders.Metaspace("▁", prepend_scheme="always", split=True))
     check_huggingface(nibble, work, "hf_metaspace_always_split", split, "</s>", byte_fallback=True)
+    never = byte_fallback_style("never", None, pre_tokenizers.Metaspace("▁", prepend_scheme="never", split=True),
+                                llama2_decoder())
+    check_huggingface(nibble, work, "hf_metaspace_never_split", never, "</s>", byte_fallback=True)
     # Llama 2's settings (BPE, byte fallback, digits split, identity normalization), and BPE with
     # sentencepiece's default NFKC normalization and dummy prefix. (A unigram model is left out:
     # Debian's libsentencepiece 0.1.97 breaks ties between equal-score segmentations, "!" "!!" vs
