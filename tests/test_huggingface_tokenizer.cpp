@@ -266,6 +266,19 @@ TEST(HuggingFaceTokenizer, ByteFallbackMetaspace) {
   EXPECT_EQ(never->encode("hello world"), ids({1, 260, 261, 270, 272, 273, 262, 266}));
 }
 
+// nibble merges a piece's words apart (cut before each "▁"), except where a token joins a "▁" to
+// the character before it: here "o▁", merged first, so "▁hello▁world" is ▁he ll o▁ w or l d, not
+// ▁hello ▁w or l d (ids from tokenizers 0.23.3 for this file, as above).
+TEST(HuggingFaceTokenizer, ByteFallbackMergesAcrossWordsWhereATokenDoes) {
+  std::string text = byte_fallback_json(kPrependReplace, "null", kLlamaDecoder);
+  text.replace(text.find(R"("or":273)"), 8, R"("or":273,"o▁":274)");
+  text.replace(text.find(R"("merges":[)"), 10, R"("merges":["o ▁",)");
+  const auto t = load_tokenizer_file(write_file("fallback-join", text));
+  EXPECT_EQ(t->encode("hello world"), ids({1, 269, 268, 274, 264, 273, 262, 266}));
+  EXPECT_EQ(t->encode("hello  world "), ids({1, 269, 268, 274, 272, 273, 262, 266, 259}));
+  EXPECT_EQ(t->encode("ho wo"), ids({1, 267, 274, 264, 263}));
+}
+
 // What the byte_fallback kind does not implement is refused, naming the file and the value.
 TEST(HuggingFaceTokenizer, ByteFallbackRefusals) {
   EXPECT_NE(refusal("fallback-no-0x41", byte_fallback_json(kPrependReplace, "null", kLlamaDecoder, 0x41)).find("<0x41>"),

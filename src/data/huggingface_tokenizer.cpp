@@ -26,6 +26,7 @@
 #include <array>
 #include <cctype>
 #include <map>
+#include <unordered_set>
 
 #include "common/error.h"
 #include "data/bpe.h"
@@ -79,6 +80,18 @@ size_t utf8_length(char lead) {
   const auto b = static_cast<unsigned char>(lead);
   return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
 }
+
+// The code point of the UTF-8 character that ends just before `end` in `text` (valid UTF-8).
+char32_t character_before(std::string_view text, size_t end) {
+  size_t begin = end - 1;
+  while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
+  const auto lead = static_cast<unsigned char>(text[begin]);
+  char32_t c = end - begin == 1 ? lead : lead & (0x7F >> (end - begin));
+  for (size_t k = begin + 1; k < end; ++k) c = (c << 6) | (text[k] & 0x3F);
+  return c;
+}
+
+constexpr std::string_view kWordStart = "\u2581";  // "▁", sentencepiece's space
 
 // A single-character string field (Strip's content, Metaspace's replacement).
 bool is_one_character(const std::string& s) {
@@ -187,6 +200,8 @@ class HuggingFaceTokenizer final : public Tokenizer {
   void read_model(const json& model);
   void read_byte_level_vocab(const json& vocab, std::unordered_map<std::string, int32_t>& id_of);
   void read_byte_fallback_vocab(const json& vocab, std::unordered_map<std::string, int32_t>& id_of);
+  void find_word_joins(const json& vocab);
+  void cut_words(std::string_view text, std::vector<std::pair<size_t, size_t>>& pieces) const;
   void read_metaspace(const json& p);
   void read_decoder(const json& d);
   std::string run_decoder(std::vector<std::string> tokens) const;
@@ -208,6 +223,11 @@ class HuggingFaceTokenizer final : public Tokenizer {
   std::vector<PreTokenizeStage> stages_;
   std::optional<Metaspace> metaspace_;
   std::optional<std::vector<DecodeStep>> decoder_;  // byte_fallback; none: tokens joined by spaces
+  // byte_fallback: the characters a "▁" follows inside some token. Before any other "▁" (a word's
+  // start) no merge can ever join two symbols, so a piece is cut there: its words merge apart,
+  // each cached, into the very ids the whole piece gets (one piece per document, as Llama 2's
+  // files make it, would otherwise be one long merge). nullopt where that cannot be known.
+  std::optional<std::unordered_set<char32_t>> joined_before_word_;
   std::vector<AddedToken> added_;
   // The added tokens of each pass by their first byte, longest first (leftmost-longest matching).
   std::array<std::array<std::vector<const AddedToken*>, 256>, 2> starting_with_;
@@ -331,6 +351,35 @@ void HuggingFaceTokenizer::read_byte_fallback_vocab(const json& vocab, std::unor
   }
 }
 
+// joined_before_word_ from the vocabulary (every token a merge can make is in it). A token made of
+// byte tokens ("<0xE2><0x96>") stands for text it does not spell, so then nothing is known.
+void HuggingFaceTokenizer::find_word_joins(const json& vocab) {
+  std::unordered_set<char32_t> before;
+  for (const auto& [token, value] : vocab.items()) {
+    if (token.find("<0x") != std::string::npos && token.size() != 6) return;
+    for (size_t at = token.find(kWordStart, 1); at != std::string::npos; at = token.find(kWordStart, at + 1))
+      before.insert(character_before(token, at));
+  }
+  joined_before_word_ = std::move(before);
+}
+
+void HuggingFaceTokenizer::cut_words(std::string_view text, std::vector<std::pair<size_t, size_t>>& pieces) const {
+  std::vector<std::pair<size_t, size_t>> cut;
+  cut.reserve(pieces.size());
+  for (const auto& [b, e] : pieces) {
+    if (b == std::string::npos) {
+      cut.emplace_back(b, e);
+      continue;
+    }
+    const std::string_view piece = text.substr(b, e - b);
+    size_t start = 0;
+    for (size_t at = piece.find(kWordStart, 1); at != std::string_view::npos; at = piece.find(kWordStart, at + 1))
+      if (!joined_before_word_->contains(character_before(piece, at))) cut.emplace_back(b + start, b + at), start = at;
+    cut.emplace_back(b + start, e);
+  }
+  pieces = std::move(cut);
+}
+
 void HuggingFaceTokenizer::read_model(const json& model) {
   const std::string type = model.value("type", std::string("BPE"));
   if (type != "BPE") unsupported(fmt::format("its model is of type {}", type));
@@ -344,6 +393,7 @@ void HuggingFaceTokenizer::read_model(const json& model) {
   else
     read_byte_level_vocab(model.at("vocab"), id_of);
   merger_.set_whole_piece_first(model.value("ignore_merges", false));
+  if (byte_fallback_ && !model.value("ignore_merges", false)) find_word_joins(model.at("vocab"));
   if (const json unk = model.value("unk_token", json()); !unk.is_null()) {
     const auto it = id_of.find(unk.get<std::string>());
     if (it == id_of.end()) fail(fmt::format("unk_token '{}' is not in the vocabulary", unk.get<std::string>()), "fix the file");
@@ -660,7 +710,9 @@ std::vector<int32_t> HuggingFaceTokenizer::encode(std::string_view text) const {
         pieces.emplace_back(b, e);
       else
         pre_tokenize(work, b, e, pieces);
-  std::vector<int32_t> ids = bpe::encode_pieces(merger_, metaspace_ ? std::string_view(spaced) : work, pieces, bpe::threads());
+  const std::string_view pieces_text = metaspace_ ? std::string_view(spaced) : work;
+  if (joined_before_word_) cut_words(pieces_text, pieces);
+  std::vector<int32_t> ids = bpe::encode_pieces(merger_, pieces_text, pieces, bpe::threads());
   ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
   ids.insert(ids.end(), suffix_.begin(), suffix_.end());
   return ids;
