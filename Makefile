@@ -79,6 +79,6 @@ demo: configure
 	@echo "--- a sample from $(DEMO_RUN):"
 	@$(BUILD)/nibble generate $(DEMO_RUN) --prompt "ROMEO:" --max-tokens 300 --seed 1
 	@$(BUILD)/nibble compare $(DEMO_RUN) -o $(DEMO_RUN)-loss.png
-	@echo "run directory: $(DEMO_RUN) (config.yaml, metrics.jsonl, checkpoints/, tokenizer.json); loss plot: $(DEMO_RUN)-loss.png (outside the run: only nibble train writes into a run directory)"
+	@echo "run directory: $(DEMO_RUN) (config.yaml, metrics.jsonl, checkpoints/, nibble_tokenizer.json); loss plot: $(DEMO_RUN)-loss.png (outside the run: only nibble train writes into a run directory)"
 	@echo "next: $(BUILD)/nibble generate $(DEMO_RUN) --prompt \"JULIET:\"; a BF16 baseline to compare with:"
 	@echo "  $(BUILD)/nibble train configs/shakespeare.yaml quantization=bf16 run.dir=runs/shakespeare-bf16 && $(BUILD)/nibble compare runs/shakespeare-bf16 $(DEMO_RUN)"

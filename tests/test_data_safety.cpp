@@ -208,7 +208,7 @@ TEST(PrepareOutput, OutputsInARunOrOverAnInputAreRefused) {
       {"prepare " + corpus + " -o " + quoted(run_dir) + " --force", "is the run directory"},
       {"prepare " + corpus + " -o " + quoted(run_dir / "data"), "lies inside the run directory " + run_dir.string()},
       {"prepare " + quoted(d / "train-00000.bin") + " -o " + quoted(d) + " --force", "the output holds the input"},
-      {"prepare " + quoted(d / "tokenizer.json") + " -o " + quoted(d) + " --force", "the output holds the input"},
+      {"prepare " + quoted(d / "nibble_tokenizer.json") + " -o " + quoted(d) + " --force", "the output holds the input"},
       {"prepare " + corpus + " -o " + quoted(d / "sub"), "lies inside the data directory " + d.string()},
   };
   for (const auto& [args, expected] : cases) {
@@ -233,13 +233,13 @@ TEST(DataDirectory, FilesChangedAfterPrepareAreRefused) {
   const fs::path d = work / "data";
   const std::string train = "train " + quoted(work / "tiny.yaml") + " run.dir=" + quoted(work / "new-run");
 
-  fs::copy_file(work / "other" / "tokenizer.json", d / "tokenizer.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(work / "other" / "nibble_tokenizer.json", d / "nibble_tokenizer.json", fs::copy_options::overwrite_existing);
   Result r = run(train);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, (d / "tokenizer.json").string() + ": ")) << r.output;
+  EXPECT_TRUE(contains(r.output, (d / "nibble_tokenizer.json").string() + ": ")) << r.output;
   EXPECT_TRUE(contains(r.output, "different `nibble prepare` runs")) << r.output;
   EXPECT_FALSE(fs::exists(work / "new-run"));
-  fs::copy_file(work / "run" / "tokenizer.json", d / "tokenizer.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(work / "run" / "nibble_tokenizer.json", d / "nibble_tokenizer.json", fs::copy_options::overwrite_existing);
   fs::copy_file(work / "other" / "val-00000.bin", d / "val-00000.bin", fs::copy_options::overwrite_existing);
   r = run("eval " + quoted(work / "run") + " --tokens " + quoted(d / "val-00000.bin"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -302,17 +302,17 @@ TEST(Readers, DevicesAndPathsOutsideTheRunAreNotRead) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "/dev/zero is a device, not a token shard")) << r.output;
 
-  // A BPE tokenizer.json whose model is a path, or a model file that is a device.
+  // A BPE description whose model is a path, or a model file that is a device.
   const fs::path copy = work / "copy";
   fs::copy(work / "run", copy, fs::copy_options::recursive);
   for (const std::string model : {"/dev/zero", "../data/train-00000.bin"}) {
-    std::ofstream(copy / "tokenizer.json") << nlohmann::json{{"type", "bpe"}, {"model", model}, {"vocab_size", 65}}.dump();
+    std::ofstream(copy / "nibble_tokenizer.json") << nlohmann::json{{"type", "bpe"}, {"model", model}, {"vocab_size", 65}}.dump();
     r = run("eval " + quoted(copy));
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_TRUE(contains(r.output, "\"model\" is '" + model + "', not the name of a file beside it")) << r.output;
   }
   fs::create_symlink("/dev/zero", copy / "tokenizer.model");
-  std::ofstream(copy / "tokenizer.json") << nlohmann::json{{"type", "bpe"}, {"model", "tokenizer.model"}, {"vocab_size", 65}}.dump();
+  std::ofstream(copy / "nibble_tokenizer.json") << nlohmann::json{{"type", "bpe"}, {"model", "tokenizer.model"}, {"vocab_size", 65}}.dump();
   r = run("eval " + quoted(copy));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "is a device, not a sentencepiece model")) << r.output;

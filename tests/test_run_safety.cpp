@@ -228,7 +228,7 @@ TEST_F(RunSafety, RunDirInADataOrAnotherRunOrAUsersDirectoryIsRefused) {
   fs::create_directories(empty);
   fs::create_directories(killed);
   fs::copy_file(reference() / "config.yaml", killed / "config.yaml");
-  fs::copy_file(reference() / "tokenizer.json", killed / "tokenizer.json");
+  fs::copy_file(reference() / "nibble_tokenizer.json", killed / "nibble_tokenizer.json");
   for (const fs::path& dir : {empty, killed}) {
     const Result r = run(train(dir, "steps=4"));
     EXPECT_EQ(r.exit_code, 0) << dir << "\n" << r.output;

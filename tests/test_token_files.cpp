@@ -337,6 +337,71 @@ TEST(TokenFilesCli, NanogptFilesTrain) {
   EXPECT_TRUE(contains(r.output, "vocab 256 (nanogpt token files, no tokenizer)")) << r.output;
 }
 
+namespace {
+
+// A .tiktoken file whose 256 ranks are the bytes themselves (rank b = the byte b), so that the
+// bytes of tinyshakespeare.txt as ids (shakespeare_ids) are its tokens; named r50k_base.tiktoken for
+// r50k's pattern, it gets <|endoftext|> = 256: 257 tokens.
+fs::path write_byte_ranks(const fs::path& dir) {
+  static const char* kBase64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const fs::path file = dir / "r50k_base.tiktoken";
+  std::ofstream out(file);
+  for (int b = 0; b < 256; ++b) out << kBase64[b >> 2] << kBase64[(b & 3) << 4] << "== " << b << "\n";
+  return file;
+}
+
+}  // namespace
+
+// data.tokenizer gives llm.c files the tokenizer that wrote them: checked against model.vocab (which
+// may be padded beyond it) at start, copied into the run directory, its identity in the checkpoints
+// (a resume with another is refused), so generate and export work on the run. Refused with
+// data.format=nibble, whose directory has its own.
+TEST(TokenFilesCli, LlmcShardsWithTheirTokenizerGenerateAndExport) {
+  const fs::path work = fresh_dir("cli_llmc_tokenizer"), data = work / "shards";
+  fs::create_directories(data);
+  write_llmc(data / "t_train_1.bin", 1, shakespeare_ids(0, 20000));
+  write_llmc(data / "t_val_1.bin", 1, shakespeare_ids(20000, 3000));
+  const fs::path ranks = write_byte_ranks(work);
+  const std::string config = tiny_config(work, "data:\n  format: llmc\n  dir: " + data.string() + "\n  tokenizer: " +
+                                                   ranks.string() + "\n", 4);
+  const fs::path run_dir = work / "run";
+  cli_test::Result r = cli_test::run("train " + config + " model.vocab=256 run.dir=" + run_dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "data.tokenizer " + ranks.string() + " has 257 tokens, more than model.vocab=256"))
+      << r.output;
+  EXPECT_FALSE(fs::exists(run_dir));
+  r = cli_test::run("train " + config + " data.format=nibble run.dir=" + run_dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "data.tokenizer=" + ranks.string() + " is for data.format=llmc or nanogpt")) << r.output;
+
+  r = cli_test::run("train " + config + " model.vocab=320 run.dir=" + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "vocab 320 (llmc token files, tiktoken tokenizer)")) << r.output;
+  EXPECT_EQ(cli_test::file_bytes(run_dir / "tokenizer.tiktoken"), cli_test::file_bytes(ranks));
+  EXPECT_TRUE(fs::exists(run_dir / "nibble_tokenizer.json"));
+  EXPECT_EQ(cli_test::run("eval " + run_dir.string()).exit_code, 0);
+  r = cli_test::run("generate " + run_dir.string() + " --prompt 'To be' --max-tokens 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "To be")) << r.output;
+  r = cli_test::run("export " + run_dir.string() + " --format hf -o " + (work / "exported").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(work / "exported" / "tokenizer.json"));
+  EXPECT_EQ(cli_test::file_bytes(work / "exported" / "tokenizer.tiktoken"), cli_test::file_bytes(ranks));
+
+  // Another tokenizer of the same size (two ranks swapped) on resume: other ids, refused.
+  std::string swapped = read_text_file(ranks.string());
+  swapped.replace(swapped.find("QQ== 65"), 7, "QQ== 66").replace(swapped.find("Qg== 66"), 7, "Qg== 65");
+  const fs::path other = work / "other" / "r50k_base.tiktoken";
+  fs::create_directories(other.parent_path());
+  std::ofstream(other) << swapped;
+  r = cli_test::run("train " + config + " model.vocab=320 steps=8 resume=true data.tokenizer=" + other.string() +
+                    " run.dir=" + run_dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "was trained with another tokenizer")) << r.output;
+  r = cli_test::run("train " + config + " model.vocab=320 steps=8 resume=true run.dir=" + run_dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(TokenFilesCli, BadFilesAreRefusedWithExit2NamingTheFile) {
   const fs::path work = fresh_dir("cli_bad"), data = work / "bad";
   fs::create_directories(data);
@@ -359,7 +424,7 @@ TEST(TokenFilesCli, BadFilesAreRefusedWithExit2NamingTheFile) {
   write_llmc(data / "x_train_1.bin", 2, ids);
   refusal((data / "x_train_1.bin").string() + ": token 256 at position 4000 (byte offset 17024)");
   const cli_test::Result keys = cli_test::run("train --keys");
-  for (const char* key : {"data.format", "data.train_files", "data.val_files", "model.vocab"})
+  for (const char* key : {"data.format", "data.train_files", "data.val_files", "data.tokenizer", "model.vocab"})
     EXPECT_TRUE(contains(keys.output, key)) << keys.output;
 }
 

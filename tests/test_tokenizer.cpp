@@ -71,6 +71,31 @@ TEST(Tokenizer, BpeRoundTripsAnyTextThroughByteFallback) {
   EXPECT_EQ(loaded->encode(sample), ids);
 }
 
+// char and bpe describe themselves in nibble_tokenizer.json (it is no Hugging Face file). A
+// directory an earlier nibble wrote (tokenizer.json) loads with the same identity (checkpoints store
+// it) and the same ids, and saving into it again (a resumed run) rewrites that file, adding none.
+TEST(Tokenizer, CharAndBpeDescribeThemselvesInNibbleTokenizerJson) {
+  const std::string corpus = shakespeare_prefix(20000);
+  std::vector<std::unique_ptr<Tokenizer>> tokenizers;
+  tokenizers.push_back(train_char_tokenizer(corpus));
+  tokenizers.push_back(train_bpe_tokenizer(corpus, 400));
+  for (const auto& tok : tokenizers) {
+    const std::string kind(to_string(tok->kind()));
+    const fs::path dir = fresh_dir("own-" + kind), earlier = fresh_dir("earlier-" + kind);
+    tok->save(dir);
+    EXPECT_TRUE(fs::exists(dir / kNibbleTokenizerFile)) << kind;
+    EXPECT_FALSE(fs::exists(dir / kTokenizerFile)) << kind;
+    tok->save(earlier);
+    fs::rename(earlier / kNibbleTokenizerFile, earlier / kTokenizerFile);
+    const auto loaded = load_tokenizer(earlier);
+    EXPECT_EQ(loaded->identity(), tok->identity()) << kind;
+    EXPECT_EQ(loaded->encode(corpus.substr(0, 500)), tok->encode(corpus.substr(0, 500))) << kind;
+    loaded->save(earlier);
+    EXPECT_TRUE(fs::exists(earlier / kTokenizerFile)) << kind;
+    EXPECT_FALSE(fs::exists(earlier / kNibbleTokenizerFile)) << kind;
+  }
+}
+
 TEST(Tokenizer, BadInputIsRefusedWithAReason) {
   EXPECT_THROW(train_char_tokenizer(""), UsageError);
   try {

@@ -164,7 +164,8 @@ class TrainCli : public ::testing::Test {
 TEST_F(TrainCli, TrainWritesConfigMetricsCheckpointsAndReport) {
   const fs::path& ref = reference();
   EXPECT_TRUE(fs::exists(ref / "config.yaml"));
-  EXPECT_TRUE(fs::exists(ref / "tokenizer.json"));
+  EXPECT_TRUE(fs::exists(ref / "nibble_tokenizer.json"));  // char's own description: no Hugging Face tokenizer.json
+  EXPECT_FALSE(fs::exists(ref / "tokenizer.json"));
   EXPECT_TRUE(fs::exists(ref / "checkpoints" / "step_00000012" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(ref / "checkpoints" / "step_00000012" / "optimizer.safetensors"));
   EXPECT_EQ(loss_curve(ref).size(), 12u + 3u);  // 12 step records, evals at 4, 8, 12
@@ -511,13 +512,44 @@ TEST_F(TrainCli, RefusedResumeLeavesEveryByteOfTheRunDirectory) {
   EXPECT_EQ(run("generate " + dir.string() + " --max-tokens 5").exit_code, 0);
 }
 
+// Directories an earlier nibble wrote describe their char tokenizer in tokenizer.json: such a run
+// directory resumes (same tokenizer identity in its checkpoints) and keeps that one file, and such a
+// data directory (its prepare.json naming tokenizer.json) trains a new run, which gets
+// nibble_tokenizer.json.
+TEST_F(TrainCli, DirectoriesWithTheEarlierTokenizerJsonStillWork) {
+  const fs::path dir = copy_of_reference("earlier-run");
+  fs::rename(dir / "nibble_tokenizer.json", dir / "tokenizer.json");
+  EXPECT_EQ(run("eval " + dir.string() + " --max-windows 2").exit_code, 0);
+  const Result resumed = run(train(dir, "resume=true steps=14"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "resuming from")) << resumed.output;
+  EXPECT_TRUE(fs::exists(dir / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(dir / "nibble_tokenizer.json"));
+
+  const fs::path earlier = work_dir() / "earlier-data";
+  fs::remove_all(earlier);
+  fs::copy(data(), earlier, fs::copy_options::recursive);
+  fs::rename(earlier / "nibble_tokenizer.json", earlier / "tokenizer.json");
+  nlohmann::json record = nlohmann::json::parse(std::ifstream(earlier / "prepare.json"));
+  ASSERT_TRUE(record["files"].contains("nibble_tokenizer.json")) << record.dump();
+  record["files"]["tokenizer.json"] = record["files"]["nibble_tokenizer.json"];
+  record["files"].erase("nibble_tokenizer.json");
+  std::ofstream(earlier / "prepare.json", std::ios::trunc) << record.dump();
+  const fs::path fresh = work_dir() / "from-earlier-data";
+  fs::remove_all(fresh);
+  const Result trained = run(train(fresh, "steps=2 data.dir=" + earlier.string()));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(fs::exists(fresh / "nibble_tokenizer.json"));
+  EXPECT_FALSE(fs::exists(fresh / "tokenizer.json"));
+}
+
 TEST_F(TrainCli, EvalRefusesATokenFileOfAnotherTokenizerWithTheSameVocabularySize) {
   const Result r = run("eval " + reference().string() + " --tokens " + (other_data() / "val-00000.bin").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "another tokenizer")) << r.output;
-  // A run whose tokenizer.json was replaced no longer matches its checkpoints' tokenizer identity.
+  // A run whose tokenizer was replaced no longer matches its checkpoints' tokenizer identity.
   const fs::path dir = copy_of_reference("replaced-tokenizer");
-  fs::copy_file(other_data() / "tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(other_data() / "nibble_tokenizer.json", dir / "nibble_tokenizer.json", fs::copy_options::overwrite_existing);
   const Result e = run("eval " + dir.string());
   EXPECT_EQ(e.exit_code, 2) << e.output;
   EXPECT_TRUE(contains(e.output, "another tokenizer")) << e.output;

@@ -37,7 +37,7 @@ CommandRegistration generate_command("generate", [](CLI::App& app, int& exit_cod
     if (!run.tokenizer)
       throw UsageError(fmt::format("{} was trained on data.format={} token files, which carry no tokenizer: generate "
                                    "cannot encode the prompt nor decode what it samples (`nibble eval` works on this "
-                                   "run)",
+                                   "run; a run trained with data.tokenizer=FILE, the tokenizer that wrote the files, has one)",
                                    o->run, to_string(run.config.data_format)));
     std::vector<int32_t> prompt;
     try {

@@ -232,11 +232,6 @@ bool Merger::pair_rank(std::string_view piece, uint32_t a_begin, uint32_t b_end,
 
 namespace {
 
-struct Symbol {
-  int32_t id;
-  uint32_t begin, end;
-  int32_t prev, next;
-};
 struct Candidate {
   uint32_t rank, position;
   int32_t merged;
@@ -246,14 +241,7 @@ struct Candidate {
 
 }  // namespace
 
-void Merger::encode(std::string_view piece, std::vector<int32_t>& out) const {
-  if (piece.empty()) return;
-  if (whole_piece_first_)
-    if (const int32_t* id = find_token(piece)) return out.push_back(*id);
-  thread_local std::vector<Symbol> symbols;
-  thread_local std::vector<Candidate> heap;
-  symbols.clear();
-  heap.clear();
+void Merger::byte_symbols(std::string_view piece, std::vector<Symbol>& symbols) const {
   for (uint32_t i = 0; i < piece.size(); ++i) {
     int32_t id = byte_id_[static_cast<unsigned char>(piece[i])];
     if (id < 0 && unknown_ < 0) continue;  // HF drops a byte it has no token for when there is no unknown token
@@ -266,6 +254,48 @@ void Merger::encode(std::string_view piece, std::vector<int32_t>& out) const {
     symbols.push_back({id, i, i + 1, n - 1, -1});
     if (n > 0) symbols[n - 1].next = n;
   }
+}
+
+// HF's merge_word: the piece is valid UTF-8 (encoders check the text first).
+void Merger::character_symbols(std::string_view piece, std::vector<Symbol>& symbols) const {
+  auto add = [&](int32_t id, uint32_t begin, uint32_t end) {
+    const int32_t n = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, begin, end, n - 1, -1});
+    if (n > 0) symbols[n - 1].next = n;
+  };
+  bool unknown_last = false;  // the last symbol is an unknown token another one may fuse into
+  for (uint32_t i = 0; i < piece.size();) {
+    const unsigned char lead = piece[i];
+    const uint32_t n = std::min<uint32_t>(lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4,
+                                          static_cast<uint32_t>(piece.size()) - i);
+    const uint32_t end = i + n;
+    if (const int32_t* id = find_token(piece.substr(i, n))) {
+      add(*id, i, end), unknown_last = false;
+    } else if (std::all_of(piece.begin() + i, piece.begin() + end,
+                           [&](char b) { return byte_id_[static_cast<unsigned char>(b)] >= 0; })) {
+      for (uint32_t k = i; k < end; ++k) add(byte_id_[static_cast<unsigned char>(piece[k])], k, k + 1);
+      unknown_last = false;
+    } else if (unknown_ >= 0 && fuse_unknown_ && unknown_last) {
+      symbols.back().end = end;
+    } else if (unknown_ >= 0) {
+      add(unknown_, i, end), unknown_last = true;
+    }  // no unknown token: the character is dropped, as HF does
+    i = end;
+  }
+}
+
+void Merger::encode(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  if (whole_piece_first_)
+    if (const int32_t* id = find_token(piece)) return out.push_back(*id);
+  thread_local std::vector<Symbol> symbols;
+  thread_local std::vector<Candidate> heap;
+  symbols.clear();
+  heap.clear();
+  if (characters_)
+    character_symbols(piece, symbols);
+  else
+    byte_symbols(piece, symbols);
   auto consider = [&](int32_t left) {
     if (left < 0 || symbols[left].next < 0) return;
     const Symbol &a = symbols[left], &b = symbols[a.next];
@@ -306,7 +336,9 @@ class PieceCache {
   // The ids of `piece`, merged by `merger` on first sight, appended to `out`.
   void encode(const Merger& merger, std::string_view piece, std::vector<int32_t>& out) {
     if (owner_ != merger.serial()) reset(merger.serial());
-    if (piece.size() > kMaxArena) return merger.encode(piece, out);  // too long to keep (offsets are 32-bit)
+    // A long piece (a whole document where there is no pre-tokenizer, as Llama 2's tokenizer.json)
+    // is rarely seen twice: kept, it would only push the short repeated ones out.
+    if (piece.size() > kMaxPiece) return merger.encode(piece, out);
     const uint64_t hash = std::hash<std::string_view>{}(piece);
     size_t i = hash & (kSlots - 1);
     for (; slots_[i].length != 0; i = (i + 1) & (kSlots - 1)) {
@@ -337,7 +369,7 @@ class PieceCache {
     used_ = 0;
     owner_ = owner;
   }
-  static constexpr size_t kSlots = 1 << 17, kMaxArena = 64 << 20;
+  static constexpr size_t kSlots = 1 << 17, kMaxArena = 64 << 20, kMaxPiece = 4096;
   std::vector<Slot> slots_;
   std::string arena_;
   std::vector<int32_t> ids_;

@@ -59,6 +59,10 @@ class Merger {
   // HF: a byte without a token becomes `id` (fused into one with its unknown neighbours when
   // `fuse`); without an unknown token, as there, it is dropped.
   void set_unknown(int32_t id, bool fuse) { unknown_ = id, fuse_unknown_ = fuse; }
+  // HF's BPE over characters (sentencepiece-style vocabularies: "▁the", "<0xE2>"): a piece starts
+  // as one token per UTF-8 character (add_token); a character without one becomes the tokens of its
+  // bytes (byte fallback: set_byte_id with the <0xNN> ids) when all exist, else the unknown token.
+  void use_character_symbols() { characters_ = true; }
 
   // Appends the ids of `piece` to `out`.
   void encode(std::string_view piece, std::vector<int32_t>& out) const;
@@ -73,6 +77,13 @@ class Merger {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
+  struct Symbol {
+    int32_t id;
+    uint32_t begin, end;
+    int32_t prev, next;
+  };
+  void byte_symbols(std::string_view piece, std::vector<Symbol>& symbols) const;
+  void character_symbols(std::string_view piece, std::vector<Symbol>& symbols) const;
   bool pair_rank(std::string_view piece, uint32_t a_begin, uint32_t b_end, int32_t left, int32_t right,
                  Pair& found) const;
 
@@ -95,7 +106,7 @@ class Merger {
   PairTable merges_;
   std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> tokens_;
   int32_t byte_id_[256];
-  bool concatenation_ = false, whole_piece_first_ = false, fuse_unknown_ = false;
+  bool concatenation_ = false, whole_piece_first_ = false, fuse_unknown_ = false, characters_ = false;
   int32_t unknown_ = -1;
   uint64_t serial_;  // unique per Merger ever made: caches of merged pieces are keyed by it
 

@@ -1,4 +1,4 @@
-// Hugging Face `tokenizers` files (tokenizer.json) of the byte-level BPE kind: see the .cpp.
+// Hugging Face `tokenizers` files (tokenizer.json) of the byte-level and the byte_fallback BPE kinds: see the .cpp.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>

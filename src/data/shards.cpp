@@ -288,10 +288,20 @@ Dataset load_pretokenized(const DataSpec& spec) {
   if (spec.train_files.empty() != spec.val_files.empty())
     throw UsageError("data.train_files and data.val_files go together: give both (the validation files are not taken "
                      "from the training ones)");
-  const TokenFileLists files = list_token_files(spec);
   Dataset d;
   d.vocab_size = spec.vocab;
   d.tokenizer_identity = pretokenized_identity(spec.format, spec.vocab);
+  if (!spec.tokenizer.empty()) {
+    // Checked before the files are read: the tokenizer is what generate and export will use.
+    d.tokenizer = load_tokenizer_file(spec.tokenizer);
+    if (d.tokenizer->vocab_size() > spec.vocab)
+      throw UsageError(fmt::format("data.tokenizer {} has {} tokens, more than {}={}: the model could not produce its "
+                                   "last ids; set {} to at least {} (or give the tokenizer that wrote the files)",
+                                   spec.tokenizer.string(), d.tokenizer->vocab_size(), spec.vocab_key, spec.vocab,
+                                   spec.vocab_key, d.tokenizer->vocab_size()));
+    d.tokenizer_identity = d.tokenizer->identity();
+  }
+  const TokenFileLists files = list_token_files(spec);
   for (const auto& f : files.train) d.train.append(open_token_file(f, spec.format, spec.vocab, spec.vocab_key).tokens);
   for (const auto& f : files.val) d.val.append(open_token_file(f, spec.format, spec.vocab, spec.vocab_key).tokens);
   return d;

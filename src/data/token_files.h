@@ -65,6 +65,8 @@ struct DataSpec {
   TokenFormat format = TokenFormat::nibble;
   std::filesystem::path dir;
   std::string train_files, val_files;
+  // llmc and nanogpt: the tokenizer file that wrote them (load_tokenizer_file), or none.
+  std::filesystem::path tokenizer;
   int64_t vocab = 0;  // required for llmc and nanogpt; for nibble 0 or the tokenizer's size
   // Names the key that sets `vocab` in messages (the run config's, "model.vocab").
   std::string vocab_key = "vocab";
@@ -79,9 +81,10 @@ TokenFileLists list_token_files(const DataSpec& spec);
 // A run's data, loaded and checked: for nibble, every file against prepare.json's record of it and
 // the shards with each other and with the tokenizer.
 struct Dataset {
-  std::unique_ptr<Tokenizer> tokenizer;  // null for llmc and nanogpt files, which carry none
+  std::unique_ptr<Tokenizer> tokenizer;  // for llmc and nanogpt files, data.tokenizer's (null without one)
   int64_t vocab_size = 0;
   // The tokenizer's identity() (stored in checkpoints), or pretokenized_identity() without one.
+  // vocab_size is model.vocab for llmc and nanogpt, a tokenizer or not (it may be padded beyond it).
   std::string tokenizer_identity;
   TokenStream train, val;
   // train followed by val, as a vector: the corpus the Trainer splits 90/10 back into the same two

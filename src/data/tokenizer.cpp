@@ -29,6 +29,16 @@ void write_text_atomically(const std::filesystem::path& path, std::string_view t
   io::write_file_atomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
+// Where char and bpe describe themselves in `directory`: nibble_tokenizer.json (their description
+// is no Hugging Face tokenizer.json), except in a directory an earlier nibble wrote, whose
+// tokenizer.json (of the same tokenizer: a resumed run's) is rewritten, so it keeps one description.
+std::filesystem::path own_description(const std::filesystem::path& directory) {
+  std::error_code ec;
+  const bool earlier = std::filesystem::exists(directory / kTokenizerFile, ec) &&
+                       !std::filesystem::exists(directory / kNibbleTokenizerFile, ec);
+  return directory / (earlier ? kTokenizerFile : kNibbleTokenizerFile);
+}
+
 class CharacterTokenizer final : public Tokenizer {
  public:
   // `alphabet`: the distinct bytes of the corpus in increasing order (CharTokenizer's vocabulary).
@@ -46,7 +56,7 @@ class CharacterTokenizer final : public Tokenizer {
     std::vector<int> bytes;
     for (unsigned char c : alphabet_) bytes.push_back(c);
     j["bytes"] = bytes;
-    write_text_atomically(directory / kTokenizerFile, j.dump() + "\n");
+    write_text_atomically(own_description(directory), j.dump() + "\n");
   }
   std::string identity() const override { return io::content_hash("char\n" + alphabet_); }
 
@@ -115,10 +125,9 @@ class SentencePieceTokenizer final : public Tokenizer {
     j["type"] = std::string(to_string(kind_));
     j["model"] = kSentencePieceFile;
     j["vocab_size"] = vocab_size();
-    // nibble's own BPE keeps its tokenizer.json (directories byte for byte as before); a given
-    // model's description is no Hugging Face tokenizer.json, so it is not called one.
-    const char* name = kind_ == TokenizerKind::bpe ? kTokenizerFile : kNibbleTokenizerFile;
-    write_text_atomically(directory / name, j.dump() + "\n");
+    // No Hugging Face tokenizer.json, so not called one (own_description).
+    write_text_atomically(kind_ == TokenizerKind::bpe ? own_description(directory) : directory / kNibbleTokenizerFile,
+                          j.dump() + "\n");
   }
   std::string identity() const override {
     return io::content_hash(std::string(to_string(kind_)) + "\n" + serialized_);

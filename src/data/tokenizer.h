@@ -2,12 +2,13 @@
 //   char: one token per byte present in the corpus (nanoGPT's shakespeare_char; 65 tokens there);
 //   bpe:  a byte-fallback BPE model trained with sentencepiece on the corpus itself;
 //   huggingface: an existing Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2,
-//         Llama 3), loaded by `prepare --tokenizer FILE` (data/huggingface_tokenizer.h);
+//         Llama 3) or the sentencepiece-style byte_fallback BPE kind (Llama 2, Mistral), loaded by
+//         `prepare --tokenizer FILE` (data/huggingface_tokenizer.h);
 //   sentencepiece: an existing sentencepiece model (Llama 2, Gemma), `prepare --tokenizer x.model`;
 //         a document is BOS + its ids + EOS, where the model has them;
 //   tiktoken: a .tiktoken ranks file with the pattern of one of OpenAI's encodings
 //         (data/tiktoken_tokenizer.h), kept as tokenizer.tiktoken.
-// A tokenizer is saved next to the shards and copied into every run directory (tokenizer.json,
+// A tokenizer is saved next to the shards and copied into every run directory (nibble_tokenizer.json,
 // plus tokenizer.model for bpe), so a run can be evaluated or sampled without the data directory.
 // For huggingface, tokenizer.json is the original file itself, byte for byte.
 #pragma once
@@ -27,8 +28,9 @@ inline constexpr const char* kTokenizerFile = "tokenizer.json";
 inline constexpr const char* kSentencePieceFile = "tokenizer.model";
 inline constexpr const char* kTiktokenFile = "tokenizer.tiktoken";
 // nibble's own description of a tokenizer, where tokenizer.json would be a misleading name (it is no
-// Hugging Face tokenizer.json): a given sentencepiece model's and a tiktoken file's. char and bpe
-// still write theirs as tokenizer.json, as they always have; a directory has one or the other.
+// Hugging Face tokenizer.json): char's and bpe's, a given sentencepiece model's and a tiktoken
+// file's. Data and run directories of char and bpe written before it kept theirs in tokenizer.json,
+// which still loads (and is rewritten there when such a run resumes); a directory has one or the other.
 inline constexpr const char* kNibbleTokenizerFile = "nibble_tokenizer.json";
 
 enum class TokenizerKind : uint8_t { character, bpe, huggingface, sentencepiece, tiktoken };
@@ -60,7 +62,8 @@ class Tokenizer {
   virtual std::optional<std::string> converted_to_huggingface() const { return std::nullopt; }
   // Ids outside the vocabulary decode to '?' rather than failing: sampling output is shown as is.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
-  // Writes tokenizer.json (and the kind's own files) into `directory`, atomically each.
+  // Writes the kind's files (tokenizer.json or nibble_tokenizer.json, the model, the ranks) into
+  // `directory`, atomically each.
   virtual void save(const std::filesystem::path& directory) const = 0;
   // A content hash of the vocabulary itself (the char alphabet, the sentencepiece model), stored in
   // every checkpoint: two tokenizers of one vocabulary size map text to different ids, so a run

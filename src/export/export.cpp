@@ -137,7 +137,9 @@ std::string fmt_loss(double v) { return fmt::format("{:.4f}", v); }
 // vocabulary of the characters, a pre-tokenizer that isolates every character and the Fuse decoder
 // (no spaces between tokens). Returns the model card's sentence about it.
 std::string write_char_tokenizer(const fs::path& run_dir, const fs::path& out, int64_t context) {
-  const json table = read_json(run_dir / "tokenizer.json");
+  // nibble_tokenizer.json; tokenizer.json in a run directory an earlier nibble wrote.
+  const bool earlier = !fs::exists(run_dir / kNibbleTokenizerFile) && fs::exists(run_dir / kTokenizerFile);
+  const json table = read_json(run_dir / (earlier ? kTokenizerFile : kNibbleTokenizerFile));
   write_json(out / "nibble_char_tokenizer.json", table);
   std::vector<int> bytes = table.value("bytes", std::vector<int>{});
   const bool ascii = std::all_of(bytes.begin(), bytes.end(), [](int b) { return b >= 0 && b < 0x80; });
@@ -315,8 +317,8 @@ ExportPlan plan_export(const ExportOptions& opt) {
   // which tokenizer wrote them.
   if (!p.run.tokenizer)
     throw UsageError(fmt::format("{} was trained on data.format={} token files, which carry no tokenizer, so there is "
-                                 "none to export with the model; this version exports only runs on `nibble prepare` "
-                                 "data (`nibble eval` works on this run)",
+                                 "none to export with the model: train the run with data.tokenizer=FILE (the tokenizer "
+                                 "that wrote the files), or use `nibble eval`, which works on this run",
                                  opt.run_dir.string(), to_string(p.run.config.data_format)));
   const int layers = static_cast<int>(p.run.config.train.model.layers);
   p.layout = hf_tensor_layout(*p.run.model);

@@ -193,6 +193,11 @@ void add_data_format_keys(std::vector<KeyEntry>& t) {
                           [](C& c) -> std::string& { return c.val_files; });
   val.printed = [](const C& c) { return !c.val_files.empty(); };
   t.push_back(std::move(val));
+  KeyEntry tokenizer = text_key("data.tokenizer", "llmc/nanogpt: the tokenizer that wrote the files (tokenizer.json, x.model, "
+                                "NAME.tiktoken), copied into the run so generate and export work; its vocabulary must fit model.vocab",
+                                [](C& c) -> std::string& { return c.data_tokenizer; });
+  tokenizer.printed = [](const C& c) { return !c.data_tokenizer.empty(); };
+  t.push_back(std::move(tokenizer));
 }
 
 // run.dir .. resume: where the run lives and how it steps.
@@ -468,6 +473,10 @@ void RunConfig::validate() const {
   if (data_format == TokenFormat::nibble && (!train_files.empty() || !val_files.empty()))
     throw UsageError("data.train_files and data.val_files are for data.format=llmc or nanogpt: a `nibble prepare` "
                      "directory is given by data.dir alone");
+  if (data_format == TokenFormat::nibble && !data_tokenizer.empty())
+    throw UsageError(fmt::format("data.tokenizer={} is for data.format=llmc or nanogpt, whose files carry no tokenizer: a "
+                                 "`nibble prepare` directory has its own (prepare --tokenizer {}); leave data.tokenizer out",
+                                 data_tokenizer, data_tokenizer));
   auto positive = [](const char* key, int64_t v) {
     if (v <= 0) throw UsageError(fmt::format("{}={} must be positive", key, v));
   };
@@ -486,6 +495,7 @@ DataSpec RunConfig::data_spec() const {
   spec.dir = data_dir;
   spec.train_files = train_files;
   spec.val_files = val_files;
+  spec.tokenizer = data_tokenizer;
   spec.vocab = vocab;
   spec.vocab_key = "model.vocab";
   return spec;

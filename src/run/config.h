@@ -20,6 +20,7 @@ struct RunConfig {
   std::string data_dir;            // a directory written by `nibble prepare` (shards + tokenizer), or of llm.c/nanoGPT files
   TokenFormat data_format = TokenFormat::nibble;  // how data.dir's files are stored (data/token_files.h)
   std::string train_files, val_files;  // llmc/nanogpt: glob patterns instead of data.dir's listing
+  std::string data_tokenizer;      // llmc/nanogpt: the tokenizer file (tokenizer.json, .model, .tiktoken) that wrote them
   int64_t vocab = 0;               // model.vocab as given: required for llmc/nanogpt; 0: the tokenizer's
   int64_t eval_interval = 250;     // steps between validation evaluations (and at the end)
   int64_t checkpoint_interval = 500;  // steps between checkpoints (and at the end)

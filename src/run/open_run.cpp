@@ -74,12 +74,13 @@ LoadedRun load_run(const fs::path& run_dir, const std::optional<fs::path>& check
                                  run_dir.string(), config_path.string()));
   LoadedRun run;
   apply_config_yaml(run.config, read_text_file(config_path.string()), config_path.string());
-  // A run on llm.c or nanoGPT files has no tokenizer: its vocabulary is its config's model.vocab.
-  const bool pretokenized = run.config.data_format != TokenFormat::nibble && !fs::exists(run_dir / kTokenizerFile);
-  if (!pretokenized) run.tokenizer = load_tokenizer(run_dir);
-  run.config.train.model.vocab = pretokenized ? run.config.vocab : run.tokenizer->vocab_size();
-  const std::string identity = pretokenized ? pretokenized_identity(run.config.data_format, run.config.vocab)
-                                            : run.tokenizer->identity();
+  // A run on llm.c or nanoGPT files has its config's model.vocab, and a tokenizer only where
+  // data.tokenizer gave one (copied into the run directory).
+  const bool token_files = run.config.data_format != TokenFormat::nibble;
+  if (!token_files || has_tokenizer(run_dir)) run.tokenizer = load_tokenizer(run_dir);
+  run.config.train.model.vocab = token_files ? run.config.vocab : run.tokenizer->vocab_size();
+  const std::string identity = run.tokenizer ? run.tokenizer->identity()
+                                             : pretokenized_identity(run.config.data_format, run.config.vocab);
   run.config.train.model.validate();
   run.checkpoint = checkpoint ? lock_chosen(run_dir, *checkpoint, run.checkpoint_lock)
                               : lock_newest(run_dir, run.checkpoint_lock);

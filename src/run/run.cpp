@@ -245,9 +245,11 @@ void TrainingRun::start_ranks_alike() {
 
 void TrainingRun::report() {
   const double peak = trainer_->model().backend().measure_peak_f32_flops(0.1);
-  const std::string tokenizer = data_.tokenizer
-                                    ? fmt::format("{} tokenizer", to_string(data_.tokenizer->kind()))
-                                    : fmt::format("{} token files, no tokenizer", to_string(config_.data_format));
+  const std::string files = config_.data_format == TokenFormat::nibble
+                                ? ""
+                                : fmt::format("{} token files, ", to_string(config_.data_format));
+  const std::string tokenizer = files + (data_.tokenizer ? fmt::format("{} tokenizer", to_string(data_.tokenizer->kind()))
+                                                         : std::string("no tokenizer"));
   console_.print(startup_report(config_, trainer_->model(), trainer_->recipe(), tokenizer,
                                 static_cast<int64_t>(data_.train.size()), static_cast<int64_t>(data_.val.size()), peak));
   if (comm_.size() > 1)

@@ -319,7 +319,7 @@ loss_exact = loss_of(model)
 loss_fp64 = loss_of(model.double())
 
 tok = AutoTokenizer.from_pretrained(exports["ct"])
-table = json.load(open(os.path.join(run_dir, "tokenizer.json")))["bytes"]
+table = json.load(open(os.path.join(run_dir, "nibble_tokenizer.json")))["bytes"]
 sample = corpus[1000:1400]
 ids = tok(sample)["input_ids"]
 check(ids == [table.index(ord(c)) for c in sample] and tok.decode(ids) == sample,

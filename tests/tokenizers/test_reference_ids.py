@@ -4,6 +4,12 @@ emoji- and whitespace-heavy corpus written here, for tokenizers built here:
   - a byte-level BPE trained with HF `tokenizers` with the GPT-2 ByteLevel pre-tokenizer;
   - the same with a Llama-3-style Split regex + ByteLevel(use_regex=false) and a BOS template;
   - a Qwen-2-style one: NFC normalizer, Split + ByteLevel;
+  - sentencepiece-style BPE with byte_fallback, fuse_unk and the 256 <0xNN> tokens (Llama 2,
+    TinyLlama, Mistral as tokenizer.json), built from a BPE trained here: Llama 2's Prepend("▁") +
+    Replace(" ", "▁") normalizer and no pre-tokenizer (each document one piece), and Metaspace
+    pre-tokenizers (prepend_scheme first without split, as Mistral's legacy=false; always and never
+    with split), each with <s> $A and Llama's decoder; characters left out of the alphabet fall back
+    to their bytes; their corpus adds texts with <s> </s> <unk> inside and 400 random short ones;
   - sentencepiece BPE models trained here (Llama 2's settings; NFKC + dummy prefix), each document
     as <s> + sp.encode(text) + </s>;
   - a tiktoken encoding of custom ranks (tiktoken.Encoding) written as a .tiktoken file, with the
@@ -61,6 +67,21 @@ UNSEEN = [
 UNSEEN.append("".join(DOCUMENTS + UNSEEN) * 150)
 
 
+# For the Llama-style tokenizers, whose added tokens are <unk> <s> </s>: text after an added token
+# is a span of its own (normalized, given Metaspace's ▁ or not, on its own).
+LLAMA_SPECIAL = ["Text<s> inside</s> and </s>after, <unk> too\n", "</s>  leading </s>", "<s>", " <s> x</s>"]
+
+
+def random_documents(n=400, seed=28):
+    """Short texts drawn from the corpus's characters, runs of spaces, ▁ itself, <s> </s> <unk>,
+    <0x41> as text, combining marks, emoji: where spans, prepends and byte fallback meet."""
+    import random
+    rng = random.Random(seed)
+    pieces = sorted(set("".join(DOCUMENTS))) + [" "] * 20 + ["\n", "\t", "<s>", "</s>", "<unk>", "▁", "▁▁", "😀",
+                                                          "𝔘", "\u0301", "\u00a0", "\u3000", "  ", "<0x41>", "é"]
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(n)]
+
+
 def train_corpus():
     # Enough repetition for merges across all scripts.
     return [d * 3 for d in DOCUMENTS] * 20
@@ -106,6 +127,36 @@ def qwen_style():
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(train_corpus(), trainer)
     return tok
+
+
+def byte_fallback_style(name, normalizer, pre_tokenizer, decoder):
+    """A Llama-2-style tokenizer.json: a BPE trained here on the corpus as `normalizer` and
+    `pre_tokenizer` see it (alphabet limited, so rarer characters take the byte fallback), rebuilt
+    with <unk> <s> </s> and <0x00>..<0xFF> first, as Llama 2's vocabulary is laid out."""
+    trained = Tokenizer(models.BPE(unk_token="<unk>"))
+    trained.normalizer = normalizer
+    trained.pre_tokenizer = pre_tokenizer
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=120)
+    trained.train_from_iterator(train_corpus(), trainer)
+    model = json.loads(trained.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for token, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1]):
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoder
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return tok
+
+
+def llama2_decoder():
+    return decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                              decoders.Strip(" ", 1, 0)])
 
 
 def read_shard(path):
@@ -161,20 +212,23 @@ def check(name, got, expected):
              % (name, n, len(got), len(expected), got[max(0, n - 3):n + 5], expected[max(0, n - 3):n + 5]))
 
 
-def check_huggingface(nibble, work, name, tok, eot_name):
+def check_huggingface(nibble, work, name, tok, eot_name, byte_fallback=False):
     path = os.path.join(work, name + ".json")
     tok.save(path)
     ref = Tokenizer.from_file(path)  # as a user's file is read
     eot = ref.token_to_id(eot_name)
+    docs = DOCUMENTS + UNSEEN + (LLAMA_SPECIAL + random_documents() if byte_fallback else [])
     expected = []
-    for d in DOCUMENTS + UNSEEN:
+    for d in docs:
         ids = ref.encode(d).ids
         plain = ref.encode(d, add_special_tokens=False).ids
-        # A normalizer's text comes back normalized (NFC), as nibble's decode gives it too.
-        text = ref.normalizer.normalize_str(d) if ref.normalizer else d
-        assert ref.decode(plain, skip_special_tokens=False) == text, "reference round trip of %r" % d
+        # A normalizer's text comes back normalized (NFC), as nibble's decode gives it too. Byte
+        # fallback ones decode to the text itself (Metaspace's "first" loses a leading space).
+        if not byte_fallback:
+            text = ref.normalizer.normalize_str(d) if ref.normalizer else d
+            assert ref.decode(plain, skip_special_tokens=False) == text, "reference round trip of %r" % d
         expected += ids + [eot]
-    got, vocab, out = prepare(nibble, work, name, path, DOCUMENTS + UNSEEN)
+    got, vocab, out = prepare(nibble, work, name, path, docs)
     check(name, got, expected)
     if vocab != ref.get_vocab_size(with_added_tokens=True):
         sys.exit("FAIL: %s: shard vocabulary %d, reference %d" % (name, vocab, ref.get_vocab_size(True)))
@@ -278,6 +332,18 @@ def main():
     check_huggingface(nibble, work, "hf_gpt2_bytelevel", gpt2, "<|endoftext|>")
     check_huggingface(nibble, work, "hf_llama3_split", llama3_style(), "<|end_of_text|>")
     check_huggingface(nibble, work, "hf_qwen_nfc", qwen_style(), "<|endoftext|>")
+    llama2 = byte_fallback_style("llama2", normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]),
+                                 None, llama2_decoder())
+    check_huggingface(nibble, work, "hf_llama2_byte_fallback", llama2, "</s>", byte_fallback=True)
+    mistral = byte_fallback_style("mistral", None, pre_tokenizers.Metaspace("▁", prepend_scheme="first", split=False),
+                                  llama2_decoder())
+    check_huggingface(nibble, work, "hf_mistral_metaspace_first", mistral, "</s>", byte_fallback=True)
+    split = byte_fallback_style("metaspace", None, pre_tokenizers.Metaspace("▁", prepend_scheme="always", split=True),
+                                decoders.Metaspace("▁", prepend_scheme="always", split=True))
+    check_huggingface(nibble, work, "hf_metaspace_always_split", split, "</s>", byte_fallback=True)
+    never = byte_fallback_style("never", None, pre_tokenizers.Metaspace("▁", prepend_scheme="never", split=True),
+                                llama2_decoder())
+    check_huggingface(nibble, work, "hf_metaspace_never_split", never, "</s>", byte_fallback=True)
     # Llama 2's settings (BPE, byte fallback, digits split, identity normalization), and BPE with
     # sentencepiece's default NFKC normalization and dummy prefix. (A unigram model is left out:
     # Debian's libsentencepiece 0.1.97 breaks ties between equal-score segmentations, "!" "!!" vs
