@@ -354,7 +354,8 @@ Calibration calibrate(ExportPlan& p) {
   c.input_amax.assign(static_cast<size_t>(p.layer_options.size() * model::kLinearsPerBlock), 0.0f);
   c.static_inputs = p.quantized_format && p.opt.calibrate_batches > 0;
   if (!c.static_inputs) return c;
-  c.file = fs::path(p.run.config.data_dir) / kValShardFile;
+  // A mixture run (data.sources) calibrates on its first source's validation tokens.
+  c.file = fs::path(p.run.config.data_sources().front().spec.dir) / kValShardFile;
   if (!fs::exists(c.file))
     throw UsageError(fmt::format("--calibrate reads the run's validation tokens, but {} is missing (the data "
                                  "directory moved?): restore it, or pass --calibrate 0 for weight-only scales",
