@@ -346,3 +346,18 @@ TEST_F(MixtureCli, BadSourcesAreRefusedNamingTheSource) {
 }
 
 }  // namespace
+
+namespace {
+
+// The shipped mixture preset parses and validates, with its two sources.
+TEST(MixtureConfig, TheLlamaPresetLoads) {
+  const RunConfig c = load_run_config(std::string(NIBBLE_SOURCE_DIR) + "/configs/llama-125m.yaml", {});
+  ASSERT_EQ(c.sources.size(), 2u);
+  EXPECT_EQ(c.sources[0].name, "edu");
+  EXPECT_EQ(c.sources[1].name, "wiki");
+  EXPECT_EQ(c.sources[0].weight + c.sources[1].weight, 1.0);
+  EXPECT_EQ(c.train.recipe.quantization, Quantization::nvfp4);
+  EXPECT_EQ(c.train.model.kv_heads, 4);
+}
+
+}  // namespace
