@@ -430,8 +430,9 @@ int TrainingRun::finish(double last_loss, double last_val, const RunCheckpoints&
     return 0;
   }
   console_.print(fmt::format(
-      "done: {} steps, {} tokens in {}; final train loss {:.4f}, val loss {:.4f}{}\nrun directory: {}\n", state_.step,
+      "done: {} steps, {} tokens in {}; final train loss {:.4f}, val loss {:.4f}{}{}\nrun directory: {}\n", state_.step,
       format_si(static_cast<double>(state_.tokens)), format_duration(wall), last_loss, last_val,
+      config_.sources.empty() ? "" : " (weight-averaged over the sources)",
       state_.best_val_step >= 0 ? fmt::format(" (best {:.4f} at step {})", state_.best_val_loss, state_.best_val_step)
                                 : std::string(),
       run_dir_.string()));
