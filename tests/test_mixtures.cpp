@@ -313,6 +313,23 @@ TEST_F(MixtureCli, OneSourceEqualsTheDataDirRunBitwise) {
   EXPECT_EQ(cli_test::loss_curve(by_source), cli_test::loss_curve(by_dir));
   EXPECT_EQ(cli_test::file_bytes(by_source / "checkpoints" / "step_00000008" / "model.safetensors"),
             cli_test::file_bytes(by_dir / "checkpoints" / "step_00000008" / "model.safetensors"));
+
+  // A source mixed with a copy of itself: every row's window is drawn from (seed, step, row) by the
+  // source's own sampler, so the training is the source's alone, bit for bit, whatever the split.
+  fs::copy(a, work_dir() / "a-copy", fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  const fs::path by_copies = work_dir() / "by-copies";
+  const Result m = cli_test::run("train " + config + " run.dir=" + by_copies.string() + " data.sources=" + a +
+                                 ":0.7," + (work_dir() / "a-copy").string() + ":0.3");
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  auto train_records = [](const fs::path& run) {
+    std::vector<std::string> train;
+    for (const std::string& r : cli_test::loss_curve(run))
+      if (r.starts_with("train ")) train.push_back(r);
+    return train;
+  };
+  EXPECT_EQ(train_records(by_copies), train_records(by_dir));
+  EXPECT_EQ(cli_test::file_bytes(by_copies / "checkpoints" / "step_00000008" / "model.safetensors"),
+            cli_test::file_bytes(by_dir / "checkpoints" / "step_00000008" / "model.safetensors"));
 }
 
 TEST_F(MixtureCli, BadSourcesAreRefusedNamingTheSource) {
