@@ -369,6 +369,43 @@ TEST_F(MpiTrain, LlmcShardsOnTwoRanksEqualOneRankBitwise) {
   expect_same_run(one_then_two, work_dir() / "llmc-one");
 }
 
+// A data.sources mixture of two llm.c sources: each row's source and window follow from (seed,
+// step, row), so two ranks train it bitwise as one, and a run stopped on one rank resumes on two.
+TEST_F(MpiTrain, MixtureOnTwoRanksEqualsOneRankBitwise) {
+  const std::string text = train::read_text_file(std::string(NIBBLE_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  auto write_shard = [&](const fs::path& path, size_t from, size_t count) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(count);
+    std::vector<uint16_t> tokens(text.begin() + static_cast<std::ptrdiff_t>(from),
+                                 text.begin() + static_cast<std::ptrdiff_t>(from + count));
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(count * 2));
+  };
+  for (const auto& [name, from] : {std::pair<const char*, size_t>{"mix-a", 0}, {"mix-b", 500000}}) {
+    fs::create_directories(work_dir() / name);
+    write_shard(work_dir() / name / "s_train_000001.bin", from, 30000);
+    write_shard(work_dir() / name / "s_val_000000.bin", from + 30000, 4000);
+  }
+  const std::string mixture = "data.dir= data.format=llmc model.vocab=256 data.sources=a=" +
+                              (work_dir() / "mix-a").string() + ":0.6,b=" + (work_dir() / "mix-b").string() + ":0.4";
+  const Result one = train_on(1, work_dir() / "mix-one", mixture);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const Result two = train_on(2, work_dir() / "mix-two", mixture);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("bitwise equal to 1 process"), std::string::npos) << two.output;
+  expect_same_run(work_dir() / "mix-two", work_dir() / "mix-one");
+  EXPECT_TRUE(cli_test::contains(train::read_text_file((work_dir() / "mix-two" / "metrics.jsonl").string()),
+                                 "\"val_loss.b\""));
+  const fs::path one_then_two = work_dir() / "mix-one-then-two";
+  EXPECT_EQ(train_on(1, one_then_two, mixture, "--fault rank_exits=0:5").exit_code, 17);
+  const Result resumed = train_on(2, one_then_two, mixture + " resume=true");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_same_run(one_then_two, work_dir() / "mix-one");
+}
+
 TEST_F(MpiTrain, AStopOnAnyRankNamesTheSameLastGoodCheckpoint) {
   // Rank 1 alone meets non-finite activations in step 5: the message it ends the job with names the
   // step-4 checkpoint rank 0 wrote (it said "none" on rank 1 while rank 0 knew step 4).

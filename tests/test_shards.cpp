@@ -125,7 +125,9 @@ TEST(Shards, EveryFileIsCheckedAgainstPrepareJson) {
   std::ofstream(d / "val.bin", std::ios::binary) << changed;
   EXPECT_EQ(load_dataset(d).val.to_vector().back(), static_cast<int32_t>(changed[changed.size() - 2]));
   EXPECT_EQ(load_dataset(d).train.size(), 4500u);
-  EXPECT_EQ(list_token_files(DataSpec{.dir = d}).val, std::vector<fs::path>{d / "val.bin"});
+  DataSpec spec;
+  spec.dir = d;
+  EXPECT_EQ(list_token_files(spec).val, std::vector<fs::path>{d / "val.bin"});
   std::ofstream(d / "prepare.json") << "{\"files\": {\"../../etc/passwd\": {\"bytes\": 1, \"checksum\": \"x\"}}}\n";
   EXPECT_NE(error_of([&] { load_dataset(d); }).find("its \"files\" record is damaged"), std::string::npos);
   EXPECT_NE(error_of([&] { read_token_shard("/dev/zero"); }).find("/dev/zero is a device, not a token shard"),

@@ -115,7 +115,12 @@ TEST(Sweep, TheTableComparesAtTheTokensEveryRunReached) {
   auto summary = [](const std::string& name, std::vector<std::pair<int64_t, double>> evals) {
     RunSummary s;
     s.name = name;
-    for (auto [tokens, loss] : evals) s.history.evals.push_back({0, tokens, loss, 0});
+    for (auto [tokens, loss] : evals) {
+      nibble::train::EvalRecord e;
+      e.tokens = tokens;
+      e.val_loss = loss;
+      s.history.evals.push_back(e);
+    }
     s.has_val = true;
     s.best_val_loss = 0.5;
     return s;

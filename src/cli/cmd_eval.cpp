@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -41,14 +42,14 @@ train::TokenStream prepared_shard(const train::LoadedRun& run, const std::filesy
   return shard.tokens;
 }
 
-// --tokens FILE, else the run's data.dir validation shards in order (val-00000.bin ..., or an
+// --tokens FILE, else the validation shards of data directory `dir` in order (val-00000.bin ..., or an
 // earlier nibble's val.bin).
-train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::string& tokens, std::string& label) {
+train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::filesystem::path& dir, const std::string& tokens,
+                                   std::string& label) {
   if (!tokens.empty()) {
     label = tokens;
     return prepared_shard(run, tokens);
   }
-  const std::filesystem::path dir(run.config.data_dir);
   const auto files = train::prepared_shards(dir).val;
   train::TokenStream all;
   for (const auto& f : files) all.append(prepared_shard(run, dir / f.file));
@@ -59,25 +60,64 @@ train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::strin
 
 // The tokens to evaluate on: --tokens (in the run's data.format), else the run's validation files
 // (data.dir's val-*.bin, or the llm.c/nanoGPT val files its data.* keys name), memory-mapped.
-train::TokenStream evaluation_tokens(const train::LoadedRun& run, const std::string& tokens, std::string& label) {
-  if (run.config.data_format == train::TokenFormat::nibble) return prepared_tokens(run, tokens, label);
+train::TokenStream evaluation_tokens(const train::LoadedRun& run, const train::DataSpec& spec, const std::string& tokens,
+                                     std::string& label) {
+  if (spec.format == train::TokenFormat::nibble) return prepared_tokens(run, spec.dir, tokens, label);
   const int64_t vocab = run.config.train.model.vocab;
   if (!tokens.empty()) {
     label = tokens;
-    return train::open_token_file(tokens, run.config.data_format, vocab, "the run's model.vocab").tokens;
+    return train::open_token_file(tokens, spec.format, vocab, "the run's model.vocab").tokens;
   }
   train::TokenStream all;
-  const auto files = train::list_token_files(run.config.data_spec()).val;
-  for (const auto& f : files) all.append(train::open_token_file(f, run.config.data_format, vocab, "the run's model.vocab").tokens);
+  const auto files = train::list_token_files(spec).val;
+  for (const auto& f : files) all.append(train::open_token_file(f, spec.format, vocab, "the run's model.vocab").tokens);
   label = files.size() == 1 ? files[0].string() : fmt::format("{} validation files ({} ...)", files.size(), files[0].string());
   return all;
+}
+
+std::string mode_of(const EvalOptions& o, int replaced) {
+  if (o.weights_only_quantized) return fmt::format("FP32 GEMMs on the dequantized NVFP4 weights of {} linears", replaced);
+  return o.fp32 ? "FP32 GEMMs" : "the run's recipe";
+}
+
+// A mixture run without --tokens: each source's validation tokens, then the weight-averaged mean
+// of the per-source losses (what training reports as val_loss; each source's loss is the mean over
+// its own windows).
+void evaluate_sources(train::LoadedRun& run, const EvalOptions& o, int replaced) {
+  const auto sources = run.config.data_sources();
+  double total_weight = 0, overall = 0;
+  for (const auto& s : sources) total_weight += s.weight;
+  nlohmann::json rows = nlohmann::json::array();
+  std::string table = fmt::format("  {:<16} {:>7} {:>8} {:>11} {:>10} {:>8}\n", "source", "weight", "loss",
+                                  "perplexity", "tokens", "windows");
+  for (const auto& s : sources) {
+    std::string label;
+    const train::TokenStream tokens = evaluation_tokens(run, s.spec, "", label);
+    const auto r = train::evaluate_token_stream(run, tokens, o.max_windows, !o.fp32 && !o.weights_only_quantized);
+    const double weight = s.weight / total_weight;
+    overall += weight * r.loss;
+    table += fmt::format("  {:<16} {:>7.4f} {:>8.4f} {:>11.3f} {:>10} {:>8}  {}\n", s.name, weight, r.loss,
+                         r.perplexity(), r.tokens, r.windows, label);
+    rows.push_back({{"name", s.name}, {"weight", weight}, {"loss", r.loss}, {"tokens", r.tokens},
+                    {"windows", r.windows}, {"tokens_file", label}});
+  }
+  if (o.json) {
+    fmt::print("{}\n", nlohmann::json{{"checkpoint", run.checkpoint.string()}, {"step", run.state.step},
+                                      {"loss", overall}, {"sources", rows},
+                                      {"mode", o.weights_only_quantized ? "weights-only-quantized" : o.fp32 ? "fp32" : "recipe"}}
+                           .dump());
+    return;
+  }
+  fmt::print("{} (step {}), {}: each source's loss is the mean over its validation windows\n{}overall loss {:.4f}, "
+             "perplexity {:.3f}: the weight-averaged mean of the per-source losses (as training's val_loss)\n",
+             run.checkpoint.string(), run.state.step, mode_of(o, replaced), table, overall, std::exp(overall));
 }
 
 CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
   auto o = std::make_shared<EvalOptions>();
   CLI::App* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a trained run on a token file");
   cmd->add_option("run", o->run, "run directory (written by nibble train)")->required();
-  cmd->add_option("--tokens", o->tokens, "token shard to evaluate on (default: the run's validation shards, data.dir/val-*.bin)");
+  cmd->add_option("--tokens", o->tokens, "token shard to evaluate on (default: the run's validation shards, data.dir/val-*.bin; for a data.sources run, each source's validation files, with a per-source table)");
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint of the run, by name (step_00000100) or path (default: the newest)")
       ->check(checkpoint_name());
   cmd->add_option("--device", o->device, "cpu, or cuda (one NVIDIA GPU), whichever trained the run")
@@ -101,8 +141,13 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
                                device_from_flag(o->device));
     int replaced = 0;
     if (o->weights_only_quantized) replaced = train::apply_weight_only_quantization(run);
+    if (!run.config.sources.empty() && o->tokens.empty()) {
+      evaluate_sources(run, *o, replaced);
+      exit_code = 0;
+      return;
+    }
     std::string tokens_label;
-    const train::TokenStream tokens = evaluation_tokens(run, o->tokens, tokens_label);
+    const train::TokenStream tokens = evaluation_tokens(run, run.config.data_spec(), o->tokens, tokens_label);
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = train::evaluate_token_stream(run, tokens, o->max_windows, !o->fp32 && !o->weights_only_quantized);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -117,11 +162,7 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
     }
     fmt::print("{} (step {}) on {}: loss {:.4f}, perplexity {:.3f} over {} tokens in {} windows ({}; {:.1f}s)\n",
                run.checkpoint.string(), run.state.step, tokens_label, r.loss, r.perplexity(), r.tokens,
-               r.windows,
-               o->weights_only_quantized
-                   ? fmt::format("FP32 GEMMs on the dequantized NVFP4 weights of {} linears", replaced)
-                   : std::string(o->fp32 ? "FP32 GEMMs" : "the run's recipe"),
-               s);
+               r.windows, mode_of(*o, replaced), s);
     exit_code = 0;
   });
 });

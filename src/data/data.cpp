@@ -89,15 +89,18 @@ void BatchSampler::sample_rows(int64_t index, int64_t first_row, int64_t rows, s
                                std::vector<int32_t>& targets) const {
   inputs.resize(static_cast<size_t>(rows * seq_));
   targets.resize(inputs.size());
+  for (int64_t r = 0; r < rows; ++r) read_row(index, first_row + r, inputs.data() + r * seq_, targets.data() + r * seq_);
+}
+
+void BatchSampler::read_row(int64_t index, int64_t row, int32_t* inputs, int32_t* targets) const {
   const uint64_t windows = tokens_.size() - static_cast<uint64_t>(seq_);
-  std::vector<int32_t> window(static_cast<size_t>(seq_ + 1));
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint64_t b = static_cast<uint64_t>(first_row + r);
-    const uint64_t start = mix64(mix64(seed_ ^ mix64(static_cast<uint64_t>(index))) + b) % windows;
-    tokens_.read(start, window.size(), window.data());
-    std::copy(window.begin(), window.end() - 1, inputs.begin() + r * seq_);
-    std::copy(window.begin() + 1, window.end(), targets.begin() + r * seq_);
-  }
+  const uint64_t b = static_cast<uint64_t>(row);
+  const uint64_t start = mix64(mix64(seed_ ^ mix64(static_cast<uint64_t>(index))) + b) % windows;
+  // The window's seq + 1 tokens: the first seq are the inputs, the last seq the targets.
+  const size_t seq = static_cast<size_t>(seq_);
+  tokens_.read(start, seq, inputs);
+  std::copy(inputs + 1, inputs + seq, targets);
+  targets[seq - 1] = tokens_.at(start + seq);
 }
 
 }  // namespace nibble::train

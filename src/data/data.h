@@ -44,6 +44,9 @@ class BatchSampler {
   // (train/distributed.h); row b is the same window whichever process draws it.
   void sample_rows(int64_t index, int64_t first_row, int64_t rows, std::vector<int32_t>& inputs,
                    std::vector<int32_t>& targets) const;
+  // Row `row` of batch `index` alone: seq inputs to `inputs`, seq targets to `targets` (a mixture
+  // draws its rows one by one from its sources' samplers, data/mixture.h).
+  void read_row(int64_t index, int64_t row, int32_t* inputs, int32_t* targets) const;
 
  private:
   TokenStream tokens_;

@@ -358,8 +358,9 @@ Calibration calibrate(ExportPlan& p) {
   c.input_amax.assign(static_cast<size_t>(p.layer_options.size() * model::kLinearsPerBlock), 0.0f);
   c.static_inputs = p.quantized_format && p.opt.calibrate_batches > 0;
   if (!c.static_inputs) return c;
-  // The first validation shard: calibration reads a few batches of windows.
-  const fs::path data_dir(p.run.config.data_dir);
+  // The first validation shard (a mixture run, data.sources: its first source's): calibration reads
+  // a few batches of windows.
+  const fs::path data_dir(p.run.config.data_sources().front().spec.dir);
   c.file = data_dir / (fs::exists(data_dir) ? prepared_shards(data_dir).val.front().file : std::string(kValShardFile));
   if (!fs::exists(c.file))
     throw UsageError(fmt::format("--calibrate reads the run's validation tokens, but {} is missing (the data "

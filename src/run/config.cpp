@@ -200,11 +200,150 @@ void add_data_format_keys(std::vector<KeyEntry>& t) {
   t.push_back(std::move(tokenizer));
 }
 
+// data.sources. In YAML a list of maps, one per source:
+//   sources:
+//     - {dir: data/edu, weight: 0.7}
+//     - {name: web, dir: data/web, weight: 0.3, format: llmc}
+// On the command line (and as a YAML string) the short form [NAME=]DIR:WEIGHT, sources separated by
+// commas: data.sources=edu=data/edu:0.7,data/web:0.3 (the weight after the last ':'; the format,
+// data.format's). config.yaml keeps the list form, which names every field.
+constexpr std::string_view kSourceKeys = "dir, weight, name, format, train_files, val_files";
+
+double parse_source_weight(std::string_view text, std::string_view origin, std::string_view source) {
+  std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  const double w = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(w) || !(w > 0))
+    throw UsageError(fmt::format("{}: data.sources: the weight '{}' of source '{}' is not a positive number: give each "
+                                 "source a weight > 0, e.g. 0.3 (the weights are normalised to sum to 1)",
+                                 origin, text, source));
+  return w;
+}
+
+// A source without a name takes its directory's; the names must differ (they key the metrics).
+void finish_sources(std::vector<SourceConfig>& sources, std::string_view origin) {
+  for (size_t i = 0; i < sources.size(); ++i) {
+    SourceConfig& s = sources[i];
+    if (s.name.empty()) s.name = default_source_name(s.dir);
+    check_source_name(s.name, "give the source a name (name: NAME in YAML, NAME=DIR:WEIGHT on the command line)");
+    for (size_t j = 0; j < i; ++j)
+      if (sources[j].name == s.name)
+        throw UsageError(fmt::format("{}: data.sources: two sources are named '{}': give each its own name (name: NAME "
+                                     "in YAML, NAME=DIR:WEIGHT on the command line)",
+                                     origin, s.name));
+  }
+  if (sources.empty())
+    throw UsageError(fmt::format("{}: data.sources is empty: list at least one source, or set data.dir", origin));
+}
+
+std::vector<SourceConfig> parse_sources_text(std::string_view value, std::string_view origin) {
+  std::vector<SourceConfig> sources;
+  for (size_t begin = 0; begin <= value.size();) {
+    const size_t comma = std::min(value.find(',', begin), value.size());
+    const std::string_view item = value.substr(begin, comma - begin);
+    const size_t colon = item.rfind(':');
+    if (colon == std::string_view::npos)
+      throw UsageError(fmt::format("{}: data.sources: '{}' has no weight: write [NAME=]DIR:WEIGHT, sources separated "
+                                   "by commas, e.g. data.sources=edu=data/edu:0.7,data/web:0.3",
+                                   origin, item));
+    SourceConfig s;
+    std::string_view where = item.substr(0, colon);
+    if (const size_t eq = where.find('='); eq != std::string_view::npos) {
+      s.name = std::string(where.substr(0, eq));
+      where = where.substr(eq + 1);
+    }
+    s.dir = std::string(where);
+    if (s.dir.empty())
+      throw UsageError(fmt::format("{}: data.sources: '{}' names no directory: write [NAME=]DIR:WEIGHT", origin, item));
+    s.weight = parse_source_weight(item.substr(colon + 1), origin, s.name.empty() ? s.dir : s.name);
+    sources.push_back(std::move(s));
+    begin = comma + 1;
+  }
+  finish_sources(sources, origin);
+  return sources;
+}
+
+SourceConfig parse_source_entry(const YAML::Node& entry, std::string_view origin) {
+  if (!entry.IsMap())
+    throw UsageError(fmt::format("{}: data.sources: each entry is a map such as {{dir: data/web, weight: 0.3}}", origin));
+  SourceConfig s;
+  std::string weight;
+  for (auto it = entry.begin(); it != entry.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    const YAML::Node value = it->second;
+    if (!value.IsScalar())
+      throw UsageError(fmt::format("{}: data.sources: '{}' of a source takes a single value", origin, key));
+    const std::string text = value.Scalar();
+    if (key == "dir") s.dir = text;
+    else if (key == "weight") weight = text;
+    else if (key == "name") s.name = text;
+    else if (key == "train_files") s.train_files = text;
+    else if (key == "val_files") s.val_files = text;
+    else if (key == "format") {
+      try {
+        s.format = parse_token_format(text);
+      } catch (const UsageError& e) {
+        throw UsageError(fmt::format("{}: data.sources: format: {}", origin, e.what()));
+      }
+    } else {
+      throw UsageError(fmt::format("{}: data.sources: unknown key '{}' in a source: the keys of a source are {}", origin,
+                                   key, kSourceKeys));
+    }
+  }
+  const std::string label = !s.name.empty() ? s.name : !s.dir.empty() ? s.dir : s.train_files;
+  if (weight.empty())
+    throw UsageError(fmt::format("{}: data.sources: source '{}' has no weight: add weight: W (a positive number)",
+                                 origin, label));
+  s.weight = parse_source_weight(weight, origin, label);
+  return s;
+}
+
+std::vector<SourceConfig> parse_sources_yaml(const YAML::Node& list, std::string_view origin) {
+  std::vector<SourceConfig> sources;
+  for (const YAML::Node& entry : list) sources.push_back(parse_source_entry(entry, origin));
+  finish_sources(sources, origin);
+  return sources;
+}
+
+// The list form config.yaml keeps (a YAML flow sequence; text values quoted as yaml_scalar does).
+std::string print_sources(const std::vector<SourceConfig>& sources, const std::function<std::string(const std::string&)>& quote) {
+  std::string out = "[";
+  for (const SourceConfig& s : sources) {
+    if (out.size() > 1) out += ", ";
+    out += fmt::format("{{name: {}, dir: {}, weight: {}", quote(s.name), quote(s.dir), s.weight);
+    if (s.format) out += fmt::format(", format: {}", to_string(*s.format));
+    if (!s.train_files.empty()) out += ", train_files: " + quote(s.train_files);
+    if (!s.val_files.empty()) out += ", val_files: " + quote(s.val_files);
+    out += "}";
+  }
+  return out + "]";
+}
+
+std::string yaml_scalar(const std::string& value, ConfigValueKind kind);
+
+void add_sources_key(std::vector<KeyEntry>& t) {
+  KeyEntry e{{"data.sources", ConfigValueKind::text,
+              "a mixture instead of data.dir: [NAME=]DIR:WEIGHT,... (or a YAML list of {dir, weight, name, format, "
+              "train_files, val_files}); each row of a batch comes from one source, in the weights' proportions"},
+             {},
+             {}};
+  e.set = [](C& c, std::string_view, std::string_view v, std::string_view o) { c.sources = parse_sources_text(v, o); };
+  e.get = [](const C& c) {
+    return print_sources(c.sources, [](const std::string& v) { return yaml_scalar(v, ConfigValueKind::text); });
+  };
+  e.printed = [](const C& c) { return !c.sources.empty(); };
+  t.push_back(std::move(e));
+}
+
 // run.dir .. resume: where the run lives and how it steps.
 void add_run_keys(std::vector<KeyEntry>& t) {
   t.push_back(text_key("run.dir", "directory for config, metrics, checkpoints, tokenizer", [](C& c) -> std::string& { return c.run_dir; }));
-  t.push_back(text_key("data.dir", "directory written by `nibble prepare` (or of llm.c / nanoGPT token files, see data.format)", [](C& c) -> std::string& { return c.data_dir; }));
+  KeyEntry dir = text_key("data.dir", "directory written by `nibble prepare` (or of llm.c / nanoGPT token files, see data.format)", [](C& c) -> std::string& { return c.data_dir; });
+  dir.printed = [](const C& c) { return c.sources.empty() || !c.data_dir.empty(); };  // a mixture has data.sources
+  t.push_back(std::move(dir));
   add_data_format_keys(t);
+  add_sources_key(t);
   {
     KeyEntry e{{"seed", ConfigValueKind::integer, "initialisation, data order and stochastic rounding"}, {}, {}};
     e.set = [](C& c, std::string_view k, std::string_view v, std::string_view o) {
@@ -322,7 +461,9 @@ void flatten_yaml(RunConfig& config, const YAML::Node& node, const std::string& 
     refuse_tag(value, origin, key);
     if (const auto [first, added] = seen.emplace(key, line); !added)
       throw UsageError(fmt::format("{}: {} is given twice (also at line {}): keep one", located, key, first->second));
-    if (value.IsMap()) {
+    if (key == "data.sources" && value.IsSequence()) {
+      config.sources = parse_sources_yaml(value, located);
+    } else if (value.IsMap()) {
       flatten_yaml(config, value, key, origin, seen);
     } else if (value.IsScalar()) {
       set_config_value(config, key, value.Scalar(), located);
@@ -467,7 +608,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 
 void RunConfig::validate() const {
   if (run_dir.empty()) throw UsageError("run.dir is empty: set run.dir=runs/NAME");
-  if (data_dir.empty() && train_files.empty())
+  validate_sources();
+  if (data_dir.empty() && train_files.empty() && sources.empty())
     throw UsageError("data.dir is not set: run `nibble prepare TEXT_FILE -o DIR` and set data.dir=DIR (or, for llm.c "
                      "or nanoGPT token files, data.format=llmc|nanogpt with data.dir or data.train_files/val_files)");
   if (data_format == TokenFormat::nibble && (!train_files.empty() || !val_files.empty()))
@@ -487,6 +629,41 @@ void RunConfig::validate() const {
   if (threads < 0) throw UsageError(fmt::format("threads={} must be >= 0 (0: all cores)", threads));
   train.validate();
   refuse_unrepresentable_sizes(train);
+}
+
+// data.sources replaces data.dir and the file globs, which would be ambiguous beside it.
+void RunConfig::validate_sources() const {
+  if (sources.empty()) return;
+  if (!data_dir.empty())
+    throw UsageError(fmt::format("data.sources and data.dir are both set (data.dir={}): a run reads either one "
+                                 "directory (data.dir) or a mixture (data.sources); remove one of them",
+                                 data_dir));
+  if (!train_files.empty() || !val_files.empty())
+    throw UsageError("data.train_files and data.val_files do not apply to data.sources: give each source its own "
+                     "train_files/val_files in its entry");
+  for (const SourceConfig& s : sources) {
+    const TokenFormat format = s.format.value_or(data_format);
+    if (format == TokenFormat::nibble && (!s.train_files.empty() || !s.val_files.empty()))
+      throw UsageError(fmt::format("data.sources: source '{}': train_files and val_files are for format llmc or "
+                                   "nanogpt: a `nibble prepare` directory is given by dir alone",
+                                   s.name));
+    if (s.dir.empty() && s.train_files.empty())
+      throw UsageError(fmt::format("data.sources: source '{}' has neither dir nor train_files: give dir: DIR", s.name));
+  }
+}
+
+std::vector<DataSource> RunConfig::data_sources() const {
+  if (sources.empty()) return {DataSource{"", 1.0, data_spec()}};
+  std::vector<DataSource> out;
+  for (const SourceConfig& s : sources) {
+    DataSpec spec = data_spec();
+    spec.format = s.format.value_or(data_format);
+    spec.dir = s.dir;
+    spec.train_files = s.train_files;
+    spec.val_files = s.val_files;
+    out.push_back(DataSource{s.name, s.weight, std::move(spec)});
+  }
+  return out;
 }
 
 DataSpec RunConfig::data_spec() const {
@@ -519,7 +696,9 @@ std::string config_to_yaml(const RunConfig& config) {
     if (this_section != section && !this_section.empty()) out += this_section + ":\n";
     section = this_section;
     const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
-    out += fmt::format("{}{}: {}  # {}\n", section.empty() ? "" : "  ", leaf, yaml_scalar(e.get(config), e.info.kind),
+    // data.sources prints itself as a YAML list, its text values already quoted.
+    const std::string value = name == "data.sources" ? e.get(config) : yaml_scalar(e.get(config), e.info.kind);
+    out += fmt::format("{}{}: {}  # {}\n", section.empty() ? "" : "  ", leaf, value,
                        e.info.help);
   }
   return out;

@@ -8,11 +8,22 @@
 #include <string_view>
 #include <vector>
 
+#include <optional>
+
+#include "data/sources.h"
 #include "data/token_files.h"
 #include "recipe/recipe.h"
 #include "train/trainer.h"
 
 namespace nibble::train {
+
+// One entry of data.sources (docs/data-directory.md "Mixtures"): where its tokens are, and its weight.
+struct SourceConfig {
+  std::string name;  // defaults to the base name of dir
+  double weight = 0;
+  std::string dir, train_files, val_files;
+  std::optional<TokenFormat> format;  // unset: data.format's
+};
 
 struct RunConfig {
   TrainConfig train;               // model, recipe, optimizer, schedule, batch, seq, seed, ...
@@ -21,6 +32,7 @@ struct RunConfig {
   TokenFormat data_format = TokenFormat::nibble;  // how data.dir's files are stored (data/token_files.h)
   std::string train_files, val_files;  // llmc/nanogpt: glob patterns instead of data.dir's listing
   std::string data_tokenizer;      // llmc/nanogpt: the tokenizer file (tokenizer.json, .model, .tiktoken) that wrote them
+  std::vector<SourceConfig> sources;  // data.sources: a mixture instead of data.dir (empty: data.dir)
   int64_t vocab = 0;               // model.vocab as given: required for llmc/nanogpt; 0: the tokenizer's
   int64_t eval_interval = 250;     // steps between validation evaluations (and at the end)
   int64_t checkpoint_interval = 500;  // steps between checkpoints (and at the end)
@@ -36,8 +48,11 @@ struct RunConfig {
 
   // UsageError naming the key and the fix for values no run can use (also runs TrainConfig's).
   void validate() const;
+  void validate_sources() const;
   // Where the run's tokens are, for data/token_files.h's load_dataset.
   DataSpec data_spec() const;
+  // Every source the run reads: data.sources, or data.dir as one unnamed source of weight 1.
+  std::vector<DataSource> data_sources() const;
 };
 
 // The recipe's keys (recipe/recipe.h: recipe_keys()) are config keys too and share their kinds.

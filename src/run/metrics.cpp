@@ -38,9 +38,11 @@ nlohmann::ordered_json to_json(const StepRecord& r) {
 }
 
 nlohmann::ordered_json to_json(const EvalRecord& r) {
-  return {{"kind", "eval"},          {"step", r.step},
-          {"tokens", r.tokens},      {"val_loss", r.val_loss},
-          {"val_perplexity", r.perplexity()}, {"elapsed_s", r.elapsed_s}};
+  nlohmann::ordered_json j = {{"kind", "eval"}, {"step", r.step}, {"tokens", r.tokens}, {"val_loss", r.val_loss},
+                              {"val_perplexity", r.perplexity()}};
+  for (const auto& [name, loss] : r.sources) j["val_loss." + name] = loss;
+  j["elapsed_s"] = r.elapsed_s;
+  return j;
 }
 
 // JSON cannot hold NaN or infinity; null keeps the line parseable and the NaN visible.
@@ -125,6 +127,9 @@ MetricsHistory read_metrics(const std::filesystem::path& path) {
         r.tokens = j.value("tokens", int64_t{0});
         r.val_loss = number_or_nan(j, "val_loss");
         r.elapsed_s = number_or_nan(j, "elapsed_s");
+        for (const auto& [key, value] : j.items())
+          if (key.starts_with("val_loss."))
+            r.sources.emplace_back(key.substr(9), value.is_number() ? value.get<double>() : std::nan(""));
         h.evals.push_back(r);
       }
     } catch (const nlohmann::json::exception&) {
@@ -257,6 +262,7 @@ void TensorBoardWriter::write(const StepRecord& r) {
 void TensorBoardWriter::write(const EvalRecord& r) {
   scalar("eval/loss", r.step, r.val_loss);
   scalar("eval/perplexity", r.step, r.perplexity());
+  for (const auto& [name, loss] : r.sources) scalar("eval/loss." + name, r.step, loss);
   if (std::fflush(file_) != 0) throw UsageError(fmt::format("cannot write to '{}' (disk full?)", path_.string()));
 }
 
@@ -289,9 +295,12 @@ std::string format_step_line(const StepRecord& r) {
 
 std::string format_eval_line(const EvalRecord& r, int64_t total_steps) {
   const int width = static_cast<int>(std::to_string(total_steps).size());
-  return fmt::format("eval {:>{}}/{} | val loss {:.4f} | val perplexity {:.2f} | {} tokens seen | {}", r.step, width,
-                     total_steps, r.val_loss, r.perplexity(), format_si(static_cast<double>(r.tokens)),
-                     format_duration(r.elapsed_s));
+  std::string per_source;
+  for (const auto& [name, loss] : r.sources) per_source += fmt::format(" | {} {:.4f}", name, loss);
+  return fmt::format("eval {:>{}}/{} | val loss {:.4f}{} | val perplexity {:.2f} | {} tokens seen | {}", r.step, width,
+                     total_steps, r.val_loss,
+                     r.sources.empty() ? std::string() : " (weight-averaged over the sources)" + per_source,
+                     r.perplexity(), format_si(static_cast<double>(r.tokens)), format_duration(r.elapsed_s));
 }
 
 }  // namespace nibble::train

@@ -3,6 +3,8 @@
 //   {"kind":"train","step":100,"tokens":76800,"loss":2.41,"lr":0.001,"grad_norm":0.83,
 //    "step_time_s":0.051,"tokens_per_s":15000,"mfu":0.031,"eta_s":95,"elapsed_s":5.2}
 //   {"kind":"eval","step":250,"tokens":192000,"val_loss":1.98,"val_perplexity":7.2,"elapsed_s":13}
+// A mixture run (data.sources) adds each source's validation loss, "val_loss.NAME", after
+// val_perplexity; its val_loss is then the weight-averaged mean of those (train/trainer.h's Validation).
 // Losses are written with the shortest decimal that reads back to the same double, so two runs
 // can be compared bit for bit from their metrics files.
 #pragma once
@@ -12,6 +14,7 @@
 #include <span>
 #include <string_view>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nibble::train {
@@ -34,6 +37,8 @@ struct StepRecord {
 struct EvalRecord {
   int64_t step = 0, tokens = 0;
   double val_loss = 0, elapsed_s = 0;
+  // A mixture's per-source losses (name, loss), in the order of data.sources; empty otherwise.
+  std::vector<std::pair<std::string, double>> sources;
   double perplexity() const;
 };
 

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "data/shards.h"
+#include "data/sources.h"
 #include "io/atomic_file.h"
 #include "io/directory_lock.h"
 #include "run/console.h"
@@ -79,6 +80,7 @@ class TrainingRun {
   void open_directory();
   void start_ranks_alike();
   void report();
+  std::string describe_sources() const;
   int train();
 
   void crash_if_planned() const;
@@ -99,7 +101,8 @@ class TrainingRun {
   std::unique_ptr<io::DirectoryLock> lock_;
   NewRunCleanup new_run_cleanup_;
   std::optional<fs::path> existing_;  // the newest checkpoint already in run.dir (rank 0)
-  Dataset data_;
+  std::vector<LoadedSource> sources_;  // data.dir as one source, or data.sources
+  const Dataset& data() const { return sources_.front().data; }  // the tokenizer all sources share
   std::string tokenizer_identity_;
   std::unique_ptr<Trainer> trainer_;
   TrainingState state_;
@@ -150,17 +153,19 @@ void TrainingRun::validate() {
                                  "resume: leave out --checkpoint to start the run, or give the run.dir of the run the "
                                  "checkpoint belongs to",
                                  config_.resume_checkpoint, run_dir_.string()));
-  data_ = load_dataset(config_.data_spec());
-  config_.train.model.vocab = data_.vocab_size;
+  sources_ = load_sources(config_.data_sources());
+  config_.train.model.vocab = data().vocab_size;
   config_.validate();
-  tokenizer_identity_ = data_.tokenizer_identity;
+  tokenizer_identity_ = data().tokenizer_identity;
   seq_ = config_.train.seq > 0 ? config_.train.seq : config_.train.model.context;
   // A model that cannot fit is refused before its weights are allocated (minutes of paging for a
   // model.layers typo), the full estimate once the recipe exists.
   refuse_beyond_memory(estimate_memory(config_.train.model, nullptr, config_.train.batch, seq_), config_);
   // Built before anything is written, so that a recipe or shape the Trainer refuses leaves no
   // half-made run directory behind.
-  trainer_ = std::make_unique<Trainer>(config_.train, data_.train, data_.val, &comm_);
+  std::vector<TrainSource> train_sources;
+  for (const LoadedSource& s : sources_) train_sources.push_back(TrainSource{s.name, s.weight, s.data.train, s.data.val});
+  trainer_ = std::make_unique<Trainer>(config_.train, std::move(train_sources), &comm_);
   refuse_beyond_memory(estimate_memory(config_.train.model, &trainer_->recipe(), config_.train.batch, seq_), config_);
   state_.seed = config_.train.seed;
   if (config_.resume && existing_) {
@@ -207,7 +212,7 @@ void TrainingRun::open_directory() {
   console_.print("# resolved config (saved as " + saved_config_.string() + ")\n" + resolved);
   if (root_) {
     write_text(saved_config_, resolved);
-    if (data_.tokenizer) data_.tokenizer->save(run_dir_);
+    if (data().tokenizer) data().tokenizer->save(run_dir_);
   }
   if (config_.resume && existing_)
     console_.print(fmt::format("resuming from {} (step {}, {} tokens)\n", resumed_from_->string(), state_.step,
@@ -244,19 +249,37 @@ void TrainingRun::start_ranks_alike() {
 }
 
 void TrainingRun::report() {
+  int64_t train_tokens = 0, val_tokens = 0;
+  for (const LoadedSource& s : sources_) {
+    train_tokens += static_cast<int64_t>(s.data.train.size());
+    val_tokens += static_cast<int64_t>(s.data.val.size());
+  }
   const double peak = trainer_->model().backend().measure_peak_f32_flops(0.1);
   const std::string files = config_.data_format == TokenFormat::nibble
                                 ? ""
                                 : fmt::format("{} token files, ", to_string(config_.data_format));
-  const std::string tokenizer = files + (data_.tokenizer ? fmt::format("{} tokenizer", to_string(data_.tokenizer->kind()))
-                                                         : std::string("no tokenizer"));
+  const std::string tokenizer = files + (data().tokenizer ? fmt::format("{} tokenizer", to_string(data().tokenizer->kind()))
+                                                          : std::string("no tokenizer"));
   console_.print(startup_report(config_, trainer_->model(), trainer_->recipe(), tokenizer,
-                                static_cast<int64_t>(data_.train.size()), static_cast<int64_t>(data_.val.size()), peak));
+                                train_tokens, val_tokens, peak));
+  if (!config_.sources.empty()) console_.print(describe_sources());
   if (comm_.size() > 1)
     console_.print(fmt::format("parallel   {}: {}; MFU counts {} x the peak above\n", comm_.describe(),
                                trainer_->data_parallel().describe(seq_), comm_.size()));
   // MFU over the whole job: every rank has the peak rank 0 measured (homogeneous hosts).
   job_peak_flops_ = peak * comm_.size();
+}
+
+// One line per source of a mixture: its share of the rows and its tokens.
+std::string TrainingRun::describe_sources() const {
+  double total = 0;
+  for (const LoadedSource& s : sources_) total += s.weight;
+  std::string out;
+  for (const LoadedSource& s : sources_)
+    out += fmt::format("source     {}: weight {:.4g} ({:.1f}% of the rows), {} train / {} val tokens\n", s.name,
+                       s.weight, 100 * s.weight / total, format_si(static_cast<double>(s.data.train.size())),
+                       format_si(static_cast<double>(s.data.val.size())));
+  return out;
 }
 
 // The loop: a step, then its side concerns (divergence, spikes, logging, replica checks,
@@ -364,7 +387,11 @@ double TrainingRun::evaluate(int64_t step, StepLog& log) {
   EvalRecord e;
   e.step = step;
   e.tokens = state_.tokens;
-  e.val_loss = trainer_->evaluate();
+  const Validation v = trainer_->evaluate_sources();
+  e.val_loss = v.loss;
+  // A mixture's per-source losses (data.sources names them; a data.dir run has the one loss).
+  if (!config_.sources.empty())
+    for (size_t s = 0; s < sources_.size(); ++s) e.sources.emplace_back(sources_[s].name, v.per_source[s]);
   e.elapsed_s = clock_->elapsed_s();
   if (std::isfinite(e.val_loss) && (state_.best_val_step < 0 || e.val_loss < state_.best_val_loss)) {
     state_.best_val_loss = e.val_loss;
@@ -405,8 +432,9 @@ int TrainingRun::finish(double last_loss, double last_val, const RunCheckpoints&
     return 0;
   }
   console_.print(fmt::format(
-      "done: {} steps, {} tokens in {}; final train loss {:.4f}, val loss {:.4f}{}\nrun directory: {}\n", state_.step,
+      "done: {} steps, {} tokens in {}; final train loss {:.4f}, val loss {:.4f}{}{}\nrun directory: {}\n", state_.step,
       format_si(static_cast<double>(state_.tokens)), format_duration(wall), last_loss, last_val,
+      config_.sources.empty() ? "" : " (weight-averaged over the sources)",
       state_.best_val_step >= 0 ? fmt::format(" (best {:.4f} at step {})", state_.best_val_loss, state_.best_val_step)
                                 : std::string(),
       run_dir_.string()));

@@ -26,6 +26,51 @@ std::pair<TokenStream, TokenStream> split_streams(const std::vector<int32_t>& co
   return {TokenStream(std::move(split.train)), TokenStream(std::move(split.val))};
 }
 
+// One source as a mixture of one: trains exactly as before mixtures existed.
+std::vector<TrainSource> single_source(TokenStream train, TokenStream val) {
+  std::vector<TrainSource> one(1);
+  one[0].train = std::move(train);
+  one[0].val = std::move(val);
+  return one;
+}
+
+// A source too short for a window is named (the sampler's own message names only the split).
+template <typename F>
+auto for_source(const std::vector<TrainSource>& sources, size_t s, F make) {
+  try {
+    return make();
+  } catch (const UsageError& e) {
+    if (sources.size() == 1) throw;
+    throw UsageError("data.sources: source '" + sources[s].name + "': " + e.what());
+  }
+}
+
+MixtureSampler mixture_sampler(const std::vector<TrainSource>& sources, int64_t seq, const TrainConfig& c) {
+  std::vector<TokenStream> streams;
+  std::vector<double> weights;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    for_source(sources, s, [&] { return BatchSampler(sources[s].train, seq, c.seed); });
+    streams.push_back(sources[s].train);
+    weights.push_back(sources[s].weight);
+  }
+  return MixtureSampler(std::move(streams), weights, seq, c.seed, c.batch);
+}
+
+std::vector<BatchSampler> validation_samplers(const std::vector<TrainSource>& sources, int64_t seq) {
+  std::vector<BatchSampler> samplers;
+  for (size_t s = 0; s < sources.size(); ++s)
+    samplers.push_back(for_source(sources, s, [&] { return BatchSampler(sources[s].val, seq, kValidationSeed); }));
+  return samplers;
+}
+
+std::vector<double> normalised_weights(const std::vector<TrainSource>& sources) {
+  double total = 0;
+  for (const TrainSource& s : sources) total += s.weight;
+  std::vector<double> w;
+  for (const TrainSource& s : sources) w.push_back(sources.size() == 1 ? 1.0 : s.weight / total);
+  return w;
+}
+
 // Rows of each micro-batch this process runs: the recipe's tokens per micro-batch follow from them.
 int64_t rows_per_slice(const TrainConfig& c, const Communicator* comm) {
   return DataParallelPlan(c.batch, c.grad_accum, comm ? comm->rank() : 0, comm ? comm->size() : 1).rows_per_slice();
@@ -52,6 +97,9 @@ Trainer::Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> 
     : Trainer(config, std::move(split.first), std::move(split.second), comm) {}
 
 Trainer::Trainer(const TrainConfig& config, TokenStream train, TokenStream val, Communicator* comm)
+    : Trainer(config, single_source(std::move(train), std::move(val)), comm) {}
+
+Trainer::Trainer(const TrainConfig& config, std::vector<TrainSource> sources, Communicator* comm)
     : config_(config),
       seq_(config.seq > 0 ? config.seq : config.model.context),
       model_(make_model(config, comm)),
@@ -59,8 +107,9 @@ Trainer::Trainer(const TrainConfig& config, TokenStream train, TokenStream val, 
                                        model_->block_linear_shapes(), rows_per_slice(config, comm) * seq_,
                                        model_->backend())),
       optimizer_(model_->params(), config.optimizer, model_->backend()),
-      train_sampler_(std::move(train), seq_, config.seed),
-      val_sampler_(std::move(val), seq_, kValidationSeed),
+      train_sampler_(mixture_sampler(sources, seq_, config)),
+      val_samplers_(validation_samplers(sources, seq_)),
+      val_weights_(normalised_weights(sources)),
       comm_(comm ? comm : &single_process_),
       plan_(config.batch, config.grad_accum, comm_->rank(), comm_->size()),
       gradient_sum_(model_->backend()) {}
@@ -113,18 +162,28 @@ StepResult Trainer::step() {
   return r;
 }
 
-double Trainer::evaluate() {
-  double total = 0;
+Validation Trainer::evaluate_sources() {
   model::ModelStep ms;
   ms.recipe = recipe_.get();
   ms.progress = progress();
   ms.run_seed = config_.seed ^ kValidationSeed;
   ms.weight_version = optimizer_.steps();
   ms.training = false;
+  Validation v;
+  for (size_t s = 0; s < val_samplers_.size(); ++s) {
+    v.per_source.push_back(evaluate_source(s, ms));
+    v.loss += val_weights_[s] * v.per_source.back();  // 0 + 1.0 * loss: one source's loss exactly
+  }
+  return v;
+}
+
+// Mean loss over eval_batches batches of source `source`'s validation tokens.
+double Trainer::evaluate_source(size_t source, model::ModelStep& ms) {
+  double total = 0;
   // Ranks take every ranks()-th validation batch; the per-batch losses are added in batch order.
   std::vector<double> batch_losses(static_cast<size_t>(config_.eval_batches), 0.0);
   for (int64_t b = plan_.rank(); b < config_.eval_batches; b += plan_.ranks()) {
-    val_sampler_.sample(b, config_.batch, inputs_, targets_);
+    val_samplers_[source].sample(b, config_.batch, inputs_, targets_);
     ms.micro_step = -1 - b;
     batch_losses[static_cast<size_t>(b)] = model_->forward(inputs_, targets_, config_.batch, seq_, ms);
   }

@@ -4,12 +4,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "model/transformer.h"
 #include "recipe/recipe.h"
 #include "data/data.h"
+#include "data/mixture.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
 
@@ -28,6 +30,21 @@ struct TrainConfig {
   uint64_t seed = 1337;
   ops::Device device = ops::Device::cpu;  // where the model, its gradients and AdamW's state live
   void validate() const;
+};
+
+// One source of a data mixture (data.sources): its tokens and its weight (any positive scale).
+struct TrainSource {
+  std::string name;
+  double weight = 1;
+  TokenStream train, val;
+};
+
+// A validation pass: `loss` is the weight-averaged mean of the per-source losses (sum of
+// normalised weight x loss; the one loss itself for one source), each source evaluated on the same
+// eval_batches batches of its own validation tokens every time.
+struct Validation {
+  double loss = 0;
+  std::vector<double> per_source;  // in the order of the sources
 };
 
 struct StepResult {
@@ -49,11 +66,17 @@ class Trainer {
   // Training and validation tokens given apart (memory-mapped shards, data/pretokenized.h): the
   // same batches as the corpus constructor when `train` and `val` are its 90/10 split.
   Trainer(const TrainConfig& config, TokenStream train, TokenStream val, Communicator* comm = nullptr);
+  // A mixture: each row of a step from one source, in the weights' proportions (data/mixture.h).
+  // One source trains exactly as the constructor above. UsageError naming the source whose tokens
+  // are too few for a window.
+  Trainer(const TrainConfig& config, std::vector<TrainSource> sources, Communicator* comm = nullptr);
 
   StepResult step();
   // Mean loss over the same eval_batches validation batches every time (fixed seed), with the
   // recipe's forward at the current point of training.
-  double evaluate();
+  double evaluate() { return evaluate_sources().loss; }
+  // The same, per source and overall.
+  Validation evaluate_sources();
   int64_t steps_done() const { return optimizer_.steps(); }
   const TrainConfig& config() const { return config_; }
   model::Transformer& model() { return *model_; }
@@ -74,13 +97,16 @@ class Trainer {
  private:
   Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm);
   double progress() const;
+  double evaluate_source(size_t source, model::ModelStep& ms);
 
   TrainConfig config_;
   int64_t seq_;
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<Recipe> recipe_;
   AdamW optimizer_;
-  BatchSampler train_sampler_, val_sampler_;
+  MixtureSampler train_sampler_;
+  std::vector<BatchSampler> val_samplers_;
+  std::vector<double> val_weights_;  // normalised
   std::vector<int32_t> inputs_, targets_;
   std::vector<model::LinearTelemetry> telemetry_;
   double data_seconds_ = 0;
