@@ -71,6 +71,29 @@ TEST(Tokenizer, BpeRoundTripsAnyTextThroughByteFallback) {
   EXPECT_EQ(loaded->encode(sample), ids);
 }
 
+// nibble's BPE converted to a Hugging Face tokenizer.json (what export writes so that transformers
+// needs no sentencepiece): read back by nibble's Hugging Face loader (checked id for id against the
+// `tokenizers` library by tests/tokenizers), it gives sentencepiece's ids on English, other scripts,
+// emoji, digits, whitespace runs and characters the corpus never showed, and decodes them back.
+TEST(Tokenizer, BpeConvertedToAHuggingFaceTokenizerJsonGivesTheSameIds) {
+  const std::string corpus = shakespeare_prefix(150000) +
+                             "\nÜber die Brücke 2024 — naïve café 12345\n日本語のテキストです。\nπάντα ῥεῖ 🎉🎉\n";
+  auto tok = train_bpe_tokenizer(corpus, 900);
+  const auto converted = tok->converted_to_huggingface();
+  ASSERT_TRUE(converted.has_value());
+  const fs::path dir = fresh_dir("bpe-converted");
+  std::ofstream(dir / "tokenizer.json") << *converted;
+  auto hf = load_tokenizer_file(dir / "tokenizer.json", "");
+  EXPECT_EQ(hf->vocab_size(), tok->vocab_size());
+  for (const std::string text :
+       {corpus.substr(5000, 4000), corpus.substr(corpus.size() - 120), std::string("  two  spaces\t\ttabs\n\n\nend  "),
+        std::string("unseen: ЖЖЖ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \xF0\x9F\x98\x80 9876543210 x\u00a0y"), std::string("the the the thee thou")}) {
+    const auto ids = tok->encode(text);
+    EXPECT_EQ(hf->encode(text), ids) << text;
+    EXPECT_EQ(hf->decode(ids), text) << text;
+  }
+}
+
 // char and bpe describe themselves in nibble_tokenizer.json (it is no Hugging Face file). A
 // directory an earlier nibble wrote (tokenizer.json) loads with the same identity (checkpoints store
 // it) and the same ids, and saving into it again (a resumed run) rewrites that file, adding none.

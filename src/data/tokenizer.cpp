@@ -132,6 +132,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string identity() const override {
     return io::content_hash(std::string(to_string(kind_)) + "\n" + serialized_);
   }
+  std::optional<std::string> converted_to_huggingface() const override;
 
  private:
   // nibble's own BPE has <s> and </s> too, but documents were never marked with them.
@@ -142,6 +143,77 @@ class SentencePieceTokenizer final : public Tokenizer {
   TokenizerKind kind_;
   sentencepiece::SentencePieceProcessor processor_;
 };
+
+// The code points of `piece` as byte offsets (its end included).
+std::vector<size_t> code_point_starts(const std::string& piece) {
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < piece.size(); ++i)
+    if ((static_cast<unsigned char>(piece[i]) & 0xC0) != 0x80) starts.push_back(i);
+  starts.push_back(piece.size());
+  return starts;
+}
+
+// nibble's own BPE (train_bpe_tokenizer's settings: identity normalisation, no dummy prefix, no
+// whitespace folding, byte fallback) as a Hugging Face BPE tokenizer.json that encodes to the same
+// ids, so that transformers loads an export without sentencepiece or protobuf: the pieces as the
+// vocabulary, a space as "▁" (sentencepiece's whitespace escape), byte fallback to <0xNN>, and the
+// merges the pieces imply: every split of a piece into two pieces, ranked by the merged piece's
+// score (sentencepiece BPE merges the highest-scoring pair first), as transformers' own converter
+// derives them. Pieces never span a word start ("▁" only begins one) or a digit, so merging over
+// the whole text as Hugging Face does meets the same pairs as sentencepiece merging word by word.
+// A model nibble did not train (`prepare --tokenizer x.model`) keeps only its tokenizer.model.
+std::optional<std::string> SentencePieceTokenizer::converted_to_huggingface() const {
+  if (kind_ != TokenizerKind::bpe) return std::nullopt;
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  std::unordered_map<std::string, int> normal;  // piece -> id, the pieces merges may make or use
+  nlohmann::json added = nlohmann::json::array();
+  for (int id = 0; id < processor_.GetPieceSize(); ++id) {
+    const std::string piece = processor_.IdToPiece(id);
+    vocab[piece] = id;
+    if (processor_.IsControl(id) || processor_.IsUnknown(id))
+      added.push_back({{"id", id}, {"content", piece}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+    else if (!processor_.IsByte(id) && !processor_.IsUnused(id))
+      normal.emplace(piece, id);
+  }
+  struct Merge {
+    float score;
+    int merged, left;
+    std::string l, r;
+  };
+  std::vector<Merge> merges;
+  for (const auto& [piece, id] : normal) {
+    const std::vector<size_t> starts = code_point_starts(piece);
+    for (size_t k = 1; k + 1 < starts.size(); ++k) {
+      const std::string l = piece.substr(0, starts[k]), r = piece.substr(starts[k]);
+      const auto left = normal.find(l);
+      if (left != normal.end() && normal.count(r)) merges.push_back({processor_.GetScore(id), id, left->second, l, r});
+    }
+  }
+  std::sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) {
+    return a.score != b.score ? a.score > b.score : a.merged != b.merged ? a.merged < b.merged : a.left < b.left;
+  });
+  nlohmann::json merge_list = nlohmann::json::array();
+  for (const Merge& m : merges) merge_list.push_back({m.l, m.r});
+  nlohmann::ordered_json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = added;
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  j["pre_tokenizer"] = nullptr;
+  j["post_processor"] = nullptr;
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders",
+                   {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}}}}};
+  j["model"] = {{"type", "BPE"},           {"dropout", nullptr},       {"unk_token", processor_.IdToPiece(processor_.unk_id())},
+                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", true},
+                {"byte_fallback", true},   {"ignore_merges", false},   {"vocab", vocab},
+                {"merges", merge_list}};
+  return j.dump(2) + "\n";
+}
 
 // sentencepiece's BPE trainer splits sentences into words at spaces and indexes a word's characters
 // in 16 bits through a signed shift: a word of 32770 characters makes it write out of bounds

@@ -644,22 +644,21 @@ std::string write_tokenizer(const ExportPlan& p, const fs::path& dir) {
   if (p.run.tokenizer->kind() == TokenizerKind::sentencepiece) return write_sentencepiece_tokenizer(p, dir, context);
   if (p.run.tokenizer->kind() == TokenizerKind::tiktoken) return write_tiktoken_tokenizer(p, dir, context);
   if (p.run.tokenizer->kind() != TokenizerKind::bpe) return write_char_tokenizer(p.opt.run_dir, dir, context);
-  // transformers' LlamaTokenizer(Fast) reads a sentencepiece model; nibble's BPE adds no BOS to
-  // training text, no dummy prefix, identity normalisation (train/tokenizer.cpp).
+  // nibble's BPE adds no BOS to training text, no dummy prefix, identity normalisation
+  // (data/tokenizer.cpp). AutoTokenizer reads the converted tokenizer.json (PreTrainedTokenizerFast:
+  // no sentencepiece or protobuf needed); the sentencepiece model stays beside it for its users.
   copy_run_file(p.opt.run_dir, "tokenizer.model", "a sentencepiece model", dir);
+  write_text(dir / "tokenizer.json", *p.run.tokenizer->converted_to_huggingface());
   write_json(dir / "tokenizer_config.json",
-             {{"tokenizer_class", "LlamaTokenizer"},
-              {"add_bos_token", false},
-              {"add_eos_token", false},
-              {"add_prefix_space", false},
-              {"legacy", true},
+             {{"tokenizer_class", "PreTrainedTokenizerFast"},
               {"bos_token", "<s>"},
               {"eos_token", "</s>"},
               {"unk_token", "<unk>"},
               {"clean_up_tokenization_spaces", false},
               {"model_max_length", context}});
-  return "tokenizer.model (sentencepiece BPE, byte fallback) + tokenizer_config.json (LlamaTokenizer, "
-         "no BOS added, as nibble trained)";
+  return "tokenizer.json (the sentencepiece BPE converted: its pieces, the merges they imply, byte fallback; no BOS "
+         "added, as nibble trained) + tokenizer_config.json (PreTrainedTokenizerFast) + tokenizer.model (the "
+         "sentencepiece model itself)";
 }
 
 // The model card's "Final losses" list.

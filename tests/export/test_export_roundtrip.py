@@ -335,13 +335,16 @@ def read_shard(path):
     return np.frombuffer(raw[32:], dtype=np.uint16 if width == 2 else np.uint32).astype(np.int64)
 
 
-# A sentencepiece BPE run: transformers' LlamaTokenizer on the exported tokenizer.model must give
-# the ids `nibble prepare` wrote for the whole corpus (its one input: train-00000.bin then val-00000.bin).
+# A sentencepiece BPE run: AutoTokenizer on the export (a PreTrainedTokenizerFast of the converted
+# tokenizer.json, which needs neither sentencepiece nor protobuf) must give the ids `nibble prepare`
+# wrote for the whole corpus (its one input: train-00000.bin then val-00000.bin).
 bpe_data, bpe_run = os.path.join(WORK, "bpe-data"), os.path.join(WORK, "bpe-run")
 nibble("prepare", os.path.join(WORK, "corpus.txt"), "-o", bpe_data, "--tokenizer", "bpe", "--vocab-size", "400")
 nibble("train", os.path.join(WORK, "tiny.yaml"), f"run.dir={bpe_run}", f"data.dir={bpe_data}", "steps=4")
 nibble("export", bpe_run, "--format", "hf", "-o", os.path.join(WORK, "bpe-hf"))
 bpe_tok = AutoTokenizer.from_pretrained(os.path.join(WORK, "bpe-hf"))
+check(type(bpe_tok).__name__ == "PreTrainedTokenizerFast",
+      f"AutoTokenizer on the BPE export is a {type(bpe_tok).__name__}, not the PreTrainedTokenizerFast of its tokenizer.json")
 bpe_ids = np.array(bpe_tok(corpus)["input_ids"])
 want = np.concatenate([read_shard(os.path.join(bpe_data, "train-00000.bin")),
                        read_shard(os.path.join(bpe_data, "val-00000.bin"))])
