@@ -89,7 +89,7 @@ class ExportCli : public ::testing::Test {
 // Linear layer's own quantized weight after a forward pass must be the same bytes.
 TEST_F(ExportCli, WeightQuantizationIsTheOneTheLinearMultiplies) {
   auto loaded = train::load_run(reference(), std::nullopt);
-  const auto shard = train::read_token_shard(data() / train::kValShardFile);
+  const auto shard = train::read_token_shard(data() / train::prepared_shards(data()).val.front().file);
   train::evaluate_token_stream(loaded, shard.tokens, 2, true);
   int nvfp4 = 0;
   for (int l = 0; l < 3; ++l)
@@ -123,7 +123,7 @@ TEST_F(ExportCli, FourOverSixOneBySixteenUntiedHeadAreExactToo) {
                                   "nvfp4.four_over_six_e4m3_max=256 model.tied_embeddings=false"));
   ASSERT_EQ(t.exit_code, 0) << t.output;
   auto loaded = train::load_run(dir, std::nullopt);
-  train::evaluate_token_stream(loaded, train::read_token_shard(data() / train::kValShardFile).tokens, 2, true);
+  train::evaluate_token_stream(loaded, train::read_token_shard(data() / train::prepared_shards(data()).val.front().file).tokens, 2, true);
   const auto q = train::forward_weight_quantization(loaded, 1, model::BlockLinear::down);
   const std::optional<QuantizedTensor> w = loaded.model->linear(1, model::BlockLinear::down).fprop_weight();
   ASSERT_TRUE(q.has_value());
