@@ -1,5 +1,6 @@
 // Tokenizers: round trips, saving and loading, and refusals.
 #include <gtest/gtest.h>
+#include <sentencepiece_trainer.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -91,6 +92,36 @@ TEST(Tokenizer, BpeConvertedToAHuggingFaceTokenizerJsonGivesTheSameIds) {
     const auto ids = tok->encode(text);
     EXPECT_EQ(hf->encode(text), ids) << text;
     EXPECT_EQ(hf->decode(ids), text) << text;
+  }
+}
+
+// A given sentencepiece BPE model with Llama 2's settings (byte fallback, identity normalisation, a
+// dummy prefix, whitespace kept, digits split) converts too: the tokenizer.json prepends "▁" and puts
+// <s> in front as nibble's prompts have it, and gives sentencepiece's ids. A model that folds
+// whitespace (sentencepiece's default) has no exact tokenizer.json: none is made.
+TEST(Tokenizer, ALlama2StyleSentencePieceModelConvertsWithItsDummyPrefixAndBos) {
+  const fs::path dir = fresh_dir("llama2-style");
+  std::ofstream(dir / "corpus.txt") << shakespeare_prefix(120000) << "\nnaïve café 2024 — 日本語 🎉\n";
+  const std::string common = "--input=" + (dir / "corpus.txt").string() +
+                             " --model_type=bpe --vocab_size=700 --byte_fallback=true --normalization_rule_name=identity "
+                             "--split_digits=true --character_coverage=1.0 --minloglevel=2 --model_prefix=";
+  ASSERT_TRUE(sentencepiece::SentencePieceTrainer::Train(common + (dir / "llama").string() +
+                                                         " --remove_extra_whitespaces=false").ok());
+  ASSERT_TRUE(sentencepiece::SentencePieceTrainer::Train(common + (dir / "folding").string()).ok());
+  EXPECT_FALSE(load_tokenizer_file(dir / "folding.model")->converted_to_huggingface().has_value());
+
+  const auto given = load_tokenizer_file(dir / "llama.model");
+  const auto converted = given->converted_to_huggingface();
+  ASSERT_TRUE(converted.has_value());
+  std::ofstream(dir / "tokenizer.json") << *converted;
+  const auto hf = load_tokenizer_file(dir / "tokenizer.json");
+  for (const std::string text : {std::string("ROMEO: what light through yonder window breaks"),
+                                 std::string(" leading space,  two spaces\tand a tab\n\nend "),
+                                 std::string("unseen ЖЖ 𝔘 \xF0\x9F\x98\x80 31415 naïve 日本語"), shakespeare_prefix(3000)}) {
+    const auto ids = given->encode_prompt(text);  // <s> + sentencepiece's ids
+    ASSERT_EQ(ids.front(), 1);
+    EXPECT_EQ(hf->encode(text), ids) << text;
+    EXPECT_EQ(hf->decode(std::span<const int32_t>(ids).subspan(1)), text) << text;
   }
 }
 

@@ -153,17 +153,92 @@ std::vector<size_t> code_point_starts(const std::string& piece) {
   return starts;
 }
 
-// nibble's own BPE (train_bpe_tokenizer's settings: identity normalisation, no dummy prefix, no
-// whitespace folding, byte fallback) as a Hugging Face BPE tokenizer.json that encodes to the same
-// ids, so that transformers loads an export without sentencepiece or protobuf: the pieces as the
-// vocabulary, a space as "▁" (sentencepiece's whitespace escape), byte fallback to <0xNN>, and the
-// merges the pieces imply: every split of a piece into two pieces, ranked by the merged piece's
-// score (sentencepiece BPE merges the highest-scoring pair first), as transformers' own converter
-// derives them. Pieces never span a word start ("▁" only begins one) or a digit, so merging over
-// the whole text as Hugging Face does meets the same pairs as sentencepiece merging word by word.
-// A model nibble did not train (`prepare --tokenizer x.model`) keeps only its tokenizer.model.
+// The settings of a sentencepiece model that decide whether and how it converts to a Hugging Face
+// tokenizer.json, read from its serialized ModelProto (protobuf wire format; sentencepiece's C++ API
+// exposes the proto only through generated headers Debian does not ship). Field numbers and proto2
+// defaults of sentencepiece_model.proto: ModelProto.pieces 1 (SentencePiece.type 3), .trainer_spec 2,
+// .normalizer_spec 3;
+// TrainerSpec.model_type 3 (UNIGRAM 1, BPE 2), .treat_whitespace_as_suffix 24, .byte_fallback 35;
+// NormalizerSpec.name 1, .add_dummy_prefix 3 (true), .remove_extra_whitespaces 4 (true),
+// .escape_whitespaces 5 (true).
+struct SentencePieceSettings {
+  int model_type = 1;
+  bool byte_fallback = false, whitespace_as_suffix = false;
+  std::string normalizer = "";
+  bool dummy_prefix = true, remove_extra_whitespaces = true, escape_whitespaces = true;
+  bool user_defined_pieces = false;  // a piece of type USER_DEFINED (4): matched whole, before BPE
+};
+
+// Calls field(number, varint, bytes) for each field of the message in `b`; false when malformed.
+template <class Field>
+bool for_each_field(std::string_view b, Field&& field) {
+  size_t i = 0;
+  auto varint = [&](uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64 && i < b.size(); shift += 7) {
+      const auto byte = static_cast<uint8_t>(b[i++]);
+      v |= uint64_t{byte & 0x7Fu} << shift;
+      if (!(byte & 0x80)) return true;
+    }
+    return false;
+  };
+  while (i < b.size()) {
+    uint64_t key = 0, v = 0;
+    if (!varint(key)) return false;
+    switch (key & 7) {
+      case 0: if (!varint(v)) return false; field(key >> 3, v, std::string_view()); break;
+      case 1: if (b.size() - i < 8) return false; i += 8; break;
+      case 5: if (b.size() - i < 4) return false; i += 4; break;
+      case 2:
+        if (!varint(v) || v > b.size() - i) return false;
+        field(key >> 3, 0, b.substr(i, v));
+        i += v;
+        break;
+      default: return false;
+    }
+  }
+  return true;
+}
+
+SentencePieceSettings read_settings(std::string_view model) {
+  SentencePieceSettings s;
+  for_each_field(model, [&](uint64_t number, uint64_t, std::string_view message) {
+    if (number == 1)
+      for_each_field(message, [&](uint64_t n, uint64_t v, std::string_view) { s.user_defined_pieces |= n == 3 && v == 4; });
+    if (number == 2)
+      for_each_field(message, [&](uint64_t n, uint64_t v, std::string_view) {
+        if (n == 3) s.model_type = static_cast<int>(v);
+        if (n == 24) s.whitespace_as_suffix = v != 0;
+        if (n == 35) s.byte_fallback = v != 0;
+      });
+    if (number == 3)
+      for_each_field(message, [&](uint64_t n, uint64_t v, std::string_view bytes) {
+        if (n == 1) s.normalizer = std::string(bytes);
+        if (n == 3) s.dummy_prefix = v != 0;
+        if (n == 4) s.remove_extra_whitespaces = v != 0;
+        if (n == 5) s.escape_whitespaces = v != 0;
+      });
+  });
+  return s;
+}
+
+// A sentencepiece BPE model as a Hugging Face BPE tokenizer.json that encodes to the same ids, so
+// that transformers loads an export without sentencepiece or protobuf, as transformers' own
+// converter for Llama does: the pieces as the vocabulary, a space as "▁" (sentencepiece's
+// whitespace escape), "▁" prepended where the model adds a dummy prefix, byte fallback to <0xNN>,
+// and the merges the pieces imply: every split of a piece into two pieces, ranked by the merged
+// piece's score (sentencepiece BPE merges the highest-scoring pair first). Pieces never span a word
+// start ("▁" only begins one), so merging over the whole text as Hugging Face does meets the same
+// pairs as sentencepiece merging word by word. A given model (`prepare --tokenizer x.model`) also
+// gets its <s> in front, as nibble's documents and prompts have it. Models outside what this
+// expresses exactly (unigram, no byte fallback, a normalization other than identity, whitespace
+// folding, user-defined pieces) have none: their export keeps the tokenizer.model alone.
 std::optional<std::string> SentencePieceTokenizer::converted_to_huggingface() const {
-  if (kind_ != TokenizerKind::bpe) return std::nullopt;
+  const SentencePieceSettings settings = read_settings(serialized_);
+  if (settings.model_type != 2 || !settings.byte_fallback || settings.whitespace_as_suffix ||
+      settings.normalizer != "identity" || settings.remove_extra_whitespaces || !settings.escape_whitespaces ||
+      settings.user_defined_pieces)
+    return std::nullopt;
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   std::unordered_map<std::string, int> normal;  // piece -> id, the pieces merges may make or use
   nlohmann::json added = nlohmann::json::array();
@@ -200,14 +275,28 @@ std::optional<std::string> SentencePieceTokenizer::converted_to_huggingface() co
   j["truncation"] = nullptr;
   j["padding"] = nullptr;
   j["added_tokens"] = added;
-  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  const nlohmann::json space = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  j["normalizer"] = settings.dummy_prefix
+                        ? nlohmann::json{{"type", "Sequence"},
+                                         {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}}, space}}}
+                        : space;
   j["pre_tokenizer"] = nullptr;
   j["post_processor"] = nullptr;
-  j["decoder"] = {{"type", "Sequence"},
-                  {"decoders",
-                   {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
-                    {{"type", "ByteFallback"}},
-                    {{"type", "Fuse"}}}}};
+  if (const auto bos = special(processor_.bos_id())) {
+    const std::string b = processor_.IdToPiece(*bos);
+    j["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", b}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair",
+         {{{"SpecialToken", {{"id", b}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          {{"SpecialToken", {{"id", b}, {"type_id", 1}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens", {{b, {{"id", b}, {"ids", {*bos}}, {"tokens", {b}}}}}}};
+  }
+  nlohmann::json decoders = {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                             {{"type", "ByteFallback"}},
+                             {{"type", "Fuse"}}};
+  if (settings.dummy_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
   j["model"] = {{"type", "BPE"},           {"dropout", nullptr},       {"unk_token", processor_.IdToPiece(processor_.unk_id())},
                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", true},
                 {"byte_fallback", true},   {"ignore_merges", false},   {"vocab", vocab},

@@ -590,6 +590,19 @@ std::string write_huggingface_tokenizer(const ExportPlan& p, const fs::path& dir
 std::string write_sentencepiece_tokenizer(const ExportPlan& p, const fs::path& dir, int64_t context) {
   copy_run_file(p.opt.run_dir, "tokenizer.model", "a sentencepiece model", dir);
   const Tokenizer& t = *p.run.tokenizer;
+  // A BPE model with byte fallback and identity normalisation (Llama 2, Mistral) converts exactly:
+  // AutoTokenizer then needs neither sentencepiece nor protobuf (its <s> is in the template).
+  if (const auto converted = t.converted_to_huggingface()) {
+    write_text(dir / "tokenizer.json", *converted);
+    json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                   {"clean_up_tokenization_spaces", false},
+                   {"model_max_length", context}};
+    name_special_tokens(config, t);
+    write_json(dir / "tokenizer_config.json", config);
+    return "tokenizer.json (the sentencepiece BPE model the run was prepared with, converted: its pieces, the merges "
+           "they imply, its dummy prefix, byte fallback, <s> in front) + tokenizer_config.json "
+           "(PreTrainedTokenizerFast) + tokenizer.model (the model itself, unchanged)";
+  }
   json config = {{"tokenizer_class", "LlamaTokenizer"},
                  {"add_bos_token", t.begin_of_text().has_value()},
                  {"add_eos_token", false},
