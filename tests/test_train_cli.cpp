@@ -512,6 +512,22 @@ TEST_F(TrainCli, RefusedResumeLeavesEveryByteOfTheRunDirectory) {
   EXPECT_EQ(run("generate " + dir.string() + " --max-tokens 5").exit_code, 0);
 }
 
+// Extending a finished cosine run with more steps raises its learning rate from min_lr: said before
+// the first step, with both rates and the choices; holding the rate it has says nothing.
+TEST_F(TrainCli, ExtendingAFinishedScheduleSaysItReWarms) {
+  const fs::path dir = copy_of_reference("extended");
+  const Result extended = run(train(dir, "resume=true steps=16"));
+  ASSERT_EQ(extended.exit_code, 0) << extended.output;
+  EXPECT_TRUE(contains(extended.output, "warning: resuming at step 12 with this schedule raises the learning rate from "
+                                        "0.0001 (the run's cosine schedule over steps=12)"))
+      << extended.output;
+  EXPECT_TRUE(contains(extended.output, "schedule.kind=constant schedule.lr=0.0001")) << extended.output;
+  const fs::path held = copy_of_reference("held");
+  const Result hold = run(train(held, "resume=true steps=16 schedule.kind=constant schedule.lr=0.0001"));
+  ASSERT_EQ(hold.exit_code, 0) << hold.output;
+  EXPECT_FALSE(contains(hold.output, "re-warms")) << hold.output;
+}
+
 // Directories an earlier nibble wrote describe their char tokenizer in tokenizer.json: such a run
 // directory resumes (same tokenizer identity in its checkpoints) and keeps that one file, and such a
 // data directory (its prepare.json naming tokenizer.json) trains a new run, which gets

@@ -159,14 +159,6 @@ KeyEntry parsed_key(std::string name, std::string help, T (*parse)(std::string_v
   return e;
 }
 
-std::string schedule_name(Schedule s) {
-  switch (s) {
-    case Schedule::cosine: return "cosine";
-    case Schedule::wsd: return "wsd";
-    case Schedule::constant: return "constant";
-  }
-  return "cosine";
-}
 
 using C = RunConfig;
 
@@ -520,6 +512,15 @@ void refuse_unrepresentable_sizes(const TrainConfig& t) {
 }
 
 }  // namespace
+
+std::string schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::cosine: return "cosine";
+    case Schedule::wsd: return "wsd";
+    case Schedule::constant: return "constant";
+  }
+  return "cosine";
+}
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);

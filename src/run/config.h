@@ -81,6 +81,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 
 // The resolved configuration as YAML (nested maps), re-loadable by apply_config_yaml.
 std::string config_to_yaml(const RunConfig& config);
+// "cosine", "wsd", "constant": schedule.kind's value.
+std::string schedule_name(Schedule s);
 // key -> printed value, in table order (for diffs between a saved and a requested config).
 std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& config);
 

@@ -125,6 +125,22 @@ ResumePoint load_resume_point(const RunConfig& config, Trainer& trainer, const s
   return point;
 }
 
+void warn_of_rewarm(const RunConfig& config, const fs::path& saved_config, int64_t step, const Console& console) {
+  if (!fs::exists(saved_config)) return;
+  RunConfig before;
+  apply_config_yaml(before, read_text_file(saved_config.string()), saved_config.string());
+  const ScheduleConfig &was = before.train.schedule, &now = config.train.schedule;
+  const float lr_was = learning_rate(was, step), lr_now = learning_rate(now, step);
+  if (!(lr_now > lr_was * 1.0001f)) return;
+  console.print(fmt::format(
+      "warning: resuming at step {} with this schedule raises the learning rate from {:.3g} (the run's {} schedule "
+      "over steps={}) to {:.3g} ({} over steps={}): the run re-warms, and its loss may rise before it falls. To "
+      "continue without a jump, keep steps={} and the run's schedule.*, or hold the rate it has with "
+      "schedule.kind=constant schedule.lr={:.3g}\n",
+      step, lr_was, schedule_name(was.kind), was.total_steps, lr_now, schedule_name(now.kind), now.total_steps,
+      was.total_steps, lr_was));
+}
+
 void note_config_changes(const RunConfig& config, const fs::path& saved_config, const Console& console) {
   if (!fs::exists(saved_config)) return;
   RunConfig before;
