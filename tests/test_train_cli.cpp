@@ -512,6 +512,34 @@ TEST_F(TrainCli, RefusedResumeLeavesEveryByteOfTheRunDirectory) {
   EXPECT_EQ(run("generate " + dir.string() + " --max-tokens 5").exit_code, 0);
 }
 
+// eval --precision: any run's weights under another recipe's forward (post-training quantization).
+// The NVFP4 reference under --precision nvfp4 (the same default knobs) is its own recipe's loss
+// bit for bit; a BF16 run has no NVFP4 weights for --weights-only-quantized until --precision nvfp4
+// gives them, and its post-training NVFP4 loss differs from its own.
+TEST_F(TrainCli, EvalPrecisionQuantizesAnyRunAfterTraining) {
+  auto loss = [](const std::string& args) {
+    const Result r = run("eval " + args + " --max-windows 16 --json");
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    return nlohmann::json::parse(r.output.substr(r.output.find('{'))).at("loss").get<double>();
+  };
+  const std::string ref = reference().string();
+  EXPECT_EQ(loss(ref + " --precision nvfp4"), loss(ref));
+  EXPECT_NE(loss(ref + " --precision bf16"), loss(ref));
+
+  const fs::path bf16 = work_dir() / "bf16-run";
+  const Result trained = run(train(bf16, "quantization=bf16"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const Result refused = run("eval " + bf16.string() + " --weights-only-quantized");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "add --precision nvfp4")) << refused.output;
+  EXPECT_NE(loss(bf16.string() + " --precision nvfp4"), loss(bf16.string()));
+  EXPECT_NE(loss(bf16.string() + " --precision nvfp4 --weights-only-quantized"), loss(bf16.string()));
+  const Result text = run("eval " + bf16.string() + " --precision nvfp4 --max-windows 4");
+  EXPECT_TRUE(contains(text.output, "post-training quantization")) << text.output;
+  EXPECT_EQ(run("eval " + bf16.string() + " --precision nvfp4 --fp32").exit_code, 2);
+  EXPECT_EQ(run("eval " + bf16.string() + " --precision fp4").exit_code, 2);
+}
+
 // Extending a finished cosine run with more steps raises its learning rate from min_lr: said before
 // the first step, with both rates and the choices; holding the rate it has says nothing.
 TEST_F(TrainCli, ExtendingAFinishedScheduleSaysItReWarms) {

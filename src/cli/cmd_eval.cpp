@@ -16,6 +16,7 @@ namespace {
 
 struct EvalOptions {
   std::string run, tokens, checkpoint, device = "cpu";
+  std::string precision = "recipe";  // the forward's precision: the run's recipe, or another (post-training)
   int64_t max_windows = 0;
   bool fp32 = false;
   bool weights_only_quantized = false;
@@ -76,8 +77,27 @@ train::TokenStream evaluation_tokens(const train::LoadedRun& run, const train::D
 }
 
 std::string mode_of(const EvalOptions& o, int replaced) {
-  if (o.weights_only_quantized) return fmt::format("FP32 GEMMs on the dequantized NVFP4 weights of {} linears", replaced);
-  return o.fp32 ? "FP32 GEMMs" : "the run's recipe";
+  const std::string ptq = o.precision == "recipe" ? "" : fmt::format(" of --precision {} (post-training quantization of the run's weights)", o.precision);
+  if (o.weights_only_quantized)
+    return fmt::format("FP32 GEMMs on the dequantized NVFP4 weights of {} linears{}", replaced, ptq);
+  if (o.fp32) return "FP32 GEMMs";
+  return o.precision == "recipe" ? "the run's recipe"
+                                 : fmt::format("the forward of quantization={} with its default knobs, on the run's "
+                                               "weights (post-training quantization)",
+                                               o.precision == "fp32" ? "none" : o.precision);
+}
+
+std::string mode_key(const EvalOptions& o) {
+  return o.weights_only_quantized ? "weights-only-quantized" : o.fp32 ? "fp32" : o.precision == "recipe" ? "recipe" : "precision=" + o.precision;
+}
+
+// --precision P: the run's weights evaluated under P's forward (its default knobs, no precision
+// switch), whatever the run trained with; a BF16 run so gets its post-training NVFP4 loss.
+void apply_precision(train::LoadedRun& run, const std::string& precision) {
+  if (precision == "recipe") return;
+  RecipeConfig rc;
+  rc.quantization = parse_quantization(precision == "fp32" ? "none" : precision);
+  run.config.train.recipe = rc;
 }
 
 // A mixture run without --tokens: each source's validation tokens, then the weight-averaged mean
@@ -104,7 +124,7 @@ void evaluate_sources(train::LoadedRun& run, const EvalOptions& o, int replaced)
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"checkpoint", run.checkpoint.string()}, {"step", run.state.step},
                                       {"loss", overall}, {"sources", rows},
-                                      {"mode", o.weights_only_quantized ? "weights-only-quantized" : o.fp32 ? "fp32" : "recipe"}}
+                                      {"mode", mode_key(o)}}
                            .dump());
     return;
   }
@@ -125,6 +145,11 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0: the whole file)");
   cmd->add_flag("--fp32", o->fp32, "evaluate with FP32 GEMMs instead of the run's recipe");
+  cmd->add_option("--precision", o->precision,
+                  "the forward's precision: recipe (the run's own), or fp32, bf16, fp8, mxfp8, mxfp4, nvfp4 with that "
+                  "recipe's default knobs on the run's weights (post-training quantization, e.g. of a BF16 run)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"recipe", "fp32", "bf16", "fp8", "mxfp8", "mxfp4", "nvfp4"}));
   cmd->add_flag("--weights-only-quantized", o->weights_only_quantized,
                 "FP32 GEMMs and activations with the NVFP4 layers' weights replaced by their dequantized forward "
                 "quantization (the model `nibble export` serves, in FP32)");
@@ -136,11 +161,23 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
     if (o->fp32 && o->weights_only_quantized)
       throw UsageError("--fp32 and --weights-only-quantized exclude each other: --weights-only-quantized already "
                        "runs FP32 GEMMs (on the dequantized 4-bit weights)");
+    if (o->fp32 && o->precision != "recipe")
+      throw UsageError(fmt::format("--fp32 and --precision {} exclude each other: --precision fp32 is --fp32", o->precision));
     auto run = train::load_run(o->run,
                                o->checkpoint.empty() ? std::nullopt : std::optional<std::filesystem::path>(o->checkpoint),
                                device_from_flag(o->device));
     int replaced = 0;
-    if (o->weights_only_quantized) replaced = train::apply_weight_only_quantization(run);
+    apply_precision(run, o->precision);
+    if (o->weights_only_quantized) {
+      replaced = train::apply_weight_only_quantization(run);
+      if (replaced == 0)
+        throw UsageError(fmt::format(
+            "--weights-only-quantized: {} multiplies no NVFP4 weights (quantization={}{}): add --precision nvfp4 to "
+            "quantize its weights after training",
+            o->precision == "recipe" ? "this run's recipe" : "--precision " + o->precision,
+            to_string(run.config.train.recipe.quantization),
+            run.config.train.recipe.precision_switch_at < 1 ? ", switched to BF16 at this step" : ""));
+    }
     if (!run.config.sources.empty() && o->tokens.empty()) {
       evaluate_sources(run, *o, replaced);
       exit_code = 0;
@@ -155,7 +192,7 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
       nlohmann::json j = {{"checkpoint", run.checkpoint.string()}, {"step", run.state.step},
                           {"tokens_file", tokens_label}, {"loss", r.loss}, {"tokens", r.tokens},
                           {"windows", r.windows},
-                          {"mode", o->weights_only_quantized ? "weights-only-quantized" : o->fp32 ? "fp32" : "recipe"}};
+                          {"mode", mode_key(*o)}};
       fmt::print("{}\n", j.dump());
       exit_code = 0;
       return;
