@@ -197,9 +197,12 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
       exit_code = 0;
       return;
     }
-    fmt::print("{} (step {}) on {}: loss {:.4f}, perplexity {:.3f} over {} tokens in {} windows ({}; {:.1f}s)\n",
+    fmt::print("{} (step {}) on {}: loss {:.4f}, perplexity {:.3f} over {} tokens in {} windows ({}; {:.1f}s)\n"
+               "(the mean over {} {} consecutive windows of the file; training's val loss averages eval.batches={} "
+               "batches of windows at fixed places, so the two differ a little)\n",
                run.checkpoint.string(), run.state.step, tokens_label, r.loss, r.perplexity(), r.tokens,
-               r.windows, mode_of(*o, replaced), s);
+               r.windows, mode_of(*o, replaced), s, o->max_windows > 0 ? "the first" : "all", r.windows,
+               run.config.train.eval_batches);
     exit_code = 0;
   });
 });

@@ -79,6 +79,8 @@ std::string comparison_table(const std::vector<RunSummary>& runs) {
                        format_duration(r.wall_s));
   }
   if (runs.size() > 1) out += "gap: final validation loss relative to the first run\n";
+  out += "val loss: each run's last evaluation in training (eval.batches batches at fixed places of its validation "
+         "tokens); `nibble eval RUN` averages every window instead\n";
   return out;
 }
 

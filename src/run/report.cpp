@@ -172,6 +172,12 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
                    train_tokens, val_tokens, tokens_per_step, c.train.batch, seq, c.train.grad_accum,
                    c.train.schedule.total_steps, format_si(static_cast<double>(tokens_per_step * c.train.schedule.total_steps)),
                    static_cast<double>(tokens_per_step * c.train.schedule.total_steps) / static_cast<double>(train_tokens));
+  // The three validation losses a user meets average different windows: say which is which.
+  s += fmt::format("validation every {} steps: val loss = the mean over eval.batches={} batches of {} windows drawn at "
+                   "fixed places in the validation tokens{} (`nibble compare` shows these); `nibble eval RUN` "
+                   "averages every window of the validation files instead, so its loss differs a little\n",
+                   c.eval_interval, c.train.eval_batches, c.train.batch,
+                   c.sources.empty() ? "" : ", per source, then weight-averaged over the sources");
   s += fmt::format("compute    {:.3g} training FLOPs/token (6N + 12 L d T), {:.3g} FLOPs/step, {:.3g} FLOPs in total\n",
                    flops_token, flops_token * tokens_per_step,
                    flops_token * tokens_per_step * static_cast<double>(c.train.schedule.total_steps));
