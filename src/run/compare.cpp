@@ -219,21 +219,34 @@ void draw_curves(cairo_t* cr, const PlotFrame& f, const std::vector<RunSummary>&
   cairo_reset_clip(cr);
 }
 
-// Legend, top right: each run's colour, name, recipe and final validation loss.
+// Legend, top right: each run's colour, name, recipe and final validation loss. As wide as its
+// longest label (a sweep's run names are long), the font made smaller until it fits the plot.
 void draw_legend(cairo_t* cr, const PlotFrame& f, const std::vector<RunSummary>& runs) {
-  cairo_set_font_size(cr, 13);
+  std::vector<std::string> labels;
+  for (const auto& r : runs)
+    labels.push_back(r.has_val ? fmt::format("{} ({}) val {:.4f}", r.name, r.quantization, r.final_val_loss)
+                               : fmt::format("{} ({})", r.name, r.quantization));
+  double size = 13, widest = 0;
+  for (; size >= 8; size -= 1) {
+    cairo_set_font_size(cr, size);
+    widest = 0;
+    for (const auto& label : labels) {
+      cairo_text_extents_t e;
+      cairo_text_extents(cr, label.c_str(), &e);
+      widest = std::max(widest, e.x_advance);
+    }
+    if (widest + 45 <= f.plot_w) break;
+  }
+  const double x = std::max(f.left + 10, f.left + f.plot_w - widest - 40);
   for (size_t i = 0; i < runs.size(); ++i) {
     const double* c = kPalette[i % std::size(kPalette)];
-    const double y = f.top + 20 + 20 * static_cast<double>(i);
+    const double y = f.top + 20 + (size + 7) * static_cast<double>(i);
     cairo_set_source_rgb(cr, c[0], c[1], c[2]);
-    cairo_rectangle(cr, f.left + f.plot_w - 300, y - 9, 18, 10);
+    cairo_rectangle(cr, x, y - size * 0.7, 18, size * 0.75);
     cairo_fill(cr);
     cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-    const std::string label = runs[i].has_val ? fmt::format("{} ({}) val {:.4f}", runs[i].name, runs[i].quantization,
-                                                            runs[i].final_val_loss)
-                                              : fmt::format("{} ({})", runs[i].name, runs[i].quantization);
-    cairo_move_to(cr, f.left + f.plot_w - 275, y);
-    cairo_show_text(cr, label.c_str());
+    cairo_move_to(cr, x + 25, y);
+    cairo_show_text(cr, labels[i].c_str());
   }
 }
 
