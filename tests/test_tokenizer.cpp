@@ -86,7 +86,7 @@ TEST(Tokenizer, BpeConvertedToAHuggingFaceTokenizerJsonGivesTheSameIds) {
   std::ofstream(dir / "tokenizer.json") << *converted;
   auto hf = load_tokenizer_file(dir / "tokenizer.json", "");
   EXPECT_EQ(hf->vocab_size(), tok->vocab_size());
-  for (const std::string text :
+  for (const std::string& text :
        {corpus.substr(5000, 4000), corpus.substr(corpus.size() - 120), std::string("  two  spaces\t\ttabs\n\n\nend  "),
         std::string("unseen: ЖЖЖ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \xF0\x9F\x98\x80 9876543210 x\u00a0y"), std::string("the the the thee thou")}) {
     const auto ids = tok->encode(text);
@@ -115,7 +115,7 @@ TEST(Tokenizer, ALlama2StyleSentencePieceModelConvertsWithItsDummyPrefixAndBos) 
   ASSERT_TRUE(converted.has_value());
   std::ofstream(dir / "tokenizer.json") << *converted;
   const auto hf = load_tokenizer_file(dir / "tokenizer.json");
-  for (const std::string text : {std::string("ROMEO: what light through yonder window breaks"),
+  for (const std::string& text : {std::string("ROMEO: what light through yonder window breaks"),
                                  std::string(" leading space,  two spaces\tand a tab\n\nend "),
                                  std::string("unseen ЖЖ 𝔘 \xF0\x9F\x98\x80 31415 naïve 日本語"), shakespeare_prefix(3000)}) {
     const auto ids = given->encode_prompt(text);  // <s> + sentencepiece's ids
