@@ -23,24 +23,26 @@ struct EvalOptions {
   bool json = false;
 };
 
-// A `nibble prepare` shard (--tokens), memory-mapped, checked to be of the run's tokenizer.
+// A `nibble prepare` shard, memory-mapped, checked to hold ids of the run's vocabulary size.
 train::TokenStream prepared_shard(const train::LoadedRun& run, const std::filesystem::path& tokens_path) {
-  const std::string label = tokens_path.string();
   auto shard = train::open_token_file(tokens_path, train::TokenFormat::nibble, 0);
   if (shard.vocab_size != run.tokenizer->vocab_size())
     throw UsageError(fmt::format("{} was written for a vocabulary of {} ids, the run's tokenizer has {}: use a token "
                                  "file prepared with the run's tokenizer",
-                                 label, shard.vocab_size, run.tokenizer->vocab_size()));
-  // A shard does not name its tokenizer, but `nibble prepare` writes one next to it: another
-  // tokenizer of the same vocabulary size would give a loss of other text, silently.
-  const std::filesystem::path shard_dir = tokens_path.parent_path().empty() ? "." : tokens_path.parent_path();
-  if (train::has_tokenizer(shard_dir) &&
-      train::load_tokenizer(shard_dir)->identity() != run.tokenizer->identity())
+                                 tokens_path.string(), shard.vocab_size, run.tokenizer->vocab_size()));
+  return shard.tokens;
+}
+
+// A shard does not name its tokenizer, but `nibble prepare` writes one next to it: another
+// tokenizer of the same vocabulary size would give a loss of other text, silently. Checked once per
+// directory (loading a tokenizer is the costly part), naming `shard`, the first shard read from it.
+void refuse_another_tokenizer(const train::LoadedRun& run, const std::filesystem::path& shard) {
+  const std::filesystem::path dir = shard.parent_path().empty() ? "." : shard.parent_path();
+  if (train::has_tokenizer(dir) && train::load_tokenizer(dir)->identity() != run.tokenizer->identity())
     throw UsageError(fmt::format("{} was prepared with another tokenizer ({}) than the run's, although the "
                                  "vocabulary size ({}) is the same: its token ids mean other text. Use a token file "
                                  "prepared with the run's tokenizer",
-                                 label, shard_dir.string(), shard.vocab_size));
-  return shard.tokens;
+                                 shard.string(), dir.string(), run.tokenizer->vocab_size()));
 }
 
 // --tokens FILE, else the validation shards of data directory `dir` in order (val-00000.bin ..., or an
@@ -49,11 +51,14 @@ train::TokenStream prepared_tokens(const train::LoadedRun& run, const std::files
                                    std::string& label) {
   if (!tokens.empty()) {
     label = tokens;
-    return prepared_shard(run, tokens);
+    train::TokenStream shard = prepared_shard(run, tokens);
+    refuse_another_tokenizer(run, tokens);
+    return shard;
   }
   const auto files = train::prepared_shards(dir).val;
   train::TokenStream all;
   for (const auto& f : files) all.append(prepared_shard(run, dir / f.file));
+  refuse_another_tokenizer(run, dir / files[0].file);
   label = files.size() == 1 ? (dir / files[0].file).string()
                             : fmt::format("{} validation shards ({} ...)", files.size(), (dir / files[0].file).string());
   return all;

@@ -125,10 +125,10 @@ ResumePoint load_resume_point(const RunConfig& config, Trainer& trainer, const s
   return point;
 }
 
-void warn_of_rewarm(const RunConfig& config, const fs::path& saved_config, int64_t step, const Console& console) {
-  if (!fs::exists(saved_config)) return;
-  RunConfig before;
-  apply_config_yaml(before, read_text_file(saved_config.string()), saved_config.string());
+namespace {
+
+// The re-warm of a changed schedule (resume.h): a warning, so that no run re-warms silently.
+void warn_of_rewarm(const RunConfig& before, const RunConfig& config, int64_t step, const Console& console) {
   const ScheduleConfig &was = before.train.schedule, &now = config.train.schedule;
   const float lr_was = learning_rate(was, step), lr_now = learning_rate(now, step);
   if (!(lr_now > lr_was * 1.0001f)) return;
@@ -141,10 +141,13 @@ void warn_of_rewarm(const RunConfig& config, const fs::path& saved_config, int64
       was.total_steps, lr_was));
 }
 
-void note_config_changes(const RunConfig& config, const fs::path& saved_config, const Console& console) {
+}  // namespace
+
+void note_config_changes(const RunConfig& config, const fs::path& saved_config, int64_t step, const Console& console) {
   if (!fs::exists(saved_config)) return;
   RunConfig before;
   apply_config_yaml(before, read_text_file(saved_config.string()), saved_config.string());
+  warn_of_rewarm(before, config, step, console);
   const auto old_values = config_values(before), new_values = config_values(config);
   if (before.train.device != config.train.device)  // (device=cpu is not written to config.yaml)
     console.print(fmt::format("note: resuming on device={} (the run was started on {}): the checkpoint carries over, "

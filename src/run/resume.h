@@ -28,13 +28,11 @@ ResumePoint load_resume_point(const RunConfig& config, Trainer& trainer, const s
                               const Console& console);
 
 // Notes each setting of `config` that differs from the run's saved config (and changes the math,
-// so the continuation differs from an uninterrupted run).
-// A resumed run whose config changes its schedule (steps, schedule.kind, .lr, .min_lr, .warmup_steps,
-// .wsd_decay_fraction) so that the learning rate at the resumed step `step` rises above the rate the
-// run's own schedule gives there (extending a finished cosine run jumps from min_lr back up): a
-// warning naming both rates and the choices, before the first step, so that no run re-warms silently.
-void warn_of_rewarm(const RunConfig& config, const std::filesystem::path& saved_config, int64_t step,
-                    const Console& console);
-void note_config_changes(const RunConfig& config, const std::filesystem::path& saved_config, const Console& console);
+// so the continuation differs from an uninterrupted run), and warns when a changed schedule (steps,
+// schedule.*) raises the learning rate at the resumed `step` above the run's own schedule there
+// (extending a finished cosine run jumps from min_lr back up), naming both rates and the choices,
+// so that no run re-warms silently.
+void note_config_changes(const RunConfig& config, const std::filesystem::path& saved_config, int64_t step,
+                         const Console& console);
 
 }  // namespace nibble::train

@@ -172,8 +172,7 @@ void TrainingRun::validate() {
     ResumePoint point = load_resume_point(config_, *trainer_, tokenizer_identity_, console_);
     state_ = point.state;
     resumed_from_ = point.checkpoint;
-    warn_of_rewarm(config_, saved_config_, state_.step, console_);
-    note_config_changes(config_, saved_config_, console_);
+    note_config_changes(config_, saved_config_, state_.step, console_);
   }
   tokens_per_step_ = config_.train.batch * seq_ * config_.train.grad_accum;
   total_steps_ = config_.train.schedule.total_steps;

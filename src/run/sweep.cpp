@@ -23,6 +23,7 @@
 #include "recipe/recipe.h"
 #include "run/checkpoint.h"
 #include "run/config.h"
+#include "run/metrics.h"
 
 namespace nibble::train {
 
@@ -97,8 +98,7 @@ int64_t checked_steps(const SweepOptions& o, const std::vector<std::string>& ove
   std::vector<std::string> words = overrides;
   if (o.steps > 0) words.push_back("steps=" + std::to_string(o.steps));
   try {
-    RunConfig c = load_run_config(o.base_config.string(), words);
-    c.validate();
+    const RunConfig c = load_run_config(o.base_config.string(), words);  // validated there
     Recipe(c.train.recipe, static_cast<int>(c.train.model.layers), {}, 0, ops::cpu());
     return c.train.schedule.total_steps;
   } catch (const UsageError& e) {
@@ -251,11 +251,6 @@ pid_t start_run(const SweepOptions& o, const SweepRun& r, const std::string& pro
   ::_exit(127);
 }
 
-std::string elapsed_text(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::lround(seconds));
-  return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
-}
-
 struct Running {
   size_t run = 0;
   std::chrono::steady_clock::time_point start;
@@ -302,15 +297,15 @@ std::vector<std::string> train_runs(const SweepOptions& o, const std::vector<Swe
     running.erase(it);
     ++done;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-      fmt::print("[{}/{} done] {} finished in {}\n", done, queue.size(), r.name, elapsed_text(seconds));
+      fmt::print("[{}/{} done] {} finished in {}\n", done, queue.size(), r.name, format_duration(seconds));
     } else if (stopping && WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) {
-      fmt::print("{} stopped after {} at a checkpoint it resumes from\n", r.name, elapsed_text(seconds));
+      fmt::print("{} stopped after {} at a checkpoint it resumes from\n", r.name, format_duration(seconds));
     } else {
       failed.push_back(r.name);
       fmt::print("[{}/{} done] {} {} after {}: see {}\n", done, queue.size(), r.name,
                  WIFEXITED(status) ? fmt::format("exited with status {}", WEXITSTATUS(status))
                                    : fmt::format("was killed by signal {}", WTERMSIG(status)),
-                 elapsed_text(seconds), (o.dir / (r.name + ".log")).string());
+                 format_duration(seconds), (o.dir / (r.name + ".log")).string());
     }
     std::fflush(stdout);
   }
@@ -343,7 +338,7 @@ std::string sweep_table(const std::vector<RunSummary>& runs, size_t baseline) {
                        std::isfinite(v) ? fmt::format("{:.4f}", v) : "-",
                        r.has_val ? fmt::format("{:.4f}", r.best_val_loss) : "-",
                        i == baseline ? "(base)" : gap ? fmt::format("{:+.2f}%", 100.0 * (v / reference - 1.0)) : "-",
-                       gap ? fmt::format("{:+.4f}", v - reference) : "-", r.tokens_per_s, elapsed_text(r.wall_s));
+                       gap ? fmt::format("{:+.4f}", v - reference) : "-", r.tokens_per_s, format_duration(r.wall_s));
   }
   if (common != INT64_MAX)
     out += fmt::format("val loss: each run's last evaluation at or before {} tokens (the fewest any run reached); gap: "
