@@ -180,7 +180,7 @@ TEST(Recipe, KeyTableParsesPrintsAndListsEveryKey) {
                                            "nvfp4.four_over_six, nvfp4.four_over_six_error, "
                                            "nvfp4.four_over_six_e4m3_max, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers"),
             std::string::npos);
-  EXPECT_NE(error_of("learning_rate=3").find("use quantization, precision_switch_at, precision_switch_scope, gemm_summation, attention or nvfp4.*"),
+  EXPECT_NE(error_of("learning_rate=3").find("use quantization, precision_switch_at, precision_switch_scope, gemm_summation, attention, precision_map or nvfp4.*"),
             std::string::npos);
   EXPECT_NE(error_of("quantization=nvfp4 nvfp4.weight_2d=maybe").find("nvfp4.weight_2d=maybe is not a boolean"),
             std::string::npos);
@@ -223,25 +223,25 @@ TEST(Recipe, KeepsFirstAndLastLayersInBf16AndSwitchesLate) {
 
   Recipe r(parse_recipe("quantization=nvfp4 nvfp4.bf16_first_layers=1 nvfp4.bf16_last_layers=1 precision_switch_at=0.75"),
            4, kShapes, 768, ops::cpu());
-  EXPECT_EQ(r.for_layer(0, 0.0).fprop.precision, GemmPrecision::bf16);
-  EXPECT_EQ(r.for_layer(1, 0.0).fprop.precision, GemmPrecision::quantized);
-  EXPECT_EQ(r.for_layer(2, 0.5).wgrad.precision, GemmPrecision::quantized);
-  EXPECT_EQ(r.for_layer(3, 0.0).dgrad.precision, GemmPrecision::bf16);
-  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_layer(1, 0.75)[role].precision, GemmPrecision::bf16);
+  EXPECT_EQ(r.for_linear(0, 0, 0.0).fprop.precision, GemmPrecision::bf16);
+  EXPECT_EQ(r.for_linear(1, 0, 0.0).fprop.precision, GemmPrecision::quantized);
+  EXPECT_EQ(r.for_linear(2, 0, 0.5).wgrad.precision, GemmPrecision::quantized);
+  EXPECT_EQ(r.for_linear(3, 0, 0.0).dgrad.precision, GemmPrecision::bf16);
+  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_linear(1, 0, 0.75)[role].precision, GemmPrecision::bf16);
 }
 
 TEST(Recipe, AForwardOnlySwitchMovesOnlyFpropToBf16) {
   Recipe r(parse_recipe("quantization=nvfp4 nvfp4.bf16_first_layers=0 nvfp4.bf16_last_layers=1 precision_switch_at=0.8 "
                         "precision_switch_scope=forward"),
            4, kShapes, 768, ops::cpu());
-  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_layer(1, 0.79)[role].precision, GemmPrecision::quantized);
-  const LinearRecipe after = r.for_layer(1, 0.8);
+  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_linear(1, 0, 0.79)[role].precision, GemmPrecision::quantized);
+  const LinearRecipe after = r.for_linear(1, 0, 0.8);
   EXPECT_EQ(after.fprop.precision, GemmPrecision::bf16);
   EXPECT_EQ(after.dgrad.precision, GemmPrecision::quantized);
   EXPECT_EQ(after.wgrad.precision, GemmPrecision::quantized);
   EXPECT_EQ(after.wgrad.a.rounding, Rounding::stochastic);  // the backward keeps the whole recipe
   EXPECT_TRUE(after.wgrad.a.rht);
-  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_layer(3, 0.9)[role].precision, GemmPrecision::bf16);  // kept layer
+  for (GemmRole role : kGemmRoles) EXPECT_EQ(r.for_linear(3, 0, 0.9)[role].precision, GemmPrecision::bf16);  // kept layer
   EXPECT_THROW(parse_recipe("precision_switch_scope=backward"), UsageError);
   EXPECT_NE(describe(r.config()).find("precision_switch_at=0.8 precision_switch_scope=forward"), std::string::npos)
       << describe(r.config());
@@ -379,7 +379,7 @@ TEST(Recipe, AttentionPrecisionFollowsTheRecipe) {
 }
 
 TEST(Recipe, GemmSummationResolvesForThisCpu) {
-  const auto summation = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768, ops::cpu()).for_layer(1, 0.0).fprop.summation; };
+  const auto summation = [](const std::string& text) { return Recipe(parse_recipe(text), 4, kShapes, 768, ops::cpu()).for_linear(1, 0, 0.0).fprop.summation; };
   EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=block_exact"), cpu::Summation::block_exact);
   EXPECT_EQ(summation("quantization=nvfp4 gemm_summation=fp32_products"), cpu::Summation::fp32_products);
   EXPECT_EQ(summation("quantization=nvfp4"), cpu::fp32_products_available(Format::nvfp4) ? cpu::Summation::fp32_products
@@ -449,4 +449,157 @@ TEST(Linear, ResultsDoNotDependOnTheThreadCount) {
     omp_set_num_threads(2);
     EXPECT_EQ(out[0], out[1]) << to_string(q);
   }
+}
+
+// ---- precision_map ------------------------------------------------------------------------------
+
+namespace {
+const std::vector<LinearShape> kBlock = {{"qkv", 128, 384}, {"attn_out", 128, 128}, {"gate_up", 128, 704}, {"down", 352, 128}};
+
+std::string refusal(const std::string& text, int layers = 4, int64_t tokens = 768) {
+  try {
+    Recipe r(parse_recipe(text), layers, kBlock, tokens, ops::cpu());
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+Quantization module_quantization(const Recipe& r, const std::string& name) {
+  for (const ModulePrecision& m : r.modules())
+    if (m.name == name) return m.quantization;
+  ADD_FAILURE() << "no module " << name;
+  return Quantization::none;
+}
+}  // namespace
+
+TEST(PrecisionMap, PatternsMatchWholeNamesWithNumberRanges) {
+  EXPECT_TRUE(module_pattern_matches("block*.qkv", "block0.qkv"));
+  EXPECT_TRUE(module_pattern_matches("block*.qkv", "block11.qkv"));
+  EXPECT_FALSE(module_pattern_matches("block*.qkv", "block0.qkv2"));
+  EXPECT_FALSE(module_pattern_matches("block*.qkv", "block0.down"));
+  EXPECT_TRUE(module_pattern_matches("*", "lm_head"));
+  EXPECT_TRUE(module_pattern_matches("*.down", "block3.down"));
+  EXPECT_TRUE(module_pattern_matches("block?.down", "block3.down"));
+  EXPECT_FALSE(module_pattern_matches("block?.down", "block13.down"));
+  // [A-B] is a number, not a character class: block[0-1] is blocks 0 and 1, never block10.
+  EXPECT_TRUE(module_pattern_matches("block[0-1].*", "block1.gate_up"));
+  EXPECT_FALSE(module_pattern_matches("block[0-1].*", "block10.gate_up"));
+  EXPECT_FALSE(module_pattern_matches("block[0-1].*", "block2.gate_up"));
+  EXPECT_TRUE(module_pattern_matches("block[8-11].*", "block10.qkv"));
+  EXPECT_FALSE(module_pattern_matches("block[8-11].*", "block7.qkv"));
+  EXPECT_TRUE(module_pattern_matches("block[3].*", "block3.qkv"));
+  EXPECT_FALSE(module_pattern_matches("block[3].*", "block.qkv"));
+  EXPECT_TRUE(module_pattern_matches("lm_head", "lm_head"));
+  EXPECT_FALSE(module_pattern_matches("lm_hea", "lm_head"));
+}
+
+TEST(PrecisionMap, TextFormParsesPrintsBackAndRefusesMalformedRules) {
+  const auto rules = parse_precision_map("block*.qkv=bf16; block[0-1].*=nvfp4 lm_head=bf16");
+  ASSERT_EQ(rules.size(), 3u);
+  EXPECT_EQ(rules[1], (PrecisionRule{"block[0-1].*", Quantization::nvfp4}));
+  EXPECT_EQ(precision_map_text(rules), "block*.qkv=bf16; block[0-1].*=nvfp4; lm_head=bf16");
+  EXPECT_EQ(parse_precision_map(precision_map_text(rules)), rules);
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_precision_map(text);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_TRUE(error_of("block*.qkv").find("is not PATTERN=QUANTIZATION") != std::string::npos) << error_of("block*.qkv");
+  EXPECT_TRUE(error_of("block*.qkv=fp4").find("quantization=fp4 is unknown") != std::string::npos);
+  EXPECT_TRUE(error_of("block[0-1.qkv=bf16").find("opens a [ it does not close") != std::string::npos);
+  EXPECT_TRUE(error_of("block[3-1].*=bf16").find("write [1-3]") != std::string::npos) << error_of("block[3-1].*=bf16");
+  EXPECT_TRUE(error_of("block[a-b].*=bf16").find("is not a number range") != std::string::npos);
+  EXPECT_TRUE(error_of("block1].*=bf16").find("closes a ] it did not open") != std::string::npos);
+  EXPECT_TRUE(error_of("=bf16").find("empty pattern") != std::string::npos);
+  EXPECT_TRUE(error_of("*.qkv=bf16; *.qkv=nvfp4").find("gives the pattern '*.qkv' twice") != std::string::npos);
+}
+
+// First match wins: the rules, then the nvfp4.bf16_first/last_layers rules, then `quantization`.
+TEST(PrecisionMap, ResolvesEachModuleByTheFirstMatchingRule) {
+  const Recipe r(parse_recipe("quantization=nvfp4 nvfp4.bf16_first_layers=1 nvfp4.bf16_last_layers=1 "
+                              "precision_map=block*.qkv=bf16;block0.down=nvfp4;lm_head=bf16"),
+                 4, kBlock, 768, ops::cpu());
+  ASSERT_EQ(r.modules().size(), 4u * 4u + 1u);
+  EXPECT_EQ(module_quantization(r, "block0.qkv"), Quantization::bf16);     // rule 1
+  EXPECT_EQ(module_quantization(r, "block0.down"), Quantization::nvfp4);   // rule 2, before the first-layers rule
+  EXPECT_EQ(module_quantization(r, "block0.attn_out"), Quantization::bf16);  // nvfp4.bf16_first_layers
+  EXPECT_EQ(module_quantization(r, "block1.attn_out"), Quantization::nvfp4);  // quantization
+  EXPECT_EQ(module_quantization(r, "block2.qkv"), Quantization::bf16);
+  EXPECT_EQ(module_quantization(r, "block3.gate_up"), Quantization::bf16);  // nvfp4.bf16_last_layers
+  EXPECT_TRUE(r.lm_head_bf16());
+  EXPECT_EQ(r.modules()[0].decided_by, "precision_map rule 1 (block*.qkv)");
+  EXPECT_EQ(r.modules()[1].decided_by, "nvfp4.bf16_first_layers");
+  EXPECT_EQ(r.modules()[5].decided_by, "quantization");
+  // What each GEMM runs: linear 3 (down) of block 0 quantized, linear 0 (qkv) of block 1 in BF16.
+  for (GemmRole role : kGemmRoles) {
+    EXPECT_EQ(r.for_linear(0, 3, 0.0)[role].precision, GemmPrecision::quantized);
+    EXPECT_EQ(r.for_linear(1, 0, 0.0)[role].precision, GemmPrecision::bf16);
+    EXPECT_EQ(r.for_linear(1, 1, 0.0)[role].precision, GemmPrecision::quantized);
+  }
+  const Recipe plain(parse_recipe("quantization=nvfp4"), 4, kBlock, 768, ops::cpu());
+  EXPECT_FALSE(plain.lm_head_bf16());
+}
+
+// The first/last-layer keys are shorthands for rules: the same recipe, GEMM for GEMM.
+TEST(PrecisionMap, FirstAndLastLayerKeysAreShorthandsForRules) {
+  const Recipe keys(parse_recipe("quantization=nvfp4 nvfp4.bf16_first_layers=1 nvfp4.bf16_last_layers=2"), 4, kBlock,
+                    768, ops::cpu());
+  const Recipe rules(parse_recipe("quantization=nvfp4 nvfp4.bf16_first_layers=0 nvfp4.bf16_last_layers=0 "
+                                  "precision_map=block0.*=bf16;block[2-3].*=bf16"),
+                     4, kBlock, 768, ops::cpu());
+  const Recipe inverse(parse_recipe("quantization=bf16 precision_map=block1.*=nvfp4"), 4, kBlock, 768, ops::cpu());
+  for (int l = 0; l < 4; ++l)
+    for (int i = 0; i < 4; ++i)
+      for (GemmRole role : kGemmRoles)
+        for (const Recipe* other : {&rules, &inverse}) {
+          const GemmRecipe a = keys.for_linear(l, i, 0.0)[role], b = other->for_linear(l, i, 0.0)[role];
+          EXPECT_EQ(a.precision, b.precision) << l << " " << i;
+          EXPECT_EQ(a.a.format, b.a.format);
+          EXPECT_EQ(a.b.format, b.b.format);
+          EXPECT_EQ(a.a.rounding, b.a.rounding);
+          EXPECT_EQ(a.a.rht, b.a.rht);
+          EXPECT_EQ(a.b.tile_16x16, b.b.tile_16x16);
+          EXPECT_EQ(a.summation, b.summation);
+        }
+}
+
+// precision_switch_at moves the quantized linears of a map to BF16 and leaves the others as they are.
+TEST(PrecisionMap, PrecisionSwitchAppliesToTheQuantizedModules) {
+  const Recipe r(parse_recipe("quantization=none precision_map=block1.*=nvfp4 precision_switch_at=0.5 "
+                              "precision_switch_scope=forward"),
+                 4, kBlock, 768, ops::cpu());
+  EXPECT_EQ(r.for_linear(1, 2, 0.4).fprop.precision, GemmPrecision::quantized);
+  EXPECT_EQ(r.for_linear(1, 2, 0.5).fprop.precision, GemmPrecision::bf16);
+  EXPECT_EQ(r.for_linear(1, 2, 0.5).wgrad.precision, GemmPrecision::quantized);
+  EXPECT_EQ(r.for_linear(0, 2, 0.5).fprop.precision, GemmPrecision::fp32);
+  EXPECT_EQ(r.for_linear(0, 2, 0.0).fprop.precision, GemmPrecision::fp32);
+}
+
+TEST(PrecisionMap, RefusesRulesThatDecideNothingAndKnobsForRecipesNotInUse) {
+  EXPECT_NE(refusal("quantization=nvfp4 precision_map=block*.attention=bf16").find(
+                "rule 1 'block*.attention' matches no module: the modules are block0-3.{qkv,attn_out,gate_up,down} and lm_head"),
+            std::string::npos)
+      << refusal("quantization=nvfp4 precision_map=block*.attention=bf16");
+  EXPECT_NE(refusal("quantization=nvfp4 precision_map=block[4-7].*=bf16").find("matches no module"), std::string::npos);
+  EXPECT_NE(refusal("quantization=nvfp4 precision_map=block*=bf16;block0.qkv=nvfp4")
+                .find("rule 2 'block0.qkv' never applies: every module it matches is taken by rule 1 'block*'"),
+            std::string::npos);
+  EXPECT_NE(refusal("quantization=bf16 precision_map=*=nvfp4").find("matches lm_head, which runs in fp32 or bf16 only"),
+            std::string::npos);
+  EXPECT_NE(refusal("quantization=bf16 precision_map=block*.down=mxfp8 nvfp4.rht=false")
+                .find("no linear runs in NVFP4 under quantization=bf16 and the precision_map"),
+            std::string::npos);
+  EXPECT_EQ(refusal("quantization=bf16 precision_map=block*.down=nvfp4 nvfp4.rht=false"), "(accepted)");
+  EXPECT_NE(refusal("quantization=bf16 precision_map=lm_head=bf16 precision_switch_at=0.5").find("no linear is quantized"),
+            std::string::npos);
+  EXPECT_NE(refusal("quantization=bf16 precision_map=block*.down=mxfp8 gemm_summation=block_exact")
+                .find("or drop gemm_summation"),
+            std::string::npos);
+  // Block sizes are checked for the quantization each linear runs in.
+  EXPECT_NE(refusal("quantization=nvfp4 precision_map=block*.qkv=mxfp4", 4, 784).find("multiple of 32"), std::string::npos);
+  EXPECT_EQ(refusal("quantization=nvfp4 precision_map=block*.qkv=mxfp4", 4, 768), "(accepted)");
 }

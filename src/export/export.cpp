@@ -51,8 +51,8 @@ Recipe recipe_of(const LoadedRun& run) {
 // The options Linear::forward passes to the backend's quantize for the weight (recipe/linear.cpp: `wo` is
 // fprop.b, seeded only for stochastic rounding, which a forward weight never has), or nullopt when
 // that GEMM does not take an NVFP4 weight.
-std::optional<QuantOptions> forward_weight_options(const Recipe& recipe, int layer, double progress) {
-  const LinearRecipe r = recipe.for_layer(layer, progress);
+std::optional<QuantOptions> forward_weight_options(const Recipe& recipe, int layer, int linear, double progress) {
+  const LinearRecipe r = recipe.for_linear(layer, linear, progress);
   if (r.fprop.precision != GemmPrecision::quantized || r.fprop.b.format != Format::nvfp4) return std::nullopt;
   NIBBLE_CHECK(r.fprop.b.rounding == Rounding::nearest && !r.fprop.b.rht,
                "a forward NVFP4 weight is quantized with round-to-nearest and no RHT");
@@ -192,7 +192,7 @@ std::string_view to_string(ExportFormat f) {
 
 std::optional<QuantizedTensor> forward_weight_quantization(const LoadedRun& run, int layer, model::BlockLinear which) {
   const Recipe recipe = recipe_of(run);
-  const auto o = forward_weight_options(recipe, layer, progress_of(run));
+  const auto o = forward_weight_options(recipe, layer, static_cast<int>(which), progress_of(run));
   if (!o) return std::nullopt;
   return quantize_weight(run, layer, which, *o);
 }
@@ -203,9 +203,9 @@ int apply_weight_only_quantization(LoadedRun& run) {
   auto& arena = run.model->params();
   int replaced = 0;
   for (int l = 0; l < static_cast<int>(run.config.train.model.layers); ++l) {
-    const auto o = forward_weight_options(recipe, l, progress);
-    if (!o) continue;
     for (int i = 0; i < model::kLinearsPerBlock; ++i) {
+      const auto o = forward_weight_options(recipe, l, i, progress);
+      if (!o) continue;
       const auto& info = arena.find(fmt::format("block{}.{}", l, kBlockLinearArena[i]));
       run.model->backend().dequantize(*quantize_weight_on_backend(run, l, i, *o), arena.value(info.offset));
       ++replaced;
@@ -230,14 +230,15 @@ void check_nvfp4_exportable(const std::string& tensor, int64_t rows, int64_t col
 namespace {
 
 // What an export writes, decided before any file is: the run, its Hugging Face tensor layout and,
-// per block, the options its forward GEMM quantizes the weights with (nullopt: a dense block).
+// per block linear (layer * kLinearsPerBlock + linear), the options its forward GEMM quantizes the
+// weight with (nullopt: a dense linear).
 struct ExportPlan {
   const ExportOptions& opt;
   bool quantized_format = false;
   LoadedRun run;
   std::vector<HfTensorSlot> layout;
-  std::vector<std::optional<QuantOptions>> layer_options;
-  std::vector<int> nvfp4_layers, bf16_layers;
+  std::vector<std::optional<QuantOptions>> module_options;
+  std::vector<int> nvfp4_layers, bf16_layers;  // blocks with some NVFP4 linear, blocks with none
 };
 
 // Static activation amax per (layer, linear) from calibration batches through the run's recipe.
@@ -325,23 +326,30 @@ ExportPlan plan_export(const ExportOptions& opt) {
   const Quantization q = p.run.config.train.recipe.quantization;
   // Shapes first (the Recipe itself refuses them with a training-time message).
   if (p.quantized_format) {
-    if (q != Quantization::nvfp4)
+    if (q != Quantization::nvfp4 && !recipe_of(p.run).uses(Quantization::nvfp4))
       throw UsageError(fmt::format("--format {} writes the NVFP4 weights training used, but this run was trained with "
-                                   "quantization={}, which has no NVFP4 weights: export it with --format hf",
-                                   to_string(opt.format), to_string(q)));
+                                   "quantization={}{}, which has no NVFP4 weights: export it with --format hf",
+                                   to_string(opt.format), to_string(q),
+                                   p.run.config.train.recipe.precision_map.empty() ? "" : " and a precision_map"));
     for (const auto& slot : p.layout) {
       int layer = 0;
       if (block_linear_of(slot, layer) >= 0) check_nvfp4_exportable(slot.hf_name, slot.rows, slot.cols, opt.format);
     }
   }
   // Which blocks multiply NVFP4 weights (the recipe is not needed, nor built, for dense hf).
-  p.layer_options.resize(static_cast<size_t>(layers));
+  p.module_options.resize(static_cast<size_t>(layers * model::kLinearsPerBlock));
   if (p.quantized_format) {
     const Recipe recipe = recipe_of(p.run);
     const double progress = progress_of(p.run);
-    for (int l = 0; l < layers; ++l) p.layer_options[static_cast<size_t>(l)] = forward_weight_options(recipe, l, progress);
+    for (int l = 0; l < layers; ++l)
+      for (int i = 0; i < model::kLinearsPerBlock; ++i)
+        p.module_options[static_cast<size_t>(l * model::kLinearsPerBlock + i)] = forward_weight_options(recipe, l, i, progress);
   }
-  for (int l = 0; l < layers; ++l) (p.layer_options[static_cast<size_t>(l)] ? p.nvfp4_layers : p.bf16_layers).push_back(l);
+  for (int l = 0; l < layers; ++l) {
+    bool any = false;
+    for (int i = 0; i < model::kLinearsPerBlock; ++i) any |= p.module_options[static_cast<size_t>(l * model::kLinearsPerBlock + i)].has_value();
+    (any ? p.nvfp4_layers : p.bf16_layers).push_back(l);
+  }
   if (p.quantized_format && p.nvfp4_layers.empty())
     throw UsageError(fmt::format(
         "--format {}: at step {} no layer of this run multiplies NVFP4 weights in its forward pass "
@@ -355,7 +363,7 @@ ExportPlan plan_export(const ExportOptions& opt) {
 // --calibrate N: the largest input amax of every NVFP4 linear over N batches of validation windows.
 Calibration calibrate(ExportPlan& p) {
   Calibration c;
-  c.input_amax.assign(static_cast<size_t>(p.layer_options.size() * model::kLinearsPerBlock), 0.0f);
+  c.input_amax.assign(p.module_options.size(), 0.0f);
   c.static_inputs = p.quantized_format && p.opt.calibrate_batches > 0;
   if (!c.static_inputs) return c;
   // The first validation shard (a mixture run, data.sources: its first source's): calibration reads
@@ -431,7 +439,7 @@ ExportedWeights export_weights(const ExportPlan& p, const Calibration& c) {
                                         static_cast<size_t>(slot.rows * slot.cols));
     int layer = -1;
     const int which = block_linear_of(slot, layer);
-    if (which < 0 || !p.layer_options[static_cast<size_t>(layer)]) {
+    if (which < 0 || !p.module_options[static_cast<size_t>(layer * model::kLinearsPerBlock + which)]) {
       out.file.tensors[slot.hf_name] = dense_tensor(slot.shape, values, p.opt.bf16);
       if (p.quantized_format && which >= 0) out.excluded_modules.push_back(module_of(slot.hf_name));
       continue;
@@ -440,7 +448,7 @@ ExportedWeights export_weights(const ExportPlan& p, const Calibration& c) {
     auto it = quantized.find(key);
     if (it == quantized.end())
       it = quantized.emplace(key, quantize_weight(p.run, layer, static_cast<model::BlockLinear>(which),
-                                                  *p.layer_options[static_cast<size_t>(layer)])).first;
+                                                  *p.module_options[static_cast<size_t>(layer * model::kLinearsPerBlock + which)])).first;
     const std::string m = module_of(slot.hf_name);
     out.quantized_modules.push_back(m);
     add_nvfp4_module(out.file, m, slot, it->second,
@@ -692,15 +700,16 @@ std::string final_losses_text(const ExportPlan& p) {
 
 // The model card's "Weights" section for an NVFP4 format: which blocks, what is exact, activations.
 std::string nvfp4_weights_text(const ExportPlan& p, const Calibration& c, const ExportedWeights& w) {
-  const QuantOptions& o = *p.layer_options[static_cast<size_t>(p.nvfp4_layers.front())];
+  const QuantOptions& o = **std::find_if(p.module_options.begin(), p.module_options.end(),
+                                         [](const auto& m) { return m.has_value(); });
   auto list = [](const std::vector<int>& v) {
     std::string s;
     for (int l : v) s += (s.empty() ? "" : ", ") + std::to_string(l);
     return s.empty() ? std::string("none") : s;
   };
   return fmt::format(
-      "NVFP4 linears in blocks {} ({} weight scales{}); blocks {} were kept in BF16 by the recipe and are "
-      "written dense ({}), as are the embeddings, norms and LM head. Excluded modules: {}.\n\n"
+      "NVFP4 linears in blocks {} ({} weight scales{}); the linears the recipe kept in BF16 or FP32 (all of those of "
+      "blocks {}) are written dense ({}), as are the embeddings, norms and LM head. Excluded modules: {}.\n\n"
       "**Exactness.** The weight codes and E4M3 block scales are the ones the run's forward pass multiplied at "
       "step {}: the recipe's forward weight quantization is deterministic (round to nearest, no stochastic "
       "rounding, no Hadamard transform for weights), so quantizing the checkpoint's FP32 master weights with "

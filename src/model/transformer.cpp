@@ -140,6 +140,14 @@ ops::AttentionShape Transformer::attention_shape(int64_t batch, int64_t seq) con
   return {batch, seq, config_.heads, config_.kv_head_count(), config_.head_dim(), attention_bf16_};
 }
 
+std::vector<LinearShape> block_linear_shapes(const ModelConfig& c) {
+  const int64_t d = c.width, hd = c.head_dim(), f = c.hidden();
+  const int64_t in_out[kLinearsPerBlock][2] = {{d, (c.heads + 2 * c.kv_head_count()) * hd}, {c.heads * hd, d}, {d, 2 * f}, {f, d}};
+  std::vector<LinearShape> s;
+  for (int i = 0; i < kLinearsPerBlock; ++i) s.push_back({kLinearNames[i], in_out[i][0], in_out[i][1]});
+  return s;
+}
+
 std::vector<LinearShape> Transformer::block_linear_shapes() const {
   std::vector<LinearShape> s;
   for (int i = 0; i < kLinearsPerBlock; ++i)
@@ -167,6 +175,7 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
   tokens_.assign_from_host(tokens.data(), tokens.size());
   targets_.assign_from_host(targets.data(), targets.size());
   attention_bf16_ = step.recipe != nullptr && step.recipe->attention_bf16();
+  head_bf16_ = step.recipe != nullptr && step.recipe->lm_head_bf16();
   embed(N);
   for (int64_t l = 0; l < config_.layers; ++l) block_forward(l, batch, seq, step, nullptr);
 
@@ -178,12 +187,20 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
                        final_normed_.data(), final_rstd_.data());
   {
     auto t0 = std::chrono::steady_clock::now();
-    ops_.gemm_f32(ops::DenseGemmShape::a_bt(N, V, d), 1.0f, final_normed_.data(), params_.value(head_), 0.0f,
-                  logits_.data());
+    head_gemm(ops::DenseGemmShape::a_bt(N, V, d), final_normed_.data(), params_.value(head_), 0.0f, logits_.data());
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   double total = ops_.cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
   return total / static_cast<double>(N);
+}
+
+// The LM head's GEMMs in the precision the recipe gave the module lm_head (FP32 unless a
+// precision_map rule said bf16); the backward uses what the forward used.
+void Transformer::head_gemm(const ops::DenseGemmShape& shape, const float* a, const float* b, float beta, float* c) {
+  if (head_bf16_)
+    ops_.gemm_bf16(shape, 1.0f, a, b, beta, c);
+  else
+    ops_.gemm_f32(shape, 1.0f, a, b, beta, c);
 }
 
 void Transformer::embed(int64_t N) {
@@ -215,7 +232,7 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
   a.gate_up.resize(static_cast<size_t>(N * 2 * f));
   auto linear_step = [&](BlockLinear which) {
     LinearStep s;
-    s.recipe = step.recipe ? step.recipe->for_layer(static_cast<int>(l), step.progress)
+    s.recipe = step.recipe ? step.recipe->for_linear(static_cast<int>(l), static_cast<int>(which), step.progress)
                            : Recipe::operands(Quantization::none, {});
     s.run_seed = step.run_seed;
     s.micro_step = step.micro_step;
@@ -310,8 +327,8 @@ void Transformer::backward(float scale) {
   ops_.cross_entropy_backward(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N), dlogits);
   {
     auto t0 = std::chrono::steady_clock::now();
-    ops_.gemm_f32(ops::DenseGemmShape::a_b(N, d, V), 1.0f, dlogits, params_.value(head_), 0.0f, d_normed_.data());
-    ops_.gemm_f32(ops::DenseGemmShape::at_b(V, d, N), 1.0f, dlogits, final_normed_.data(), 1.0f, params_.grad(head_));
+    head_gemm(ops::DenseGemmShape::a_b(N, d, V), dlogits, params_.value(head_), 0.0f, d_normed_.data());
+    head_gemm(ops::DenseGemmShape::at_b(V, d, N), dlogits, final_normed_.data(), 1.0f, params_.grad(head_));
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   ops_.rmsnorm_backward({N, d}, residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(),

@@ -56,6 +56,10 @@ struct ModelStep {
   bool training = true;  // false: forward only (evaluation), the linears keep nothing for backward
 };
 
+// The shapes of one block's linears under config c (what Transformer::block_linear_shapes returns),
+// for validating a recipe without building the model.
+std::vector<LinearShape> block_linear_shapes(const ModelConfig& c);
+
 // Index of a linear within a block.
 enum class BlockLinear : int { qkv = 0, attn_out = 1, gate_up = 2, down = 3 };
 inline constexpr int kLinearsPerBlock = 4;
@@ -133,6 +137,7 @@ class Transformer {
   ops::AttentionShape attention_shape(int64_t batch, int64_t seq) const;
   // tokens_ [N] -> residual_[0]; sizes the residual stream and the per-block activations.
   void embed(int64_t N);
+  void head_gemm(const ops::DenseGemmShape& shape, const float* a, const float* b, float beta, float* c);
   void block_forward(int64_t layer, int64_t batch, int64_t seq, const ModelStep& step, KvCache* cache);
   Linear& linear_(int layer, BlockLinear which) { return *linears_[layer * kLinearsPerBlock + static_cast<int>(which)]; }
 
@@ -144,6 +149,7 @@ class Transformer {
   std::vector<std::unique_ptr<Linear>> linears_;
 
   // Forward state.
+  bool head_bf16_ = false;       // the last forward ran the LM head with BF16 operands (precision_map lm_head=bf16)
   bool attention_bf16_ = false;  // the last forward ran attention with BF16 operands (the recipe's `attention`)
   int64_t batch_ = 0, seq_ = 0;
   bool backward_ready_ = false;

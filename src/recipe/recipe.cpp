@@ -1,6 +1,7 @@
 #include "recipe/recipe.h"
 
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <string>
@@ -166,7 +167,13 @@ bool always_printed(const RecipeConfig&) { return true; }
 bool switch_scope_printed(const RecipeConfig& c) {
   return c.precision_switch_at < 1.0 || c.precision_switch_scope != SwitchScope::all;
 }
-bool nvfp4_knob_printed(const RecipeConfig& c) { return c.quantization == Quantization::nvfp4 || c.nvfp4_knobs_given; }
+bool map_uses_nvfp4(const RecipeConfig& c) {
+  return std::any_of(c.precision_map.begin(), c.precision_map.end(),
+                     [](const PrecisionRule& r) { return r.quantization == Quantization::nvfp4; });
+}
+bool nvfp4_knob_printed(const RecipeConfig& c) {
+  return c.quantization == Quantization::nvfp4 || c.nvfp4_knobs_given || map_uses_nvfp4(c);
+}
 // The two Four Over Six knobs: only with four_over_six on (or set to other than the defaults, which
 // the recipe then refuses).
 bool four_over_six_knob_printed(const RecipeConfig& c) {
@@ -213,6 +220,12 @@ constexpr RecipeKey kRecipeKeys[] = {
     {"attention", KeyValueKind::text, "attention products: auto (bf16 unless quantization=none), fp32, bf16",
      [](Config& c, Text, Text v) { c.attention = parse_attention(v); },
      [](const Config& c) { return std::string(to_string(c.attention)); }, always_printed},
+    {"precision_map", KeyValueKind::text,
+     "per-module quantization, first match wins: \"block*.qkv=bf16; block[0-1].*=bf16; lm_head=bf16\" (YAML: a list of "
+     "PATTERN: QUANTIZATION)",
+     [](Config& c, Text, Text v) { c.precision_map = parse_precision_map(v); },
+     [](const Config& c) { return precision_map_text(c.precision_map); },
+     [](const Config& c) { return !c.precision_map.empty(); }},
     bool_knob<&Nvfp4Knobs::rht>("nvfp4.rht", "random Hadamard transform on wgrad operands"),
     bool_knob<&Nvfp4Knobs::stochastic_rounding>("nvfp4.stochastic_rounding", "stochastic rounding of gradients"),
     bool_knob<&Nvfp4Knobs::weight_2d>("nvfp4.weight_2d", "16x16 weight scale tiles"),
@@ -279,7 +292,8 @@ RecipeConfig parse_recipe(std::string_view text) {
 
 std::string describe(const RecipeConfig& c) {
   std::string s = "quantization=" + std::string(to_string(c.quantization));
-  if (c.quantization == Quantization::nvfp4) {
+  if (!c.precision_map.empty()) s += " precision_map=\"" + precision_map_text(c.precision_map) + "\"";
+  if (c.quantization == Quantization::nvfp4 || map_uses_nvfp4(c)) {
     auto b = [](bool v) { return v ? "true" : "false"; };
     auto layers = [](int n) { return n < 0 ? std::string("auto") : std::to_string(n); };
     s += std::string(" nvfp4.rht=") + b(c.nvfp4.rht) + " nvfp4.stochastic_rounding=" + b(c.nvfp4.stochastic_rounding) +
@@ -354,15 +368,18 @@ LinearRecipe Recipe::operands(Quantization q, const Nvfp4Knobs& k) {
 
 namespace {
 
+void check_four_over_six_knobs(const Nvfp4Knobs& k) {
+  if (!k.four_over_six && (k.four_over_six_error != FourOverSixError::mae || k.four_over_six_e4m3_max != 448))
+    throw UsageError("nvfp4.four_over_six_error=" + std::string(to_string(k.four_over_six_error)) +
+                     " / nvfp4.four_over_six_e4m3_max=" + std::to_string(k.four_over_six_e4m3_max) +
+                     " apply only with nvfp4.four_over_six=true: set it or drop them");
+}
+
 // The BF16 blocks of an nvfp4 recipe over `layers` blocks: {first, last}.
 std::pair<int, int> nvfp4_bf16_layers(const Nvfp4Knobs& k, int layers) {
   int first = k.bf16_first_layers >= 0 ? k.bf16_first_layers : static_cast<int>(std::lround(2.0 / 62.0 * layers));
   int last = k.bf16_last_layers >= 0 ? k.bf16_last_layers
                                      : std::max(1, static_cast<int>(std::lround(8.0 / 62.0 * layers)));
-  if (!k.four_over_six && (k.four_over_six_error != FourOverSixError::mae || k.four_over_six_e4m3_max != 448))
-    throw UsageError("nvfp4.four_over_six_error=" + std::string(to_string(k.four_over_six_error)) +
-                     " / nvfp4.four_over_six_e4m3_max=" + std::to_string(k.four_over_six_e4m3_max) +
-                     " apply only with nvfp4.four_over_six=true: set it or drop them");
   if (k.bf16_first_layers < -1 || k.bf16_last_layers < -1)
     throw UsageError("nvfp4.bf16_first_layers and nvfp4.bf16_last_layers must be >= 0, or -1 for the paper's share "
                      "(got " + std::to_string(k.bf16_first_layers) + ", " + std::to_string(k.bf16_last_layers) + ")");
@@ -398,59 +415,141 @@ void check_block_sizes(Quantization q, const std::vector<LinearShape>& linears, 
 
 }  // namespace
 
+bool is_quantized(Quantization q) { return q != Quantization::none && q != Quantization::bf16; }
+
+namespace {
+
+std::string modules_named(const std::vector<ModulePrecision>& modules, int layers) {
+  std::string linears;
+  for (size_t i = 0; layers > 0 && i + 1 < modules.size() && modules[i].name.starts_with("block0."); ++i)
+    linears += (linears.empty() ? "" : ",") + modules[i].name.substr(7);
+  return "block0-" + std::to_string(layers - 1) + ".{" + linears + "} and lm_head";
+}
+
+// The recipe of the default `quantization` for what no rule matched.
+std::pair<Quantization, std::string> unmatched_precision(const RecipeConfig& c, int layer, int layers, int first,
+                                                         int last) {
+  if (layer < 0) return {Quantization::none, "default (the LM head runs in FP32)"};
+  if (c.quantization == Quantization::nvfp4 && layer < first) return {Quantization::bf16, "nvfp4.bf16_first_layers"};
+  if (c.quantization == Quantization::nvfp4 && layer >= layers - last) return {Quantization::bf16, "nvfp4.bf16_last_layers"};
+  return {c.quantization, "quantization"};
+}
+
+}  // namespace
+
+void Recipe::resolve_modules(const std::vector<LinearShape>& linears) {
+  const auto& rules = config_.precision_map;
+  auto add = [&](const std::string& name, int layer, const LinearShape& shape) {
+    int rule = -1;
+    for (size_t i = 0; i < rules.size() && rule < 0; ++i)
+      if (module_pattern_matches(rules[i].pattern, name)) rule = static_cast<int>(i);
+    auto [q, by] = unmatched_precision(config_, layer, layers_, bf16_first_, bf16_last_);
+    if (rule >= 0) {
+      q = rules[static_cast<size_t>(rule)].quantization;
+      by = "precision_map rule " + std::to_string(rule + 1) + " (" + rules[static_cast<size_t>(rule)].pattern + ")";
+    }
+    if (layer < 0 && is_quantized(q))
+      throw UsageError("precision_map rule '" + rules[static_cast<size_t>(rule)].pattern + "=" +
+                       std::string(to_string(q)) + "' matches lm_head, which runs in fp32 or bf16 only (Transformer "
+                       "Engine and the NVFP4 paper keep the LM head in high precision): narrow the pattern (e.g. "
+                       "block*) or put lm_head=bf16 before it");
+    modules_.push_back({name, q, by, shape.in_features, shape.out_features});
+    rule_of_module_.push_back(rule);
+  };
+  for (int l = 0; l < layers_; ++l)
+    for (const LinearShape& shape : linears) add("block" + std::to_string(l) + "." + shape.name, l, shape);
+  add("lm_head", -1, LinearShape{"lm_head", 0, 0});
+}
+
+// Every rule must decide some module: one that matches nothing is a typo, one whose every match an
+// earlier rule took never applies.
+void Recipe::check_rules_decide() {
+  const auto& rules = config_.precision_map;
+  for (size_t i = 0; i < rules.size(); ++i) {
+    if (std::find(rule_of_module_.begin(), rule_of_module_.end(), static_cast<int>(i)) != rule_of_module_.end()) continue;
+    int earlier = -1;
+    for (size_t m = 0; m < modules_.size() && earlier < 0; ++m)
+      if (module_pattern_matches(rules[i].pattern, modules_[m].name)) earlier = rule_of_module_[m];
+    if (earlier < 0)
+      throw UsageError("precision_map rule " + std::to_string(i + 1) + " '" + rules[i].pattern +
+                       "' matches no module: the modules are " + modules_named(modules_, layers_) +
+                       " (patterns: * any text, ? one character, [A-B] a number from A to B)");
+    throw UsageError("precision_map rule " + std::to_string(i + 1) + " '" + rules[i].pattern +
+                     "' never applies: every module it matches is taken by rule " + std::to_string(earlier + 1) +
+                     " '" + rules[static_cast<size_t>(earlier)].pattern +
+                     "' before it (the first matching rule wins): move it up or drop it");
+  }
+}
+
+bool Recipe::uses(Quantization q) const {
+  return std::any_of(modules_.begin(), modules_.end(), [q](const ModulePrecision& m) { return m.quantization == q; });
+}
+
+ops::Summation Recipe::summation(Quantization q) const {
+  const bool fp32_products = config_.gemm_summation == GemmSummation::fp32_products || !ops_->block_exact_available() ||
+                             (config_.gemm_summation == GemmSummation::automatic && ops_->fp32_products_available(gemm_format(q)));
+  return fp32_products ? ops::Summation::fp32_products : ops::Summation::block_exact;
+}
+
 Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearShape>& linears,
                int64_t tokens_per_micro_batch, const ops::TensorOps& ops)
-    : config_(config), ops_(&ops), layers_(layers) {
+    : config_(config), ops_(&ops), layers_(layers), linears_per_block_(static_cast<int>(linears.size())) {
   if (layers <= 0) throw UsageError("the model has " + std::to_string(layers) + " layers: it needs at least 1");
   const auto q = config.quantization;
-  if (config.nvfp4_knobs_given && q != Quantization::nvfp4)
-    throw UsageError("nvfp4.* knobs were given but quantization=" + std::string(to_string(q)) +
-                     ": set quantization=nvfp4 or drop the nvfp4.* keys");
+  if (q == Quantization::nvfp4) std::tie(bf16_first_, bf16_last_) = nvfp4_bf16_layers(config.nvfp4, layers);
+  resolve_modules(linears);
+  check_rules_decide();
+  const std::string recipe_text = "quantization=" + std::string(to_string(q)) +
+                                  (config.precision_map.empty() ? "" : " and the precision_map");
+  if (config.nvfp4_knobs_given && !uses(Quantization::nvfp4))
+    throw UsageError("nvfp4.* knobs were given but no linear runs in NVFP4 under " + recipe_text +
+                     ": set quantization=nvfp4 (or a precision_map rule =nvfp4) or drop the nvfp4.* keys");
+  if (uses(Quantization::nvfp4)) check_four_over_six_knobs(config.nvfp4);
   if (!(config.precision_switch_at >= 0.0 && config.precision_switch_at <= 1.0))
     throw UsageError("precision_switch_at=" + std::to_string(config.precision_switch_at) +
                      " is outside [0, 1]: it is the fraction of training after which all GEMMs run in BF16 "
                      "(1 = never switch)");
-  if (config.precision_switch_at < 1.0 && (q == Quantization::none || q == Quantization::bf16))
-    throw UsageError("precision_switch_at applies to quantized recipes, not quantization=" +
-                     std::string(to_string(q)) + ": drop it or choose fp8/mxfp8/mxfp4/nvfp4");
+  const bool any_quantized = std::any_of(modules_.begin(), modules_.end(), [](const ModulePrecision& m) { return is_quantized(m.quantization); });
+  if (config.precision_switch_at < 1.0 && !any_quantized)
+    throw UsageError("precision_switch_at applies to quantized recipes, and no linear is quantized under " + recipe_text +
+                     ": drop it or choose fp8/mxfp8/mxfp4/nvfp4");
   if (config.precision_switch_scope != SwitchScope::all && config.precision_switch_at >= 1.0)
     throw UsageError("precision_switch_scope=" + std::string(to_string(config.precision_switch_scope)) +
                      " says which GEMMs precision_switch_at moves to BF16, but precision_switch_at=1 never switches: "
                      "set precision_switch_at (e.g. 0.8) or drop precision_switch_scope");
   attention_bf16_ = config.attention == AttentionPrecision::bf16 ||
                     (config.attention == AttentionPrecision::automatic && q != Quantization::none);
-  if (config.gemm_summation_given && !has_gemm_summation(q))
-    throw UsageError("gemm_summation chooses how NVFP4, MXFP4 and FP8 GEMMs sum, but quantization=" +
-                     std::string(to_string(q)) + ": set one of those or drop gemm_summation");
+  const bool any_summed = std::any_of(modules_.begin(), modules_.end(), [](const ModulePrecision& m) { return has_gemm_summation(m.quantization); });
+  if (config.gemm_summation_given && !any_summed)
+    throw UsageError("gemm_summation chooses how NVFP4, MXFP4 and FP8 GEMMs sum, but no linear runs in one of those under " +
+                     recipe_text + ": set one of those or drop gemm_summation");
   if (config.gemm_summation == GemmSummation::block_exact && !ops.block_exact_available())
     throw UsageError("gemm_summation=block_exact (exact 16-element block products) is a CPU summation; this backend (" +
                      ops.describe() + ") sums in FP32 on its tensor cores: use gemm_summation=auto or fp32_products");
-  if (config.gemm_summation == GemmSummation::fp32_products || !ops.block_exact_available() ||
-      (config.gemm_summation == GemmSummation::automatic && ops.fp32_products_available(gemm_format(q))))
-    summation_ = ops::Summation::fp32_products;
-  if (q == Quantization::nvfp4) std::tie(bf16_first_, bf16_last_) = nvfp4_bf16_layers(config.nvfp4, layers);
-  check_block_sizes(q, linears, tokens_per_micro_batch);
+  for (const ModulePrecision& m : modules_)
+    if (m.name != "lm_head")
+      check_block_sizes(m.quantization, {{m.name, m.in_features, m.out_features}}, tokens_per_micro_batch);
 }
 
-LinearRecipe Recipe::for_layer(int layer, double progress) const {
-  NIBBLE_CHECK(layer >= 0 && layer < layers_, "Recipe::for_layer(%d) of a %d-layer model", layer, layers_);
-  Quantization q = config_.quantization;
-  bool quantized = q != Quantization::none && q != Quantization::bf16;
-  const bool switched = quantized && progress >= config_.precision_switch_at && config_.precision_switch_at < 1.0;
+LinearRecipe Recipe::for_linear(int layer, int linear, double progress) const {
+  NIBBLE_CHECK(layer >= 0 && layer < layers_ && linear >= 0 && linear < linears_per_block_,
+               "Recipe::for_linear(%d, %d) of a %d-layer model with %d linears a block", layer, linear, layers_,
+               linears_per_block_);
+  Quantization q = modules_[static_cast<size_t>(layer * linears_per_block_ + linear)].quantization;
+  const bool switched = is_quantized(q) && progress >= config_.precision_switch_at && config_.precision_switch_at < 1.0;
+  const ops::Summation summed = summation(q);
   if (switched && config_.precision_switch_scope == SwitchScope::all) q = Quantization::bf16;
-  if (q == Quantization::nvfp4 && (layer < bf16_first_ || layer >= layers_ - bf16_last_)) q = Quantization::bf16;
   LinearRecipe r = operands(q, config_.nvfp4);
   if (switched && config_.precision_switch_scope == SwitchScope::forward)
     r.fprop = operands(Quantization::bf16, config_.nvfp4).fprop;
-  for (GemmRole role : kGemmRoles) r[role].summation = summation_;
+  for (GemmRole role : kGemmRoles) r[role].summation = summed;
   return r;
 }
 
 std::string describe_kernels(const Recipe& recipe) {
-  const Quantization q = recipe.config().quantization;
   std::string s;
-  if (has_gemm_summation(q))
-    s += recipe.ops().describe_summation(gemm_format(q), recipe.summation()) + "; ";
+  for (Quantization q : {Quantization::fp8, Quantization::mxfp4, Quantization::nvfp4})
+    if (recipe.uses(q)) s += recipe.ops().describe_summation(gemm_format(q), recipe.summation(q)) + "; ";
   s += recipe.attention_bf16() ? "attention products in BF16" : "attention products in FP32";
   return s;
 }

@@ -11,6 +11,7 @@
 
 #include "format/quantized_tensor.h"
 #include "ops/backend.h"
+#include "recipe/precision_map.h"
 
 namespace nibble {
 
@@ -95,6 +96,9 @@ struct RecipeConfig {
   // Set when the user wrote an nvfp4.* key (or gemm_summation), so a recipe other than nvfp4 can refuse it.
   bool nvfp4_knobs_given = false;
   bool gemm_summation_given = false;
+  // Per-module quantization (recipe/precision_map.h), tried before the nvfp4.bf16_first_layers /
+  // bf16_last_layers rules and `quantization`, which decide what no rule matches.
+  std::vector<PrecisionRule> precision_map;
 };
 
 // The kind of value a configuration key takes (what `nibble train --keys` prints as its type).
@@ -135,12 +139,22 @@ struct LinearShape {
   int64_t in_features = 0, out_features = 0;
 };
 
+// What one module (a block's linear, or the LM head) resolved to, and which rule said so.
+struct ModulePrecision {
+  std::string name;             // block3.qkv, lm_head
+  Quantization quantization;    // before precision_switch_at
+  std::string decided_by;       // "precision_map rule 2 (block*.qkv)", "nvfp4.bf16_first_layers", "quantization"
+  int64_t in_features = 0, out_features = 0;  // 0 for lm_head (the recipe needs no shape of it)
+};
+
+bool is_quantized(Quantization q);  // fp8, mxfp8, mxfp4, nvfp4
+
 class Recipe {
  public:
-  // layers: number of transformer blocks; linears: the shapes of one block's linears;
-  // tokens_per_micro_batch: T of the wgrad GEMMs (its reduction dimension).
-  // ops: the backend the GEMMs run on (which summations it has kernels for).
-  // Throws UsageError with the reason for any invalid combination.
+  // layers: number of transformer blocks; linears: the shapes of one block's linears (their names
+  // are the modules block{l}.{name}; the LM head is the module lm_head); tokens_per_micro_batch: T
+  // of the wgrad GEMMs (its reduction dimension). ops: the backend the GEMMs run on (which
+  // summations it has kernels for). Throws UsageError with the reason for any invalid combination.
   Recipe(const RecipeConfig& config, int layers, const std::vector<LinearShape>& linears,
          int64_t tokens_per_micro_batch, const ops::TensorOps& ops);
 
@@ -148,24 +162,35 @@ class Recipe {
   int bf16_first_layers() const { return bf16_first_; }
   int bf16_last_layers() const { return bf16_last_; }
   const ops::TensorOps& ops() const { return *ops_; }
-  // gemm_summation resolved for the backend (automatic -> fp32_products or block_exact).
-  ops::Summation summation() const { return summation_; }
+  // gemm_summation resolved for the backend and the quantization q (automatic -> fp32_products or block_exact).
+  ops::Summation summation(Quantization q) const;
   // `attention` resolved: true when attention's products take BF16 operands.
   bool attention_bf16() const { return attention_bf16_; }
-  // The operand options of block `layer`'s linears at training progress `progress` in [0, 1]
-  // (step / total steps). Seeds are zero here; the Linear derives them per step.
-  LinearRecipe for_layer(int layer, double progress) const;
+  // Every module, blocks' linears in order (block0.qkv, ..., block0.down, block1.qkv, ...) then lm_head.
+  const std::vector<ModulePrecision>& modules() const { return modules_; }
+  // True when some module runs in quantization q (some GEMM of it, before precision_switch_at).
+  bool uses(Quantization q) const;
+  // The operand options of linear `linear` of block `layer` at training progress `progress` in
+  // [0, 1] (step / total steps). Seeds are zero here; the Linear derives them per step.
+  LinearRecipe for_linear(int layer, int linear, double progress) const;
+  // The LM head's GEMMs take BF16 operands (a precision_map rule said lm_head=bf16); else FP32.
+  bool lm_head_bf16() const { return modules_.back().quantization == Quantization::bf16; }
 
   // The recipe of quantization `q` for a layer that is not kept in BF16.
   static LinearRecipe operands(Quantization q, const Nvfp4Knobs& knobs);
 
  private:
+  void resolve_modules(const std::vector<LinearShape>& linears);
+  void check_rules_decide();
+
   RecipeConfig config_;
   const ops::TensorOps* ops_;
   int layers_ = 0;
+  int linears_per_block_ = 0;
   int bf16_first_ = 0, bf16_last_ = 0;
-  ops::Summation summation_ = ops::Summation::block_exact;
   bool attention_bf16_ = false;
+  std::vector<ModulePrecision> modules_;
+  std::vector<int> rule_of_module_;  // index into config_.precision_map, -1 when no rule matched
 };
 
 // Stochastic-rounding seed of one quantization: a hash of (run seed, step, layer, role, operand),

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <limits>
 #include <string>
 
@@ -80,10 +82,12 @@ MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe* recipe
   const int64_t linear_inputs = N * d + N * m.heads * hd + N * d + N * f;
   const int64_t final_floats = N * d + N + N * d + N * m.vocab + N;
   double recipe_bytes = 4.0 * static_cast<double>(m.layers * block_floats + final_floats);
-  for (int64_t l = 0; recipe != nullptr && l < m.layers; ++l) {
-    const GemmRecipe& w = recipe->for_layer(static_cast<int>(l), 0.0).wgrad;
-    recipe_bytes += bytes_per_element(w) * static_cast<double>(linear_inputs);
-  }
+  const int64_t inputs_of[4] = {N * d, N * m.heads * hd, N * d, N * f};  // qkv, attn_out, gate_up, down
+  for (int64_t l = 0; recipe != nullptr && l < m.layers; ++l)
+    for (int linear = 0; linear < 4; ++linear) {
+      const GemmRecipe& w = recipe->for_linear(static_cast<int>(l), linear, 0.0).wgrad;
+      recipe_bytes += bytes_per_element(w) * static_cast<double>(inputs_of[linear]);
+    }
   e.activations_fp32 = 4 * (m.layers * (block_floats + linear_inputs) + final_floats);
   e.activations_recipe = static_cast<int64_t>(recipe_bytes);
   return e;
@@ -118,19 +122,39 @@ void refuse_beyond_memory(const MemoryEstimate& e, const RunConfig& c) {
       bytes_text(static_cast<double>(e.activations_recipe)), bytes_text(static_cast<double>(machine))));
 }
 
-std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers) {
-  std::vector<std::string> lines;
+namespace {
+
+// As the recipe keys spell it, `none` as what it means: fp32.
+std::string quantization_text(Quantization q) { return q == Quantization::none ? "fp32" : std::string(to_string(q)); }
+
+// "blocks 1-10" / "block 0": a run of blocks [first, last].
+std::string block_span(int first, int last) {
+  return first == last ? fmt::format("block {}", first) : fmt::format("blocks {}-{}", first, last);
+}
+
+// The rule that decided a module, shortened for the table: "", "rule 2", "bf16_first_layers".
+std::string decided_text(const ModulePrecision& m) {
+  if (m.decided_by.starts_with("precision_map rule ")) return " (rule " + m.decided_by.substr(19, m.decided_by.find(' ', 19) - 19) + ")";
+  if (m.decided_by.starts_with("nvfp4.")) return " (" + m.decided_by.substr(6) + ")";
+  return "";
+}
+
+// One line per run of blocks whose linears resolved alike, then lm_head.
+void describe_modules(const Recipe& recipe, int layers, std::vector<std::string>& lines) {
+  const auto& modules = recipe.modules();
+  const size_t per_block = (modules.size() - 1) / static_cast<size_t>(layers);
   std::string previous;
   int first = 0;
   auto flush = [&](int last) {
-    if (previous.empty()) return;
-    lines.push_back(first == last ? fmt::format("block {}: {}", first, previous)
-                                  : fmt::format("blocks {}-{}: {}", first, last, previous));
+    if (!previous.empty()) lines.push_back(fmt::format("{:<13}{}", block_span(first, last) + ":", previous));
   };
   for (int l = 0; l < layers; ++l) {
-    const LinearRecipe r = recipe.for_layer(l, 0.0);
     std::string text;
-    for (GemmRole role : kGemmRoles) text += (text.empty() ? "" : " | ") + gemm_text(r[role], role);
+    for (size_t i = 0; i < per_block; ++i) {
+      const ModulePrecision& m = modules[static_cast<size_t>(l) * per_block + i];
+      text += fmt::format("{}{} {}{}", text.empty() ? "" : ", ", m.name.substr(m.name.find('.') + 1),
+                          to_string(m.quantization), decided_text(m));
+    }
     if (text != previous) {
       flush(l - 1);
       previous = text;
@@ -138,16 +162,66 @@ std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int lay
     }
   }
   flush(layers - 1);
+  const ModulePrecision& head = modules.back();
+  lines.push_back(fmt::format("{:<13}{}{}", "lm_head:", head.quantization == Quantization::bf16 ? "bf16" : "fp32",
+                              decided_text(head)));
+}
+
+// The share of the linears' and the LM head's GEMM FLOPs (forward and backward) in each quantization.
+std::string flop_shares(const Recipe& recipe, const model::ModelConfig& m) {
+  std::map<std::string, double> flops;
+  double total = 0;
+  for (const ModulePrecision& mod : recipe.modules()) {
+    const double f = mod.name == "lm_head" ? static_cast<double>(m.width) * static_cast<double>(m.vocab)
+                                           : static_cast<double>(mod.in_features) * static_cast<double>(mod.out_features);
+    flops[quantization_text(mod.quantization)] += f;
+    total += f;
+  }
+  std::vector<std::pair<double, std::string>> sorted;
+  for (const auto& [name, f] : flops) sorted.push_back({f, name});
+  std::sort(sorted.rbegin(), sorted.rend());
+  std::string s;
+  for (const auto& [f, name] : sorted) s += fmt::format("{}{} {:.1f}%", s.empty() ? "" : ", ", name, 100.0 * f / total);
+  return "GEMM FLOPs (linears and LM head): " + s + "; attention's products are " +
+         (recipe.attention_bf16() ? "BF16" : "FP32");
+}
+
+}  // namespace
+
+std::vector<std::string> describe_recipe_per_module(const Recipe& recipe, const model::ModelConfig& m) {
+  const int layers = static_cast<int>(m.layers);
+  std::vector<std::string> lines;
+  lines.push_back(recipe.config().precision_map.empty()
+                      ? std::string("modules (nvfp4.bf16_first_layers / bf16_last_layers, then quantization):")
+                      : std::string("modules (first match wins: precision_map rules, then nvfp4.bf16_first_layers / "
+                                    "bf16_last_layers, then quantization):"));
+  describe_modules(recipe, layers, lines);
+  for (size_t i = 1; i < lines.size(); ++i) lines[i] = "  " + lines[i];
+  lines.push_back(flop_shares(recipe, m));
+  // The GEMMs of each quantization in use, once.
+  const auto& modules = recipe.modules();
+  const size_t per_block = (modules.size() - 1) / static_cast<size_t>(layers);
+  std::vector<Quantization> seen;
+  for (size_t k = 0; k + 1 < modules.size(); ++k) {
+    const Quantization q = modules[k].quantization;
+    if (std::find(seen.begin(), seen.end(), q) != seen.end()) continue;
+    seen.push_back(q);
+    const LinearRecipe r = recipe.for_linear(static_cast<int>(k / per_block), static_cast<int>(k % per_block), 0.0);
+    std::string text;
+    for (GemmRole role : kGemmRoles) text += (text.empty() ? "" : " | ") + gemm_text(r[role], role);
+    lines.push_back(fmt::format("{}: {}", quantization_text(q), text));
+  }
   if (recipe.config().precision_switch_at < 1.0)
     lines.push_back(fmt::format("after {:.0f}% of the steps {} (precision_switch_at, precision_switch_scope={})",
                                 100 * recipe.config().precision_switch_at,
                                 recipe.config().precision_switch_scope == SwitchScope::forward
-                                    ? "the forward GEMMs (fprop) run in BF16; dgrad and wgrad keep the recipe"
-                                    : "every GEMM runs in BF16",
+                                    ? "the quantized linears' forward GEMMs (fprop) run in BF16; dgrad and wgrad keep "
+                                      "their recipe"
+                                    : "every quantized linear's GEMMs run in BF16",
                                 to_string(recipe.config().precision_switch_scope)));
   lines.push_back(recipe.attention_bf16()
-                      ? "embedding, norms, softmax, LM head and loss: FP32; attention's QK^T and PV: BF16 operands, FP32 sums"
-                      : "embedding, norms, attention core, LM head and loss: FP32");
+                      ? "embedding, norms, softmax and loss: FP32; attention's QK^T and PV: BF16 operands, FP32 sums"
+                      : "embedding, norms, attention core and loss: FP32");
   return lines;
 }
 
@@ -189,7 +263,7 @@ std::string startup_report(const RunConfig& c, const model::Transformer& model, 
                    bytes_text(mem.weights + mem.gradients + mem.optimizer + mem.activations_fp32),
                    bytes_text(mem.weights + mem.gradients + mem.optimizer + mem.activations_recipe));
   s += fmt::format("recipe     {}\n", describe(recipe.config()));
-  for (const auto& line : describe_recipe_per_layer(recipe, static_cast<int>(m.layers))) s += "           " + line + "\n";
+  for (const auto& line : describe_recipe_per_module(recipe, m)) s += "           " + line + "\n";
   s += fmt::format("kernels    {}\n", describe_kernels(recipe));
   s += fmt::format("threads    {}; OpenMP waits: {}\n", omp_get_max_threads(), describe_wait_policy());
   s += fmt::format("device     {}\n", model.backend().describe());

@@ -31,9 +31,12 @@ MemoryEstimate estimate_memory(const model::ModelConfig& m, const Recipe* recipe
 // is checked where /proc/meminfo is missing, or for device=cuda (the GPU's memory holds the run).
 void refuse_beyond_memory(const MemoryEstimate& estimate, const RunConfig& config);
 
-// One line per run of blocks that share a recipe, e.g.
-//   "blocks 1-2: fprop nvfp4 x nvfp4(16x16) | dgrad nvfp4/SR x nvfp4(16x16) | wgrad nvfp4/SR/RHT x nvfp4/RHT"
-std::vector<std::string> describe_recipe_per_layer(const Recipe& recipe, int layers);
+// The resolved precision of every module (one line per run of blocks that resolved alike, then
+// lm_head, each with the rule that decided it), the share of GEMM FLOPs in each quantization, and
+// the GEMMs of each quantization in use, e.g.
+//   "  blocks 1-2:  qkv bf16 (rule 1), attn_out nvfp4, gate_up nvfp4, down nvfp4"
+//   "nvfp4: fprop nvfp4 x nvfp4(16x16) | dgrad nvfp4/SR x nvfp4(16x16) | wgrad nvfp4/SR/RHT x nvfp4/RHT"
+std::vector<std::string> describe_recipe_per_module(const Recipe& recipe, const model::ModelConfig& m);
 
 // Everything printed before the first step; `tokenizer` describes it ("char tokenizer").
 std::string startup_report(const RunConfig& config, const model::Transformer& model, const Recipe& recipe,

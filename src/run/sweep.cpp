@@ -20,6 +20,7 @@
 #include "io/atomic_file.h"
 #include "io/write_rules.h"
 #include "ops/backend.h"
+#include "model/transformer.h"
 #include "recipe/recipe.h"
 #include "run/checkpoint.h"
 #include "run/config.h"
@@ -99,7 +100,8 @@ int64_t checked_steps(const SweepOptions& o, const std::vector<std::string>& ove
   if (o.steps > 0) words.push_back("steps=" + std::to_string(o.steps));
   try {
     const RunConfig c = load_run_config(o.base_config.string(), words);  // validated there
-    Recipe(c.train.recipe, static_cast<int>(c.train.model.layers), {}, 0, ops::cpu());
+    // Tokens 0: the micro-batch's token count is checked when the run starts (it depends on the ranks).
+    Recipe(c.train.recipe, static_cast<int>(c.train.model.layers), model::block_linear_shapes(c.train.model), 0, ops::cpu());
     return c.train.schedule.total_steps;
   } catch (const UsageError& e) {
     throw UsageError(fmt::format("sweep run {}: {}{}", name, e.what(),

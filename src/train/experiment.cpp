@@ -28,8 +28,9 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
   const double V = static_cast<double>(m.vocab);
   const double shapes[4][2] = {{d, qkv}, {H * hd, d}, {d, 2 * f}, {f, d}};  // in, out of qkv, attn_out, gate_up, down
   for (int64_t l = 0; l < m.layers; ++l) {
-    const LinearRecipe lr = recipe.for_layer(static_cast<int>(l), 0.0);
-    for (const auto& [in, out] : shapes) {
+    for (int linear = 0; linear < 4; ++linear) {
+      const LinearRecipe lr = recipe.for_linear(static_cast<int>(l), linear, 0.0);
+      const auto& [in, out] = shapes[linear];
       // fprop Y = X W^T, dgrad dX = dY W, wgrad dW = dY^T X: 2 T in out FLOPs each.
       const GemmRecipe* gemms[3] = {&lr.fprop, &lr.dgrad, &lr.wgrad};
       // Operands quantized per GEMM (elements): fprop X, W; dgrad dY, W (cached when shared); wgrad dY^T, X^T.
@@ -43,7 +44,8 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
       }
     }
   }
-  w.gemm_flops[static_cast<int>(GemmPrecision::fp32)] += 3 * 2.0 * T * d * V;  // LM head (FP32)
+  w.gemm_flops[static_cast<int>(recipe.lm_head_bf16() ? GemmPrecision::bf16 : GemmPrecision::fp32)] +=
+      3 * 2.0 * T * d * V;  // LM head
   // Causal attention: each product is B H S^2/2 hd multiply-adds; 2 forward, 4 backward.
   w.attention_flops = static_cast<double>(m.layers) * 6 * 2.0 * (T / static_cast<double>(seq)) * H *
                       static_cast<double>(seq * seq) / 2 * hd;
