@@ -302,3 +302,46 @@ TEST(Config, SavedTextValuesReadBackExactly) {
   RunConfig c;
   EXPECT_NE(error_of([&] { apply_config_yaml(c, "run:\n  dir: \"a\\0b\"\n", "c.yaml"); }).find("NUL"), std::string::npos);
 }
+
+// precision_map in YAML is a list of PATTERN: QUANTIZATION items, in order; on the command line
+// and in config.yaml, the text form. Both read back to the same rules.
+TEST(Config, PrecisionMapListAndTextFormsRoundTrip) {
+  RunConfig c;
+  apply_config_yaml(c, R"(
+quantization: bf16
+precision_map:
+  - block*.qkv: bf16
+  - "block[0-1].*": nvfp4
+  - lm_head=bf16
+)",
+                    "map.yaml");
+  const std::vector<PrecisionRule> want = {
+      {"block*.qkv", Quantization::bf16}, {"block[0-1].*", Quantization::nvfp4}, {"lm_head", Quantization::bf16}};
+  EXPECT_EQ(c.train.recipe.precision_map, want);
+  RunConfig text;
+  apply_config_overrides(text, {"quantization=bf16", "precision_map=block*.qkv=bf16; block[0-1].*=nvfp4; lm_head=bf16"});
+  EXPECT_EQ(text.train.recipe.precision_map, want);
+  const std::string yaml = config_to_yaml(c);
+  EXPECT_NE(yaml.find("precision_map: \"block*.qkv=bf16; block[0-1].*=nvfp4; lm_head=bf16\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("nvfp4:"), std::string::npos) << yaml;  // a rule runs NVFP4: its knobs are written
+  RunConfig back;
+  apply_config_yaml(back, yaml, "printed");
+  EXPECT_EQ(config_values(back), config_values(c));
+  EXPECT_EQ(back.train.recipe.precision_map, want);
+
+  EXPECT_NE(error_of([] {
+              RunConfig r;
+              apply_config_yaml(r, "precision_map:\n  - block*.qkv: bf16\n  - block*.qkv: nvfp4\n", "dup.yaml");
+            }).find("dup.yaml:3: precision_map: precision_map gives the pattern 'block*.qkv' twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              RunConfig r;
+              apply_config_yaml(r, "precision_map:\n  - {block*.qkv: bf16, lm_head: bf16}\n", "two.yaml");
+            }).find("each item of the list is one rule"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              RunConfig r;
+              apply_config_overrides(r, {"precision_map=block*.qkv"});
+            }).find("is not PATTERN=QUANTIZATION"),
+            std::string::npos);
+}

@@ -259,6 +259,38 @@ TEST(Trainer, PrecisionSwitchScopeChangesTheRunFromTheSwitchOn) {
   }
 }
 
+// A precision map changes exactly the GEMMs it names: every block's linears mapped to NVFP4 over a
+// BF16 default trains bitwise like quantization=nvfp4 (no BF16 blocks); the LM head mapped to BF16
+// changes the loss from the first step by no more than BF16 operands can.
+TEST(Trainer, PrecisionMapRunsEachModuleInItsQuantization) {
+  int64_t vocab = 0;
+  auto corpus = shakespeare_prefix(20000, vocab);
+  auto losses = [&](TrainConfig c) {
+    c.schedule.total_steps = 10;
+    Trainer t(c, corpus);
+    std::vector<double> out;
+    for (int s = 0; s < 4; ++s) out.push_back(t.step().loss);
+    return out;
+  };
+  TrainConfig nvfp4 = tiny_run(vocab, Quantization::nvfp4);
+  nvfp4.recipe.nvfp4.bf16_first_layers = 0;
+  TrainConfig mapped = tiny_run(vocab, Quantization::bf16);
+  mapped.recipe.precision_map = parse_precision_map("block*=nvfp4");
+  const auto reference = losses(nvfp4);
+  EXPECT_EQ(losses(mapped), reference);
+  TrainConfig bf16 = tiny_run(vocab, Quantization::bf16);
+  EXPECT_NE(losses(bf16), reference);
+
+  TrainConfig head = nvfp4;
+  head.recipe.precision_map = parse_precision_map("lm_head=bf16");
+  const auto with_bf16_head = losses(head);
+  // Each logit is a width-32 dot product of operands rounded to BF16 (relative error 2^-9 each), so
+  // |dlogit| <= 2^-8 (1 + 2^-9) sum |x w|; with RMS-normed x (|x| <= sqrt(32)) and |w| < 0.1 at
+  // initialisation that is < 2^-8 * 32 * sqrt(32) * 0.1, and the mean loss moves by at most 2 |dlogit|.
+  EXPECT_NE(with_bf16_head[0], reference[0]);
+  EXPECT_LT(std::abs(with_bf16_head[0] - reference[0]), 2 * std::ldexp(1.0, -8) * 32 * std::sqrt(32.0) * 0.1);
+}
+
 TEST(Trainer, TinyModelOverfitsAPeriodicText) {
   std::string text;
   for (int i = 0; i < 400; ++i) text += "the quick brown fox. ";

@@ -540,6 +540,28 @@ TEST_F(TrainCli, EvalPrecisionQuantizesAnyRunAfterTraining) {
   EXPECT_EQ(run("eval " + bf16.string() + " --precision fp4").exit_code, 2);
 }
 
+// A precision map is resolved before the first step: the report names every module's quantization
+// and the rule that chose it; a rule that decides nothing is refused before the run directory exists.
+TEST_F(TrainCli, PrecisionMapIsPrintedModuleByModuleAndRefusedWhenItDecidesNothing) {
+  const fs::path dir = work_dir() / "mapped";
+  const Result r = run(train(dir, "steps=2 quantization=bf16 \"precision_map=block1.*=nvfp4; lm_head=bf16\""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "block 0:     qkv bf16, attn_out bf16, gate_up bf16, down bf16")) << r.output;
+  EXPECT_TRUE(contains(r.output, "block 1:     qkv nvfp4 (rule 1), attn_out nvfp4 (rule 1), gate_up nvfp4 (rule 1), "
+                                 "down nvfp4 (rule 1)"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "lm_head:     bf16 (rule 2)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "GEMM FLOPs (linears and LM head): ")) << r.output;
+  const Result resumed = run(train(dir, "resume=true steps=3 quantization=bf16 \"precision_map=block1.*=nvfp4; lm_head=bf16\""));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+
+  const fs::path refused_dir = work_dir() / "mapped-refused";
+  const Result refused = run(train(refused_dir, "precision_map=block*.attention=bf16"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "rule 1 'block*.attention' matches no module")) << refused.output;
+  EXPECT_FALSE(fs::exists(refused_dir));
+}
+
 // Extending a finished cosine run with more steps raises its learning rate from min_lr: said before
 // the first step, with both rates and the choices; holding the rate it has says nothing.
 TEST_F(TrainCli, ExtendingAFinishedScheduleSaysItReWarms) {

@@ -441,22 +441,20 @@ void refuse_tag(const YAML::Node& node, std::string_view origin, std::string_vie
 //     - block*.qkv: bf16
 //     - lm_head: bf16
 // (an item may also be the text form "block*.qkv=bf16").
-std::vector<PrecisionRule> parse_precision_map_yaml(const YAML::Node& list, const std::string& located) {
+std::vector<PrecisionRule> parse_precision_map_yaml(const YAML::Node& list, std::string_view origin) {
   std::vector<PrecisionRule> rules;
-  try {
-    for (const YAML::Node& item : list) {
-      if (item.IsMap() && item.size() == 1 && item.begin()->first.IsScalar() && item.begin()->second.IsScalar()) {
+  for (const YAML::Node& item : list) {
+    try {
+      if (item.IsMap() && item.size() == 1 && item.begin()->first.IsScalar() && item.begin()->second.IsScalar())
         add_precision_rule(rules, item.begin()->first.Scalar(), item.begin()->second.Scalar());
-      } else if (item.IsScalar()) {
-        for (PrecisionRule& r : parse_precision_map(item.Scalar())) {
+      else if (item.IsScalar())
+        for (const PrecisionRule& r : parse_precision_map(item.Scalar()))
           add_precision_rule(rules, r.pattern, to_string(r.quantization));
-        }
-      } else {
+      else
         throw UsageError("each item of the list is one rule 'PATTERN: QUANTIZATION' (e.g. - block*.qkv: bf16)");
-      }
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("{}:{}: precision_map: {}", origin, item.Mark().line + 1, e.what()));
     }
-  } catch (const UsageError& e) {
-    throw UsageError(fmt::format("{}: precision_map: {}", located, e.what()));
   }
   return rules;
 }
@@ -481,7 +479,7 @@ void flatten_yaml(RunConfig& config, const YAML::Node& node, const std::string& 
     if (key == "data.sources" && value.IsSequence()) {
       config.sources = parse_sources_yaml(value, located);
     } else if (key == "precision_map" && value.IsSequence()) {
-      config.train.recipe.precision_map = parse_precision_map_yaml(value, located);
+      config.train.recipe.precision_map = parse_precision_map_yaml(value, origin);
     } else if (value.IsMap()) {
       flatten_yaml(config, value, key, origin, seen);
     } else if (value.IsScalar()) {
