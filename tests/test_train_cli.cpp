@@ -536,6 +536,20 @@ TEST_F(TrainCli, EvalPrecisionQuantizesAnyRunAfterTraining) {
   EXPECT_NE(loss(bf16.string() + " --precision nvfp4 --weights-only-quantized"), loss(bf16.string()));
   const Result text = run("eval " + bf16.string() + " --precision nvfp4 --max-windows 4");
   EXPECT_TRUE(contains(text.output, "post-training quantization")) << text.output;
+  // The QAT run and the PTQ of its BF16 twin in one table: each row is the single evaluation's loss.
+  const Result table = run("eval " + ref + " " + bf16.string() + " --precision recipe,nvfp4 --max-windows 16 --json");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  const auto rows = nlohmann::json::parse(table.output.substr(table.output.find('{'))).at("rows");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].at("loss").get<double>(), loss(ref));
+  EXPECT_EQ(rows[1].at("loss").get<double>(), loss(ref + " --precision nvfp4"));
+  EXPECT_EQ(rows[2].at("loss").get<double>(), loss(bf16.string()));
+  EXPECT_EQ(rows[3].at("loss").get<double>(), loss(bf16.string() + " --precision nvfp4"));
+  EXPECT_EQ(rows[3].at("evaluated").get<std::string>(), "nvfp4 (PTQ)");
+  EXPECT_EQ(rows[1].at("evaluated").get<std::string>(), "nvfp4");
+  const Result text_table = run("eval " + ref + " " + bf16.string() + " --precision recipe,nvfp4 --max-windows 16");
+  EXPECT_TRUE(contains(text_table.output, "vs the first row")) << text_table.output;
+  EXPECT_EQ(run("eval " + ref + " --precision nvfp4,nvfp4").exit_code, 2);
   EXPECT_EQ(run("eval " + bf16.string() + " --precision nvfp4 --fp32").exit_code, 2);
   EXPECT_EQ(run("eval " + bf16.string() + " --precision fp4").exit_code, 2);
 }

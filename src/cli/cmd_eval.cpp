@@ -3,7 +3,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <memory>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -17,6 +19,8 @@ namespace {
 struct EvalOptions {
   std::string run, tokens, checkpoint, device = "cpu";
   std::string precision = "recipe";  // the forward's precision: the run's recipe, or another (post-training)
+  // The table form: every run of `runs` under every precision of `precisions` (more than one of either).
+  std::vector<std::string> runs, precisions = {"recipe"};
   int64_t max_windows = 0;
   bool fp32 = false;
   bool weights_only_quantized = false;
@@ -105,6 +109,21 @@ void apply_precision(train::LoadedRun& run, const std::string& precision) {
   run.config.train.recipe = rc;
 }
 
+// A mixture run's weight-averaged loss over its sources' validation tokens (as training's val_loss).
+double mixture_loss(train::LoadedRun& run, const EvalOptions& o, int64_t& tokens, int64_t& windows) {
+  const auto sources = run.config.data_sources();
+  double total_weight = 0, overall = 0;
+  for (const auto& s : sources) total_weight += s.weight;
+  for (const auto& s : sources) {
+    std::string label;
+    const auto r = train::evaluate_token_stream(run, evaluation_tokens(run, s.spec, "", label), o.max_windows, true);
+    overall += s.weight / total_weight * r.loss;
+    tokens += r.tokens;
+    windows += r.windows;
+  }
+  return overall;
+}
+
 // A mixture run without --tokens: each source's validation tokens, then the weight-averaged mean
 // of the per-source losses (what training reports as val_loss; each source's loss is the mean over
 // its own windows).
@@ -138,10 +157,90 @@ void evaluate_sources(train::LoadedRun& run, const EvalOptions& o, int replaced)
              run.checkpoint.string(), run.state.step, mode_of(o, replaced), table, overall, std::exp(overall));
 }
 
+
+// What a run trained with, in a table cell: "nvfp4", "bf16 + precision_map".
+std::string trained_as(const train::LoadedRun& run) {
+  const RecipeConfig& rc = run.config.train.recipe;
+  std::string s(rc.quantization == Quantization::none ? "fp32" : to_string(rc.quantization));
+  if (!rc.precision_map.empty()) s += " + precision_map";
+  if (rc.precision_switch_at < 1) s += fmt::format(" (switch at {:g})", rc.precision_switch_at);
+  return s;
+}
+
+// `nibble eval RUN [RUN ...] --precision P,Q,...`: every run under every precision on its validation
+// tokens (or --tokens), one row each, with the gap to the first row. A run evaluated in its own
+// recipe is quantization-aware training's result; in another precision, post-training quantization
+// of its weights: so a QAT run and the PTQ of its BF16 twin sit in one table.
+void evaluate_table(const EvalOptions& o) {
+  if (o.fp32) throw UsageError("--fp32 with several runs or precisions: give fp32 among the --precision values");
+  if (o.weights_only_quantized)
+    throw UsageError("--weights-only-quantized evaluates one run in one mode: evaluate each run with nibble eval RUN "
+                     "--weights-only-quantized");
+  if (!o.checkpoint.empty() && o.runs.size() > 1)
+    throw UsageError("--checkpoint names one run's checkpoint, but " + std::to_string(o.runs.size()) +
+                     " runs were given: evaluate runs at other checkpoints one at a time");
+  struct Row {
+    std::string run, trained, evaluated, tokens_label;
+    int64_t step = 0, tokens = 0, windows = 0;
+    double loss = 0;
+  };
+  std::vector<Row> rows;
+  for (const std::string& dir : o.runs) {
+    auto run = train::load_run(dir, o.checkpoint.empty() ? std::nullopt : std::optional<std::filesystem::path>(o.checkpoint),
+                               device_from_flag(o.device));
+    const RecipeConfig trained = run.config.train.recipe;
+    const std::string trained_text = trained_as(run);
+    for (const std::string& precision : o.precisions) {
+      run.config.train.recipe = trained;
+      apply_precision(run, precision);
+      // The precision the run trained in is its own (quantization-aware) forward, not a PTQ.
+      const bool own = precision == "recipe" || (trained.precision_map.empty() && trained.precision_switch_at >= 1 &&
+                                                 precision == (trained.quantization == Quantization::none
+                                                                   ? std::string("fp32")
+                                                                   : std::string(to_string(trained.quantization))));
+      Row row{dir, trained_text, precision == "recipe" ? "its recipe" : precision + (own || !is_quantized(parse_quantization(precision == "fp32" ? "none" : precision)) ? "" : " (PTQ)"), "",
+              run.state.step};
+      if (!run.config.sources.empty() && o.tokens.empty()) {
+        row.loss = mixture_loss(run, o, row.tokens, row.windows);
+        row.tokens_label = "its sources' validation files, weight-averaged";
+      } else {
+        const auto r = train::evaluate_token_stream(run, evaluation_tokens(run, run.config.data_spec(), o.tokens, row.tokens_label),
+                                                    o.max_windows, true);
+        row.loss = r.loss;
+        row.tokens = r.tokens;
+        row.windows = r.windows;
+      }
+      rows.push_back(row);
+    }
+  }
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Row& r : rows)
+      j.push_back({{"run", r.run}, {"step", r.step}, {"trained", r.trained}, {"evaluated", r.evaluated},
+                   {"loss", r.loss}, {"tokens", r.tokens}, {"windows", r.windows}, {"tokens_file", r.tokens_label}});
+    fmt::print("{}\n", nlohmann::json{{"rows", j}}.dump());
+    return;
+  }
+  size_t run_width = 3;
+  for (const Row& r : rows) run_width = std::max(run_width, r.run.size());
+  fmt::print("{:<{}} {:>7}  {:<28} {:<13} {:>8}  {:>18}\n", "run", run_width, "step", "trained", "evaluated", "loss",
+             "vs the first row");
+  for (const Row& r : rows) {
+    const double gap = r.loss - rows.front().loss;
+    fmt::print("{:<{}} {:>7}  {:<28} {:<13} {:>8.4f}  {:>+8.4f} ({:>+6.2f}%)\n", r.run, run_width, r.step, r.trained,
+               r.evaluated, r.loss, gap, 100.0 * gap / rows.front().loss);
+  }
+  fmt::print("each loss is the mean over {} consecutive windows of {}; \"its recipe\" is the forward the run trained "
+             "with (quantization-aware), as is its own quantization's; any other is the forward of quantization=P with "
+             "its default knobs on the run's weights, \"(PTQ)\" where that quantizes them after training\n",
+             o.max_windows > 0 ? fmt::format("the first {}", o.max_windows) : std::string("all"), rows.front().tokens_label);
+}
+
 CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
   auto o = std::make_shared<EvalOptions>();
   CLI::App* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a trained run on a token file");
-  cmd->add_option("run", o->run, "run directory (written by nibble train)")->required();
+  cmd->add_option("runs", o->runs, "run directory (written by nibble train); several give a table of every run under "
+                  "every --precision")->required();
   cmd->add_option("--tokens", o->tokens, "token shard to evaluate on (default: the run's validation shards, data.dir/val-*.bin; for a data.sources run, each source's validation files, with a per-source table)");
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint of the run, by name (step_00000100) or path (default: the newest)")
       ->check(checkpoint_name());
@@ -150,9 +249,11 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0: the whole file)");
   cmd->add_flag("--fp32", o->fp32, "evaluate with FP32 GEMMs instead of the run's recipe");
-  cmd->add_option("--precision", o->precision,
+  cmd->add_option("--precision", o->precisions,
                   "the forward's precision: recipe (the run's own), or fp32, bf16, fp8, mxfp8, mxfp4, nvfp4 with that "
-                  "recipe's default knobs on the run's weights (post-training quantization, e.g. of a BF16 run)")
+                  "recipe's default knobs on the run's weights (post-training quantization, e.g. of a BF16 run); "
+                  "several, comma-separated (recipe,bf16,nvfp4), give a table")
+      ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"recipe", "fp32", "bf16", "fp8", "mxfp8", "mxfp4", "nvfp4"}));
   cmd->add_flag("--weights-only-quantized", o->weights_only_quantized,
@@ -163,6 +264,17 @@ CommandRegistration eval_command("eval", [](CLI::App& app, int& exit_code) {
     if (o->max_windows < 0)
       throw UsageError(fmt::format("--max-windows {} is negative: give a window count, or 0 for the whole file",
                                    o->max_windows));
+    for (size_t i = 0; i < o->precisions.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (o->precisions[i] == o->precisions[j])
+          throw UsageError(fmt::format("--precision gives {} twice: give each precision once", o->precisions[i]));
+    if (o->runs.size() > 1 || o->precisions.size() > 1) {
+      evaluate_table(*o);
+      exit_code = 0;
+      return;
+    }
+    o->run = o->runs.front();
+    o->precision = o->precisions.front();
     if (o->fp32 && o->weights_only_quantized)
       throw UsageError("--fp32 and --weights-only-quantized exclude each other: --weights-only-quantized already "
                        "runs FP32 GEMMs (on the dequantized 4-bit weights)");
