@@ -367,7 +367,7 @@ TEST(Parsers, ARunDirWithANewlineResumesWhereItIs) {
   train::RunConfig saved;
   train::apply_config_yaml(saved, train::read_text_file((run_dir / "config.yaml").string()), "config.yaml");
   EXPECT_EQ(saved.run_dir, run_dir.string());
-  r = run("train " + quoted(run_dir / "config.yaml") + " resume=true steps=4");
+  r = run("train " + quoted(run_dir / "config.yaml") + " resume=true steps=4 schedule.rewarm=true");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_00000004")) << r.output;
   EXPECT_FALSE(fs::exists(work / "run x"));

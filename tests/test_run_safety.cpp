@@ -115,7 +115,7 @@ TEST_F(RunSafety, SymlinkedCheckpointsAbandonedOrTensorboardAreRefusedAndTheirTa
   fs::remove_all(linked / "checkpoints");
   fs::create_directory_symlink(victim / "checkpoints", linked / "checkpoints");
   const auto victim_before = snapshot(victim), linked_before = snapshot(linked);
-  const Result resumed = run(train(linked, "resume=true steps=16 checkpoint.keep=1"));
+  const Result resumed = run(train(linked, "resume=true steps=16 schedule.rewarm=true checkpoint.keep=1"));
   EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, (linked / "checkpoints").string() + " is a symlink")) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "symlink the run directory itself")) << resumed.output;
@@ -148,7 +148,7 @@ TEST_F(RunSafety, SymlinkedCheckpointsAbandonedOrTensorboardAreRefusedAndTheirTa
   const fs::path events = work_dir() / "events", logged = run_of_its_own("linked-tensorboard");
   fs::create_directories(events);
   fs::create_directory_symlink(events, logged / "tensorboard");
-  const Result tb = run(train(logged, "resume=true steps=13 log.tensorboard=true"));
+  const Result tb = run(train(logged, "resume=true steps=13 schedule.rewarm=true log.tensorboard=true"));
   EXPECT_EQ(tb.exit_code, 2) << tb.output;
   EXPECT_TRUE(fs::is_empty(events));
 
@@ -158,7 +158,7 @@ TEST_F(RunSafety, SymlinkedCheckpointsAbandonedOrTensorboardAreRefusedAndTheirTa
   fs::remove(linked_file / "metrics.jsonl");
   fs::create_symlink(outside, linked_file / "metrics.jsonl");
   const auto outside_before = file_bytes(outside);
-  const Result metrics = run(train(linked_file, "resume=true steps=13"));
+  const Result metrics = run(train(linked_file, "resume=true steps=13 schedule.rewarm=true"));
   EXPECT_EQ(metrics.exit_code, 2) << metrics.output;
   EXPECT_TRUE(contains(metrics.output, (linked_file / "metrics.jsonl").string() + " is a symlink")) << metrics.output;
   EXPECT_EQ(file_bytes(outside), outside_before);
@@ -167,7 +167,7 @@ TEST_F(RunSafety, SymlinkedCheckpointsAbandonedOrTensorboardAreRefusedAndTheirTa
   // What the message advises: the run directory itself a symlink, locked and followed.
   const fs::path moved = run_of_its_own("moved-to-another-disk"), link = work_dir() / "run-link";
   fs::create_directory_symlink(moved, link);
-  const Result through_link = run(train(link, "resume=true steps=13"));
+  const Result through_link = run(train(link, "resume=true steps=13 schedule.rewarm=true"));
   ASSERT_EQ(through_link.exit_code, 0) << through_link.output;
   EXPECT_TRUE(fs::exists(moved / "checkpoints" / "step_00000013" / "state.json"));
   EXPECT_TRUE(fs::is_symlink(link));
@@ -183,7 +183,7 @@ TEST_F(RunSafety, StrayCleanupRemovesOnlyNibblesTemporariesOfProcessesThatAreGon
                                  "metrics.jsonl.tmp." + dead, "tokenizer.json.tmp." + dead,
                                  "metrics.jsonl.tmp." + alive, "config.yaml.tmp.x" + dead})
     write_text(dir / name, "some bytes");
-  const Result r = run(train(dir, "resume=true steps=13"));
+  const Result r = run(train(dir, "resume=true steps=13 schedule.rewarm=true"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(fs::exists(dir / ("config.yaml.tmp." + dead)));  // nibble's, its writer gone
   EXPECT_FALSE(fs::exists(dir / ("metrics.jsonl.tmp." + dead)));
@@ -241,13 +241,13 @@ TEST_F(RunSafety, RunDirInADataOrAnotherRunOrAUsersDirectoryIsRefused) {
 TEST_F(RunSafety, RotationKeepsTheCheckpointsThatVerifyWhateverIsNewer) {
   const fs::path dir = run_of_its_own("damaged-newest");
   flip_bytes(dir / "checkpoints" / "step_00000012" / "model.safetensors", 2000);
-  const Result first = run(train(dir, "resume=true steps=11 checkpoint.interval=1 checkpoint.keep=1"));
+  const Result first = run(train(dir, "resume=true steps=11 schedule.rewarm=true checkpoint.interval=1 checkpoint.keep=1"));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_TRUE(contains(first.output, "falling back to " + (dir / "checkpoints" / "step_00000008").string()));
   EXPECT_EQ(checkpoint_names(dir), (std::vector<std::string>{"step_00000011", "step_00000012"}));
   const Result eval = run("eval " + dir.string() + " --checkpoint step_00000011 --max-windows 1");
   EXPECT_EQ(eval.exit_code, 0) << eval.output;
-  const Result second = run(train(dir, "resume=true steps=16 checkpoint.keep=1"));
+  const Result second = run(train(dir, "resume=true steps=16 schedule.rewarm=true checkpoint.keep=1"));
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_TRUE(contains(second.output, "falling back to " + (dir / "checkpoints" / "step_00000011").string()));
   EXPECT_EQ(checkpoint_names(dir), std::vector<std::string>{"step_00000016"});  // the damaged one replaced, then rotated
@@ -256,11 +256,11 @@ TEST_F(RunSafety, RotationKeepsTheCheckpointsThatVerifyWhateverIsNewer) {
   const fs::path faked = run_of_its_own("fake-newest");
   fs::create_directories(faked / "checkpoints" / "step_99999999");
   write_text(faked / "checkpoints" / "step_99999999" / "state.json", "{\"step\": 99999999}");
-  const Result resumed = run(train(faked, "resume=true steps=16 checkpoint.keep=1"));
+  const Result resumed = run(train(faked, "resume=true steps=16 schedule.rewarm=true checkpoint.keep=1"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(checkpoint_names(faked), (std::vector<std::string>{"step_00000016", "step_99999999"}));
   EXPECT_EQ(run("eval " + faked.string() + " --checkpoint step_00000016 --max-windows 1").exit_code, 0);
-  const Result again = run(train(faked, "resume=true steps=20 checkpoint.keep=1"));
+  const Result again = run(train(faked, "resume=true steps=20 schedule.rewarm=true checkpoint.keep=1"));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_TRUE(fs::exists(faked / "checkpoints" / "step_00000020" / "state.json"));
 }
@@ -273,7 +273,7 @@ TEST_F(RunSafety, ACopiedRunResumedThroughItsConfigContinuesInTheCopy) {
   fs::remove_all(copy);
   fs::copy(original, copy, fs::copy_options::recursive);
   const auto original_before = snapshot(original);
-  const Result r = run("train " + (copy / "config.yaml").string() + " resume=true steps=16 checkpoint.keep=1");
+  const Result r = run("train " + (copy / "config.yaml").string() + " resume=true steps=16 schedule.rewarm=true checkpoint.keep=1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "continuing in " + copy.string())) << r.output;
   EXPECT_TRUE(contains(r.output, "resuming from " + (copy / "checkpoints" / "step_00000012").string())) << r.output;
@@ -283,7 +283,7 @@ TEST_F(RunSafety, ACopiedRunResumedThroughItsConfigContinuesInTheCopy) {
   EXPECT_TRUE(contains(std::string(saved.begin(), saved.end()), "\"" + copy.string() + "\"")) << "run.dir of the copy";
 
   // Through its own config a run needs no note; run.dir= on the command line is followed.
-  const Result own = run("train " + (copy / "config.yaml").string() + " resume=true steps=17");
+  const Result own = run("train " + (copy / "config.yaml").string() + " resume=true steps=17 schedule.rewarm=true");
   ASSERT_EQ(own.exit_code, 0) << own.output;
   EXPECT_FALSE(contains(own.output, "note: " + (copy / "config.yaml").string())) << own.output;
   const fs::path other = work_dir() / "from-a-runs-config";
@@ -341,7 +341,7 @@ int64_t newest_step(const fs::path& run_dir) {
 // failed ("is not a directory", "cannot open .../config.json"). Now each reads a whole checkpoint.
 TEST_F(RunSafety, ReadersDuringRotationAlwaysReadACompleteCheckpoint) {
   const fs::path dir = run_of_its_own("rotating"), log = work_dir() / "rotating.log";
-  Background trainer(train(dir, "resume=true steps=100000000 checkpoint.interval=1 checkpoint.keep=1 "
+  Background trainer(train(dir, "resume=true steps=100000000 schedule.rewarm=true checkpoint.interval=1 checkpoint.keep=1 "
                                 "eval.interval=100000000"),
                      log);
   for (int i = 0; i < 3000 && !contains(text_of(log), "checkpoint " + (dir / "checkpoints" / "step_00000020").string());

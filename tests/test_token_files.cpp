@@ -394,11 +394,11 @@ TEST(TokenFilesCli, LlmcShardsWithTheirTokenizerGenerateAndExport) {
   const fs::path other = work / "other" / "r50k_base.tiktoken";
   fs::create_directories(other.parent_path());
   std::ofstream(other) << swapped;
-  r = cli_test::run("train " + config + " model.vocab=320 steps=8 resume=true data.tokenizer=" + other.string() +
+  r = cli_test::run("train " + config + " model.vocab=320 steps=8 resume=true schedule.rewarm=true data.tokenizer=" + other.string() +
                     " run.dir=" + run_dir.string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "was trained with another tokenizer")) << r.output;
-  r = cli_test::run("train " + config + " model.vocab=320 steps=8 resume=true run.dir=" + run_dir.string());
+  r = cli_test::run("train " + config + " model.vocab=320 steps=8 resume=true schedule.rewarm=true run.dir=" + run_dir.string());
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 

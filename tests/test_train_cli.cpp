@@ -283,7 +283,7 @@ TEST_F(TrainCli, BadInputIsRefusedWithoutDamage) {
   const fs::path copy = work_dir() / "reshaped";
   fs::copy(reference(), copy, fs::copy_options::recursive);
   const auto before = loss_curve(copy);
-  const Result reshaped = run(train(copy, "resume=true steps=16 model.width=64"));
+  const Result reshaped = run(train(copy, "resume=true steps=16 schedule.rewarm=true model.width=64"));
   EXPECT_EQ(reshaped.exit_code, 2);
   EXPECT_NE(reshaped.output.find("has shape"), std::string::npos) << reshaped.output;
   EXPECT_EQ(loss_curve(copy), before);
@@ -313,7 +313,7 @@ TEST_F(TrainCli, BadInputIsRefusedWithoutDamage) {
     const fs::path resumed = work_dir() / "cuda-resumed";
     fs::copy(reference(), resumed, fs::copy_options::recursive);
     const auto curve = loss_curve(resumed);
-    const Result cuda_resume = run(train(resumed, "resume=true steps=16 device=cuda"));
+    const Result cuda_resume = run(train(resumed, "resume=true steps=16 schedule.rewarm=true device=cuda"));
     EXPECT_EQ(cuda_resume.exit_code, 2) << cuda_resume.output;
     EXPECT_EQ(loss_curve(resumed), curve);
   }
@@ -470,7 +470,7 @@ TEST_F(TrainCli, ARunStartedOnAGpuContinuesOnTheCpu) {
     }
   }
   const Result resumed =
-      run("train " + (dir / "config.yaml").string() + " run.dir=" + dir.string() + " resume=true steps=14 device=cpu");
+      run("train " + (dir / "config.yaml").string() + " run.dir=" + dir.string() + " resume=true steps=14 schedule.rewarm=true device=cpu");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("note: resuming on device=cpu (the run was started on cuda)"), std::string::npos)
       << resumed.output;
@@ -497,13 +497,13 @@ TEST_F(TrainCli, TensorBoardEventFilesAreWritten) {
 TEST_F(TrainCli, RefusedResumeLeavesEveryByteOfTheRunDirectory) {
   const fs::path dir = copy_of_reference("refused-resume");
   const auto before = snapshot(dir);
-  const Result reshaped = run(train(dir, "resume=true steps=16 model.width=64"));
+  const Result reshaped = run(train(dir, "resume=true steps=16 schedule.rewarm=true model.width=64"));
   EXPECT_EQ(reshaped.exit_code, 2) << reshaped.output;
   EXPECT_TRUE(contains(reshaped.output, "has shape")) << reshaped.output;
   EXPECT_EQ(snapshot(dir), before);  // config.yaml and tokenizer.json were overwritten before the fix
 
   // A different tokenizer with the same vocabulary size: refused, naming the fix.
-  const Result retokenized = run(train(dir, "resume=true steps=16 data.dir=" + other_data().string()));
+  const Result retokenized = run(train(dir, "resume=true steps=16 schedule.rewarm=true data.dir=" + other_data().string()));
   EXPECT_EQ(retokenized.exit_code, 2) << retokenized.output;
   EXPECT_TRUE(contains(retokenized.output, "another tokenizer")) << retokenized.output;
   EXPECT_EQ(snapshot(dir), before);
@@ -566,7 +566,7 @@ TEST_F(TrainCli, PrecisionMapIsPrintedModuleByModuleAndRefusedWhenItDecidesNothi
       << r.output;
   EXPECT_TRUE(contains(r.output, "lm_head:     bf16 (rule 2)")) << r.output;
   EXPECT_TRUE(contains(r.output, "GEMM FLOPs (linears and LM head): ")) << r.output;
-  const Result resumed = run(train(dir, "resume=true steps=3 quantization=bf16 \"precision_map=block1.*=nvfp4; lm_head=bf16\""));
+  const Result resumed = run(train(dir, "resume=true steps=3 schedule.rewarm=true quantization=bf16 \"precision_map=block1.*=nvfp4; lm_head=bf16\""));
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
 
   const fs::path refused_dir = work_dir() / "mapped-refused";
@@ -576,20 +576,47 @@ TEST_F(TrainCli, PrecisionMapIsPrintedModuleByModuleAndRefusedWhenItDecidesNothi
   EXPECT_FALSE(fs::exists(refused_dir));
 }
 
-// Extending a finished cosine run with more steps raises its learning rate from min_lr: said before
-// the first step, with both rates and the choices; holding the rate it has says nothing.
-TEST_F(TrainCli, ExtendingAFinishedScheduleSaysItReWarms) {
+// Extending a finished cosine run with more steps would raise its learning rate from min_lr: refused
+// before anything is written, naming both rates and the choices; schedule.rewarm=true re-warms with a
+// warning; holding the rate it has says nothing.
+TEST_F(TrainCli, ExtendingAFinishedScheduleIsRefusedNamingTheChoices) {
   const fs::path dir = copy_of_reference("extended");
-  const Result extended = run(train(dir, "resume=true steps=16"));
-  ASSERT_EQ(extended.exit_code, 0) << extended.output;
-  EXPECT_TRUE(contains(extended.output, "warning: resuming at step 12 with this schedule raises the learning rate from "
-                                        "0.0001 (the run's cosine schedule over steps=12)"))
-      << extended.output;
-  EXPECT_TRUE(contains(extended.output, "schedule.kind=constant schedule.lr=0.0001")) << extended.output;
+  const auto before = snapshot(dir);
+  const Result refused = run(train(dir, "resume=true steps=16"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "resuming at step 12 with this schedule raises the learning rate from 0.0001 "
+                                       "(the run's cosine schedule over steps=12)"))
+      << refused.output;
+  EXPECT_TRUE(contains(refused.output, "schedule.kind=constant schedule.lr=0.0001")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "schedule.rewarm=true")) << refused.output;
+  EXPECT_EQ(snapshot(dir), before);
+  const Result rewarmed = run(train(dir, "resume=true steps=16 schedule.rewarm=true"));
+  ASSERT_EQ(rewarmed.exit_code, 0) << rewarmed.output;
+  EXPECT_TRUE(contains(rewarmed.output, "the run re-warms (schedule.rewarm=true)")) << rewarmed.output;
+  EXPECT_FALSE(contains(train::read_text_file((dir / "config.yaml").string()), "rewarm"));  // decided per resume
   const fs::path held = copy_of_reference("held");
   const Result hold = run(train(held, "resume=true steps=16 schedule.kind=constant schedule.lr=0.0001"));
   ASSERT_EQ(hold.exit_code, 0) << hold.output;
   EXPECT_FALSE(contains(hold.output, "re-warms")) << hold.output;
+}
+
+// A WSD run extended from a checkpoint of its stable phase holds its rate, then decays at the new
+// end: bitwise the run planned with the longer schedule from the start. The refusal names that
+// checkpoint.
+TEST_F(TrainCli, AWsdRunExtendsFromItsStablePhaseBitwiseAsIfPlannedLonger) {
+  const std::string wsd = "schedule.kind=wsd schedule.wsd_decay_fraction=0.5 schedule.min_lr=0.0003";
+  const fs::path dir = work_dir() / "wsd-extended", planned = work_dir() / "wsd-planned";
+  ASSERT_EQ(run(train(dir, wsd)).exit_code, 0);
+  const Result refused = run(train(dir, "resume=true steps=16 " + wsd));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "continue from --checkpoint step_00000004, where the new schedule takes over "
+                                       "without a jump"))
+      << refused.output;
+  const Result extended = run(train(dir, "steps=16 --checkpoint step_00000004 " + wsd));
+  ASSERT_EQ(extended.exit_code, 0) << extended.output;
+  EXPECT_FALSE(contains(extended.output, "re-warm")) << extended.output;
+  ASSERT_EQ(run(train(planned, "steps=16 " + wsd)).exit_code, 0);
+  EXPECT_EQ(loss_curve(dir), loss_curve(planned));
 }
 
 // Directories an earlier nibble wrote describe their char tokenizer in tokenizer.json: such a run
@@ -600,7 +627,7 @@ TEST_F(TrainCli, DirectoriesWithTheEarlierTokenizerJsonStillWork) {
   const fs::path dir = copy_of_reference("earlier-run");
   fs::rename(dir / "nibble_tokenizer.json", dir / "tokenizer.json");
   EXPECT_EQ(run("eval " + dir.string() + " --max-windows 2").exit_code, 0);
-  const Result resumed = run(train(dir, "resume=true steps=14"));
+  const Result resumed = run(train(dir, "resume=true steps=14 schedule.rewarm=true"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "resuming from")) << resumed.output;
   EXPECT_TRUE(fs::exists(dir / "tokenizer.json"));
@@ -639,7 +666,7 @@ TEST_F(TrainCli, SecondTrainerIsRefusedNamingThePidAndReadersStillWork) {
   const fs::path dir = copy_of_reference("locked");
   const fs::path log = work_dir() / "locked.log", pid_file = work_dir() / "locked.pid";
   // A long resume in the background holds the lock (killed below).
-  const std::string cmd = std::string(NIBBLE_BINARY_DIR) + "/nibble " + train(dir, "resume=true steps=100000000") +
+  const std::string cmd = std::string(NIBBLE_BINARY_DIR) + "/nibble " + train(dir, "resume=true steps=100000000 schedule.rewarm=true") +
                           " > " + log.string() + " 2>&1 & echo $! > " + pid_file.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const long pid = pid_written_to(pid_file);
@@ -660,7 +687,7 @@ TEST_F(TrainCli, SecondTrainerIsRefusedNamingThePidAndReadersStillWork) {
   for (int i = 0; i < 3000 && !contains(log_text(), " 13/100000000"); ++i) ::usleep(10000);
   ASSERT_TRUE(contains(log_text(), " 13/100000000")) << log_text();
 
-  const Result second = run(train(dir, "resume=true steps=100000000"));
+  const Result second = run(train(dir, "resume=true steps=100000000 schedule.rewarm=true"));
   EXPECT_EQ(second.exit_code, 2) << second.output;
   EXPECT_TRUE(contains(second.output, "PID " + std::to_string(pid))) << second.output;
   const Result fresh = run(train(dir));  // without resume=true: refused too, for the lock or the checkpoints
@@ -672,7 +699,7 @@ TEST_F(TrainCli, SecondTrainerIsRefusedNamingThePidAndReadersStillWork) {
   for (int i = 0; i < 500 && ::kill(static_cast<pid_t>(pid), 0) == 0; ++i) ::usleep(10000);
   kill_at_end.pid = -1;
   // The kernel released the lock with the process: the run continues.
-  const Result after = run(train(dir, "resume=true steps=16"));
+  const Result after = run(train(dir, "resume=true steps=16 schedule.rewarm=true"));
   EXPECT_EQ(after.exit_code, 0) << after.output;
 }
 
@@ -757,7 +784,7 @@ TEST_F(TrainCli, NonFiniteWeightsInACheckpointAreRefused) {
 TEST_F(TrainCli, StrayTemporariesAreRemovedAtTheNextStart) {
   const fs::path dir = copy_of_reference("stray");
   std::ofstream(dir / "metrics.jsonl.tmp.999999999") << "half a rewrite";
-  const Result r = run(train(dir, "resume=true steps=13"));
+  const Result r = run(train(dir, "resume=true steps=13 schedule.rewarm=true"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(fs::exists(dir / "metrics.jsonl.tmp.999999999"));
 }
@@ -766,7 +793,7 @@ TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndSaysHowToResume) {
   const fs::path dir = copy_of_reference("sigterm");
   const fs::path log = work_dir() / "sigterm.log", pid_file = work_dir() / "sigterm.pid", rc_file = work_dir() / "sigterm.rc";
   // sh -c: `wait` there gives the trainer's exit status, which the test reads from rc_file.
-  const std::string cmd = "sh -c '" + std::string(NIBBLE_BINARY_DIR) + "/nibble " + train(dir, "resume=true steps=100000000") +
+  const std::string cmd = "sh -c '" + std::string(NIBBLE_BINARY_DIR) + "/nibble " + train(dir, "resume=true steps=100000000 schedule.rewarm=true") +
                           " > " + log.string() + " 2>&1 & echo $! > " + pid_file.string() + "; wait $!; echo $? > " +
                           rc_file.string() + "' &";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
@@ -793,7 +820,7 @@ TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndSaysHowToResume) {
   ASSERT_FALSE(newest.empty());
   EXPECT_TRUE(contains(out, "checkpoint " + newest.back().string() + " written")) << out;
   const int64_t step = std::stoll(newest.back().filename().string().substr(5));
-  const Result resumed = run("train " + (dir / "config.yaml").string() + " resume=true steps=" + std::to_string(step + 1));
+  const Result resumed = run("train " + (dir / "config.yaml").string() + " resume=true steps= schedule.rewarm=true" + std::to_string(step + 1));
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "resuming from " + newest.back().string())) << resumed.output;
 }
@@ -924,7 +951,7 @@ TEST_F(TrainCli, ResumeFromAnOlderCheckpointIsBitwiseAndSetsTheNewerOnesAside) {
   EXPECT_TRUE(fs::exists(dir / "abandoned" / "step_00000012" / "state.json"));
   EXPECT_EQ(loss_curve(dir), loss_curve(reference()));
   // Resuming from the newest sets nothing aside.
-  const Result newest = run(train(dir, "resume=true steps=13 --checkpoint step_00000012"));
+  const Result newest = run(train(dir, "resume=true steps=13 schedule.rewarm=true --checkpoint step_00000012"));
   ASSERT_EQ(newest.exit_code, 0) << newest.output;
   EXPECT_FALSE(contains(newest.output, "moved to")) << newest.output;
 }

@@ -390,6 +390,12 @@ void add_optimizer_keys(std::vector<KeyEntry>& t) {
   t.push_back(float_key("schedule.min_lr", "final learning rate", [](C& c) -> float& { return c.train.schedule.min_lr; }));
   t.push_back(int_key("schedule.warmup_steps", "linear warmup steps", 0, kMaxSteps, [](C& c) -> int64_t& { return c.train.schedule.warmup_steps; }));
   t.push_back(float_key("schedule.wsd_decay_fraction", "WSD: final fraction of steps that decays", [](C& c) -> float& { return c.train.schedule.wsd_decay_fraction; }));
+  KeyEntry rewarm = bool_key("schedule.rewarm",
+                             "at a resume whose new steps/schedule raise the learning rate: accept the re-warm "
+                             "(not saved; without it such a resume is refused, naming the choices)",
+                             [](C& c) -> bool& { return c.schedule_rewarm; });
+  rewarm.printed = [](const C&) { return false; };
+  t.push_back(std::move(rewarm));
 }
 
 // eval.*, checkpoint.*, log.*: what the run writes and when.

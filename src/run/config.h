@@ -45,6 +45,9 @@ struct RunConfig {
   // step_NNNNNNNN) instead of the newest; implies resume. A command-line option, not a config key:
   // it is neither read from nor saved to config.yaml.
   std::string resume_checkpoint;
+  // schedule.rewarm=true: accept, at this resume, a changed schedule that raises the learning rate
+  // at the resumed step (run/resume.h). Never saved to config.yaml: a later resume decides again.
+  bool schedule_rewarm = false;
 
   // UsageError naming the key and the fix for values no run can use (also runs TrainConfig's).
   void validate() const;

@@ -127,18 +127,43 @@ ResumePoint load_resume_point(const RunConfig& config, Trainer& trainer, const s
 
 namespace {
 
-// The re-warm of a changed schedule (resume.h): a warning, so that no run re-warms silently.
-void warn_of_rewarm(const RunConfig& before, const RunConfig& config, int64_t step, const Console& console) {
+// A continuation of the schedule without a jump: the newest checkpoint at or before `step` at which
+// the new schedule's rate is not above the one the run trained at there (for a WSD run, one from
+// its stable phase: the stable phase extends and the decay moves to the new end). 0 when none.
+int64_t newest_step_without_rewarm(const RunConfig& before, const RunConfig& config, int64_t step) {
+  int64_t best = 0;
+  for (const fs::path& c : list_checkpoints(config.run_dir)) {
+    const int64_t s = std::strtoll(c.filename().string().substr(5).c_str(), nullptr, 10);
+    if (s > 0 && s < step && s > best &&
+        !(learning_rate(config.train.schedule, s) > learning_rate(before.train.schedule, s) * 1.0001f))
+      best = s;
+  }
+  return best;
+}
+
+// The re-warm of a changed schedule (resume.h): refused unless schedule.rewarm=true, so that no
+// run re-warms silently; with it, a warning naming both rates.
+void refuse_rewarm(const RunConfig& before, const RunConfig& config, int64_t step, const Console& console) {
   const ScheduleConfig &was = before.train.schedule, &now = config.train.schedule;
   const float lr_was = learning_rate(was, step), lr_now = learning_rate(now, step);
   if (!(lr_now > lr_was * 1.0001f)) return;
-  console.print(fmt::format(
-      "warning: resuming at step {} with this schedule raises the learning rate from {:.3g} (the run's {} schedule "
-      "over steps={}) to {:.3g} ({} over steps={}): the run re-warms, and its loss may rise before it falls. To "
-      "continue without a jump, keep steps={} and the run's schedule.*, or hold the rate it has with "
-      "schedule.kind=constant schedule.lr={:.3g}\n",
-      step, lr_was, schedule_name(was.kind), was.total_steps, lr_now, schedule_name(now.kind), now.total_steps,
-      was.total_steps, lr_was));
+  const std::string jump = fmt::format(
+      "resuming at step {} with this schedule raises the learning rate from {:.3g} (the run's {} schedule over "
+      "steps={}) to {:.3g} ({} over steps={})",
+      step, lr_was, schedule_name(was.kind), was.total_steps, lr_now, schedule_name(now.kind), now.total_steps);
+  if (config.schedule_rewarm) {
+    console.print("warning: " + jump + ": the run re-warms (schedule.rewarm=true), and its loss may rise before it falls\n");
+    return;
+  }
+  const int64_t calm = newest_step_without_rewarm(before, config, step);
+  throw UsageError(fmt::format(
+      "{}: the run would re-warm. Choose: keep steps={} and the run's schedule.*; hold the rate it has with "
+      "schedule.kind=constant schedule.lr={:.3g}; {}or accept the re-warm with schedule.rewarm=true",
+      jump, was.total_steps, lr_was,
+      calm > 0 ? fmt::format("continue from --checkpoint step_{:08d}, where the new schedule takes over without a jump "
+                             "(a WSD run's stable phase: it extends, and the decay moves to the new end); ",
+                             calm)
+               : std::string()));
 }
 
 }  // namespace
@@ -147,7 +172,7 @@ void note_config_changes(const RunConfig& config, const fs::path& saved_config, 
   if (!fs::exists(saved_config)) return;
   RunConfig before;
   apply_config_yaml(before, read_text_file(saved_config.string()), saved_config.string());
-  warn_of_rewarm(before, config, step, console);
+  refuse_rewarm(before, config, step, console);
   const auto old_values = config_values(before), new_values = config_values(config);
   if (before.train.device != config.train.device)  // (device=cpu is not written to config.yaml)
     console.print(fmt::format("note: resuming on device={} (the run was started on {}): the checkpoint carries over, "

@@ -28,10 +28,12 @@ ResumePoint load_resume_point(const RunConfig& config, Trainer& trainer, const s
                               const Console& console);
 
 // Notes each setting of `config` that differs from the run's saved config (and changes the math,
-// so the continuation differs from an uninterrupted run), and warns when a changed schedule (steps,
-// schedule.*) raises the learning rate at the resumed `step` above the run's own schedule there
-// (extending a finished cosine run jumps from min_lr back up), naming both rates and the choices,
-// so that no run re-warms silently.
+// so the continuation differs from an uninterrupted run). A changed schedule (steps, schedule.*)
+// that raises the learning rate at the resumed `step` above the run's own schedule there
+// (extending a finished cosine run jumps from min_lr back up) is refused (UsageError, before
+// anything is written) naming both rates and the choices: keep the schedule, hold the rate
+// (schedule.kind=constant), continue from the newest checkpoint where the new schedule takes over
+// without a jump (a WSD run's stable phase), or schedule.rewarm=true, which warns and re-warms.
 void note_config_changes(const RunConfig& config, const std::filesystem::path& saved_config, int64_t step,
                          const Console& console);
 
