@@ -1124,3 +1124,24 @@ TEST_F(TrainCli, CheckpointOptionEdgesAreRefusedOrResolvedLikeTrains) {
   EXPECT_TRUE(contains(missing.output, "step_00000004, step_00000008, step_00000012")) << missing.output;
   EXPECT_EQ(snapshot(dir), before);
 }
+
+// `nibble bench train --predict` models a GPU step without a GPU: one table per recipe with the three
+// columns and the step line; options that train are refused beside it, and --gpu/--vocab without it.
+TEST(BenchPredict, PrintsEachRecipesKernelTableAndRefusesTrainingOptions) {
+  const Result r = run("bench train --predict --recipes bf16,nvfp4 --gpu h200 --layers 2 --width 128 --heads 2 --context 64 "
+                       "--batch 2 --vocab 1000");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "nvfp4 on h200 (NVFP4 GEMMs emulated in BF16):")) << r.output;
+  EXPECT_TRUE(contains(r.output, "design ms  written ms   torch ms")) << r.output;
+  EXPECT_TRUE(contains(r.output, "dequantize to BF16 (emulated GEMMs)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "x PyTorch BF16), as written")) << r.output;
+  EXPECT_TRUE(contains(r.output, "vocab 1000")) << r.output;
+  EXPECT_EQ(run("bench train --predict --device cuda").exit_code, 2);
+  EXPECT_EQ(run("bench train --predict --vs-torch").exit_code, 2);
+  const Result gpu = run("bench train --gpu b200 --recipes none --timed-steps 1 --warmup 0");
+  EXPECT_EQ(gpu.exit_code, 2) << gpu.output;
+  EXPECT_TRUE(contains(gpu.output, "add --predict")) << gpu.output;
+  const Result unknown = run("bench train --predict --gpu a100");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_TRUE(contains(unknown.output, "use h200, b200")) << unknown.output;
+}

@@ -106,6 +106,13 @@ std::vector<OptionSpec> make_options() {
                   &O::contended, "", false),
       text_option("--json", "also write the rates to FILE as JSON (for bench/torch_train.py --vs-nibble FILE)", &O::json,
                   "FILE", false),
+      text_option("--predict",
+                  "print the step's predicted time on --gpu kernel kind by kernel kind (design, as written, PyTorch "
+                  "BF16) instead of training; needs no GPU",
+                  &O::predict, "", false),
+      text_option("--gpu", "--predict: the GPU modelled (h200, b200)", &O::gpu, "NAME", true),
+      count_option("--vocab", "--predict: vocabulary size (default 65, the character corpus's)", &O::vocab, false, 1,
+                   positive),
   };
   static const std::vector<std::string> standalone = {"--device", "--recipes", "--layers",      "--width", "--heads",
                                                       "--context", "--batch",  "--timed-steps", "--warmup", "--json"};

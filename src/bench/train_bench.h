@@ -45,6 +45,10 @@ struct TrainBenchOptions {
   // another run or a test suite; prints the slowdown (a fair share of the cores is 2x).
   bool contended = false;
   std::string json;  // nibble_bench_train --json FILE: the rates, for torch_train.py --vs-nibble FILE
+  // --predict: the step's time on the GPU --gpu names, from a model of its kernels (bench/gpu_step_model.h).
+  bool predict = false;
+  std::string gpu = "h200";
+  int64_t vocab = 0;  // --predict: 0 is the character corpus's
 
   // bench/torch_train.py in the source tree this was built from.
   static std::string default_torch_script();

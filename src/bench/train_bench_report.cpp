@@ -1,5 +1,7 @@
 #include "bench/train_bench_report.h"
 
+#include "bench/gpu_step_model.h"
+
 #include <fmt/format.h>
 #include <omp.h>
 #include <signal.h>
@@ -453,7 +455,28 @@ int run_speed_on_gpu(const TrainBenchOptions& o, const train::TrainConfig& base,
 
 }  // namespace
 
+// --predict: each recipe's step on the modelled GPU, from the speed shape (or the given one).
+int run_predict(const TrainBenchOptions& o) {
+  const GpuSpec& gpu = gpu_spec(o.gpu);
+  const train::TrainConfig base = speed_config(o, o.vocab > 0 ? o.vocab : kCharVocab);
+  const int64_t seq = base.seq > 0 ? base.seq : base.model.context;
+  fmt::print("predicted training step on {} (a model of the kernels, bench/gpu_step_model.h): {} blocks x width {}, {} "
+             "heads, context {}, batch {}, vocab {}\n",
+             gpu.name, base.model.layers, base.model.width, base.model.heads, seq, base.batch, base.model.vocab);
+  for (const auto& [name, rc] : resolve_recipes(o)) {
+    const Recipe recipe(rc, static_cast<int>(base.model.layers), model::block_linear_shapes(base.model),
+                        base.batch * seq, ops::cpu());
+    fmt::print("\n{}", prediction_table(name, predict_step(base.model, recipe, base.batch, seq, gpu), gpu));
+  }
+  return 0;
+}
+
 int run_train_bench(const TrainBenchOptions& o) {
+  if (!o.predict && (o.vocab > 0 || o.gpu != "h200"))
+    throw UsageError("--gpu and --vocab shape the prediction: add --predict");
+  if (o.predict && (o.quality || o.vs_torch || o.contended || o.device != "cpu"))
+    throw UsageError("--predict models a GPU step without training: drop --quality, --vs-torch, --contended and --device");
+  if (o.predict) return run_predict(o);
   if (o.vs_torch && o.quality) throw UsageError("--vs-torch measures speed: drop --quality");
   if (o.device != "cpu" && o.quality) throw UsageError("--device measures speed: drop --quality");
   if (o.contended && (o.quality || o.device != "cpu"))
