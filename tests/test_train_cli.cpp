@@ -820,7 +820,7 @@ TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndSaysHowToResume) {
   ASSERT_FALSE(newest.empty());
   EXPECT_TRUE(contains(out, "checkpoint " + newest.back().string() + " written")) << out;
   const int64_t step = std::stoll(newest.back().filename().string().substr(5));
-  const Result resumed = run("train " + (dir / "config.yaml").string() + " resume=true steps= schedule.rewarm=true" + std::to_string(step + 1));
+  const Result resumed = run("train " + (dir / "config.yaml").string() + " resume=true schedule.rewarm=true steps=" + std::to_string(step + 1));
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "resuming from " + newest.back().string())) << resumed.output;
 }
