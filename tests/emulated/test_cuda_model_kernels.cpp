@@ -10,6 +10,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -45,8 +46,9 @@ constexpr std::pair<uint64_t, int> kSchedules[] = {{1, 1}, {2, 3}, {3, 2}};
 
 // A context on the model's device under one schedule (the context reads the SM count when made).
 struct Schedule {
-  explicit Schedule(std::pair<uint64_t, int> s) : seed(s.first), sm_count(s.second), ctx(init(s)) {}
-  static int init(std::pair<uint64_t, int> s) {
+  explicit Schedule(std::pair<uint64_t, int> s) : seed(s.first), sm_count(s.second), ctx(apply(s)) {}
+  // Sets the model's knobs before the context reads them; returns the device to open (the only one).
+  static int apply(std::pair<uint64_t, int> s) {
     cuda_model::set_seed(s.first);
     cuda_model::set_sm_count(s.second);
     return 0;
@@ -182,6 +184,13 @@ TEST(CudaModel, ReportsBadWarpMasksDeadlocksOutOfBoundsWritesAndBadLaunches) {
   NIBBLE_LAUNCH(dim3(1, 70000), 32, 0, sc.ctx.stream(), write_one_past_the_end)(x.data(), int64_t{0});
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
   EXPECT_EQ(cuda_model::launches(), before);
+}
+
+TEST(CudaModelDeathTest, HostCodeThatDereferencesADevicePointerIsNamed) {
+  Schedule sc(kSchedules[0]);
+  auto x = sc.up(std::vector<float>(8, 1.0f));
+  EXPECT_EXIT({ std::printf("%f\n", static_cast<double>(x.data()[3])); }, ::testing::ExitedWithCode(3),
+              "host code touched device memory");
 }
 
 // ------------------------------------------------------------------ layers.cu --------------------
@@ -388,7 +397,8 @@ TEST(CudaModelQuantize, SharedMemoryPathsGiveTheReferenceUnderEverySchedule) {
 }
 
 TEST(CudaModelQuantize, RaggedTransposeAndAmaxTailGiveTheReference) {
-  const int64_t rows = 37, cols = 50;  // neither a multiple of the 32x32 transpose tile
+  // Neither a multiple of the 32x32 transpose tile; 5 row tiles, more than the model's grid.y of 3.
+  const int64_t rows = 133, cols = 50;
   const auto x = nibble_test::floats_with_outliers(rows * cols, 82);
   const int64_t n = 16 * 61 + 7;  // the amax's 16-value units and a tail of 7
   auto big = normal_floats(n, 83);

@@ -292,7 +292,7 @@ void launch_nvfp4_tile_kernel(const Nvfp4TileParams& p, cudaStream_t stream) {
   const int64_t row_tiles = (p.rows + 15) / 16;
   const dim3 block(16, kTilesPerBlock);
   const dim3 grid(static_cast<unsigned>((col_blocks + kTilesPerBlock - 1) / kTilesPerBlock),
-                  static_cast<unsigned>(row_tiles < 65535 ? row_tiles : 65535));
+                  static_cast<unsigned>(row_tiles < NIBBLE_CUDA_MAX_GRID_Y ? row_tiles : NIBBLE_CUDA_MAX_GRID_Y));
   NIBBLE_LAUNCH(grid, block, 0, stream, nvfp4_tile_kernel<InT, kSet>)(p);
 }
 

@@ -257,7 +257,7 @@ template <typename InT>
 __global__ void transpose_kernel(const InT* x, int64_t rows, int64_t cols, InT* out) {
   __shared__ InT tile[32][33];
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  // Row tiles stride by gridDim.y: grid.y is capped at 65535, which 32-row tiles pass at ~2.1M rows.
+  // Row tiles stride by gridDim.y: grid.y is capped (NIBBLE_CUDA_MAX_GRID_Y), which 32-row tiles pass at ~2.1M rows.
   for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32; r0 < rows; r0 += static_cast<int64_t>(gridDim.y) * 32) {
     for (int k = threadIdx.y; k < 32; k += blockDim.y) {
       const int64_t r = r0 + k, c = c0 + threadIdx.x;
@@ -540,7 +540,7 @@ DeviceQuantized quantize_transposed(const float* x, int64_t rows, int64_t cols, 
   // Other formats and shapes: transpose on the device, then quantize row-wise (what the reference does).
   require_aligned(x, "the input tensor");
   DeviceBuffer<float> t(static_cast<size_t>(rows * cols), ctx.stream());
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, 65535)));
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, NIBBLE_CUDA_MAX_GRID_Y)));
   NIBBLE_LAUNCH(grid, dim3(32, 8), 0, ctx.stream(), transpose_kernel<float>)(x, rows, cols, t.data());
   NIBBLE_CUDA_CHECK_LAUNCH();
   return quantize_rowwise(static_cast<const float*>(t.data()), cols, rows, opt, ctx, kopt);

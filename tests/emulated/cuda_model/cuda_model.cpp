@@ -1,6 +1,7 @@
 // The CUDA model's execution engine and runtime API (cuda_model.h, cuda_runtime.h).
 #include "cuda_model.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -72,7 +73,8 @@ struct Engine {
   dim3 grid, block;
   const std::function<void()>* body = nullptr;
   std::exception_ptr fiber_error;
-  // Device allocations: start -> bytes (the guard zone follows them).
+  // Device allocations: start -> bytes (the guard zone follows them). Each is a mapping of its own,
+  // inaccessible to the host except while a kernel or a copy uses it (Access below).
   std::map<const uint8_t*, size_t> allocations;
 };
 
@@ -271,6 +273,67 @@ void check_guards() {
                          " bytes past the end of a device allocation of " + std::to_string(bytes) + " bytes");
 }
 
+size_t mapped_bytes(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (bytes + kGuardBytes + page - 1) / page * page;
+}
+void set_access(const uint8_t* start, size_t bytes, bool open) {
+  mprotect(const_cast<uint8_t*>(start), mapped_bytes(bytes), open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
+// Opens device memory to this process for the lifetime of the object (a launch: all of it; a copy:
+// the allocations it touches), then closes it again: host code that dereferences a device pointer
+// faults, and the handler below names the mistake, as the GPU's host would crash on it.
+class Access {
+ public:
+  Access() {
+    for (const auto& [start, bytes] : engine().allocations) open(start, bytes);
+  }
+  explicit Access(std::initializer_list<const void*> pointers) {
+    for (const void* p : pointers) {
+      auto& a = engine().allocations;
+      auto it = a.upper_bound(static_cast<const uint8_t*>(p));
+      if (it != a.begin() && static_cast<const uint8_t*>(p) < std::prev(it)->first + std::prev(it)->second + kGuardBytes)
+        open(std::prev(it)->first, std::prev(it)->second);
+    }
+  }
+  ~Access() {
+    for (const auto& [start, bytes] : opened_) set_access(start, bytes, false);
+  }
+  Access(const Access&) = delete;
+  Access& operator=(const Access&) = delete;
+
+ private:
+  void open(const uint8_t* start, size_t bytes) {
+    set_access(start, bytes, true);
+    opened_.emplace_back(start, bytes);
+  }
+  std::vector<std::pair<const uint8_t*, size_t>> opened_;
+};
+
+void on_segfault(int, siginfo_t* info, void*) {
+  const auto* at = static_cast<const uint8_t*>(info->si_addr);
+  for (const auto& [start, bytes] : engine().allocations)
+    if (at >= start && at < start + mapped_bytes(bytes)) {
+      static const char message[] =
+          "cuda model: host code touched device memory outside a kernel or a cudaMemcpy (a device pointer "
+          "dereferenced on the host, which fails on a GPU)\n";
+      (void)!write(2, message, sizeof message - 1);
+      _exit(3);
+    }
+  signal(SIGSEGV, SIG_DFL);  // not device memory: the ordinary crash, at the same instruction
+}
+void install_segfault_handler() {
+  static const bool installed = [] {
+    struct sigaction action{};
+    action.sa_sigaction = on_segfault;
+    action.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &action, nullptr);
+    return true;
+  }();
+  (void)installed;
+}
+
 bool bad_configuration(const dim3& grid, const dim3& block) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   return grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535 ||
@@ -359,6 +422,7 @@ void run_grid(const LaunchConfig& c, const std::function<void()>& body) {
     for (unsigned y = 0; y < c.grid.y; ++y)
       for (unsigned x = 0; x < c.grid.x; ++x) blocks.push_back(uint3{x, y, z});
   std::shuffle(blocks.begin(), blocks.end(), rng);
+  const Access device_memory;
   for (const uint3& b : blocks) {
     e.block_index = b;
     run_block(rng);
@@ -449,10 +513,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // its work ran at submission
 
 cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) {
-  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(256, (bytes + cuda_model::kGuardBytes + 255) / 256 * 256));
-  if (raw == nullptr) return record(cudaErrorMemoryAllocation);
+  cuda_model::install_segfault_handler();
+  void* mapping = mmap(nullptr, cuda_model::mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) return record(cudaErrorMemoryAllocation);
+  auto* raw = static_cast<uint8_t*>(mapping);
   std::memset(raw, cuda_model::kUnwrittenByte, bytes);
   std::memset(raw + bytes, cuda_model::kGuardByte, cuda_model::kGuardBytes);
+  cuda_model::set_access(raw, bytes, false);
   engine().allocations[raw] = bytes;
   *ptr = raw;
   return cudaSuccess;
@@ -462,8 +529,8 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) {
   auto& a = engine().allocations;
   const auto it = a.find(static_cast<const uint8_t*>(ptr));
   if (it == a.end()) return record(cudaErrorInvalidValue);
+  munmap(ptr, cuda_model::mapped_bytes(it->second));
   a.erase(it);
-  std::free(ptr);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* ptr) { return cudaFreeAsync(ptr, nullptr); }
@@ -473,6 +540,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   const bool dst_ok = host_side(kind, true) || kind == cudaMemcpyDefault || cuda_model::in_device_memory(dst, bytes);
   const bool src_ok = host_side(kind, false) || kind == cudaMemcpyDefault || cuda_model::in_device_memory(src, bytes);
   if (!dst_ok || !src_ok) return record(cudaErrorInvalidValue);
+  const cuda_model::Access copy({dst, src});
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -482,6 +550,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
   if (bytes == 0) return cudaSuccess;
   if (!cuda_model::in_device_memory(ptr, bytes)) return record(cudaErrorInvalidValue);
+  const cuda_model::Access set({ptr});
   std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
