@@ -149,11 +149,19 @@ __global__ void barrier_and_shuffle_deadlock(float* x) {
   else
     x[threadIdx.x] = __shfl_xor_sync(0xFFFFFFFFu, x[threadIdx.x], 1);
 }
+__global__ void divergent_barriers(float* x) {
+  if (threadIdx.x % 2) {
+    x[threadIdx.x] = 1.0f;
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+}
 __global__ void write_one_past_the_end(float* x, int64_t n) {
   if (threadIdx.x == 0) x[n] = 1.0f;
 }
 
-TEST(CudaModel, ReportsBadWarpMasksDeadlocksOutOfBoundsWritesAndBadLaunches) {
+TEST(CudaModel, ReportsBadWarpMasksDeadlocksDivergentBarriersOutOfBoundsWritesAndBadLaunches) {
   Schedule sc(kSchedules[0]);
   auto x = sc.up(std::vector<float>(64, 1.0f));
   const auto message = [&](auto&& launch) -> std::string {
@@ -172,6 +180,9 @@ TEST(CudaModel, ReportsBadWarpMasksDeadlocksOutOfBoundsWritesAndBadLaunches) {
             std::string::npos);
   EXPECT_NE(message([&] { NIBBLE_LAUNCH(1, 32, 0, sc.ctx.stream(), barrier_and_shuffle_deadlock)(x.data()); })
                 .find("deadlock"),
+            std::string::npos);
+  EXPECT_NE(message([&] { NIBBLE_LAUNCH(1, 64, 0, sc.ctx.stream(), divergent_barriers)(x.data()); })
+                .find("different __syncthreads"),
             std::string::npos);
   EXPECT_NE(message([&] { NIBBLE_LAUNCH(1, 32, 0, sc.ctx.stream(), write_one_past_the_end)(x.data(), int64_t{64}); })
                 .find("past the end"),

@@ -27,6 +27,7 @@ constexpr size_t kStackBytes = size_t{128} << 10;  // per thread; one guard page
 constexpr size_t kGuardBytes = 256;                // checked after every launch
 constexpr uint8_t kGuardByte = 0xA5;
 constexpr uint8_t kUnwrittenByte = 0xFF;           // NaN as FP32, 0xFF as codes
+constexpr size_t kPoisonedBytes = size_t{4} << 20;  // allocations up to this size start as kUnwrittenByte
 
 enum class State : uint8_t { ready, at_barrier, at_warp, done };
 
@@ -39,6 +40,8 @@ struct Fiber {
   unsigned mask = 0;
   uint64_t value = 0;  // the lane's contribution, then its result
   int operand = 0, width = kWarp;
+  const char* barrier_file = nullptr;  // the __syncthreads it waits at
+  unsigned barrier_line = 0;
 };
 
 // A stack with a PROT_NONE guard page below it, so that an overflow faults instead of corrupting.
@@ -203,6 +206,22 @@ std::string deadlock_report() {
          " exited";
 }
 
+// Every live thread waits at a barrier (exited ones do not count, as on sm_70+): releases them, if it
+// is the same __syncthreads for all.
+void release_barrier() {
+  Engine& e = engine();
+  const Fiber* first = nullptr;
+  for (Fiber& f : e.fibers) {
+    if (f.state != State::at_barrier) continue;
+    if (first == nullptr) first = &f;
+    if (f.barrier_line != first->barrier_line || std::strcmp(f.barrier_file, first->barrier_file) != 0)
+      throw ModelError("cuda model: " + describe_kernel() + ": threads of one block wait at different __syncthreads (" +
+                       first->barrier_file + ":" + std::to_string(first->barrier_line) + " and " + f.barrier_file + ":" +
+                       std::to_string(f.barrier_line) + "): a barrier in divergent code");
+    f.state = State::ready;
+  }
+}
+
 // Runs one block's threads to completion in rounds: each round runs the runnable threads, each
 // until it blocks, in a shuffled order. A block draws one of two policies: all runnable threads per
 // round (lanes of different warps interleaved), or warp-major: only the runnable threads of the
@@ -244,8 +263,7 @@ void run_block(std::mt19937_64& rng) {
       }
       if (all_done) return;
       if (any_warp) throw ModelError(deadlock_report());
-      for (Fiber& f : e.fibers)  // every live thread is at the barrier (exited ones do not count)
-        if (f.state == State::at_barrier) f.state = State::ready;
+      release_barrier();
       std::shuffle(warp_rank.begin(), warp_rank.end(), rng);
       continue;
     }
@@ -372,8 +390,11 @@ const dim3& grid_dim() {
   return engine().grid;
 }
 
-void syncthreads() {
-  running_thread("__syncthreads").state = State::at_barrier;
+void syncthreads(const std::source_location& where) {
+  Fiber& f = running_thread("__syncthreads");
+  f.state = State::at_barrier;
+  f.barrier_file = where.file_name();
+  f.barrier_line = where.line();
   yield();
 }
 
@@ -517,7 +538,10 @@ cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) {
   void* mapping = mmap(nullptr, cuda_model::mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapping == MAP_FAILED) return record(cudaErrorMemoryAllocation);
   auto* raw = static_cast<uint8_t*>(mapping);
-  std::memset(raw, cuda_model::kUnwrittenByte, bytes);
+  // Unwritten memory reads as 0xFF bytes (NaN). Allocations beyond every test tensor's size (the
+  // cuBLASLt workspace, which no kernel here reads) stay the mapping's zeros: filling them would
+  // cost each context 32 MiB of page faults.
+  if (bytes <= cuda_model::kPoisonedBytes) std::memset(raw, cuda_model::kUnwrittenByte, bytes);
   std::memset(raw + bytes, cuda_model::kGuardByte, cuda_model::kGuardBytes);
   cuda_model::set_access(raw, bytes, false);
   engine().allocations[raw] = bytes;

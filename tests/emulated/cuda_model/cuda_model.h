@@ -14,7 +14,8 @@
 // reported (the last as CUDA does: cudaErrorInvalidConfiguration from cudaGetLastError).
 //
 // Device memory is host memory from cudaMallocAsync: filled with 0xFF bytes (NaN as floats) so
-// unwritten outputs show, and followed by a guard zone checked after every launch. Streams run
+// unwritten outputs show (up to 4 MiB, every test tensor), followed by a guard zone checked after
+// every launch, and closed to the host outside kernels and copies (a host dereference is named). Streams run
 // their work at once, in order (a valid schedule of one stream). cuBLASLt is not modelled.
 #pragma once
 #include <cmath>
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -81,7 +83,9 @@ const uint3& block_idx();
 const dim3& block_dim();
 const dim3& grid_dim();
 
-void syncthreads();
+// where: the __syncthreads call; every thread a barrier releases must have reached the same one
+// (a barrier inside code that threads take differently is undefined behaviour on the GPU).
+void syncthreads(const std::source_location& where);
 void syncwarp(unsigned mask);
 enum class WarpOp : int { shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, sync };
 // Lane's contribution in, the lane's result out (values as up to 8 raw bytes).
@@ -141,7 +145,9 @@ T from_raw(uint64_t raw) {
 #define blockDim (::cuda_model::block_dim())
 #define gridDim (::cuda_model::grid_dim())
 
-inline void __syncthreads() { cuda_model::syncthreads(); }
+inline void __syncthreads(std::source_location where = std::source_location::current()) {
+  cuda_model::syncthreads(where);
+}
 inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { cuda_model::syncwarp(mask); }
 
 template <class T>
