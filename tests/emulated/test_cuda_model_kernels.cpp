@@ -161,7 +161,7 @@ __global__ void write_one_past_the_end(float* x, int64_t n) {
   if (threadIdx.x == 0) x[n] = 1.0f;
 }
 
-TEST(CudaModel, ReportsBadWarpMasksDeadlocksDivergentBarriersOutOfBoundsWritesAndBadLaunches) {
+TEST(CudaModel, ReportsBadWarpMasksDeadlocksDivergentBarriersOutOfBoundsWritesHostPointersAndBadLaunches) {
   Schedule sc(kSchedules[0]);
   auto x = sc.up(std::vector<float>(64, 1.0f));
   const auto message = [&](auto&& launch) -> std::string {
@@ -186,6 +186,13 @@ TEST(CudaModel, ReportsBadWarpMasksDeadlocksDivergentBarriersOutOfBoundsWritesAn
             std::string::npos);
   EXPECT_NE(message([&] { NIBBLE_LAUNCH(1, 32, 0, sc.ctx.stream(), write_one_past_the_end)(x.data(), int64_t{64}); })
                 .find("past the end"),
+            std::string::npos);
+  std::vector<float> host(64);
+  EXPECT_NE(message([&] { NIBBLE_LAUNCH(1, 32, 0, sc.ctx.stream(), write_one_past_the_end)(host.data(), int64_t{0}); })
+                .find("argument 1 is a pointer outside device memory"),
+            std::string::npos);
+  EXPECT_NE(message([&] { NIBBLE_LAUNCH(1, 32, 0, sc.ctx.stream(), reverse_within_block)(x.data(), host.data(), 1); })
+                .find("argument 2 is a pointer outside device memory"),
             std::string::npos);
   // A bad configuration launches nothing and is the launch's error, as on the GPU.
   (void)cudaGetLastError();

@@ -370,6 +370,12 @@ bool in_device_memory(const void* p, size_t bytes) {
 
 }  // namespace
 
+void check_kernel_pointer(const void* p, int argument, const char* kernel_name) {
+  if (p != nullptr && !in_device_memory(p, 1))
+    throw ModelError("cuda model: kernel " + std::string(kernel_name) + ": argument " + std::to_string(argument + 1) +
+                     " is a pointer outside device memory (a host pointer faults on the GPU)");
+}
+
 void set_seed(uint64_t seed) { engine().seed = seed + seed_shift(); }
 void set_sm_count(int n) { engine().sm_count = n; }
 int sm_count() { return engine().sm_count; }

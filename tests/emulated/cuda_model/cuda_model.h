@@ -101,6 +101,10 @@ struct LaunchConfig {
 // nothing and becomes the launch error that cudaGetLastError returns, as on the GPU.
 void run_grid(const LaunchConfig& config, const std::function<void()>& body);
 
+// Throws unless p is null or points into a live device allocation: a kernel given a host pointer
+// faults on the GPU (argument: its position, for the message).
+void check_kernel_pointer(const void* p, int argument, const char* kernel_name);
+
 template <class... Params>
 struct Launcher {
   LaunchConfig config;
@@ -110,7 +114,18 @@ struct Launcher {
     static_assert(sizeof...(Args) == sizeof...(Params), "kernel launched with the wrong number of arguments");
     // Kernel parameters are copied at the launch, converted to the parameter types.
     const std::tuple<std::decay_t<Params>...> params(static_cast<std::decay_t<Params>>(std::forward<Args>(args))...);
+    std::apply([&](const auto&... p) { check_pointers(p...); }, params);
     run_grid(config, [&] { std::apply(kernel, params); });  // each thread gets its own copy
+  }
+  template <class... P>
+  void check_pointers(const P&... p) const {
+    int argument = 0;
+    const auto check = [&](const auto& value) {
+      if constexpr (std::is_pointer_v<std::decay_t<decltype(value)>>)
+        check_kernel_pointer(static_cast<const void*>(value), argument, config.kernel_name);
+      ++argument;
+    };
+    (check(p), ...);
   }
 };
 template <class... Params>
