@@ -455,6 +455,38 @@ TEST(CudaModelQuantize, TheFirstNonFiniteValueIsFoundInAnyBlockOrder) {
   }
 }
 
+// The BF16 decode of every format: the 4-bit formats' 8-byte path, the others element by element,
+// and a last group shorter than 16 (n = 15).
+TEST(CudaModelQuantize, Bf16DecodeOfEveryFormatAndARaggedTailIsExact) {
+  struct Case {
+    Format format;
+    int64_t rows, cols;
+  };
+  for (const Case& c : {Case{Format::nvfp4, 3, 48}, Case{Format::mxfp4, 2, 64}, Case{Format::mxfp8, 2, 64},
+                        Case{Format::fp8_e4m3, 3, 5}, Case{Format::fp8_e5m2, 3, 5}})
+    for (const auto& s : kSchedules) {
+      Schedule sc(s);
+      const auto x = nibble_test::floats_with_outliers(c.rows * c.cols, 84);
+      auto dx = sc.up(x);
+      QuantOptions o;
+      o.format = c.format;
+      const cuda::DeviceQuantized q = cuda::quantize(dx.data(), c.rows, c.cols, o, sc.ctx);
+      auto out = sc.fresh<uint16_t>(static_cast<size_t>(c.rows * c.cols));
+      cuda::dequantize_block_scaled_bf16(q, out.data(), sc.ctx);
+      const std::vector<uint16_t> got = out.download();
+      const QuantizedTensor h = cuda::to_host(q);
+      for (int64_t i = 0; i < c.rows * c.cols; ++i) {
+        const bool four_bit = c.format == Format::nvfp4 || c.format == Format::mxfp4;
+        const uint8_t code = four_bit ? static_cast<uint8_t>((h.codes[i / 2] >> (4 * (i & 1))) & 0xF) : h.codes[i];
+        const float value = four_bit ? e2m1_decode(code) : c.format == Format::fp8_e5m2 ? e5m2_decode(code) : e4m3_decode(code);
+        const float scale = c.format == Format::nvfp4 ? e4m3_decode(h.scales[i / 16])
+                            : (c.format == Format::mxfp4 || c.format == Format::mxfp8) ? e8m0_decode(h.scales[i / 32])
+                                                                                         : 1.0f;
+        ASSERT_EQ(got[i], bf16_from_float_rn(value * scale).bits) << to_string(c.format) << " at " << i << ", " << sc.name();
+      }
+    }
+}
+
 // ------------------------------------------------------------------ bench and GEMM kernels -------
 
 TEST(CudaModelSmallKernels, BenchInputsAndTheGemmAlphaAreTheHostFormulas) {

@@ -8,10 +8,13 @@
 // order drawn from the launch's seed; a block's threads are fibers (ucontext) on one host thread,
 // switching only at __syncthreads and at warp-synchronous operations. Between two such points the
 // runnable threads run one after another in a freshly shuffled order, so a missing barrier or a
-// race between threads gives seed-dependent results. A warp operation completes when every lane of
-// its mask has reached one of the same kind with the same mask; a mask naming a lane that exited or
-// does not exist, a deadlock, a write past an allocation's end, or a bad launch configuration is
-// reported (the last as CUDA does: cudaErrorInvalidConfiguration from cudaGetLastError).
+// race between threads gives seed-dependent results (a block either interleaves the lanes of all
+// its warps or lets one warp run ahead to the next barrier). A warp operation completes when every
+// lane of its mask has reached one of the same kind with the same mask. Reported as ModelError: a
+// mask naming a lane that exited or does not exist, a deadlock, threads of a block at different
+// __syncthreads, a write past an allocation's end, a kernel argument pointing outside device memory;
+// a bad launch configuration is reported as CUDA does (cudaErrorInvalidConfiguration from
+// cudaGetLastError, nothing runs).
 //
 // Device memory is host memory from cudaMallocAsync: filled with 0xFF bytes (NaN as floats) so
 // unwritten outputs show (up to 4 MiB, every test tensor), followed by a guard zone checked after
