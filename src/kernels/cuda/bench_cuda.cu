@@ -8,37 +8,23 @@
 #include <vector>
 
 #include "kernels/cuda/bench_cuda.h"
+#include "kernels/cuda/bench_kernels.cuh"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/launch.h"
 
 namespace nibble::cuda {
 namespace {
 
-// Deterministic pseudo-random normal-ish values (sum of uniforms) without a host round trip.
-__global__ void fill_random_kernel(float* x, int64_t n, uint64_t seed) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const dm::Philox4 r = dm::philox4x32_10(static_cast<uint64_t>(i), seed);
-    const float s = dm::philox_word_to_uniform(r.v[0]) + dm::philox_word_to_uniform(r.v[1]) +
-                    dm::philox_word_to_uniform(r.v[2]) + dm::philox_word_to_uniform(r.v[3]);
-    x[i] = (s - 2.0f) * 1.7f;
-  }
-}
-__global__ void to_bf16_kernel(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = dm::bf16_bits_rn(x[i]);
-}
-
 DeviceBuffer<float> random_device(int64_t n, uint64_t seed, Context& ctx) {
   DeviceBuffer<float> x(static_cast<size_t>(n), ctx.stream());
-  fill_random_kernel<<<1024, 256, 0, ctx.stream()>>>(x.data(), n, seed);
+  NIBBLE_LAUNCH(1024, 256, 0, ctx.stream(), bench_kernels::fill_random_kernel)(x.data(), n, seed);
   NIBBLE_CUDA_CHECK_LAUNCH();
   return x;
 }
 DeviceBuffer<uint16_t> to_bf16(const DeviceBuffer<float>& x, Context& ctx) {
   DeviceBuffer<uint16_t> out(x.size(), ctx.stream());
-  to_bf16_kernel<<<1024, 256, 0, ctx.stream()>>>(x.data(), static_cast<int64_t>(x.size()), out.data());
+  NIBBLE_LAUNCH(1024, 256, 0, ctx.stream(), bench_kernels::to_bf16_kernel)(x.data(), static_cast<int64_t>(x.size()), out.data());
   NIBBLE_CUDA_CHECK_LAUNCH();
   return out;
 }

@@ -12,6 +12,8 @@
 #include "format/gemm_rules.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_kernels.cuh"
+#include "kernels/cuda/launch.h"
 
 namespace nibble::cuda {
 
@@ -146,13 +148,6 @@ bool lt_matmul(Context& ctx, int64_t m, int64_t n, int64_t k, const LtOperand& a
   return true;
 }
 
-// {alpha * decode_a * decode_b, beta} on the device: the global scales never visit the host.
-__global__ void fold_alpha_kernel(const float* globals_a, const float* globals_b, float alpha, float beta,
-                                  float* alpha_beta) {
-  alpha_beta[0] = dm::nb_mul(dm::nb_mul(globals_a[1], globals_b[1]), alpha);
-  alpha_beta[1] = beta;
-}
-
 cudaDataType fp8_type(Format f) { return f == Format::fp8_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 
 }  // namespace
@@ -166,8 +161,8 @@ GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int6
   GemmPath path = choose_gemm_path(a.format, b.format, shape, dev.cc_major, dev.cc_minor);
 
   float* alpha_beta = reinterpret_cast<float*>(ctx.scratch(Context::Scratch::scalars, 2 * sizeof(float)));
-  fold_alpha_kernel<<<1, 1, 0, ctx.stream()>>>(a.globals.data(), b.globals.data(), alpha, output == Output::accumulate ? 1.0f : 0.0f,
-                                               alpha_beta);
+  NIBBLE_LAUNCH(1, 1, 0, ctx.stream(), gemm_kernels::fold_alpha_kernel)(
+      a.globals.data(), b.globals.data(), alpha, output == Output::accumulate ? 1.0f : 0.0f, alpha_beta);
   NIBBLE_CUDA_CHECK_LAUNCH();
 
   // cuBLASLt may lack kernels that read alpha from the device for some narrow-type combinations:

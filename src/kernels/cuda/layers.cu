@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/layer_math.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 
 namespace nibble::cuda {
@@ -30,7 +31,7 @@ int grid_for(int64_t n, const Context& ctx) {
 template <typename Kernel, typename... Args>
 void launch(int64_t n, Context& ctx, Kernel kernel, Args... args) {
   if (n <= 0) return;
-  kernel<<<grid_for(n, ctx), kThreads, 0, ctx.stream()>>>(args...);
+  NIBBLE_LAUNCH(grid_for(n, ctx), kThreads, 0, ctx.stream(), kernel)(args...);
   NIBBLE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/launch.h"
 
 namespace nibble::cuda::detail {
 
@@ -53,7 +54,7 @@ struct Nvfp4TileParams {
 // Compiled into PTX only where instantiated, i.e. in quantize_sm100.cu (arch 100a/103a).
 struct HardwareRn {
   __host__ __device__ void operator()(const float* scaled, uint8_t* codes) const {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && !defined(NIBBLE_CUDA_MODEL)  // the CUDA model has no PTX
     for (int i = 0; i < 8; ++i) {
       uint16_t pair;
       // cvt.rn.satfinite.e2m1x2.f32 d, a, b puts a in the high nibble: element 2i+1 goes first.
@@ -78,7 +79,7 @@ struct HardwareSr {
   uint64_t seed;
   uint64_t first_index;
   __host__ __device__ void operator()(const float* scaled, uint8_t* codes) const {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && !defined(NIBBLE_CUDA_MODEL)  // the CUDA model has no PTX
     uint8_t r[16];
     dm::sr_bytes16(seed, first_index, r);
     for (int j = 0; j < 4; ++j) {
@@ -291,8 +292,8 @@ void launch_nvfp4_tile_kernel(const Nvfp4TileParams& p, cudaStream_t stream) {
   const int64_t row_tiles = (p.rows + 15) / 16;
   const dim3 block(16, kTilesPerBlock);
   const dim3 grid(static_cast<unsigned>((col_blocks + kTilesPerBlock - 1) / kTilesPerBlock),
-                  static_cast<unsigned>(row_tiles < 65535 ? row_tiles : 65535));
-  nvfp4_tile_kernel<InT, kSet><<<grid, block, 0, stream>>>(p);
+                  static_cast<unsigned>(row_tiles < NIBBLE_CUDA_MAX_GRID_Y ? row_tiles : NIBBLE_CUDA_MAX_GRID_Y));
+  NIBBLE_LAUNCH(grid, block, 0, stream, nvfp4_tile_kernel<InT, kSet>)(p);
 }
 
 }  // namespace nibble::cuda::detail

@@ -257,7 +257,7 @@ template <typename InT>
 __global__ void transpose_kernel(const InT* x, int64_t rows, int64_t cols, InT* out) {
   __shared__ InT tile[32][33];
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  // Row tiles stride by gridDim.y: grid.y is capped at 65535, which 32-row tiles pass at ~2.1M rows.
+  // Row tiles stride by gridDim.y: grid.y is capped (NIBBLE_CUDA_MAX_GRID_Y), which 32-row tiles pass at ~2.1M rows.
   for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32; r0 < rows; r0 += static_cast<int64_t>(gridDim.y) * 32) {
     for (int k = threadIdx.y; k < 32; k += blockDim.y) {
       const int64_t r = r0 + k, c = c0 + threadIdx.x;
@@ -312,13 +312,13 @@ void launch_amax(const InT* x, int64_t rows, int64_t cols, AmaxOver over, float*
   const int grid = grid_for(units, ctx);
   switch (over) {
     case AmaxOver::values:
-      amax_kernel<InT, AmaxOver::values><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, cols, out, first_bad, plain_out);
+      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::values>)(x, rows, cols, out, first_bad, plain_out);
       break;
     case AmaxOver::rht_rows:
-      amax_kernel<InT, AmaxOver::rht_rows><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, cols, out, first_bad, plain_out);
+      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::rht_rows>)(x, rows, cols, out, first_bad, plain_out);
       break;
     case AmaxOver::rht_columns:
-      amax_kernel<InT, AmaxOver::rht_columns><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, cols, out, first_bad, plain_out);
+      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::rht_columns>)(x, rows, cols, out, first_bad, plain_out);
       break;
   }
   NIBBLE_CUDA_CHECK_LAUNCH();
@@ -387,7 +387,7 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
     }
     case Format::mxfp4:
     case Format::mxfp8: {
-      mx_kernel<InT><<<grid_for(n / 32, ctx), kThreads, 0, ctx.stream()>>>(
+      NIBBLE_LAUNCH(grid_for(n / 32, ctx), kThreads, 0, ctx.stream(), mx_kernel<InT>)(
           x, n, o.format == Format::mxfp4, o.rounding == Rounding::stochastic, o.seed, o.offset, q.codes.data(),
           q.scales.data(), q.globals.data());
       NIBBLE_CUDA_CHECK_LAUNCH();
@@ -395,7 +395,7 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
     }
     case Format::fp8_e4m3:
     case Format::fp8_e5m2:
-      fp8_tensor_kernel<InT><<<grid_for(n, ctx), kThreads, 0, ctx.stream()>>>(
+      NIBBLE_LAUNCH(grid_for(n, ctx), kThreads, 0, ctx.stream(), fp8_tensor_kernel<InT>)(
           x, n, o.format == Format::fp8_e4m3, q.globals.data(), q.codes.data());
       NIBBLE_CUDA_CHECK_LAUNCH();
       break;
@@ -540,8 +540,8 @@ DeviceQuantized quantize_transposed(const float* x, int64_t rows, int64_t cols, 
   // Other formats and shapes: transpose on the device, then quantize row-wise (what the reference does).
   require_aligned(x, "the input tensor");
   DeviceBuffer<float> t(static_cast<size_t>(rows * cols), ctx.stream());
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, 65535)));
-  transpose_kernel<float><<<grid, dim3(32, 8), 0, ctx.stream()>>>(x, rows, cols, t.data());
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, NIBBLE_CUDA_MAX_GRID_Y)));
+  NIBBLE_LAUNCH(grid, dim3(32, 8), 0, ctx.stream(), transpose_kernel<float>)(x, rows, cols, t.data());
   NIBBLE_CUDA_CHECK_LAUNCH();
   return quantize_rowwise(static_cast<const float*>(t.data()), cols, rows, opt, ctx, kopt);
 }
@@ -555,7 +555,7 @@ void amax(const float* x, int64_t n, float* amax_out, Context& ctx) {
 
 void dequantize(const DeviceQuantized& q, float* out, Context& ctx) {
   const DequantParams p = dequant_params(q);
-  dequantize_f32_kernel<<<grid_for((p.n + 15) / 16, ctx), kThreads, 0, ctx.stream()>>>(p, out);
+  NIBBLE_LAUNCH(grid_for((p.n + 15) / 16, ctx), kThreads, 0, ctx.stream(), dequantize_f32_kernel)(p, out);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
@@ -563,13 +563,13 @@ void dequantize_block_scaled_bf16(const DeviceQuantized& q, uint16_t* out, Conte
   require_aligned(out, "the BF16 output");
   DequantParams p = dequant_params(q);
   p.inverse_rht = false;  // the GEMM multiplies in the transformed domain
-  dequantize_bf16_kernel<<<grid_for((p.n + 15) / 16, ctx), kThreads, 0, ctx.stream()>>>(p, out);
+  NIBBLE_LAUNCH(grid_for((p.n + 15) / 16, ctx), kThreads, 0, ctx.stream(), dequantize_bf16_kernel)(p, out);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
 void swizzle_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols, uint8_t* out, Context& ctx) {
   const int64_t total = dm::swizzled_scale_bytes(rows, scale_cols);
-  swizzle_kernel<<<grid_for(total, ctx), kThreads, 0, ctx.stream()>>>(scales, rows, scale_cols, total, out);
+  NIBBLE_LAUNCH(grid_for(total, ctx), kThreads, 0, ctx.stream(), swizzle_kernel)(scales, rows, scale_cols, total, out);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 void swizzle_scales(const DeviceQuantized& q, uint8_t* out, Context& ctx) {

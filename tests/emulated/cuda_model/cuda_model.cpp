@@ -1,0 +1,600 @@
+// The CUDA model's execution engine and runtime API (cuda_model.h, cuda_runtime.h).
+#include "cuda_model.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "cublasLt.h"
+
+namespace cuda_model {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr size_t kStackBytes = size_t{128} << 10;  // per thread; one guard page below it
+constexpr size_t kGuardBytes = 256;                // checked after every launch
+constexpr uint8_t kGuardByte = 0xA5;
+constexpr uint8_t kUnwrittenByte = 0xFF;           // NaN as FP32, 0xFF as codes
+constexpr size_t kPoisonedBytes = size_t{4} << 20;  // allocations up to this size start as kUnwrittenByte
+
+enum class State : uint8_t { ready, at_barrier, at_warp, done };
+
+struct Fiber {
+  ucontext_t context;
+  uint3 index;
+  int warp = 0, lane = 0;
+  State state = State::ready;
+  WarpOp op = WarpOp::sync;
+  unsigned mask = 0;
+  uint64_t value = 0;  // the lane's contribution, then its result
+  int operand = 0, width = kWarp;
+  const char* barrier_file = nullptr;  // the __syncthreads it waits at
+  unsigned barrier_line = 0;
+};
+
+// A stack with a PROT_NONE guard page below it, so that an overflow faults instead of corrupting.
+struct Stack {
+  void* base = nullptr;
+  size_t bytes = 0;
+  Stack() {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    bytes = kStackBytes + page;
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw ModelError("cuda model: cannot map a fiber stack");
+    mprotect(base, page, PROT_NONE);
+  }
+  ~Stack() { munmap(base, bytes); }
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+  char* usable() const { return static_cast<char*>(base) + (bytes - kStackBytes); }
+};
+
+struct Engine {
+  uint64_t seed = 1;
+  int sm_count = 2;
+  uint64_t launches = 0;
+  std::string kernel_name;
+  cudaError_t sticky_error = cudaSuccess;
+  // The running block.
+  ucontext_t scheduler;
+  std::vector<Fiber> fibers;
+  std::vector<std::unique_ptr<Stack>> stacks;
+  Fiber* current = nullptr;
+  uint3 block_index{0, 0, 0};
+  dim3 grid, block;
+  const std::function<void()>* body = nullptr;
+  std::exception_ptr fiber_error;
+  // Device allocations: start -> bytes (the guard zone follows them). Each is a mapping of its own,
+  // inaccessible to the host except while a kernel or a copy uses it (Access below).
+  std::map<const uint8_t*, size_t> allocations;
+};
+
+// $NIBBLE_CUDA_MODEL_SEED shifts every seed, so a sweep of it reruns the tests under other schedules.
+uint64_t seed_shift() {
+  const char* env = std::getenv("NIBBLE_CUDA_MODEL_SEED");
+  return env ? std::strtoull(env, nullptr, 10) : 0;
+}
+
+Engine& engine() {
+  static Engine e = [] {
+    Engine fresh;
+    fresh.seed = 1 + seed_shift();
+    return fresh;
+  }();
+  return e;
+}
+
+std::string describe_kernel() { return "kernel " + engine().kernel_name; }
+std::string hex(unsigned mask) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", mask);
+  return text;
+}
+
+void fiber_main() {
+  Engine& e = engine();
+  try {
+    (*e.body)();
+  } catch (...) {
+    if (!e.fiber_error) e.fiber_error = std::current_exception();
+  }
+  e.current->state = State::done;
+  // uc_link returns to the scheduler.
+}
+
+// From a kernel thread back to the scheduler.
+void yield() {
+  Engine& e = engine();
+  Fiber* self = e.current;
+  swapcontext(&self->context, &e.scheduler);
+}
+
+Fiber& running_thread(const char* what) {
+  Fiber* f = engine().current;
+  if (f == nullptr) throw ModelError(std::string("cuda model: ") + what + " called outside a kernel");
+  return *f;
+}
+
+// The source lane of lane `lane` for a shuffle, or -1 for "keep the own value".
+int shuffle_source(WarpOp op, int lane, int operand, int width) {
+  const int segment = lane & ~(width - 1), in_segment = lane & (width - 1);
+  switch (op) {
+    case WarpOp::shfl_idx: return segment + (operand & (width - 1));
+    case WarpOp::shfl_up: return in_segment - operand < 0 ? -1 : lane - operand;
+    case WarpOp::shfl_down: return in_segment + operand >= width ? -1 : lane + operand;
+    case WarpOp::shfl_xor: {
+      const int source = lane ^ operand;
+      return (source & ~(width - 1)) != segment || source >= kWarp ? -1 : source;
+    }
+    default: return -1;
+  }
+}
+
+// When every lane named by `arrived`'s mask waits at the same warp operation, computes each lane's
+// result and releases them. Throws for masks that name absent or exited lanes and for lanes of one
+// mask at different operations.
+void try_complete_warp(const Fiber& arrived) {
+  Engine& e = engine();
+  const int threads = static_cast<int>(e.fibers.size());
+  const int first = arrived.warp * kWarp;
+  std::vector<Fiber*> lanes;
+  for (int lane = 0; lane < kWarp; ++lane) {
+    if (!(arrived.mask >> lane & 1u)) continue;
+    if (first + lane >= threads)
+      throw ModelError("cuda model: " + describe_kernel() + ": warp operation with mask " + hex(arrived.mask) +
+                       " names lane " + std::to_string(lane) + " of warp " + std::to_string(arrived.warp) +
+                       ", which does not exist (" + std::to_string(threads) + " threads per block)");
+    Fiber& f = e.fibers[static_cast<size_t>(first + lane)];
+    if (f.state == State::done)
+      throw ModelError("cuda model: " + describe_kernel() + ": warp operation waits for lane " + std::to_string(lane) +
+                       " of warp " + std::to_string(arrived.warp) + ", which has exited");
+    if (f.state != State::at_warp) return;  // not there yet (or at a barrier: a deadlock, found later)
+    if (f.mask != arrived.mask || f.op != arrived.op || f.width != arrived.width)
+      throw ModelError("cuda model: " + describe_kernel() + ": lanes of warp " + std::to_string(arrived.warp) +
+                       " meet at different warp operations or masks");
+    lanes.push_back(&f);
+  }
+  if (!(arrived.mask >> arrived.lane & 1u))
+    throw ModelError("cuda model: " + describe_kernel() + ": a lane calls a warp operation whose mask leaves it out");
+  std::vector<uint64_t> in(kWarp, 0);
+  for (Fiber* f : lanes) in[static_cast<size_t>(f->lane)] = f->value;
+  uint64_t votes = 0;
+  for (Fiber* f : lanes) votes |= (f->value != 0 ? 1ull : 0ull) << f->lane;
+  for (Fiber* f : lanes) {
+    switch (f->op) {
+      case WarpOp::ballot: f->value = votes; break;
+      case WarpOp::any: f->value = votes != 0; break;
+      case WarpOp::all: f->value = votes == arrived.mask; break;
+      case WarpOp::sync: break;
+      default: {
+        const int source = shuffle_source(f->op, f->lane, f->operand, f->width);
+        if (source >= 0) {
+          if (!(arrived.mask >> source & 1u))
+            throw ModelError("cuda model: " + describe_kernel() + ": lane " + std::to_string(f->lane) +
+                             " shuffles from lane " + std::to_string(source) + ", which is not in the mask");
+          f->value = in[static_cast<size_t>(source)];
+        }
+      }
+    }
+  }
+  for (Fiber* f : lanes) f->state = State::ready;
+}
+
+std::string deadlock_report() {
+  Engine& e = engine();
+  int barrier = 0, warp = 0, done = 0;
+  for (const Fiber& f : e.fibers) {
+    barrier += f.state == State::at_barrier;
+    warp += f.state == State::at_warp;
+    done += f.state == State::done;
+  }
+  return "cuda model: " + describe_kernel() + ": deadlock in block (" + std::to_string(e.block_index.x) + ", " +
+         std::to_string(e.block_index.y) + "): " + std::to_string(barrier) + " threads at __syncthreads, " +
+         std::to_string(warp) + " at a warp operation whose lanes never all arrive, " + std::to_string(done) +
+         " exited";
+}
+
+// Every live thread waits at a barrier (exited ones do not count, as on sm_70+): releases them, if it
+// is the same __syncthreads for all.
+void release_barrier() {
+  Engine& e = engine();
+  const Fiber* first = nullptr;
+  for (Fiber& f : e.fibers) {
+    if (f.state != State::at_barrier) continue;
+    if (first == nullptr) first = &f;
+    if (f.barrier_line != first->barrier_line || std::strcmp(f.barrier_file, first->barrier_file) != 0)
+      throw ModelError("cuda model: " + describe_kernel() + ": threads of one block wait at different __syncthreads (" +
+                       first->barrier_file + ":" + std::to_string(first->barrier_line) + " and " + f.barrier_file + ":" +
+                       std::to_string(f.barrier_line) + "): a barrier in divergent code");
+    f.state = State::ready;
+  }
+}
+
+// Runs one block's threads to completion in rounds: each round runs the runnable threads, each
+// until it blocks, in a shuffled order. A block draws one of two policies: all runnable threads per
+// round (lanes of different warps interleaved), or warp-major: only the runnable threads of the
+// first warp in a shuffled warp order (redrawn at each barrier), so one warp runs ahead of the others
+// up to the next barrier, as a warp that is scheduled first can on the GPU (this exposes a missing
+// barrier between two uses of the same shared memory).
+void run_block(std::mt19937_64& rng) {
+  Engine& e = engine();
+  const size_t n = e.fibers.size();
+  for (size_t t = 0; t < n; ++t) {
+    Fiber& f = e.fibers[t];
+    f.state = State::ready;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = e.stacks[t]->usable();
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &e.scheduler;
+    makecontext(&f.context, fiber_main, 0);
+  }
+  const bool warp_major = (rng() & 1) != 0;
+  std::vector<int> warp_rank((n + kWarp - 1) / kWarp);
+  std::iota(warp_rank.begin(), warp_rank.end(), 0);
+  std::shuffle(warp_rank.begin(), warp_rank.end(), rng);
+  std::vector<size_t> order;
+  for (;;) {
+    order.clear();
+    int first_rank = static_cast<int>(warp_rank.size());
+    for (size_t t = 0; t < n; ++t)
+      if (e.fibers[t].state == State::ready) {
+        order.push_back(t);
+        first_rank = std::min(first_rank, warp_rank[t / kWarp]);
+      }
+    if (warp_major)
+      std::erase_if(order, [&](size_t t) { return warp_rank[t / kWarp] != first_rank; });
+    if (order.empty()) {
+      bool all_done = true, any_warp = false;
+      for (const Fiber& f : e.fibers) {
+        all_done = all_done && f.state == State::done;
+        any_warp = any_warp || f.state == State::at_warp;
+      }
+      if (all_done) return;
+      if (any_warp) throw ModelError(deadlock_report());
+      release_barrier();
+      std::shuffle(warp_rank.begin(), warp_rank.end(), rng);
+      continue;
+    }
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t t : order) {
+      Fiber& f = e.fibers[t];
+      if (f.state != State::ready) continue;
+      e.current = &f;
+      swapcontext(&e.scheduler, &f.context);
+      e.current = nullptr;
+      if (e.fiber_error) std::rethrow_exception(e.fiber_error);
+      if (f.state == State::at_warp) try_complete_warp(f);
+      if (f.state == State::done)  // lanes of its warp may be waiting for it
+        for (size_t l = t - t % kWarp; l < std::min(n, t - t % kWarp + kWarp); ++l)
+          if (e.fibers[l].state == State::at_warp) try_complete_warp(e.fibers[l]);
+    }
+  }
+}
+
+void check_guards() {
+  for (const auto& [start, bytes] : engine().allocations)
+    for (size_t k = 0; k < kGuardBytes; ++k)
+      if (start[bytes + k] != kGuardByte)
+        throw ModelError("cuda model: " + describe_kernel() + " wrote " + std::to_string(k) +
+                         " bytes past the end of a device allocation of " + std::to_string(bytes) + " bytes");
+}
+
+size_t mapped_bytes(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (bytes + kGuardBytes + page - 1) / page * page;
+}
+void set_access(const uint8_t* start, size_t bytes, bool open) {
+  mprotect(const_cast<uint8_t*>(start), mapped_bytes(bytes), open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
+// Opens device memory to this process for the lifetime of the object (a launch: all of it; a copy:
+// the allocations it touches), then closes it again: host code that dereferences a device pointer
+// faults, and the handler below names the mistake, as the GPU's host would crash on it.
+class Access {
+ public:
+  Access() {
+    for (const auto& [start, bytes] : engine().allocations) open(start, bytes);
+  }
+  explicit Access(std::initializer_list<const void*> pointers) {
+    for (const void* p : pointers) {
+      auto& a = engine().allocations;
+      auto it = a.upper_bound(static_cast<const uint8_t*>(p));
+      if (it != a.begin() && static_cast<const uint8_t*>(p) < std::prev(it)->first + std::prev(it)->second + kGuardBytes)
+        open(std::prev(it)->first, std::prev(it)->second);
+    }
+  }
+  ~Access() {
+    for (const auto& [start, bytes] : opened_) set_access(start, bytes, false);
+  }
+  Access(const Access&) = delete;
+  Access& operator=(const Access&) = delete;
+
+ private:
+  void open(const uint8_t* start, size_t bytes) {
+    set_access(start, bytes, true);
+    opened_.emplace_back(start, bytes);
+  }
+  std::vector<std::pair<const uint8_t*, size_t>> opened_;
+};
+
+void on_segfault(int, siginfo_t* info, void*) {
+  const auto* at = static_cast<const uint8_t*>(info->si_addr);
+  for (const auto& [start, bytes] : engine().allocations)
+    if (at >= start && at < start + mapped_bytes(bytes)) {
+      static const char message[] =
+          "cuda model: host code touched device memory outside a kernel or a cudaMemcpy (a device pointer "
+          "dereferenced on the host, which fails on a GPU)\n";
+      (void)!write(2, message, sizeof message - 1);
+      _exit(3);
+    }
+  signal(SIGSEGV, SIG_DFL);  // not device memory: the ordinary crash, at the same instruction
+}
+void install_segfault_handler() {
+  static const bool installed = [] {
+    struct sigaction action{};
+    action.sa_sigaction = on_segfault;
+    action.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &action, nullptr);
+    return true;
+  }();
+  (void)installed;
+}
+
+bool bad_configuration(const dim3& grid, const dim3& block) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  return grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535 ||
+         threads == 0 || threads > 1024 || block.z > 64;
+}
+
+// The allocation holding [p, p + bytes), or none.
+bool in_device_memory(const void* p, size_t bytes) {
+  const auto* u = static_cast<const uint8_t*>(p);
+  auto& a = engine().allocations;
+  auto it = a.upper_bound(u);
+  if (it == a.begin()) return false;
+  --it;
+  return u >= it->first && u + bytes <= it->first + it->second;
+}
+
+}  // namespace
+
+void check_kernel_pointer(const void* p, int argument, const char* kernel_name) {
+  if (p != nullptr && !in_device_memory(p, 1))
+    throw ModelError("cuda model: kernel " + std::string(kernel_name) + ": argument " + std::to_string(argument + 1) +
+                     " is a pointer outside device memory (a host pointer faults on the GPU)");
+}
+
+void set_seed(uint64_t seed) { engine().seed = seed + seed_shift(); }
+void set_sm_count(int n) { engine().sm_count = n; }
+int sm_count() { return engine().sm_count; }
+uint64_t launches() { return engine().launches; }
+const std::string& last_kernel_name() { return engine().kernel_name; }
+
+const uint3& thread_idx() { return running_thread("threadIdx").index; }
+const uint3& block_idx() {
+  running_thread("blockIdx");
+  return engine().block_index;
+}
+const dim3& block_dim() {
+  running_thread("blockDim");
+  return engine().block;
+}
+const dim3& grid_dim() {
+  running_thread("gridDim");
+  return engine().grid;
+}
+
+void syncthreads(const std::source_location& where) {
+  Fiber& f = running_thread("__syncthreads");
+  f.state = State::at_barrier;
+  f.barrier_file = where.file_name();
+  f.barrier_line = where.line();
+  yield();
+}
+
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int operand, int width) {
+  Fiber& f = running_thread("a warp operation");
+  if (width <= 0 || width > kWarp || (width & (width - 1)) != 0)
+    throw ModelError("cuda model: " + describe_kernel() + ": shuffle width " + std::to_string(width) +
+                     " is not a power of two up to 32");
+  f.op = op;
+  f.mask = mask;
+  f.value = value;
+  f.operand = operand;
+  f.width = width;
+  f.state = State::at_warp;
+  yield();
+  return f.value;
+}
+void syncwarp(unsigned mask) { warp_collective(WarpOp::sync, mask, 0, 0, kWarp); }
+
+void run_grid(const LaunchConfig& c, const std::function<void()>& body) {
+  Engine& e = engine();
+  if (e.current != nullptr) throw ModelError("cuda model: a kernel launched from inside a kernel");
+  if (bad_configuration(c.grid, c.block) || c.shared_bytes > 48 * 1024) {
+    e.sticky_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  e.kernel_name = c.kernel_name;
+  ++e.launches;
+  std::mt19937_64 rng(e.seed * 0x9E3779B97F4A7C15ull + e.launches);
+  e.grid = c.grid;
+  e.block = c.block;
+  e.body = &body;
+  e.fiber_error = nullptr;
+  const size_t threads = size_t{c.block.x} * c.block.y * c.block.z;
+  e.fibers.assign(threads, Fiber{});
+  while (e.stacks.size() < threads) e.stacks.push_back(std::make_unique<Stack>());
+  for (size_t t = 0; t < threads; ++t) {
+    Fiber& f = e.fibers[t];
+    f.index = uint3{static_cast<unsigned>(t % c.block.x), static_cast<unsigned>(t / c.block.x % c.block.y),
+                    static_cast<unsigned>(t / (size_t{c.block.x} * c.block.y))};
+    f.warp = static_cast<int>(t / kWarp);
+    f.lane = static_cast<int>(t % kWarp);
+  }
+  std::vector<uint3> blocks;
+  for (unsigned z = 0; z < c.grid.z; ++z)
+    for (unsigned y = 0; y < c.grid.y; ++y)
+      for (unsigned x = 0; x < c.grid.x; ++x) blocks.push_back(uint3{x, y, z});
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  const Access device_memory;
+  for (const uint3& b : blocks) {
+    e.block_index = b;
+    run_block(rng);
+  }
+  e.body = nullptr;
+  check_guards();
+}
+
+}  // namespace cuda_model
+
+// ------------------------------------------------------------------ runtime API --------------------
+using cuda_model::engine;
+
+namespace {
+struct ModelStream {};
+cudaError_t record(cudaError_t status) {
+  if (status != cudaSuccess) engine().sticky_error = status;
+  return status;
+}
+bool host_side(cudaMemcpyKind kind, bool destination) {
+  return kind == cudaMemcpyHostToHost || (destination ? kind == cudaMemcpyDeviceToHost : kind == cudaMemcpyHostToDevice);
+}
+}  // namespace
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+  }
+  return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+  }
+  return "unknown error";
+}
+cudaError_t cudaGetLastError() { return std::exchange(engine().sticky_error, cudaSuccess); }
+cudaError_t cudaPeekAtLastError() { return engine().sticky_error; }
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return record(device == 0 ? cudaSuccess : cudaErrorInvalidDevice); }
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return record(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "nibble CUDA model (sm_90, %d SMs)", engine().sm_count);
+  std::memcpy(prop->uuid.bytes, "nibble-cudamodel", 16);
+  prop->totalGlobalMem = size_t{16} << 30;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = engine().sm_count;
+  prop->maxThreadsPerBlock = 1024;
+  prop->warpSize = 32;
+  prop->sharedMemPerBlock = 48 * 1024;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  *pool = reinterpret_cast<cudaMemPool_t>(uintptr_t{0x1000});
+  return record(device == 0 ? cudaSuccess : cudaErrorInvalidDevice);
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  *stream = reinterpret_cast<cudaStream_t>(new ModelStream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<ModelStream*>(stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // its work ran at submission
+
+cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) {
+  cuda_model::install_segfault_handler();
+  void* mapping = mmap(nullptr, cuda_model::mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) return record(cudaErrorMemoryAllocation);
+  auto* raw = static_cast<uint8_t*>(mapping);
+  // Unwritten memory reads as 0xFF bytes (NaN). Allocations beyond every test tensor's size (the
+  // cuBLASLt workspace, which no kernel here reads) stay the mapping's zeros: filling them would
+  // cost each context 32 MiB of page faults.
+  if (bytes <= cuda_model::kPoisonedBytes) std::memset(raw, cuda_model::kUnwrittenByte, bytes);
+  std::memset(raw + bytes, cuda_model::kGuardByte, cuda_model::kGuardBytes);
+  cuda_model::set_access(raw, bytes, false);
+  engine().allocations[raw] = bytes;
+  *ptr = raw;
+  return cudaSuccess;
+}
+cudaError_t cudaMalloc(void** ptr, size_t bytes) { return cudaMallocAsync(ptr, bytes, nullptr); }
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) {
+  auto& a = engine().allocations;
+  const auto it = a.find(static_cast<const uint8_t*>(ptr));
+  if (it == a.end()) return record(cudaErrorInvalidValue);
+  munmap(ptr, cuda_model::mapped_bytes(it->second));
+  a.erase(it);
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* ptr) { return cudaFreeAsync(ptr, nullptr); }
+// Copies check that the device side lies inside one allocation (the host side cannot be checked).
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_ok = host_side(kind, true) || kind == cudaMemcpyDefault || cuda_model::in_device_memory(dst, bytes);
+  const bool src_ok = host_side(kind, false) || kind == cudaMemcpyDefault || cuda_model::in_device_memory(src, bytes);
+  if (!dst_ok || !src_ok) return record(cudaErrorInvalidValue);
+  const cuda_model::Access copy({dst, src});
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  if (!cuda_model::in_device_memory(ptr, bytes)) return record(cudaErrorInvalidValue);
+  const cuda_model::Access set({ptr});
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) { return cudaMemsetAsync(ptr, value, bytes, nullptr); }
+
+// ------------------------------------------------------------------ cuBLASLt handles ---------------
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  *handle = reinterpret_cast<cublasLtHandle_t>(uintptr_t{0x2000});
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+const char* cublasLtGetStatusName(cublasStatus_t s) {
+  return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_NOT_SUPPORTED";
+}
+const char* cublasLtGetStatusString(cublasStatus_t s) {
+  return s == CUBLAS_STATUS_SUCCESS ? "success" : "cuBLASLt is not modelled";
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds each CUDA mutant (tests/CMakeLists.txt, nibble_cuda_mutant) and runs test_cuda_model's tests
+# on it: every mutant must fail at least one test. Prints, per mutant, how many tests caught it and
+# which. Usage: run_mutants.sh PROJECT_BINARY_DIR TESTS_BINARY_DIR MUTANT...
+set -u
+build_dir=$1 tests_dir=$2
+shift 2
+missed=0
+for name in "$@"; do
+  if [[ $name == stale:* ]]; then  # stale:NAME:SOURCE
+    IFS=: read -r _ mutant source <<<"$name"
+    echo "mutant $mutant: STALE: its site no longer occurs exactly once in src/kernels/cuda/$source; update its nibble_cuda_mutant line in tests/CMakeLists.txt"
+    missed=1
+    continue
+  fi
+  target=test_cuda_model_mutant_$name
+  if ! cmake --build "$build_dir" --target "$target" -j2 >"$tests_dir/$target.build.log" 2>&1; then
+    echo "mutant $name: FAILED TO BUILD (see $tests_dir/$target.build.log)"
+    missed=1
+    continue
+  fi
+  log=$tests_dir/$target.log
+  "$tests_dir/$target" --gtest_brief=1 >"$log" 2>&1
+  status=$?
+  caught=$(grep -c '^\[  FAILED  \] [A-Za-z]' "$log")
+  if [ "$status" -eq 0 ]; then
+    echo "mutant $name: NOT CAUGHT (every test passed)"
+    missed=1
+  elif [ "$caught" -eq 0 ]; then
+    echo "mutant $name: caught (the test binary died with status $status: $(tail -n 1 "$log"))"
+  else
+    echo "mutant $name: caught by $caught tests: $(grep '^\[  FAILED  \] [A-Za-z]' "$log" | sed 's/^\[  FAILED  \] //; s/ (.*//' | sort -u | tr '\n' ' ')"
+  fi
+done
+exit $missed
