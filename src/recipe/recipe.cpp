@@ -227,6 +227,12 @@ constexpr RecipeKey kRecipeKeys[] = {
      "1536/amax)",
      [](Config& c, Text k, Text v) { c.nvfp4.four_over_six_e4m3_max = parse_four_over_six_e4m3_max(v, k); },
      [](const Config& c) { return std::to_string(c.nvfp4.four_over_six_e4m3_max); }, four_over_six_knob_printed},
+    {"nvfp4.row_scaled_activations", KeyValueKind::boolean,
+     "TE's row_scaled_activation: X (fprop) and X^T (wgrad) get one global scale per row; needs nvfp4.rht=false",
+     [](Config& c, Text k, Text v) { c.nvfp4.row_scaled_activations = parse_bool(k, v); },
+     [](const Config& c) { return boolean_text(c.nvfp4.row_scaled_activations); },
+     // Written only when on, so configs saved before the key existed resume without a difference.
+     [](const Config& c) { return nvfp4_knob_printed(c) && c.nvfp4.row_scaled_activations; }},
     int_knob<&Nvfp4Knobs::bf16_first_layers>("nvfp4.bf16_first_layers", "first blocks kept in BF16 (-1: paper's share)"),
     int_knob<&Nvfp4Knobs::bf16_last_layers>("nvfp4.bf16_last_layers", "last blocks kept in BF16 (-1: paper's share)"),
 };
@@ -286,7 +292,8 @@ std::string describe(const RecipeConfig& c) {
          " nvfp4.weight_2d=" + b(c.nvfp4.weight_2d) + " nvfp4.four_over_six=" + b(c.nvfp4.four_over_six) +
          (c.nvfp4.four_over_six ? " nvfp4.four_over_six_error=" + std::string(to_string(c.nvfp4.four_over_six_error)) +
                                       " nvfp4.four_over_six_e4m3_max=" + std::to_string(c.nvfp4.four_over_six_e4m3_max)
-                                : std::string()) +
+ : std::string()) +
+         (c.nvfp4.row_scaled_activations ? " nvfp4.row_scaled_activations=true" : "") +
          " nvfp4.bf16_first_layers=" + layers(c.nvfp4.bf16_first_layers) +
          " nvfp4.bf16_last_layers=" + layers(c.nvfp4.bf16_last_layers) +
          " gemm_summation=" + std::string(to_string(c.gemm_summation));
@@ -343,8 +350,12 @@ LinearRecipe Recipe::operands(Quantization q, const Nvfp4Knobs& k) {
       dy.rounding = k.stochastic_rounding ? Rounding::stochastic : Rounding::nearest;
       QuantOptions dyt = dy, xt = x;
       dyt.rht = xt.rht = k.rht;
+      // TE's row_scaled_activation: the forward activation's quantizer is row-scaled in both its
+      // usages, X for fprop (a global scale per token) and X^T for wgrad (per input feature).
+      // Weights and gradients keep one per tensor.
+      x.row_scaled = xt.row_scaled = k.row_scaled_activations;
       r.fprop = quantized(x, w);
-      r.dgrad = quantized(dy, w);
+      r.dgrad = quantized(dy, w);  // (dy was copied before x.row_scaled was set)
       r.wgrad = quantized(dyt, xt);
       break;
     }
@@ -353,6 +364,19 @@ LinearRecipe Recipe::operands(Quantization q, const Nvfp4Knobs& k) {
 }
 
 namespace {
+
+// The combinations Transformer Engine refuses with row_scaled_activation (NVFP4Quantizer: a
+// row-scaled quantizer takes no RHT; its transposed, wgrad copy has no Four Over Six).
+void check_row_scaled_activations(const Nvfp4Knobs& k) {
+  if (!k.row_scaled_activations) return;
+  if (k.rht)
+    throw UsageError("nvfp4.row_scaled_activations=true does not combine with nvfp4.rht=true: X^T, the wgrad operand "
+                     "the RHT transforms, is row-scaled too, and Transformer Engine's row-scaled quantizer refuses the "
+                     "RHT; set nvfp4.rht=false");
+  if (k.four_over_six)
+    throw UsageError("nvfp4.row_scaled_activations=true does not combine with nvfp4.four_over_six=true: Transformer "
+                     "Engine's row-scaled transposed quantization (X^T for wgrad) has no Four Over Six; drop one");
+}
 
 // The BF16 blocks of an nvfp4 recipe over `layers` blocks: {first, last}.
 std::pair<int, int> nvfp4_bf16_layers(const Nvfp4Knobs& k, int layers) {
@@ -363,6 +387,7 @@ std::pair<int, int> nvfp4_bf16_layers(const Nvfp4Knobs& k, int layers) {
     throw UsageError("nvfp4.four_over_six_error=" + std::string(to_string(k.four_over_six_error)) +
                      " / nvfp4.four_over_six_e4m3_max=" + std::to_string(k.four_over_six_e4m3_max) +
                      " apply only with nvfp4.four_over_six=true: set it or drop them");
+  check_row_scaled_activations(k);
   if (k.bf16_first_layers < -1 || k.bf16_last_layers < -1)
     throw UsageError("nvfp4.bf16_first_layers and nvfp4.bf16_last_layers must be >= 0, or -1 for the paper's share "
                      "(got " + std::to_string(k.bf16_first_layers) + ", " + std::to_string(k.bf16_last_layers) + ")");
@@ -403,6 +428,10 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
     : config_(config), ops_(&ops), layers_(layers) {
   if (layers <= 0) throw UsageError("the model has " + std::to_string(layers) + " layers: it needs at least 1");
   const auto q = config.quantization;
+  if (config.nvfp4.row_scaled_activations && q != Quantization::nvfp4)
+    throw UsageError("nvfp4.row_scaled_activations=true applies to quantization=nvfp4 (one FP32 scale per row of an "
+                     "NVFP4 activation), not quantization=" + std::string(to_string(q)) +
+                     ": set quantization=nvfp4 or drop the key");
   if (config.nvfp4_knobs_given && q != Quantization::nvfp4)
     throw UsageError("nvfp4.* knobs were given but quantization=" + std::string(to_string(q)) +
                      ": set quantization=nvfp4 or drop the nvfp4.* keys");
