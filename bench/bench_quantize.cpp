@@ -185,6 +185,9 @@ int main(int argc, char** argv) {
   QuantOptions fos;
   fos.four_over_six = true;
   quantize_case("nvfp4 1x16 rn four-over-six", fos, nvfp4_bytes);
+  QuantOptions rows_scaled;  // TE's row-scaled NVFP4: each row its own amax, global scale and tables
+  rows_scaled.row_scaled = true;
+  quantize_case("nvfp4 1x16 rn row-scaled", rows_scaled, nvfp4_bytes);
   QuantOptions mxfp4;
   mxfp4.format = Format::mxfp4;
   quantize_case("mxfp4 rn", mxfp4, mxfp4_bytes);

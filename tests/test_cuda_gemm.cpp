@@ -39,8 +39,9 @@ double block_value(const QuantizedTensor& q, int64_t i) {
   }
   return 0;
 }
-double global_factor(const QuantizedTensor& q) {
-  return q.format == Format::mxfp4 || q.format == Format::mxfp8 ? 1.0 : double(q.decode_scale);
+// Row-scaled operands: the S_dec of the output's row (A) or column (B).
+double global_factor(const QuantizedTensor& q, int64_t row) {
+  return q.format == Format::mxfp4 || q.format == Format::mxfp8 ? 1.0 : double(q.decode_scale_of_row(row));
 }
 
 class CudaGemm : public ::testing::Test {
@@ -65,11 +66,11 @@ class CudaGemm : public ::testing::Test {
     const cuda::GemmPath path = cuda::gemm(qa, qb, dc.data(), ldc, alpha, accumulate ? Output::accumulate : Output::overwrite, ctx());
     const std::vector<float> c = dc.download();
     const QuantizedTensor ha = cuda::to_host(qa), hb = cuda::to_host(qb);
-    const double scale = global_factor(ha) * global_factor(hb) * alpha;
     const double u = std::ldexp(1.0, -24);
     const bool tensor_core_chunks = path != cuda::GemmPath::emulated_bf16;
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
+        const double scale = global_factor(ha, i) * global_factor(hb, j) * alpha;
         double sum = 0, abs_sum = 0;
         for (int64_t k = 0; k < K; ++k) {
           const double p = block_value(ha, i * K + k) * block_value(hb, j * K + k);
@@ -79,7 +80,7 @@ class CudaGemm : public ::testing::Test {
         const double want = sum * scale + (accumulate ? c0[i * ldc + j] : 0.0);
         const double bound = (2.0 * (K + 3) * u + (tensor_core_chunks ? std::ldexp(1.0, -12) : 0.0)) * abs_sum *
                                  std::fabs(scale) +
-                             u * std::fabs(want);
+                             ((ha.row_scaled || hb.row_scaled) ? 3 : 1) * u * std::fabs(want);  // + the epilogue's 2
         ASSERT_NEAR(c[i * ldc + j], want, bound)
             << "C[" << i << ", " << j << "] " << to_string(ao.format) << " x " << to_string(bo.format) << " via "
             << cuda::to_string(path);
@@ -110,6 +111,15 @@ TEST_F(CudaGemm, Nvfp4FpropShape) {
 TEST_F(CudaGemm, Nvfp4OddShapesAlphaAndAccumulate) {
   check(37, 50, 48, fmt(Format::nvfp4), fmt(Format::nvfp4), 53, 0.5f, true, 2);
   check(64, 64, 256, fmt(Format::nvfp4), fmt(Format::nvfp4), 68, -2.0f, true, 3);
+}
+
+TEST_F(CudaGemm, Nvfp4RowScaledOperands) {
+  // TE's row_scaled_activation: fprop's X row-scaled (A), wgrad's X^T row-scaled (B), both.
+  QuantOptions rows = fmt(Format::nvfp4);
+  rows.row_scaled = true;
+  check(128, 256, 512, rows, fmt(Format::nvfp4, true), 256, 1.0f, false, 4);
+  check(64, 96, 256, fmt(Format::nvfp4), rows, 100, 0.5f, true, 5);
+  check(37, 50, 48, rows, rows, 53, -2.0f, true, 6);
 }
 
 TEST_F(CudaGemm, Fp8) {

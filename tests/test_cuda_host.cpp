@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "format/codecs.h"
@@ -22,6 +23,7 @@
 #if defined(NIBBLE_HAVE_CUDA)
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/quantize.h"
 #endif
 
 using namespace nibble;
@@ -421,6 +423,29 @@ TEST(CudaDispatch, GemmPathByComputeCapability) {
   EXPECT_TRUE(cuda::runs_sm100a_kernels(10, 3));
   EXPECT_FALSE(cuda::runs_sm100a_kernels(9, 0));
   EXPECT_FALSE(cuda::runs_sm100a_kernels(12, 0));
+}
+
+TEST(CudaDispatch, RowScaledRefusalsAreTheReferences) {
+  // cuda::validate_shape runs on the host before any launch: the reference's row-scaled refusals
+  // (TE's: no RHT, SR, 16x16 tiles, Four Over Six; nvfp4 only) with the reference's message.
+  const std::vector<float> x(32 * 64, 1.0f);
+  for (QuantOptions o : {QuantOptions{.rht = true}, QuantOptions{.rounding = Rounding::stochastic},
+                         QuantOptions{.tile_16x16 = true}, QuantOptions{.four_over_six = true},
+                         QuantOptions{.format = Format::mxfp4}, QuantOptions{}}) {
+    o.row_scaled = true;
+    std::string ref_message = "(accepted)", cuda_message = "(accepted)";
+    try {
+      ref::quantize(x, 32, 64, o);
+    } catch (const UsageError& e) {
+      ref_message = e.what();
+    }
+    try {
+      cuda::validate_shape(32, 64, o);
+    } catch (const UsageError& e) {
+      cuda_message = e.what();
+    }
+    EXPECT_EQ(cuda_message, ref_message);
+  }
 }
 
 TEST(CudaDispatch, GemmOperandChecksNameTheProblem) {

@@ -176,6 +176,40 @@ TEST_F(CudaQuantize, FusedTransposedCopyForWgradRhtAndSr) {
   }
 }
 
+TEST_F(CudaQuantize, RowScaledRowwiseAndTransposedMatchReference) {
+  // TE's row-scaled NVFP4 (X and X^T of row_scaled_activation): rows of very different magnitudes,
+  // one all zero; codes, scales and the per-row amax and S_dec of the reference, bit for bit.
+  const int64_t rows = 64, cols = 96;
+  auto x = random_tensor(rows * cols, 25);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] *= r == 5 ? 0.0f : std::exp2(static_cast<float>(r % 13 * 6 - 36));
+  const auto dx = upload(x);
+  const QuantOptions o{.format = Format::nvfp4, .row_scaled = true};
+  auto same_rows = [](const QuantizedTensor& got, const QuantizedTensor& want) {
+    EXPECT_TRUE(same_quantization(got, want));
+    ASSERT_EQ(got.row_amax.size(), want.row_amax.size());
+    for (size_t r = 0; r < want.row_amax.size(); ++r) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.row_amax[r]), std::bit_cast<uint32_t>(want.row_amax[r])) << r;
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.row_decode_scale[r]), std::bit_cast<uint32_t>(want.row_decode_scale[r])) << r;
+    }
+  };
+  same_rows(cuda::to_host(cuda::quantize(dx.data(), rows, cols, o, ctx())), ref::quantize(x, rows, cols, o));
+  same_rows(cuda::to_host(cuda::quantize_transposed(dx.data(), rows, cols, o, ctx())),
+            ref::quantize_transposed(x, rows, cols, o));
+  const cuda::QuantizedPair pair = cuda::quantize_both(dx.data(), rows, cols, o, o, ctx());
+  same_rows(cuda::to_host(pair.rowwise), ref::quantize(x, rows, cols, o));
+  same_rows(cuda::to_host(pair.columnwise), ref::quantize_transposed(x, rows, cols, o));
+  std::vector<float> want(x.size());
+  ref::dequantize(ref::quantize(x, rows, cols, o), want);
+  cuda::DeviceBuffer<float> out(x.size(), ctx().stream());
+  cuda::dequantize(cuda::quantize(dx.data(), rows, cols, o, ctx()), out.data(), ctx());
+  const std::vector<float> got = out.download();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << i;
+  QuantOptions rht = o;
+  rht.rht = true;
+  EXPECT_THROW(cuda::quantize(dx.data(), rows, cols, rht, ctx()), UsageError);
+}
+
 TEST_F(CudaQuantize, GivenAmaxSkipsThePassAndGivesTheSameBits) {
   const int64_t rows = 64, cols = 128;
   const auto x = random_tensor(rows * cols, 24);

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -83,10 +84,11 @@ std::vector<double> error_bounds(const QuantizedTensor& a, const QuantizedTensor
   const bool int8_family = (a.format == Format::nvfp4 || a.format == Format::mxfp4) && summation == cpu::Summation::block_exact;
   const int64_t term_len = int8_family ? a.block_len() : 1;
   const int64_t terms = K / term_len;
-  const double global = std::fabs(static_cast<double>(alpha) * a.decode_scale * b.decode_scale);
   std::vector<double> bound(static_cast<size_t>(M * N));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
+      // Row-scaled operands: A's S_dec of row m, B's of row n.
+      const double global = std::fabs(static_cast<double>(alpha) * a.decode_scale_of_row(m) * b.decode_scale_of_row(n));
       double abs_sum = 0.0;
       for (int64_t t = 0; t < terms; ++t) {
         double term = 0.0;
@@ -450,6 +452,114 @@ TEST(Gemm, Nvfp4BlockScalesAcrossTheWholeE4M3RangeAgreeBitwise) {
   for (size_t i = 1; i < results.size(); ++i)
     EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
         << cpu::to_string(runnable_isas()[i]) << " differs from " << cpu::to_string(runnable_isas()[0]);
+}
+
+// A row-scaled NVFP4 operand (TE's row_scaled_nvfp4): rows whose magnitudes differ by up to 2^±40,
+// every fifth row all zero.
+QuantizedTensor make_row_scaled(int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<float> x = random_matrix(rows, cols, seed);
+  std::mt19937_64 rng(seed + 99);
+  std::uniform_real_distribution<float> octave(-40.0f, 40.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float row_scale = r % 5 == 4 ? 0.0f : std::exp2(octave(rng));
+    for (int64_t k = 0; k < cols; ++k) x[r * cols + k] *= row_scale;
+  }
+  return cpu::quantize(x, rows, cols, QuantOptions{.format = Format::nvfp4, .row_scaled = true});
+}
+
+TEST(Gemm, RowScaledOperandsMatchReference) {
+  // A row-scaled (fprop's X), B row-scaled (wgrad's X^T), both, against a per-tensor or 16x16 other
+  // side: every ISA and both summations within the bound, whose global factor is per output.
+  uint64_t seed = 700;
+  for (const Shape& s : shapes(16)) {
+    const int64_t M = s.M, N = s.N, K = s.K;
+    QuantizedTensor a_rows = make_row_scaled(M, K, seed++), b_rows = make_row_scaled(N, K, seed++);
+    QuantizedTensor a = make_operand(Format::nvfp4, M, K, seed++);
+    QuantizedTensor b = make_operand(Format::nvfp4, N, K, seed++, /*tile_16x16=*/N % 16 == 0);
+    expect_matches_reference(a_rows, b);
+    expect_matches_reference(a, b_rows, 0.5f);
+    expect_matches_reference(a_rows, b_rows);
+  }
+}
+
+TEST(Gemm, RowScaledWithEqualRowAmaxIsThePerTensorProductBitwise) {
+  // Rows that all share the tensor's amax get the per-tensor S_dec each, the per-tensor codes and
+  // scales: the epilogue's per-row factor must then give the per-tensor GEMM's bits exactly.
+  IsaGuard guard;
+  std::vector<float> x = random_matrix(40, 256, 900), y = random_matrix(72, 256, 901);
+  for (auto* m : {&x, &y}) {
+    float amax = 0.0f;
+    for (float v : *m) amax = std::max(amax, std::fabs(v));
+    for (size_t r = 0; r < m->size() / 256; ++r) (*m)[r * 256 + 3] = r % 2 ? amax : -amax;
+  }
+  const QuantOptions plain{.format = Format::nvfp4}, rows{.format = Format::nvfp4, .row_scaled = true};
+  const QuantizedTensor a = cpu::quantize(x, 40, 256, plain), a_rows = cpu::quantize(x, 40, 256, rows);
+  const QuantizedTensor b = cpu::quantize(y, 72, 256, plain), b_rows = cpu::quantize(y, 72, 256, rows);
+  ASSERT_EQ(a.codes, a_rows.codes);
+  ASSERT_EQ(a.scales, a_rows.scales);
+  for (Isa isa : runnable_isas())
+    for (cpu::Summation summation : {cpu::Summation::block_exact, cpu::Summation::fp32_products})
+      for (Output output : {Output::overwrite, Output::accumulate}) {
+        cpu::set_isa_limit(isa);
+        std::vector<float> want(40 * 72, 1.0f), got_a(40 * 72, 1.0f), got_b(40 * 72, 1.0f), got_ab(40 * 72, 1.0f);
+        cpu::gemm(a, b, want.data(), 72, 3.0f, output, summation);
+        cpu::gemm(a_rows, b, got_a.data(), 72, 3.0f, output, summation);
+        cpu::gemm(a, b_rows, got_b.data(), 72, 3.0f, output, summation);
+        cpu::gemm(a_rows, b_rows, got_ab.data(), 72, 3.0f, output, summation);
+        for (auto* got : {&got_a, &got_b, &got_ab})
+          EXPECT_EQ(0, std::memcmp(want.data(), got->data(), want.size() * sizeof(float))) << cpu::to_string(isa);
+      }
+}
+
+TEST(Gemm, RowScaledBitwiseIdenticalForAnyThreadCount) {
+  const int saved = omp_get_max_threads();
+  IsaGuard guard;
+  const QuantizedTensor a = make_row_scaled(203, 1024, 950), b = make_row_scaled(517, 1024, 951);
+  for (Isa isa : runnable_isas()) {
+    cpu::set_isa_limit(isa);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      results.emplace_back(203 * 517, std::numeric_limits<float>::quiet_NaN());
+      cpu::gemm(a, b, results.back().data(), 517);
+    }
+    omp_set_num_threads(saved);
+    for (size_t i = 1; i < results.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+          << cpu::to_string(isa) << " differs between 1 and " << i + 1 << " threads";
+  }
+}
+
+TEST(Gemm, RowScaledReferenceAgreesWithDequantizedProduct) {
+  // The law with per-row global scales, checked against the FP64 product of the dequantized
+  // operands (each value e2m1 * (e4m3 * S_dec[row]), rounded to FP32 at most twice).
+  const QuantizedTensor a = make_row_scaled(13, 320, 960), b = make_row_scaled(11, 320, 961);
+  std::vector<float> da(13 * 320), db(11 * 320);
+  ref::dequantize_codes(a, da);
+  ref::dequantize_codes(b, db);
+  std::vector<double> c(13 * 11);
+  ref::gemm(a, b, c.data(), 11);
+  for (int m = 0; m < 13; ++m)
+    for (int n = 0; n < 11; ++n) {
+      double want = 0.0, abs_sum = 0.0;
+      for (int k = 0; k < 320; ++k) {
+        want += static_cast<double>(da[m * 320 + k]) * db[n * 320 + k];
+        abs_sum += std::fabs(static_cast<double>(da[m * 320 + k]) * db[n * 320 + k]);
+      }
+      EXPECT_LE(std::fabs(c[m * 11 + n] - want), 4 * std::ldexp(abs_sum, -24) + 1e-300) << m << "," << n;
+    }
+}
+
+TEST(Gemm, RejectsRowScaledOperandWithoutItsRowScales) {
+  QuantizedTensor a = make_row_scaled(8, 64, 970), b = make_operand(Format::nvfp4, 8, 64, 971);
+  a.row_decode_scale.pop_back();
+  std::vector<float> c(64);
+  try {
+    cpu::gemm(a, b, c.data(), 8);
+    FAIL() << "accepted a row-scaled operand with 7 row scales for 8 rows";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("row-scaled"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Gemm, ReferenceAgreesWithDequantizedProduct) {

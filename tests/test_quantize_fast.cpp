@@ -186,8 +186,13 @@ bool same_floats(std::span<const float> a, std::span<const float> b, size_t* fir
   auto fail = [&](const std::string& what) { return ::testing::AssertionFailure() << what; };
   if (want.format != got.format || want.block != got.block || want.rounding != got.rounding || want.rht != got.rht ||
       want.four_over_six != got.four_over_six || want.four_over_six_error != got.four_over_six_error ||
-      want.four_over_six_e4m3_max != got.four_over_six_e4m3_max || want.rows != got.rows || want.cols != got.cols)
+      want.four_over_six_e4m3_max != got.four_over_six_e4m3_max || want.row_scaled != got.row_scaled ||
+      want.rows != got.rows || want.cols != got.cols)
     return fail("header differs");
+  size_t at = 0;
+  if (!same_floats(want.row_amax, got.row_amax, &at)) return fail("row amax " + std::to_string(at) + " differs");
+  if (!same_floats(want.row_decode_scale, got.row_decode_scale, &at))
+    return fail("row decode scale " + std::to_string(at) + " differs");
   if (std::bit_cast<uint32_t>(want.amax) != std::bit_cast<uint32_t>(got.amax))
     return fail("amax " + std::to_string(want.amax) + " vs " + std::to_string(got.amax));
   if (std::bit_cast<uint32_t>(want.decode_scale) != std::bit_cast<uint32_t>(got.decode_scale))
@@ -629,5 +634,55 @@ TEST(QuantizeFast, SpecExamplesThroughTheFastPath) {
     EXPECT_EQ(z.decode_scale, 1.0f);
     cpu::dequantize(z, d);
     for (float f : d) EXPECT_EQ(f, 0.0f);
+  }
+}
+
+// Row-scaled NVFP4 (TE's row_scaled_nvfp4): rows of very different magnitudes (10^-20 .. 10^20),
+// all-zero rows and single outliers, row-wise, transposed (one scale per column of x: wgrad's X^T)
+// and both at once, on every variant, against the reference; the refused options give the
+// reference's message.
+TEST(QuantizeFast, RowScaledEveryRouteMatchesReference) {
+  std::mt19937_64 rng(test_seed() + 31);
+  const QuantOptions row_scaled{.format = Format::nvfp4, .row_scaled = true};
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 16}, {7, 48}, {32, 64}, {48, 160}, {96, 32}, {256, 768}, {33, 80}};
+  for (auto [rows, cols] : shapes) {
+    auto x = make_tensor(rng, rows, cols, kDists[rng() % std::size(kDists)], 1.0f);
+    // Every row its own magnitude (10^-20 .. 10^20, so that the widest distribution stays finite);
+    // some rows all zero.
+    std::uniform_real_distribution<float> decade(-20.0f, 20.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float row_scale = rng() % 5 == 0 ? 0.0f : std::pow(10.0f, decade(rng));
+      for (int64_t c = 0; c < cols; ++c) x[r * cols + c] *= row_scale;
+    }
+    check_all_variants(x, rows, cols, {"nvfp4 1x16 rn row-scaled", row_scaled},
+                       "[" + std::to_string(rows) + "x" + std::to_string(cols) + "]");
+    if (rows % 16 != 0) continue;  // x^T needs whole blocks along the rows of x
+    const QuantizedTensor want_t = ref::quantize_transposed(x, rows, cols, row_scaled);
+    ASSERT_EQ(static_cast<int64_t>(want_t.row_amax.size()), cols);
+    for (const Variant& v : variants()) {
+      UseVariant use(v);
+      SCOPED_TRACE(v.name() + " [" + std::to_string(rows) + "x" + std::to_string(cols) + "] " + seed_note());
+      ASSERT_TRUE(same_tensor(want_t, cpu::quantize_transposed(x, rows, cols, row_scaled)));
+      QuantizedTensor row, t;
+      cpu::quantize_both_into(x, rows, cols, row_scaled, row, row_scaled, t);
+      ASSERT_TRUE(same_tensor(ref::quantize(x, rows, cols, row_scaled), row));
+      ASSERT_TRUE(same_tensor(want_t, t));
+    }
+  }
+  // What Transformer Engine's row-scaled quantizer refuses, refused with the reference's message.
+  auto x = make_tensor(rng, 32, 64, Dist::normal, 1.0f);
+  for (QuantOptions o : {QuantOptions{.format = Format::nvfp4, .rht = true},
+                         QuantOptions{.format = Format::nvfp4, .rounding = Rounding::stochastic},
+                         QuantOptions{.format = Format::nvfp4, .tile_16x16 = true},
+                         QuantOptions{.format = Format::nvfp4, .four_over_six = true},
+                         QuantOptions{.format = Format::mxfp4}}) {
+    o.row_scaled = true;
+    const auto want = usage_error_of([&] { ref::quantize(x, 32, 64, o); });
+    ASSERT_TRUE(want.has_value());
+    EXPECT_NE(want->find("row-scaled"), std::string::npos) << *want;
+    for (const Variant& v : variants()) {
+      UseVariant use(v);
+      EXPECT_EQ(want, usage_error_of([&] { cpu::quantize(x, 32, 64, o); })) << v.name();
+    }
   }
 }

@@ -1,7 +1,9 @@
 // The scalar reference against the spec's worked examples and its edge cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <string>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -493,4 +495,77 @@ TEST(Stats, CountsFlushAndSaturation) {
   EXPECT_EQ(s.flushed_to_zero, 1);
   EXPECT_EQ(s.count, 32);
   EXPECT_GT(s.rel_rms_error, 0.0);
+}
+
+// Row-scaled NVFP4 (spec section 4, TE's row_scaled_nvfp4): each row is section 3's chain with the
+// row's own amax, i.e. exactly the per-tensor quantization of that row as a tensor of its own.
+TEST(RowScaled, EachRowIsThePerTensorQuantizationOfThatRowAlone) {
+  std::mt19937_64 rng(4242);
+  std::normal_distribution<float> normal;
+  const int64_t rows = 9, cols = 64;
+  std::vector<float> x(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = r == 4 ? 0.0f : normal(rng) * std::exp2(float(8 * r - 30));
+  const QuantizedTensor q = ref::quantize(x, rows, cols, QuantOptions{.row_scaled = true});
+  ASSERT_TRUE(q.row_scaled);
+  ASSERT_EQ(q.row_amax.size(), size_t(rows));
+  float tensor_amax = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    SCOPED_TRACE("row " + std::to_string(r));
+    const std::vector<float> row(x.begin() + r * cols, x.begin() + (r + 1) * cols);
+    const QuantizedTensor alone = ref::quantize(row, 1, cols, {});
+    EXPECT_EQ(std::vector<uint8_t>(q.codes.begin() + r * cols / 2, q.codes.begin() + (r + 1) * cols / 2), alone.codes);
+    EXPECT_EQ(std::vector<uint8_t>(q.scales.begin() + r * cols / 16, q.scales.begin() + (r + 1) * cols / 16), alone.scales);
+    EXPECT_EQ(std::bit_cast<uint32_t>(q.row_amax[r]), std::bit_cast<uint32_t>(alone.amax));
+    EXPECT_EQ(std::bit_cast<uint32_t>(q.row_decode_scale[r]), std::bit_cast<uint32_t>(alone.decode_scale));
+    tensor_amax = std::max(tensor_amax, alone.amax);
+  }
+  EXPECT_EQ(q.amax, tensor_amax);
+  // The all-zero row: amax 0, S_enc 1 (section 3), every byte 0, dequantized to 0 (never NaN).
+  EXPECT_EQ(q.row_amax[4], 0.0f);
+  EXPECT_EQ(q.row_decode_scale[4], 1.0f);
+  std::vector<float> back(x.size());
+  ref::dequantize(q, back);
+  for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(back[4 * cols + c], 0.0f);
+  // Dequantization applies each row's own factor: row r is the per-tensor dequantization of row r.
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> row(x.begin() + r * cols, x.begin() + (r + 1) * cols);
+    std::vector<float> alone_back(cols);
+    ref::dequantize(ref::quantize(row, 1, cols, {}), alone_back);
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(std::bit_cast<uint32_t>(back[r * cols + c]), std::bit_cast<uint32_t>(alone_back[c])) << r << "," << c;
+  }
+}
+
+TEST(RowScaled, TransposedCopyHasOneScalePerColumnOfX) {
+  // wgrad's X^T under TE's row_scaled_activation: its rows are the columns of X.
+  std::mt19937_64 rng(4243);
+  std::normal_distribution<float> normal;
+  const int64_t rows = 32, cols = 5 * 16;
+  std::vector<float> x(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = normal(rng) * std::exp2(float(c % 7 * 5 - 15));
+  const QuantizedTensor t = ref::quantize_transposed(x, rows, cols, QuantOptions{.row_scaled = true});
+  ASSERT_EQ(t.rows, cols);
+  ASSERT_EQ(t.row_amax.size(), size_t(cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    float column_amax = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) column_amax = std::max(column_amax, std::fabs(x[r * cols + c]));
+    EXPECT_EQ(t.row_amax[c], column_amax) << c;
+  }
+}
+
+TEST(RowScaled, RefusesWhatTransformerEngineRefuses) {
+  std::vector<float> x(32 * 32, 1.0f);
+  for (QuantOptions o : {QuantOptions{.rht = true}, QuantOptions{.rounding = Rounding::stochastic},
+                         QuantOptions{.tile_16x16 = true}, QuantOptions{.four_over_six = true},
+                         QuantOptions{.format = Format::mxfp4}, QuantOptions{.format = Format::fp8_e4m3}}) {
+    o.row_scaled = true;
+    try {
+      ref::quantize(x, 32, 32, o);
+      ADD_FAILURE() << "accepted row-scaled " << to_string(o.format);
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("row-scaled"), std::string::npos) << e.what();
+    }
+  }
 }

@@ -178,7 +178,8 @@ TEST(Recipe, KeyTableParsesPrintsAndListsEveryKey) {
   };
   EXPECT_NE(error_of("nvfp4.sr=true").find("the nvfp4 knobs are nvfp4.rht, nvfp4.stochastic_rounding, nvfp4.weight_2d, "
                                            "nvfp4.four_over_six, nvfp4.four_over_six_error, "
-                                           "nvfp4.four_over_six_e4m3_max, nvfp4.bf16_first_layers, nvfp4.bf16_last_layers"),
+                                           "nvfp4.four_over_six_e4m3_max, nvfp4.row_scaled_activations, "
+                                           "nvfp4.bf16_first_layers, nvfp4.bf16_last_layers"),
             std::string::npos);
   EXPECT_NE(error_of("learning_rate=3").find("use quantization, precision_switch_at, precision_switch_scope, gemm_summation, attention, precision_map or nvfp4.*"),
             std::string::npos);
@@ -210,6 +211,44 @@ TEST(Recipe, RefusesInvalidCombinationsWithTheReason) {
   std::vector<LinearShape> odd = {{"qkv", 100, 300}};
   EXPECT_THROW(Recipe(parse_recipe("quantization=nvfp4"), 4, odd, 768, ops::cpu()), UsageError);
   EXPECT_NO_THROW(Recipe(parse_recipe("quantization=bf16"), 4, odd, 7, ops::cpu()));
+}
+
+TEST(Recipe, RowScaledActivationsReachXAndXtOnlyAndRefuseWhatTeRefuses) {
+  // TE's row_scaled_activation: the forward activation quantizer (X for fprop, X^T for wgrad).
+  const RecipeConfig c = parse_recipe("quantization=nvfp4 nvfp4.rht=false nvfp4.row_scaled_activations=true");
+  EXPECT_TRUE(c.nvfp4.row_scaled_activations);
+  const LinearRecipe r = Recipe::operands(Quantization::nvfp4, c.nvfp4);
+  EXPECT_TRUE(r.fprop.a.row_scaled);
+  EXPECT_TRUE(r.wgrad.b.row_scaled);
+  EXPECT_FALSE(r.fprop.b.row_scaled || r.dgrad.a.row_scaled || r.dgrad.b.row_scaled || r.wgrad.a.row_scaled);
+  EXPECT_EQ(r.dgrad.a.rounding, Rounding::stochastic);  // gradients keep SR; weights keep 16x16 tiles
+  EXPECT_TRUE(r.fprop.b.tile_16x16);
+  EXPECT_NO_THROW(Recipe(c, 4, kShapes, 768, ops::cpu()));
+  EXPECT_NE(describe(c).find("nvfp4.row_scaled_activations=true"), std::string::npos) << describe(c);
+  EXPECT_EQ(describe(parse_recipe("quantization=nvfp4")).find("row_scaled"), std::string::npos);
+  for (GemmRole role : kGemmRoles) {
+    const LinearRecipe plain = Recipe::operands(Quantization::nvfp4, Nvfp4Knobs{});
+    EXPECT_FALSE(plain[role].a.row_scaled || plain[role].b.row_scaled);
+  }
+  auto refusal = [](const std::string& text) {
+    try {
+      Recipe r(parse_recipe(text), 4, kShapes, 768, ops::cpu());
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::string rht = refusal("quantization=nvfp4 nvfp4.row_scaled_activations=true");
+  EXPECT_NE(rht.find("nvfp4.row_scaled_activations=true does not combine with nvfp4.rht=true"), std::string::npos) << rht;
+  const std::string fos = refusal("quantization=nvfp4 nvfp4.rht=false nvfp4.four_over_six=true nvfp4.row_scaled_activations=true");
+  EXPECT_NE(fos.find("nvfp4.row_scaled_activations=true does not combine with nvfp4.four_over_six=true"), std::string::npos)
+      << fos;
+  for (const char* q : {"none", "bf16", "fp8", "mxfp8", "mxfp4"}) {
+    const std::string other = refusal(std::string("quantization=") + q + " nvfp4.row_scaled_activations=true");
+    EXPECT_NE(other.find("nvfp4.row_scaled_activations=true applies to quantization=nvfp4"), std::string::npos) << other;
+  }
+  // Off is the default and is accepted wherever nvfp4 knobs are.
+  EXPECT_NO_THROW(Recipe(parse_recipe("quantization=nvfp4 nvfp4.row_scaled_activations=false"), 4, kShapes, 768, ops::cpu()));
 }
 
 TEST(Recipe, KeepsFirstAndLastLayersInBf16AndSwitchesLate) {
@@ -364,6 +403,21 @@ TEST_P(LinearComposition, EveryGemmEqualsReferenceQuantizersAndGemm) { check_lin
 TEST(LinearComposition, Nvfp4WithFp32ProductsSummation) {
   // The same law when the GEMMs sum element products in FP32 (AMX-BF16 where present).
   LinearCase c = make_case(Quantization::nvfp4);
+  for (GemmRole role : kGemmRoles) c.step.recipe[role].summation = cpu::Summation::fp32_products;
+  check_linear_composition(c);
+}
+
+TEST(LinearComposition, Nvfp4RowScaledActivations) {
+  // TE's row_scaled_activation: X's tokens and X^T's features of very different magnitudes, each
+  // with its own global scale; all three GEMMs still equal the reference composition.
+  LinearCase c = make_case(Quantization::nvfp4);
+  for (int64_t t = 0; t < c.tokens; ++t)
+    for (int64_t i = 0; i < c.in; ++i) c.x[t * c.in + i] *= std::exp2(static_cast<float>(t % 9 * 4 - 16 + i % 5));
+  Nvfp4Knobs k;
+  k.rht = false;
+  k.row_scaled_activations = true;
+  c.step.recipe = Recipe::operands(Quantization::nvfp4, k);
+  check_linear_composition(c);
   for (GemmRole role : kGemmRoles) c.step.recipe[role].summation = cpu::Summation::fp32_products;
   check_linear_composition(c);
 }

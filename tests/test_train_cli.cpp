@@ -862,6 +862,10 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
       {train(work_dir() / "init", "model.init_std=0"), "init_std=0"},
       {train(work_dir() / "warmup", "steps=1"), "schedule.warmup_steps=2 must lie in [0, steps=1]"},
       {train(work_dir() / "kv", "model.kv_heads=3"), "model.kv_heads=3 must divide model.heads=2"},
+      {train(work_dir() / "rows-rht", "quantization=nvfp4 nvfp4.row_scaled_activations=true"),
+       "nvfp4.row_scaled_activations=true does not combine with nvfp4.rht=true"},
+      {train(work_dir() / "rows-fp8", "quantization=fp8 nvfp4.row_scaled_activations=true"),
+       "nvfp4.row_scaled_activations=true applies to quantization=nvfp4"},
       {train(work_dir() / "data-file", "data.dir=" + npy.string()), "is a file, not a directory"},
       {"prepare " + run_copy.string() + " -o " + (work_dir() / "prepared").string(),
        "input '" + run_copy.string() + "' is the run directory"},
@@ -894,6 +898,8 @@ TEST_F(TrainCli, SmallRefusalsNameTheValueAndChangeNothing) {
   EXPECT_FALSE(fs::exists(work_dir() / "rope"));
   EXPECT_FALSE(fs::exists(work_dir() / "init"));
   EXPECT_FALSE(fs::exists(work_dir() / "warmup"));
+  EXPECT_FALSE(fs::exists(work_dir() / "rows-rht"));
+  EXPECT_FALSE(fs::exists(work_dir() / "rows-fp8"));
   EXPECT_FALSE(fs::exists(work_dir() / "prepared"));
   EXPECT_FALSE(fs::exists(work_dir() / "y.st"));
 }

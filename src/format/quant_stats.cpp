@@ -34,7 +34,9 @@ QuantStats quant_stats(std::span<const float> x, const QuantizedTensor& q) {
     if (domain[i] != 0.0f && deq[i] == 0.0f) ++s.flushed_to_zero;
     double block_scale = 1.0;
     switch (q.format) {
-      case Format::nvfp4: block_scale = static_cast<double>(e4m3_decode(q.scales[i / bl])) * q.decode_scale; break;
+      case Format::nvfp4:
+        block_scale = static_cast<double>(e4m3_decode(q.scales[i / bl])) * q.decode_scale_of_row(i / q.cols);
+        break;
       case Format::mxfp4:
       case Format::mxfp8: block_scale = e8m0_decode(q.scales[i / bl]); break;
       default: block_scale = q.decode_scale;

@@ -31,6 +31,9 @@ void dequantize(const QuantizedTensor& q, std::span<float> out);
 
 // Validation shared by every implementation: throws UsageError with the reason.
 void validate(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt);
+// The option part of it for row-scaled NVFP4 (QuantOptions::row_scaled): UsageError for a format,
+// block, RHT, SR or Four Over Six that Transformer Engine's row-scaled quantizer refuses.
+void check_row_scaled(const QuantOptions& opt);
 
 // Pieces of the chain, exposed for the fast paths and tests.
 struct Nvfp4GlobalScale {

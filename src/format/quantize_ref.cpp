@@ -23,6 +23,7 @@ QuantizedLayout layout_of(const QuantOptions& o, int64_t rows, int64_t cols) {
   l.four_over_six = o.four_over_six;
   l.four_over_six_error = four_over_six_error_of(o);
   l.four_over_six_e4m3_max = four_over_six_e4m3_max_of(o);
+  l.row_scaled = o.row_scaled;
   l.rows = rows;
   l.cols = cols;
   return l;
@@ -137,8 +138,36 @@ uint8_t e2m1_encode(float v, Rounding r, uint64_t seed, uint64_t index) {
   return r == Rounding::nearest ? e2m1_encode_rn(v) : e2m1_encode_sr(v, sr_threshold(philox_byte(seed, index)));
 }
 
+// Row-scaled NVFP4 (spec section 4, TE's row_scaled_nvfp4): section 3's chain on each row alone,
+// its global scale from the row's amax. An all-zero row gets S_enc 1 (section 3) and all-zero bytes,
+// the bytes TE's reference gives it (its S_enc is FLT_MAX there, which changes no byte).
+void quantize_nvfp4_row_scaled(std::span<const float> x, QuantizedTensor& q, const QuantOptions& o) {
+  const int64_t cols = q.cols, sc = cols / 16;
+  q.row_amax.assign(static_cast<size_t>(q.rows), 0.0f);
+  q.row_decode_scale.assign(static_cast<size_t>(q.rows), 1.0f);
+  q.amax = 0.0f;
+  q.decode_scale = 1.0f;  // unused: every row has its own
+  uint8_t codes[16];
+  for (int64_t r = 0; r < q.rows; ++r) {
+    const float row_amax = amax_of(x.subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols)));
+    const Nvfp4GlobalScale g = nvfp4_global_scale(row_amax, nvfp4_global_numerator(o));
+    q.row_amax[static_cast<size_t>(r)] = row_amax;
+    q.row_decode_scale[static_cast<size_t>(r)] = g.decode;
+    q.amax = std::max(q.amax, row_amax);
+    for (int64_t b = 0; b < sc; ++b) {
+      const int64_t first = r * cols + b * 16;
+      float block_amax = 0.0f;
+      for (int k = 0; k < 16; ++k) block_amax = std::max(block_amax, std::fabs(x[first + k]));
+      q.scales[r * sc + b] = nvfp4_quantize_block(&x[first], 16, block_amax, g, o.rounding, o.seed,
+                                                  o.offset + static_cast<uint64_t>(first), codes);
+      for (int k = 0; k < 16; ++k) put_code(q, first + k, codes[k]);
+    }
+  }
+}
+
 // NVFP4, 1x16 or 16x16, on values already transformed (RHT) if requested.
 void quantize_nvfp4(std::span<const float> x, QuantizedTensor& q, const QuantOptions& o) {
+  if (o.row_scaled) return quantize_nvfp4_row_scaled(x, q, o);
   q.amax = amax_of(x);
   Nvfp4GlobalScale g = nvfp4_global_scale(q.amax, nvfp4_global_numerator(o));
   q.decode_scale = g.decode;
@@ -285,6 +314,21 @@ float four_over_six_tile_error(const float* r) {
   return c[0] + c[1];
 }
 
+void check_row_scaled(const QuantOptions& o) {
+  if (!o.row_scaled) return;
+  // TE refuses the same (NVFP4Quantizer: "Row-scaled NVFP4 quantization does not support RHT / 2D
+  // quantization / stochastic rounding"; its row-scaled transpose has no 4over6).
+  const char* why = o.format != Format::nvfp4                ? "applies to nvfp4 only"
+                    : o.tile_16x16                            ? "needs 1x16 blocks, not 16x16 tiles"
+                    : o.rht                                   ? "does not combine with the RHT"
+                    : o.rounding == Rounding::stochastic      ? "does not combine with stochastic rounding"
+                    : o.four_over_six                         ? "does not combine with Four Over Six"
+                                                              : nullptr;
+  if (why)
+    throw UsageError(std::string("row-scaled quantization (one global scale per row) ") + why +
+                     " (as in Transformer Engine's row_scaled_nvfp4); format " + std::string(to_string(o.format)));
+}
+
 void validate(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
   if (rows <= 0 || cols <= 0)
     throw UsageError("tensor shape [" + std::to_string(rows) + ", " + std::to_string(cols) + "] is empty");
@@ -300,6 +344,7 @@ void validate(std::span<const float> x, int64_t rows, int64_t cols, const QuantO
   if (o.four_over_six_error != FourOverSixError::mae && o.four_over_six_error != FourOverSixError::mse)
     throw UsageError("four_over_six_error " + std::to_string(static_cast<int>(o.four_over_six_error)) +
                      " is not an error measure: use mae or mse");
+  check_row_scaled(o);
   int64_t block = o.format == Format::nvfp4 ? 16 : (o.format == Format::mxfp4 || o.format == Format::mxfp8) ? 32 : 1;
   if (cols % block != 0)
     throw UsageError("the last dimension (" + std::to_string(cols) + ") is not a multiple of the " + fmt +
@@ -380,7 +425,7 @@ void dequantize_codes(const QuantizedTensor& q, std::span<float> out) {
     uint8_t c = get_code(q, i);
     switch (q.format) {
       case Format::nvfp4:
-        out[i] = e2m1_decode(c) * (e4m3_decode(q.scales[i / bl]) * q.decode_scale);
+        out[i] = e2m1_decode(c) * (e4m3_decode(q.scales[i / bl]) * q.decode_scale_of_row(i / q.cols));
         break;
       case Format::mxfp4: out[i] = e2m1_decode(c) * e8m0_decode(q.scales[i / bl]); break;
       case Format::mxfp8: out[i] = e4m3_decode(c) * e8m0_decode(q.scales[i / bl]); break;

@@ -31,6 +31,10 @@ struct QuantOptions {
   // numerator 2688) or 256 (the paper's, numerator 1536). Any other value is a UsageError.
   FourOverSixError four_over_six_error = FourOverSixError::mae;
   int four_over_six_e4m3_max = 448;
+  // nvfp4 only: one FP32 global scale per row instead of one per tensor (TE's row-scaled NVFP4,
+  // `row_scaled_nvfp4` / recipe `row_scaled_activation`, spec section 4b): row r's S_enc is the
+  // per-tensor formula on that row's amax. 1x16 blocks, no RHT, no SR, no Four Over Six, as TE.
+  bool row_scaled = false;
 };
 
 // What a quantized tensor is, wherever its bytes live: the one description shared by the host
@@ -46,6 +50,7 @@ struct QuantizedLayout {
   // S_enc = nvfp4_global_numerator(*this) / amax in every case.
   FourOverSixError four_over_six_error = FourOverSixError::mae;
   int four_over_six_e4m3_max = 448;
+  bool row_scaled = false;  // as QuantOptions: a global scale per row (QuantizedTensor::row_*)
   int64_t rows = 0, cols = 0;
 
   int64_t block_len() const;            // elements per scale along a row (16, 32, or cols)
@@ -60,8 +65,16 @@ struct QuantizedLayout {
 struct QuantizedTensor : QuantizedLayout {
   std::vector<uint8_t> codes;   // 4-bit formats: rows*cols/2 (packed, low nibble first); 8-bit: rows*cols
   std::vector<uint8_t> scales;  // rows * (cols/block_len): E4M3 (nvfp4) or E8M0 (mx); empty per tensor
-  float amax = 0.0f;            // global amax (of the transformed values when rht)
-  float decode_scale = 1.0f;    // nvfp4: S_dec = 1/S_enc; fp8: 1/scale; mx: 1
+  float amax = 0.0f;            // global amax (of the transformed values when rht); row_scaled: max of row_amax
+  float decode_scale = 1.0f;    // nvfp4: S_dec = 1/S_enc; fp8: 1/scale; mx: 1; row_scaled: 1 (unused)
+  // row_scaled only ([rows] each, empty otherwise): each row's amax (what TE stores as its rowwise
+  // amax vector) and its S_dec = 1 / S_enc(row amax), which the GEMM epilogue applies per row.
+  std::vector<float> row_amax, row_decode_scale;
+
+  // The global decode scale of row r: row_decode_scale[r] when row_scaled, else decode_scale.
+  float decode_scale_of_row(int64_t r) const {
+    return row_scaled ? row_decode_scale[static_cast<size_t>(r)] : decode_scale;
+  }
 
   QuantizedLayout& layout() { return *this; }
   const QuantizedLayout& layout() const { return *this; }

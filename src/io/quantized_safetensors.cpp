@@ -218,6 +218,10 @@ std::optional<BlockShape> parse_block_name(Format f, std::string_view name) {
 
 SafetensorsFile quantized_to_safetensors(const QuantizedTensor& q, uint64_t seed, bool transposed,
                                          NpyDType source_dtype) {
+  // The file format has one amax per tensor; nibble quantize makes no row-scaled tensors.
+  if (q.row_scaled)
+    throw UsageError("a row-scaled NVFP4 tensor (one global scale per row) has no quantized safetensors encoding: "
+                     "quantize it per tensor to save it");
   SafetensorsFile file;
   file.tensors["codes"] = make_tensor(DType::U8, {q.rows, q.row_bytes()}, q.codes);
   if (is_per_tensor_fp8(q.format)) {

@@ -12,7 +12,8 @@ namespace {
 bool same_options(const QuantOptions& a, const QuantOptions& b) {
   return a.format == b.format && a.tile_16x16 == b.tile_16x16 && a.rounding == b.rounding && a.seed == b.seed &&
          a.offset == b.offset && a.rht == b.rht && a.four_over_six == b.four_over_six &&
-         a.four_over_six_error == b.four_over_six_error && a.four_over_six_e4m3_max == b.four_over_six_e4m3_max;
+         a.four_over_six_error == b.four_over_six_error && a.four_over_six_e4m3_max == b.four_over_six_e4m3_max &&
+         a.row_scaled == b.row_scaled;
 }
 
 // [rows, cols] -> [cols, rows]; only for telemetry of the wgrad operands.

@@ -240,6 +240,12 @@ constexpr RecipeKey kRecipeKeys[] = {
      "1536/amax)",
      [](Config& c, Text k, Text v) { c.nvfp4.four_over_six_e4m3_max = parse_four_over_six_e4m3_max(v, k); },
      [](const Config& c) { return std::to_string(c.nvfp4.four_over_six_e4m3_max); }, four_over_six_knob_printed},
+    {"nvfp4.row_scaled_activations", KeyValueKind::boolean,
+     "TE's row_scaled_activation: X (fprop) and X^T (wgrad) get one global scale per row; needs nvfp4.rht=false",
+     [](Config& c, Text k, Text v) { c.nvfp4.row_scaled_activations = parse_bool(k, v); },
+     [](const Config& c) { return boolean_text(c.nvfp4.row_scaled_activations); },
+     // Written only when on, so configs saved before the key existed resume without a difference.
+     [](const Config& c) { return nvfp4_knob_printed(c) && c.nvfp4.row_scaled_activations; }},
     int_knob<&Nvfp4Knobs::bf16_first_layers>("nvfp4.bf16_first_layers", "first blocks kept in BF16 (-1: paper's share)"),
     int_knob<&Nvfp4Knobs::bf16_last_layers>("nvfp4.bf16_last_layers", "last blocks kept in BF16 (-1: paper's share)"),
 };
@@ -300,7 +306,8 @@ std::string describe(const RecipeConfig& c) {
          " nvfp4.weight_2d=" + b(c.nvfp4.weight_2d) + " nvfp4.four_over_six=" + b(c.nvfp4.four_over_six) +
          (c.nvfp4.four_over_six ? " nvfp4.four_over_six_error=" + std::string(to_string(c.nvfp4.four_over_six_error)) +
                                       " nvfp4.four_over_six_e4m3_max=" + std::to_string(c.nvfp4.four_over_six_e4m3_max)
-                                : std::string()) +
+ : std::string()) +
+         (c.nvfp4.row_scaled_activations ? " nvfp4.row_scaled_activations=true" : "") +
          " nvfp4.bf16_first_layers=" + layers(c.nvfp4.bf16_first_layers) +
          " nvfp4.bf16_last_layers=" + layers(c.nvfp4.bf16_last_layers) +
          " gemm_summation=" + std::string(to_string(c.gemm_summation));
@@ -357,8 +364,12 @@ LinearRecipe Recipe::operands(Quantization q, const Nvfp4Knobs& k) {
       dy.rounding = k.stochastic_rounding ? Rounding::stochastic : Rounding::nearest;
       QuantOptions dyt = dy, xt = x;
       dyt.rht = xt.rht = k.rht;
+      // TE's row_scaled_activation: the forward activation's quantizer is row-scaled in both its
+      // usages, X for fprop (a global scale per token) and X^T for wgrad (per input feature).
+      // Weights and gradients keep one per tensor.
+      x.row_scaled = xt.row_scaled = k.row_scaled_activations;
       r.fprop = quantized(x, w);
-      r.dgrad = quantized(dy, w);
+      r.dgrad = quantized(dy, w);  // (dy was copied before x.row_scaled was set)
       r.wgrad = quantized(dyt, xt);
       break;
     }
@@ -373,6 +384,19 @@ void check_four_over_six_knobs(const Nvfp4Knobs& k) {
     throw UsageError("nvfp4.four_over_six_error=" + std::string(to_string(k.four_over_six_error)) +
                      " / nvfp4.four_over_six_e4m3_max=" + std::to_string(k.four_over_six_e4m3_max) +
                      " apply only with nvfp4.four_over_six=true: set it or drop them");
+}
+
+// The combinations Transformer Engine refuses with row_scaled_activation (NVFP4Quantizer: a
+// row-scaled quantizer takes no RHT; its transposed, wgrad copy has no Four Over Six).
+void check_row_scaled_activations(const Nvfp4Knobs& k) {
+  if (!k.row_scaled_activations) return;
+  if (k.rht)
+    throw UsageError("nvfp4.row_scaled_activations=true does not combine with nvfp4.rht=true: X^T, the wgrad operand "
+                     "the RHT transforms, is row-scaled too, and Transformer Engine's row-scaled quantizer refuses the "
+                     "RHT; set nvfp4.rht=false");
+  if (k.four_over_six)
+    throw UsageError("nvfp4.row_scaled_activations=true does not combine with nvfp4.four_over_six=true: Transformer "
+                     "Engine's row-scaled transposed quantization (X^T for wgrad) has no Four Over Six; drop one");
 }
 
 // The BF16 blocks of an nvfp4 recipe over `layers` blocks: {first, last}.
@@ -501,10 +525,17 @@ Recipe::Recipe(const RecipeConfig& config, int layers, const std::vector<LinearS
   check_rules_decide();
   const std::string recipe_text = "quantization=" + std::string(to_string(q)) +
                                   (config.precision_map.empty() ? "" : " and the precision_map");
+  if (config.nvfp4.row_scaled_activations && !uses(Quantization::nvfp4))
+    throw UsageError("nvfp4.row_scaled_activations=true applies to quantization=nvfp4 (one FP32 scale per row of an "
+                     "NVFP4 activation), and no linear runs in NVFP4 under " + recipe_text +
+                     ": set quantization=nvfp4 or drop the key");
   if (config.nvfp4_knobs_given && !uses(Quantization::nvfp4))
     throw UsageError("nvfp4.* knobs were given but no linear runs in NVFP4 under " + recipe_text +
                      ": set quantization=nvfp4 (or a precision_map rule =nvfp4) or drop the nvfp4.* keys");
-  if (uses(Quantization::nvfp4)) check_four_over_six_knobs(config.nvfp4);
+  if (uses(Quantization::nvfp4)) {
+    check_four_over_six_knobs(config.nvfp4);
+    check_row_scaled_activations(config.nvfp4);
+  }
   if (!(config.precision_switch_at >= 0.0 && config.precision_switch_at <= 1.0))
     throw UsageError("precision_switch_at=" + std::to_string(config.precision_switch_at) +
                      " is outside [0, 1]: it is the fraction of training after which all GEMMs run in BF16 "

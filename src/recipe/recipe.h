@@ -68,6 +68,10 @@ struct Nvfp4Knobs {
   // resolved config may write back, are accepted.
   FourOverSixError four_over_six_error = FourOverSixError::mae;
   int four_over_six_e4m3_max = 448;
+  // TE's NVFP4BlockScaling(row_scaled_activation=True) (TE PRs #2931, #3206): the activation X gets
+  // one FP32 global scale per row, for fprop per token and for wgrad's X^T per input feature.
+  // Refused with rht (TE's row-scaled quantizer takes none) and four_over_six (spec section 4).
+  bool row_scaled_activations = false;
   int bf16_first_layers = -1;  // -1: round(2/62 * layers)
   int bf16_last_layers = -1;   // -1: max(1, round(8/62 * layers))
 };

@@ -43,7 +43,7 @@ class Context {
   size_t blas_workspace_bytes() const { return blas_workspace_.bytes(); }
 
   // Scratch slots, each a byte buffer reused across calls (contents are not kept between users).
-  enum class Scratch { operand_a, operand_b, scales_a, scales_b, scalars, staging, count };
+  enum class Scratch { operand_a, operand_b, scales_a, scales_b, scalars, staging, product, count };  // product: row-scaled GEMMs
   uint8_t* scratch(Scratch slot, size_t bytes);
 
  private:

@@ -4,6 +4,7 @@
 // Layout: cuBLASLt is column-major. A row-major C[M,N] is the column-major C^T[N,M], and
 // C^T = B . A^T, so cuBLASLt's "A" is our b (stored [N,K] row-major = column-major [K,N], used
 // transposed) and its "B" is our a (column-major [K,M], not transposed): m = N, n = M, "TN".
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -152,17 +153,26 @@ cudaDataType fp8_type(Format f) { return f == Format::fp8_e4m3 ? CUDA_R_8F_E4M3 
 
 }  // namespace
 
-GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha, Output output,
-              Context& ctx) {
+namespace {
+GemmPath gemm_per_tensor_factors(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha,
+                                 Output output, Context& ctx) {
   check_gemm_operands(a.format, a.rows, a.cols, b.format, b.rows, b.cols, ldc, a.rht, b.rht);
   const int64_t M = a.rows, N = b.rows, K = a.cols;
+  // A row-scaled operand's globals[1] is 1: the GEMM below runs on the per-tensor factors into a
+  // scratch product, and the epilogue applies the per-row ones (cuBLASLt has no per-row alpha).
+  const bool row_scaled = a.row_scaled || b.row_scaled;
+  if (row_scaled) {
+    c = reinterpret_cast<float*>(ctx.scratch(Context::Scratch::product, static_cast<size_t>(M * N) * sizeof(float)));
+    ldc = N;
+  }
+  const bool accumulate_here = output == Output::accumulate && !row_scaled;
   const GemmShape shape{M, N, K, ldc};
   const DeviceInfo& dev = ctx.device();
   GemmPath path = choose_gemm_path(a.format, b.format, shape, dev.cc_major, dev.cc_minor);
 
   float* alpha_beta = reinterpret_cast<float*>(ctx.scratch(Context::Scratch::scalars, 2 * sizeof(float)));
   NIBBLE_LAUNCH(1, 1, 0, ctx.stream(), gemm_kernels::fold_alpha_kernel)(
-      a.globals.data(), b.globals.data(), alpha, output == Output::accumulate ? 1.0f : 0.0f, alpha_beta);
+      a.globals.data(), b.globals.data(), alpha, accumulate_here ? 1.0f : 0.0f, alpha_beta);
   NIBBLE_CUDA_CHECK_LAUNCH();
 
   // cuBLASLt may lack kernels that read alpha from the device for some narrow-type combinations:
@@ -198,6 +208,29 @@ GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int6
   dequantize_block_scaled_bf16(a, a16, ctx);
   dequantize_block_scaled_bf16(b, b16, ctx);
   gemm_bf16(Trans::no, Trans::yes, M, N, K, 0.0f, a16, K, b16, K, 0.0f, c, ldc, ctx, alpha_beta);
+  return path;
+}
+
+}  // namespace
+
+GemmPath gemm(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha, Output output,
+              Context& ctx) {
+  for (const DeviceQuantized* q : {&a, &b})
+    if (q->row_scaled && static_cast<int64_t>(q->row_globals.size()) != 2 * q->rows)
+      throw UsageError("a row-scaled GEMM operand needs its per-row amax and decode scales (" + std::to_string(q->rows) +
+                       " rows)");
+  GemmPath path = gemm_per_tensor_factors(a, b, c, ldc, alpha, output, ctx);
+  if (a.row_scaled || b.row_scaled) {
+    const int64_t M = a.rows, N = b.rows;
+    const float* product = reinterpret_cast<const float*>(
+        ctx.scratch(Context::Scratch::product, static_cast<size_t>(M * N) * sizeof(float)));  // what it wrote
+    const int threads = 256;
+    const int64_t blocks = std::min<int64_t>((M * N + threads - 1) / threads, int64_t{65535});
+    NIBBLE_LAUNCH(static_cast<unsigned>(blocks), threads, 0, ctx.stream(), gemm_kernels::row_scale_epilogue_kernel)(
+        product, M, N, a.row_scaled ? a.row_globals.data() + M : nullptr, b.row_scaled ? b.row_globals.data() + N : nullptr,
+        output == Output::accumulate, c, ldc);
+    NIBBLE_CUDA_CHECK_LAUNCH();
+  }
   return path;
 }
 

@@ -9,6 +9,9 @@
 //                  an e2m1 x e4m3 product has at most 6 significant bits) and run a cuBLASLt BF16
 //                  GEMM with FP32 accumulation; the global scales go into alpha. NVFP4 numerics up
 //                  to summation order.
+// A row-scaled NVFP4 operand (TE's row_scaled_nvfp4) runs the same paths with its per-tensor factor
+// 1 into a scratch [M, N] product, then an epilogue kernel multiplies output (m, n) by A's S_dec[m]
+// and B's S_dec[n] (and adds C for Output::accumulate), as TE's row-scaled GEMM does.
 #pragma once
 #include <cstdint>
 #include <string_view>

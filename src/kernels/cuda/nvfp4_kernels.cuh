@@ -32,6 +32,10 @@ struct Nvfp4Side {
   uint8_t* scales = nullptr;
   const float* amax = nullptr;  // device scalar written by the amax pass
   float* decode_out = nullptr;  // device scalar: S_dec, written once
+  // Row-scaled NVFP4 (the row side only): [rows] device vectors, each row's amax (written by the
+  // row amax pass) and its S_dec (written here). Null: one global scale per tensor (amax above).
+  const float* row_amax = nullptr;
+  float* row_decode_out = nullptr;
   bool rht = false;
   bool stochastic = false;
   dm::FourOverSix four_over_six = dm::FourOverSix::off;  // with its error measure when on
@@ -221,6 +225,13 @@ __global__ void __launch_bounds__(16 * kTilesPerBlock) nvfp4_tile_kernel(Nvfp4Ti
       }
       uint8_t codes[16];
       const uint64_t first = p.row.offset + static_cast<uint64_t>(r * cols + b * 16);
+      // Row-scaled: this row's own global scale (section 3's chain on the row alone); the thread of
+      // the row's first block records its S_dec. (Row scaling has 1x16 blocks and no Four Over Six.)
+      dm::GlobalScale g = row_g;
+      if (p.row.row_amax != nullptr && valid) {
+        g = dm::nvfp4_global_scale(p.row.row_amax[r], p.row.numerator);
+        if (b == 0) p.row.row_decode_out[r] = g.decode;
+      }
       if (tile_four_over_six) {
         // Every lane of the warp takes part in the shuffles (invalid rows hold zeros and count 0).
         // The xor butterfly sums the row errors in _sum_4over6_2d_error's tree order (see
@@ -238,7 +249,7 @@ __global__ void __launch_bounds__(16 * kTilesPerBlock) nvfp4_tile_kernel(Nvfp4Ti
         for (int k = 0; k < 16; ++k) codes[k] = map4 ? c.codes4[k] : c.codes6[k];
         row_scale = map4 ? c.scales.map4 : c.scales.map6;
       } else if (valid) {
-        row_scale = quantize_block<kSet>(w, block_amax, row_g, p.row, first, codes);
+        row_scale = quantize_block<kSet>(w, block_amax, g, p.row, first, codes);
       }
       if (valid) {
         store_codes16(p.row.codes + r * (cols / 2) + b * 8, codes);

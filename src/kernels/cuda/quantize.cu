@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "format/quantize.h"
 #include "kernels/cuda/nvfp4_kernels.cuh"
 #include "kernels/cuda/quantize.h"
 
@@ -102,6 +103,37 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const InT* x, int64_t ro
   if (kOver != AmaxOver::values && plain_out != nullptr) block_max_to_global(plain, plain_out);
 }
 
+// Row-scaled NVFP4: max |x| of each row into row_amax[r] (one thread block per row, grid-striding
+// over rows), the tensor's maximum into globals[0] and 1 into globals[1] (the per-row S_dec carry the
+// global scale), and the first non-finite index as amax_kernel records it.
+template <typename InT>
+__global__ void __launch_bounds__(kThreads) row_amax_kernel(const InT* x, int64_t rows, int64_t cols, float* row_amax,
+                                                            float* globals, unsigned long long* first_bad) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) globals[1] = 1.0f;
+  __shared__ float warp_max[kThreads / 32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float m = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float v = detail::load1(x + r * cols + c);
+      note_nonfinite(v, r * cols + c, first_bad);
+      m = dm::max_f(m, dm::abs_f(v));
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) m = dm::max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) warp_max[warp] = m;
+    __syncthreads();
+    if (warp == 0) {
+      m = lane < static_cast<int>(blockDim.x / 32) ? warp_max[lane] : 0.0f;
+      for (int offset = 16; offset > 0; offset >>= 1) m = dm::max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+      if (lane == 0) {
+        row_amax[r] = m;  // a maximum: the same value in any reduction order
+        atomicMax(reinterpret_cast<unsigned int*>(globals), __float_as_uint(m));
+      }
+    }
+    __syncthreads();  // warp_max is reused by the next row
+  }
+}
+
 // ------------------------------------------------------------------ MX and FP8 ---------------------
 template <typename InT>
 __global__ void __launch_bounds__(kThreads) mx_kernel(const InT* x, int64_t n, bool fp4, bool stochastic,
@@ -168,6 +200,8 @@ struct DequantParams {
   const uint8_t* scales;
   const float* globals;
   bool inverse_rht;
+  const float* row_decode = nullptr;  // row-scaled NVFP4: [rows] S_dec, else null (globals[1])
+  int64_t cols = 0;
 };
 
 __device__ __forceinline__ uint8_t code_at(const DequantParams& p, int64_t i) {
@@ -185,7 +219,8 @@ __device__ __forceinline__ float dequantize_one(const DequantParams& p, int64_t 
   switch (p.format) {
     case Format::nvfp4: {
       const float s = dm::e4m3_decode(p.scales[i / p.block_len]);
-      return dm::nb_mul(dm::e2m1_value(c), global ? dm::nb_mul(s, p.globals[1]) : s);
+      const float decode = p.row_decode != nullptr ? p.row_decode[i / p.cols] : p.globals[1];
+      return dm::nb_mul(dm::e2m1_value(c), global ? dm::nb_mul(s, decode) : s);
     }
     case Format::mxfp4: return dm::nb_mul(dm::e2m1_value(c), dm::e8m0_decode(p.scales[i / p.block_len]));
     case Format::mxfp8: return dm::nb_mul(dm::e4m3_decode(c), dm::e8m0_decode(p.scales[i / p.block_len]));
@@ -281,6 +316,7 @@ DeviceQuantized make_header(int64_t rows, int64_t cols, const QuantOptions& o, C
   if (q.block != BlockShape::per_tensor) q.scales = DeviceBuffer<uint8_t>(static_cast<size_t>(q.scale_bytes()), ctx.stream());
   q.globals = DeviceBuffer<float>(2, ctx.stream());
   q.globals.fill_zero();  // amax accumulates with atomicMax from 0
+  if (q.row_scaled) q.row_globals = DeviceBuffer<float>(static_cast<size_t>(2 * rows), ctx.stream());
   return q;
 }
 
@@ -366,8 +402,13 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
   DeviceQuantized q = make_header(rows, cols, o, ctx);
   FiniteCheck check(ctx);
   const bool rht_amax = o.format == Format::nvfp4 && o.rht;
-  const bool amax_given = kopt.given_amax != nullptr;
-  if (amax_given)
+  // Row-scaled tensors always take their own per-row amax pass (a given amax is a tensor's).
+  const bool amax_given = kopt.given_amax != nullptr && !o.row_scaled;
+  if (o.row_scaled) {
+    NIBBLE_LAUNCH(grid_for(rows * kThreads, ctx), kThreads, 0, ctx.stream(), row_amax_kernel<InT>)(
+        x, rows, cols, q.row_globals.data(), q.globals.data(), check.first_bad.data());
+    NIBBLE_CUDA_CHECK_LAUNCH();
+  } else if (amax_given)
     NIBBLE_CUDA_CHECK(cudaMemcpyAsync(q.globals.data(), kopt.given_amax, sizeof(float), cudaMemcpyDeviceToDevice,
                                       ctx.stream()));
   else
@@ -382,6 +423,11 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
       p.cols = cols;
       p.row_tile16 = o.tile_16x16;
       p.row = side_for(q, o);
+      if (o.row_scaled) {
+        p.row.row_amax = q.row_globals.data();
+        p.row.row_decode_out = q.row_globals.data() + rows;
+        p.row.decode_out = nullptr;  // globals[1] stays 1 (row_amax_kernel)
+      }
       launch_nvfp4(p, std::is_same_v<InT, __nv_bfloat16>, ctx, kopt);
       break;
     }
@@ -405,10 +451,38 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
 }
 
 template <typename InT>
+DeviceQuantized transpose_then_quantize(const InT* x, int64_t rows, int64_t cols, const QuantOptions& o, Context& ctx,
+                                        const KernelOptions& kopt) {
+  require_aligned(x, "the input tensor");
+  DeviceBuffer<InT> t(static_cast<size_t>(rows * cols), ctx.stream());
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
+                  static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, NIBBLE_CUDA_MAX_GRID_Y)));
+  NIBBLE_LAUNCH(grid, dim3(32, 8), 0, ctx.stream(), transpose_kernel<InT>)(x, rows, cols, t.data());
+  NIBBLE_CUDA_CHECK_LAUNCH();
+  KernelOptions column_kopt = kopt;
+  column_kopt.given_amax = kopt.given_column_amax;
+  return quantize_rowwise(static_cast<const InT*>(t.data()), cols, rows, o, ctx, column_kopt);
+}
+
+// Either side row-scaled (TE's row_scaled_activation: X and X^T): each copy on its own, the
+// column-wise one as the row-wise quantization of x^T (its rows are the columns of x, each with
+// its own amax), the reference's definition of the column-wise copy.
+template <typename InT>
+QuantizedPair quantize_pair_row_scaled(const InT* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                                       const QuantOptions& col_opt, bool want_rows, Context& ctx,
+                                       const KernelOptions& kopt) {
+  QuantizedPair out;
+  if (want_rows) out.rowwise = quantize_rowwise(x, rows, cols, row_opt, ctx, kopt);
+  out.columnwise = transpose_then_quantize(x, rows, cols, col_opt, ctx, kopt);
+  return out;
+}
+
+template <typename InT>
 QuantizedPair quantize_pair(const InT* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
                             const QuantOptions& col_opt, bool want_rows, Context& ctx, const KernelOptions& kopt) {
   if (row_opt.format != Format::nvfp4 || col_opt.format != Format::nvfp4)
     throw UsageError("the fused row-wise + column-wise quantization is for nvfp4; quantize other formats twice");
+  if (row_opt.row_scaled || col_opt.row_scaled) return quantize_pair_row_scaled(x, rows, cols, row_opt, col_opt, want_rows, ctx, kopt);
   if (want_rows) validate_shape(rows, cols, row_opt);
   validate_shape(cols, rows, col_opt);  // the column-wise copy is [cols, rows]: blocks run along rows
   if (rows % 16 != 0 || cols % 16 != 0)
@@ -476,7 +550,10 @@ QuantizedPair quantize_pair(const InT* x, int64_t rows, int64_t cols, const Quan
 }
 
 DequantParams dequant_params(const DeviceQuantized& q) {
-  return {q.format, q.rows * q.cols, q.block_len(), q.codes.data(), q.scales.data(), q.globals.data(), q.rht};
+  return {q.format,         q.rows * q.cols, q.block_len(),
+          q.codes.data(),   q.scales.data(), q.globals.data(),
+          q.rht,            q.row_scaled ? q.row_globals.data() + q.rows : nullptr,
+          q.cols};
 }
 
 }  // namespace
@@ -509,6 +586,7 @@ void validate_shape(int64_t rows, int64_t cols, const QuantOptions& o) {
                      " block size " + std::to_string(block) + ": pad or crop the tensor to a multiple of " +
                      std::to_string(block) + " (nibble does not pad silently)");
   if (is_4bit(o.format) && cols % 2 != 0) throw UsageError("4-bit formats need an even number of columns");
+  ref::check_row_scaled(o);  // the reference's refusals and message
 }
 
 DeviceQuantized quantize(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt, Context& ctx,
@@ -538,12 +616,9 @@ DeviceQuantized quantize_transposed(const float* x, int64_t rows, int64_t cols, 
     return std::move(pair.columnwise);
   }
   // Other formats and shapes: transpose on the device, then quantize row-wise (what the reference does).
-  require_aligned(x, "the input tensor");
-  DeviceBuffer<float> t(static_cast<size_t>(rows * cols), ctx.stream());
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, NIBBLE_CUDA_MAX_GRID_Y)));
-  NIBBLE_LAUNCH(grid, dim3(32, 8), 0, ctx.stream(), transpose_kernel<float>)(x, rows, cols, t.data());
-  NIBBLE_CUDA_CHECK_LAUNCH();
-  return quantize_rowwise(static_cast<const float*>(t.data()), cols, rows, opt, ctx, kopt);
+  KernelOptions column_kopt = kopt;  // transpose_then_quantize reads the column-wise amax
+  column_kopt.given_column_amax = kopt.given_amax;
+  return transpose_then_quantize(x, rows, cols, opt, ctx, column_kopt);
 }
 
 void amax(const float* x, int64_t n, float* amax_out, Context& ctx) {
@@ -585,6 +660,11 @@ QuantizedTensor to_host(const DeviceQuantized& q) {
   const std::vector<float> globals = q.globals.download();
   h.amax = globals[0];
   h.decode_scale = globals[1];
+  if (q.row_scaled) {
+    const std::vector<float> rg = q.row_globals.download();  // [row amax..., row S_dec...]
+    h.row_amax.assign(rg.begin(), rg.begin() + q.rows);
+    h.row_decode_scale.assign(rg.begin() + q.rows, rg.end());
+  }
   return h;
 }
 
@@ -595,6 +675,14 @@ DeviceQuantized to_device(const QuantizedTensor& h, Context& ctx) {
   q.scales = DeviceBuffer<uint8_t>::from_host(h.scales, ctx.stream());
   const float globals[2] = {h.amax, h.decode_scale};
   q.globals = DeviceBuffer<float>::from_host(std::span<const float>(globals, 2), ctx.stream());
+  if (h.row_scaled) {
+    if (static_cast<int64_t>(h.row_amax.size()) != h.rows || static_cast<int64_t>(h.row_decode_scale.size()) != h.rows)
+      throw UsageError("a row-scaled tensor needs one amax and one decode scale per row (" + std::to_string(h.rows) +
+                       " rows)");
+    std::vector<float> rg(h.row_amax);
+    rg.insert(rg.end(), h.row_decode_scale.begin(), h.row_decode_scale.end());
+    q.row_globals = DeviceBuffer<float>::from_host(std::span<const float>(rg), ctx.stream());
+  }
   return q;
 }
 

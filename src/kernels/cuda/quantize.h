@@ -20,7 +20,9 @@ namespace nibble::cuda {
 struct DeviceQuantized : QuantizedLayout {
   DeviceBuffer<uint8_t> codes;   // as QuantizedTensor::codes
   DeviceBuffer<uint8_t> scales;  // row-major [rows, scale_cols] (not swizzled)
-  DeviceBuffer<float> globals;   // [0] amax, [1] decode scale (S_dec for nvfp4, 1/scale for fp8, 1 for mx)
+  DeviceBuffer<float> globals;   // [0] amax, [1] decode scale (S_dec for nvfp4, 1/scale for fp8, 1 for mx;
+                                 // 1 for row-scaled nvfp4)
+  DeviceBuffer<float> row_globals;  // row_scaled only: [2 * rows], each row's amax, then each row's S_dec
 
   QuantizedLayout& layout() { return *this; }
   const QuantizedLayout& layout() const { return *this; }

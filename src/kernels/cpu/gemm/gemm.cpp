@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "format/gemm_rules.h"
 #include "kernels/cpu/common/cpu_features.h"
@@ -51,6 +52,10 @@ void check_storage(const QuantizedTensor& q, const char* name) {
   if (static_cast<int64_t>(q.codes.size()) != q.rows * q.row_bytes())
     throw UsageError(std::string("gemm: operand ") + name + " (" + describe(q) + ") holds " + std::to_string(q.codes.size()) +
                      " code bytes, expected " + std::to_string(q.rows * q.row_bytes()));
+  if (q.row_scaled && (q.format != Format::nvfp4 || static_cast<int64_t>(q.row_decode_scale.size()) != q.rows))
+    throw UsageError(std::string("gemm: operand ") + name + " (" + describe(q) + ") is row-scaled but holds " +
+                     std::to_string(q.row_decode_scale.size()) + " row decode scales for " + std::to_string(q.rows) +
+                     " rows (row scaling is an nvfp4 layout)");
   const int64_t want_scales = q.block == BlockShape::per_tensor || block_len == 0 ? 0 : q.rows * (q.cols / block_len);
   if (static_cast<int64_t>(q.scales.size()) != want_scales)
     throw UsageError(std::string("gemm: operand ") + name + " (" + describe(q) + ") holds " + std::to_string(q.scales.size()) +
@@ -93,11 +98,37 @@ Family validate_operands(const QuantizedTensor& a, const QuantizedTensor& b, con
 
 namespace {
 
-// The factors applied once at the end: alpha, the two global decode scales, and 1/4 for the
-// doubled E2M1 codes of the int8 kernels (the BF16 panels hold the E2M1 values themselves).
-float output_scale(const QuantizedTensor& a, const QuantizedTensor& b, float alpha, bool doubled_codes) {
-  float s = alpha * a.decode_scale * b.decode_scale;
-  return doubled_codes ? s * 0.25f : s;
+// The factor applied once at the end to output (m, n): (alpha * S_decA) * S_decB, times 1/4 for the
+// doubled E2M1 codes of the int8 kernels (the BF16 panels hold the E2M1 values themselves). A
+// row-scaled operand (QuantizedTensor::row_scaled) has one S_dec per row: A's per output row m,
+// B's per output column n; per tensor the factor is the same FP32 product as ever.
+struct OutputScale {
+  float a = 1.0f, b = 1.0f;          // alpha * S_decA, S_decB (per tensor)
+  const float* a_rows = nullptr;     // [M] alpha * S_decA[m], or null
+  const float* b_rows = nullptr;     // [N] S_decB[n], or null
+  bool quarter = false;
+  static OutputScale uniform(float alpha) { return {alpha, 1.0f, nullptr, nullptr, false}; }
+  float of_row(int64_t m) const { return a_rows ? a_rows[m] : a; }
+  // The factor of a whole output row when B has one S_dec.
+  float of_row_uniform(int64_t m) const {
+    const float s = of_row(m) * b;
+    return quarter ? s * 0.25f : s;
+  }
+};
+
+// storage keeps the per-row factors that the returned OutputScale points into.
+OutputScale output_scale(const QuantizedTensor& a, const QuantizedTensor& b, float alpha, bool doubled_codes,
+                         std::vector<float>& storage) {
+  OutputScale s{alpha * a.decode_scale, b.decode_scale, nullptr, nullptr, doubled_codes};
+  storage.clear();
+  if (a.row_scaled) {
+    for (int64_t m = 0; m < a.rows; ++m) storage.push_back(alpha * a.decode_scale_of_row(m));
+  }
+  const size_t b_first = storage.size();
+  if (b.row_scaled) storage.insert(storage.end(), b.row_decode_scale.begin(), b.row_decode_scale.end());
+  if (a.row_scaled) s.a_rows = storage.data();
+  if (b.row_scaled) s.b_rows = storage.data() + b_first;
+  return s;
 }
 
 using PackQuantized = void (*)(const QuantizedTensor&, int64_t, uint8_t*);
@@ -194,6 +225,25 @@ NIBBLE_SIMD_CLONES void write_scaled(const float* __restrict in, int64_t cols, f
   }
 }
 
+// out = ((row * col[j]) [* 1/4]) * in (+ out): the epilogue of a row-scaled B (one factor per column).
+NIBBLE_SIMD_CLONES void write_scaled_columns(const float* __restrict in, int64_t cols, float row, const float* __restrict col,
+                                             bool quarter, bool accumulate, float* __restrict out) {
+  const float q = quarter ? 0.25f : 1.0f;  // exact: a power of two (x * 1 leaves x unchanged)
+  if (accumulate) {
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) out[j] = ((row * col[j]) * q) * in[j] + out[j];
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) out[j] = ((row * col[j]) * q) * in[j];
+  }
+}
+
+// One row of a macro tile into C: columns [n0, n0 + cols) of output row m.
+void write_row(const float* in, int64_t m, int64_t n0, int64_t cols, const OutputScale& s, bool accumulate, float* c_row) {
+  if (s.b_rows) return write_scaled_columns(in, cols, s.of_row(m), s.b_rows + n0, s.quarter, accumulate, c_row);
+  write_scaled(in, cols, s.of_row_uniform(m), accumulate, c_row);
+}
+
 void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate) {
   if (accumulate) return;  // alpha * 0 + C == C
   for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
@@ -212,8 +262,8 @@ namespace {
 // Packs both operands into panels, then computes C macro tile by macro tile (see the top of this
 // file). pack_a(panel_row0, dst) / pack_b(panel_row0, dst) fill one panel of plan.mr / plan.nr rows.
 template <class PackA, class PackB>
-void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_a, PackB pack_b, float out_scale,
-              bool accumulate, float* c, int64_t ldc) {
+void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_a, PackB pack_b,
+              const OutputScale& out_scale, bool accumulate, float* c, int64_t ldc) {
   const int64_t mr = plan.mr, nr = plan.nr;
   const int64_t a_panels = (M + mr - 1) / mr, b_panels = (N + nr - 1) / nr;
   const int64_t a_panel_bytes = units * plan.a_unit_bytes, b_panel_bytes = units * plan.b_unit_bytes;
@@ -269,7 +319,8 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
       if (plan.tiles == Plan::Tiles::bf16) {  // macro-tile rows are contiguous in the scratch
         const int64_t m0 = ia0 * mr, n0 = ib0 * nr;
         const int64_t rows = std::min(ia_count * mr, M - m0), cols = std::min(ib_count * nr, N - n0);
-        for (int64_t r = 0; r < rows; ++r) write_scaled(scratch + r * kTileCols, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
+        for (int64_t r = 0; r < rows; ++r)
+          write_row(scratch + r * kTileCols, m0 + r, n0, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
         continue;
       }
       for (int64_t ia = 0; ia < ia_count; ++ia) {
@@ -278,7 +329,7 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
           for (int64_t jb = 0; jb < ib_count; ++jb) {
             const float* acc = scratch + (ia * tile_col_panels + jb) * micro_tile_floats;
             const int64_t n0 = (ib0 + jb) * nr, cols = std::min(nr, N - n0);
-            write_scaled(acc + r * nr, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
+            write_row(acc + r * nr, m0 + r, n0, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
           }
         }
       }
@@ -309,7 +360,8 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
   const bool bf16_pairs = fp32_kernel == Fp32ProductsKernel::bf16_pairs;
   const Plan plan = bf16_pairs ? bf16_pair_plan(&pack_bf16_pair_fp8_a_panel, &pack_bf16_pair_fp8_b_panel)
                                : make_plan(family, a, b, active_isa(), bf16_tiles);
-  const float out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles);
+  std::vector<float> row_factors;
+  const OutputScale out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles, row_factors);
   const int64_t units = (a.cols + plan.unit_k - 1) / plan.unit_k;  // the BF16 unit (32) may pad one 16-block
   run_plan(
       plan, a.rows, b.rows, units, [&](int64_t row0, uint8_t* dst) { plan.pack_a(a, row0, dst); },
@@ -328,14 +380,15 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
   if (amx_bf16_active()) {
     return run_plan(
         bf16_plan(), M, N, bf16_units(K), [&](int64_t row0, uint8_t* dst) { pack_bf16_a_panel(ao, row0, dst); },
-        [&](int64_t row0, uint8_t* dst) { pack_bf16_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+        [&](int64_t row0, uint8_t* dst) { pack_bf16_b_panel(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f, c, ldc);
   }
   // AVX512-BF16: vdpbf16ps on BF16-pair panels, each output summed pair by pair in k order by the
   // one thread that owns it.
   if (isa >= Isa::avx512bf16) {
     return run_plan(
         bf16_pair_plan(), M, N, (K + 1) / 2, [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_a_panel(ao, row0, dst); },
-        [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_b_panel(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+        [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_b_panel(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f,
+        c, ldc);
   }
   // Otherwise the f32 family on operands rounded to BF16 while packing. A BF16 x BF16 product is
   // exact in FP32, so every ISA variant (FMA or mul + add) gives the same bits, summed in k order by
@@ -345,7 +398,7 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
   const PackF32 pack_b = simd ? &pack_f32_bf16_rounded_b_panel_avx2 : &pack_f32_bf16_rounded_b_panel;
   run_plan(
       f32_plan(isa), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_a(ao, row0, dst); },
-      [&](int64_t row0, uint8_t* dst) { pack_b(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+      [&](int64_t row0, uint8_t* dst) { pack_b(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f, c, ldc);
 }
 
 void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
@@ -359,7 +412,7 @@ void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float 
   const PackF32 pack_b = simd ? &pack_f32_b_panel_avx2 : static_cast<PackF32>(&pack_f32_b_panel);
   run_plan(
       f32_plan(isa), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_a(ao, row0, dst); },
-      [&](int64_t row0, uint8_t* dst) { pack_b(bo, row0, dst); }, alpha, beta != 0.0f, c, ldc);
+      [&](int64_t row0, uint8_t* dst) { pack_b(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f, c, ldc);
 }
 }  // namespace gemm_detail
 

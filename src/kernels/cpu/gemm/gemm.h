@@ -2,7 +2,9 @@
 //   C[M,N] = alpha * A[M,K] . B[N,K]^T   (+ C when Output::accumulate)
 // with FP32 output. For NVFP4 each 16-element partial product is exact (E2M1*2 are small
 // integers), is multiplied by sA*sB and accumulated in FP32; the global factor
-// amaxA*amaxB/2688^2 (decode_scale_A * decode_scale_B) is applied once at the end.
+// amaxA*amaxB/2688^2 (decode_scale_A * decode_scale_B) is applied once at the end; a row-scaled
+// operand (TE's row-scaled NVFP4) brings one decode scale per row instead: C[m,n] takes
+// (alpha * S_decA[m]) * S_decB[n] in that epilogue.
 // FP32 and BF16 GEMMs run nibble's packed FMA / BF16 kernels, which are bitwise the same for any
 // thread count (training promises that; oneDNN's blocking follows the thread count); oneDNN's matmul
 // stays available for comparisons (gemm_f32_onednn, gemm_bf16_onednn).

@@ -1,6 +1,7 @@
 // nibble::ref::gemm: the spec in code. Every block product is formed exactly (in FP64, where
 // products of E2M1/E4M3/E5M2 values are exact and a block's sum is exact or nearly so), multiplied
-// by both block scales, summed in FP64 and multiplied by the global decode scales at the end.
+// by both block scales, summed in FP64 and multiplied by the global decode scales at the end (a
+// row-scaled operand's of the output's row or column).
 #include <cmath>
 #include <vector>
 
@@ -50,9 +51,10 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, double* c, int64_t
   std::vector<double> av, as, bv, bs;
   decode(a, av, as);
   decode(b, bv, bs);
-  const double global = static_cast<double>(a.decode_scale) * b.decode_scale;
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
+      // Per tensor, or per row of a row-scaled operand (A's row m, B's row n).
+      const double global = static_cast<double>(a.decode_scale_of_row(m)) * b.decode_scale_of_row(n);
       double sum = 0.0;
       for (int64_t bl = 0; bl < blocks; ++bl) {
         const double* x = &av[m * K + bl * block_len];

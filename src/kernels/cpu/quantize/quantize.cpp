@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cfloat>
@@ -85,6 +86,9 @@ bool shape_and_options_ok(size_t size, int64_t rows, int64_t cols, const QuantOp
   if (o.rounding == Rounding::stochastic && !is_4bit(o.format)) return false;
   if (cols % block_of_format(o.format) != 0) return false;
   if (is_4bit(o.format) && cols % 2 != 0) return false;
+  if (o.row_scaled && (o.format != Format::nvfp4 || o.tile_16x16 || o.rht || o.rounding == Rounding::stochastic ||
+                       o.four_over_six))
+    return false;
   return true;
 }
 
@@ -106,6 +110,8 @@ void make_header(int64_t rows, int64_t cols, const QuantOptions& o, QuantizedTen
   q.scales.resize(static_cast<size_t>(q.scale_bytes()));
   q.amax = 0.0f;
   q.decode_scale = 1.0f;
+  q.row_amax.resize(o.row_scaled ? static_cast<size_t>(rows) : 0);
+  q.row_decode_scale.resize(o.row_scaled ? static_cast<size_t>(rows) : 0);
 }
 
 uint32_t parallel_max_abs_bits(const Kernels& k, const float* x, int64_t n) {
@@ -121,19 +127,30 @@ constexpr uint32_t kRhtFiniteInputBits = 0x7C800000u;
 // What the NVFP4 encode pass needs besides the input: the global scale from the amax and the
 // per-scale-code tables (computed with the scalar codecs, so they are the reference's numbers).
 struct Nvfp4Encoding {
-  float enc_of_scale[256], value_of_scale[256];
+  float enc_of_scale[256];
   kernels::Nvfp4Job job;
 };
 
-void prepare_nvfp4(float amax, bool rht_finite, const QuantOptions& o, QuantizedTensor& q, Nvfp4Encoding& e) {
+// e4m3_decode of every byte, computed once: with std::ldexp per entry, building this table for every
+// row of a row-scaled tensor cost many times the row's quantization (docs/benchmarks.md).
+const float* e4m3_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int s = 0; s < 256; ++s) t[static_cast<size_t>(s)] = e4m3_decode(static_cast<uint8_t>(s));
+    return t;
+  }();
+  return table.data();
+}
+
+// The job and tables of a global scale from `amax`; *amax_out and *decode_out get the tensor's (or,
+// row-scaled, the row's) amax and S_dec.
+void prepare_nvfp4_tables(float amax, bool rht_finite, const QuantOptions& o, QuantizedTensor& q, Nvfp4Encoding& e,
+                          float* amax_out, float* decode_out) {
   const ref::Nvfp4GlobalScale g = ref::nvfp4_global_scale(amax, nvfp4_global_numerator(o));
-  q.amax = amax;
-  q.decode_scale = g.decode;
-  for (int s = 0; s < 256; ++s) {
-    const float decoded = e4m3_decode(static_cast<uint8_t>(s));
-    e.value_of_scale[s] = decoded;
-    e.enc_of_scale[s] = std::min(1.0f / (decoded * g.decode), FLT_MAX);
-  }
+  *amax_out = amax;
+  *decode_out = g.decode;
+  const float* values = e4m3_values();
+  for (int s = 0; s < 256; ++s) e.enc_of_scale[s] = std::min(1.0f / (values[s] * g.decode), FLT_MAX);
   kernels::Nvfp4Job& job = e.job;
   job.rows = q.rows;
   job.cols = q.cols;
@@ -149,9 +166,13 @@ void prepare_nvfp4(float amax, bool rht_finite, const QuantOptions& o, Quantized
   job.global_amax = g.amax;
   job.global_numerator = g.numerator;
   job.enc_of_scale = e.enc_of_scale;
-  job.value_of_scale = e.value_of_scale;
+  job.value_of_scale = values;
   job.codes = q.codes.data();
   job.scales = q.scales.data();
+}
+
+void prepare_nvfp4(float amax, bool rht_finite, const QuantOptions& o, QuantizedTensor& q, Nvfp4Encoding& e) {
+  prepare_nvfp4_tables(amax, rht_finite, o, q, e, &q.amax, &q.decode_scale);
 }
 
 // The two maxima of an RHT amax pass (max |x| bits, amax of the transformed values), combined over
@@ -173,9 +194,39 @@ void rht_amax_into(const Kernels& k, const float* x, int64_t n, RhtAmax& into) {
   into.add(bits, t_amax);
 }
 
+// Row-scaled NVFP4 (ref: quantize_nvfp4_row_scaled): every row is a tensor of its own, its amax, its
+// global scale and its scale tables, then the ISA's 1x16 block kernel on that row's blocks. Rows are
+// independent, so the split over threads changes nothing.
+void quantize_nvfp4_row_scaled(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q) {
+  const int64_t rows = q.rows, cols = q.cols, blocks_per_row = cols / 16;
+  std::atomic<uint32_t> max_bits{0};
+  parallel_ranges(rows, 1, rows * cols, [&](int64_t r0, int64_t r1) {
+    uint32_t local = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint32_t bits = k.max_abs_bits(x.data() + r * cols, cols);
+      q.row_amax[static_cast<size_t>(r)] = std::bit_cast<float>(bits);  // meaningful only when finite
+      local = std::max(local, bits);
+    }
+    atomic_max(max_bits, local);
+  });
+  if (max_bits.load() >= kFloatExponentAllOnes) throw_non_finite(x, rows, cols, o);
+  q.amax = std::bit_cast<float>(max_bits.load());
+  q.decode_scale = 1.0f;
+  parallel_ranges(rows, 1, rows * cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      Nvfp4Encoding e;  // the row's own S_enc table (256 divisions)
+      float row_amax = q.row_amax[static_cast<size_t>(r)];
+      prepare_nvfp4_tables(row_amax, false, o, q, e, &row_amax, &q.row_decode_scale[static_cast<size_t>(r)]);
+      e.job.x = x.data();
+      k.nvfp4_blocks(e.job, r * blocks_per_row, (r + 1) * blocks_per_row);
+    }
+  });
+}
+
 // known_max_abs_bits: max |x| (as bits, finite) when the caller already has it; skips that pass.
 void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptions& o, QuantizedTensor& q,
                     const uint32_t* known_max_abs_bits = nullptr) {
+  if (o.row_scaled) return quantize_nvfp4_row_scaled(k, x, o, q);
   const int64_t n = q.rows * q.cols;
   float amax;
   bool rht_finite = false;
@@ -432,8 +483,10 @@ void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t co
   }
   if (static_cast<int64_t>(x.size()) != rows * cols) ref::validate(x, rows, cols, opt);  // reports the size mismatch
   const Kernels& k = active_kernels();
-  if (opt.format == Format::nvfp4 && !opt.tile_16x16 && shape_and_options_ok(x.size(), cols, rows, opt) && rows > 0 &&
-      cols > 0) {
+  // Row-scaled x^T (one scale per column of x) takes the transposed copy below: its rows are the
+  // units of the row-scaled kernel.
+  if (opt.format == Format::nvfp4 && !opt.tile_16x16 && !opt.row_scaled && shape_and_options_ok(x.size(), cols, rows, opt) &&
+      rows > 0 && cols > 0) {
     make_header(cols, rows, opt, out);
     if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out, max_abs_bits_seen)) return;
   }
@@ -485,7 +538,9 @@ void dequantize(const QuantizedTensor& q, std::span<float> out) {
                          static_cast<int64_t>(q.codes.size()) == (q.is_4bit() ? n / 2 : n) &&
                          (!blocked || static_cast<int64_t>(q.scales.size()) == n / block_len) &&
                          (!q.rht || (q.format == Format::nvfp4 && q.cols % 16 == 0));
-  if (!layout_ok || (q.is_4bit() && !blocked)) {
+  // Row-scaled tensors (one factor per row) are dequantized by the reference: tests and statistics
+  // read them, training never does.
+  if (!layout_ok || (q.is_4bit() && !blocked) || q.row_scaled) {
     ref::dequantize(q, out);
     return;
   }
