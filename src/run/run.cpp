@@ -79,6 +79,7 @@ class TrainingRun {
   void lock_and_inspect_directory();
   void open_directory();
   void start_ranks_alike();
+  void broadcast_weights();
   void report();
   std::string describe_sources() const;
   int train();
@@ -107,6 +108,7 @@ class TrainingRun {
   std::unique_ptr<Trainer> trainer_;
   TrainingState state_;
   std::optional<fs::path> resumed_from_;
+  AdamWState resumed_optimizer_;  // rank 0: the checkpoint's, until start_ranks_alike hands it out
   int64_t seq_ = 0, tokens_per_step_ = 0, total_steps_ = 0;
   double job_peak_flops_ = 0;
   double step_seconds_ = 0;  // this process's time in training steps, for the loader's share
@@ -172,6 +174,7 @@ void TrainingRun::validate() {
     ResumePoint point = load_resume_point(config_, *trainer_, tokenizer_identity_, console_);
     state_ = point.state;
     resumed_from_ = point.checkpoint;
+    resumed_optimizer_ = std::move(point.optimizer);
     note_config_changes(config_, saved_config_, state_.step, console_);
   }
   tokens_per_step_ = config_.train.batch * seq_ * config_.train.grad_accum;
@@ -230,22 +233,37 @@ void TrainingRun::open_directory() {
   }
 }
 
-// Rank 0's weights, optimizer state and data position are the job's, whatever the rank count of
-// the run that saved them: the global batch and sample order depend only on the step.
+// Rank 0's weights, optimizer state and data position are the job's, whatever the rank count and
+// shard mode of the run that saved them: the global batch and sample order depend only on the step.
 void TrainingRun::start_ranks_alike() {
-  if (comm_.size() == 1) return;
-  comm_.broadcast_values(std::span(&state_, 1), 0);
   AdamW& optimizer = trainer_->optimizer();
-  std::vector<float> values = trainer_->model().params().host_values(), m = optimizer.first_moments(),
-                     v = optimizer.second_moments();
+  int64_t resumed = resumed_from_.has_value();  // known on rank 0 only
+  if (comm_.size() > 1) {
+    comm_.broadcast_values(std::span(&state_, 1), 0);
+    comm_.broadcast_values(std::span(&resumed, 1), 0);
+    broadcast_weights();
+  }
+  // A sharded optimizer takes its slice of rank 0's state; at a new run every slice starts at zero.
+  if (optimizer.sharded()) {
+    if (resumed) optimizer.scatter_state(resumed_optimizer_);
+  } else {
+    if (resumed_from_) optimizer.scatter_state(resumed_optimizer_);  // rank 0: no communication
+    if (comm_.size() > 1) optimizer.broadcast_state(comm_);
+  }
+  resumed_optimizer_ = AdamWState{};  // its memory back before the first step
+}
+
+// Rank 0's weights to every rank: in place on the CPU (no host copy of the arena, which would be a
+// start-up peak of memory above the training's), through a host copy from a GPU.
+void TrainingRun::broadcast_weights() {
+  model::ParamArena& params = trainer_->model().params();
+  if (trainer_->model().backend().device() == ops::Device::cpu) {
+    comm_.broadcast_values(params.values(), 0);
+    return;
+  }
+  std::vector<float> values = params.host_values();
   comm_.broadcast_values(std::span<float>(values), 0);
-  comm_.broadcast_values(std::span<float>(m), 0);
-  comm_.broadcast_values(std::span<float>(v), 0);
-  trainer_->model().params().set_values(values);
-  optimizer.set_moments(m, v);
-  int64_t optimizer_steps = optimizer.steps();
-  comm_.broadcast_values(std::span(&optimizer_steps, 1), 0);
-  optimizer.set_steps(optimizer_steps);
+  params.set_values(values);
 }
 
 void TrainingRun::report() {
@@ -266,6 +284,11 @@ void TrainingRun::report() {
   if (comm_.size() > 1)
     console_.print(fmt::format("parallel   {}: {}; MFU counts {} x the peak above\n", comm_.describe(),
                                trainer_->data_parallel().describe(seq_), comm_.size()));
+  if (const auto& shards = trainer_->optimizer().shards())
+    console_.print(fmt::format("shard      distributed.shard=optimizer (ZeRO-1): each rank holds the AdamW state of "
+                               "its slice of the {} parameters (rank 0: [{}, {})); gradients reduce-scattered, "
+                               "weights all-gathered\n",
+                               shards->layout.total(), shards->layout.begin(0), shards->layout.end(0)));
   // MFU over the whole job: every rank has the peak rank 0 measured (homogeneous hosts).
   job_peak_flops_ = peak * comm_.size();
 }
