@@ -18,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/directory_lock.h"
 #include "run/console.h"
+#include "run/memory_plan.h"
 #include "run/report.h"
 #include "run/resume.h"
 #include "run/run_checkpoints.h"
@@ -82,6 +83,7 @@ class TrainingRun {
   void broadcast_weights();
   void report();
   std::string describe_sources() const;
+  void print_memory_per_rank();
   int train();
 
   void crash_if_planned() const;
@@ -111,6 +113,7 @@ class TrainingRun {
   AdamWState resumed_optimizer_;  // rank 0: the checkpoint's, until start_ranks_alike hands it out
   int64_t seq_ = 0, tokens_per_step_ = 0, total_steps_ = 0;
   double job_peak_flops_ = 0;
+  int64_t process_bytes_ = 0;
   double step_seconds_ = 0;  // this process's time in training steps, for the loader's share
   std::optional<RunClock> clock_;
 };
@@ -167,6 +170,7 @@ void TrainingRun::validate() {
   // half-made run directory behind.
   std::vector<TrainSource> train_sources;
   for (const LoadedSource& s : sources_) train_sources.push_back(TrainSource{s.name, s.weight, s.data.train, s.data.val});
+  process_bytes_ = resident_bytes_now();  // the program, MPI and the data before the model exists
   trainer_ = std::make_unique<Trainer>(config_.train, std::move(train_sources), &comm_);
   refuse_beyond_memory(estimate_memory(config_.train.model, &trainer_->recipe(), config_.train.batch, seq_), config_);
   state_.seed = config_.train.seed;
@@ -284,6 +288,7 @@ void TrainingRun::report() {
   if (comm_.size() > 1)
     console_.print(fmt::format("parallel   {}: {}; MFU counts {} x the peak above\n", comm_.describe(),
                                trainer_->data_parallel().describe(seq_), comm_.size()));
+  print_memory_per_rank();
   if (const auto& shards = trainer_->optimizer().shards())
     console_.print(fmt::format("shard      distributed.shard=optimizer (ZeRO-1): each rank holds the AdamW state of "
                                "its slice of the {} parameters (rank 0: [{}, {})); gradients reduce-scattered, "
@@ -291,6 +296,22 @@ void TrainingRun::report() {
                                shards->layout.total(), shards->layout.begin(0), shards->layout.end(0)));
   // MFU over the whole job: every rank has the peak rank 0 measured (homogeneous hosts).
   job_peak_flops_ = peak * comm_.size();
+}
+
+// The memory plan of this job (run/memory_plan.h): rank 0, and the largest other rank.
+void TrainingRun::print_memory_per_rank() {
+  MemoryPlanInput in;
+  in.train = config_.train;
+  in.ranks = comm_.size();
+  in.shard = config_.train.shard;
+  in.process_bytes = process_bytes_;
+  console_.print(fmt::format("memory/rank 0{}: {}\n", comm_.size() > 1 ? "" : " (this process)",
+                             describe_rank_memory(plan_rank_memory(in, 0))));
+  if (comm_.size() == 1) return;
+  RankMemory largest = plan_rank_memory(in, 1);
+  for (int r = 2; r < comm_.size(); ++r)
+    if (const RankMemory m = plan_rank_memory(in, r); m.training() > largest.training()) largest = m;
+  console_.print(fmt::format("memory/rank 1-{} (largest): {}\n", comm_.size() - 1, describe_rank_memory(largest)));
 }
 
 // One line per source of a mixture: its share of the rows and its tokens.
@@ -402,7 +423,12 @@ int TrainingRun::stop_on_non_finite_loss(const StepResult& r, double seconds, St
 // Replicas must stay bitwise identical (same summed gradients, same AdamW): a cheap check.
 void TrainingRun::check_replicas(int64_t step) {
   if (comm_.size() == 1) return;
-  const std::string diverged = check_replicas_identical(comm_, trainer_->model().params().host_values(), step);
+  // On the CPU the arena is host memory, checksummed in place: a host copy at every logged step
+  // would add the weights' size again to every rank's memory.
+  const model::ParamArena& params = trainer_->model().params();
+  const bool host = trainer_->model().backend().device() == ops::Device::cpu;
+  const std::vector<float> copy = host ? std::vector<float>() : params.host_values();
+  const std::string diverged = check_replicas_identical(comm_, host ? params.values() : std::span<const float>(copy), step);
   if (!diverged.empty() && root_) comm_.abort(diverged, 1);
 }
 

@@ -61,10 +61,14 @@ AdamWState AdamW::gather_state() const {
   const bool root = shards_->comm->rank() == 0;
   AdamWState whole;
   whole.steps = t_;
+  // On the CPU the moments are host memory, sent in place: a host copy would add a slice's size to
+  // every rank's memory at each checkpoint.
+  const bool host = backend_.device() == ops::Device::cpu;
   for (auto [mine, out] : {std::pair{&m_, &whole.first}, std::pair{&v_, &whole.second}}) {
-    const std::vector<float> host = mine->to_host();
+    const std::vector<float> copy = host ? std::vector<float>() : mine->to_host();
+    const std::span<const float> slice = host ? std::span<const float>(mine->data(), mine->size()) : std::span(copy);
     if (root) out->resize(static_cast<size_t>(arena_size_));
-    shards_->comm->gather_shards_to_root(std::as_bytes(std::span(host)), std::as_writable_bytes(std::span(*out)), bytes);
+    shards_->comm->gather_shards_to_root(std::as_bytes(slice), std::as_writable_bytes(std::span(*out)), bytes);
   }
   return whole;
 }
@@ -85,10 +89,12 @@ void AdamW::scatter_state(const AdamWState& whole) {
                      std::to_string(whole.second.size()) + " values given for " + std::to_string(arena_size_) +
                      " parameters");
   const ShardLayout bytes = shards_->layout.scaled(sizeof(float));
+  const bool host = backend_.device() == ops::Device::cpu;  // received in place, as gather_state sends
   for (auto [from, mine] : {std::pair{&whole.first, &m_}, std::pair{&whole.second, &v_}}) {
-    std::vector<float> host(mine->size());
-    comm.scatter_shards_from_root(std::as_bytes(std::span(*from)), std::as_writable_bytes(std::span(host)), bytes);
-    mine->assign_from_host(host.data(), host.size());
+    std::vector<float> copy(host ? 0 : mine->size());
+    const std::span<float> slice = host ? std::span<float>(mine->data(), mine->size()) : std::span(copy);
+    comm.scatter_shards_from_root(std::as_bytes(std::span(*from)), std::as_writable_bytes(slice), bytes);
+    if (!host) mine->assign_from_host(copy.data(), copy.size());
   }
   int64_t steps = whole.steps;
   comm.broadcast_values(std::span(&steps, 1), 0);
