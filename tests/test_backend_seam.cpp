@@ -178,6 +178,10 @@ class StrictBackend final : public ops::Backend {
     mine(g, n, "sum_of_squares");
     return cpu_.sum_of_squares(g, n);
   }
+  std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n) override {
+    mine(g, n, "sum_of_squares_by_chunk");
+    return cpu_.sum_of_squares_by_chunk(g, n);
+  }
   void adamw_update(const ops::AdamWStep& k, const float* g, float* m, float* v, float* w, const uint8_t* mask,
                     int64_t n) override {
     mine(g, n, "adamw g"), mine(m, n, "adamw m"), mine(v, n, "adamw v"), mine(w, n, "adamw w"), mine(mask, n, "adamw mask");

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -21,7 +22,11 @@
 
 #include "common/error.h"
 #include "data/data.h"
+#include "model/params.h"
+#include "ops/backend.h"
 #include "train/distributed.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 #include "support/cli.h"
 #include "support/random.h"
 #include "support/temp_dir.h"
@@ -185,6 +190,88 @@ TEST(Communicator, SingleProcessIsTheIdentityAndReplicasAgree) {
   auto flipped = v;
   flipped[50] = std::nextafter(flipped[50], 1e9f);
   EXPECT_NE(train::weights_checksum(v), train::weights_checksum(flipped));
+}
+
+// ZeRO-1's slices: whole chunks of the gradient norm's summation unit, every element owned once,
+// sizes within a chunk of each other, and a rank count above the chunk count refused.
+TEST(OptimizerShards, WholeChunksCoverTheArenaAndARankWithNothingIsRefused) {
+  constexpr int64_t kChunk = ops::kSumOfSquaresChunk;
+  for (int64_t n : {kChunk * 4, kChunk * 7 + 1, kChunk * 9 - 5}) {
+    for (int ranks : {1, 2, 3, 4}) {
+      const train::ShardLayout layout = train::optimizer_shards(n, ranks);
+      ASSERT_EQ(layout.ranks(), ranks);
+      EXPECT_EQ(layout.begin(0), 0);
+      EXPECT_EQ(layout.total(), n);
+      int64_t smallest = n, largest = 0;
+      for (int r = 0; r < ranks; ++r) {
+        EXPECT_EQ(layout.begin(r) % kChunk, 0) << "rank " << r << " starts inside a chunk";
+        EXPECT_GT(layout.size(r), 0);
+        if (r + 1 < ranks) {
+          smallest = std::min(smallest, layout.size(r));
+          largest = std::max(largest, layout.size(r));
+        }
+      }
+      EXPECT_LE(largest - smallest, kChunk) << n << " on " << ranks;
+    }
+  }
+  try {
+    train::optimizer_shards(kChunk * 3 - 1, 4);
+    FAIL() << "4 ranks over 3 chunks accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 3 ranks"), std::string::npos) << e.what();
+  }
+}
+
+// Why the slices lie on chunk edges: each slice's chunk sums are the one-process chunk sums, so the
+// norm of the gathered sums, added in order, is sum_of_squares' bits. A slice cut inside a chunk
+// (the shifted layout) gives other sums, which this test would show.
+TEST(OptimizerShards, SlicesChunkSumsAddUpToTheOneProcessSumOfSquares) {
+  constexpr int64_t kChunk = ops::kSumOfSquaresChunk;
+  const int64_t n = kChunk * 6 + 321;
+  const auto g = mixed_magnitude_floats(static_cast<size_t>(n), 77);
+  const double whole = ops::cpu().sum_of_squares(g.data(), n);
+  const auto sums_of = [&](const train::ShardLayout& layout) {
+    std::vector<double> all;
+    for (int r = 0; r < layout.ranks(); ++r) {
+      const auto part = ops::cpu().sum_of_squares_by_chunk(g.data() + layout.begin(r), layout.size(r));
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    double total = 0;
+    for (double p : all) total += p;
+    return total;
+  };
+  for (int ranks : {1, 2, 3, 4}) EXPECT_EQ(sums_of(train::optimizer_shards(n, ranks)), whole) << ranks << " ranks";
+  train::ShardLayout shifted = train::optimizer_shards(n, 2);
+  shifted.bounds[1] += 1000;
+  EXPECT_NE(sums_of(shifted), whole);
+}
+
+TEST(ShardMode, ParsesNoneAndOptimizerAndNamesTheRest) {
+  EXPECT_EQ(train::parse_shard_mode("none"), train::ShardMode::none);
+  EXPECT_EQ(train::parse_shard_mode("optimizer"), train::ShardMode::optimizer);
+  for (const char* later : {"gradients", "full"}) {
+    try {
+      train::parse_shard_mode(later);
+      FAIL() << later;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("not available in this version"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(train::parse_shard_mode("zero1"), UsageError);
+}
+
+TEST(ShardMode, OptimizerShardsOnAGpuAreRefusedNamingTheFix) {
+  train::TrainConfig c;
+  c.model.vocab = 64;
+  c.shard = train::ShardMode::optimizer;
+  EXPECT_NO_THROW(c.validate());
+  c.device = ops::Device::cuda;
+  try {
+    c.validate();
+    FAIL() << "device=cuda with distributed.shard=optimizer accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("use distributed.shard=none"), std::string::npos) << e.what();
+  }
 }
 
 // ---- End to end through mpirun (only when nibble is built with MPI) ----
@@ -467,6 +554,79 @@ TEST_F(MpiTrain, DeviceCudaRunsOneRankPerGpu) {
   EXPECT_FALSE(fs::exists(two / "metrics.jsonl")) << r.output;
 }
 
+// ---- distributed.shard=optimizer (ZeRO-1) ----
+namespace {
+// A model of more than 4 chunks of ops::kSumOfSquaresChunk parameters, so that 4 ranks each own a
+// slice, and grad_accum 4: the micro-batch split on 1, 2 and 4 ranks.
+const std::string kShardModel = "model.width=64 model.heads=4 grad_accum=4 ";
+
+// The one-process run of these settings, trained once per suite and quantization.
+const fs::path& one_process_run(const std::string& quantization) {
+  static std::map<std::string, fs::path> runs;
+  auto it = runs.find(quantization);
+  if (it == runs.end()) {
+    const fs::path dir = work_dir() / ("shard-one-" + quantization);
+    const Result r = train_on(1, dir, kShardModel + "quantization=" + quantization);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    it = runs.emplace(quantization, dir).first;
+  }
+  return it->second;
+}
+}  // namespace
+
+// Each rank holds the AdamW state of its slice only; the reduce-scatter adds in the tree order of
+// the all-reduce and the norm adds the slices' chunk sums in the one-process order, so 2 and 4 ranks
+// write one process's losses, weights and optimizer state, for every quantization.
+TEST_F(MpiTrain, OptimizerShardsTrainBitwiseLikeOneProcess) {
+  for (const std::string quantization : {"none", "bf16", "nvfp4"}) {
+    for (int ranks : {2, 4}) {
+      const fs::path run = work_dir() / ("shard-" + quantization + "-" + std::to_string(ranks));
+      const Result r = train_on(ranks, run, kShardModel + "quantization=" + quantization + " distributed.shard=optimizer");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find("distributed.shard=optimizer (ZeRO-1)"), std::string::npos) << r.output;
+      SCOPED_TRACE(quantization + " on " + std::to_string(ranks) + " ranks");
+      expect_same_run(run, one_process_run(quantization));
+    }
+  }
+}
+
+// A checkpoint is one whole state whichever mode wrote it (gathered on rank 0): none -> optimizer,
+// optimizer on 2 ranks -> 4 ranks, optimizer -> one process, each bitwise the uninterrupted run.
+TEST_F(MpiTrain, OptimizerShardCheckpointsResumeAcrossModesAndRankCounts) {
+  const std::string nvfp4 = kShardModel + "quantization=nvfp4 ", shard = " distributed.shard=optimizer";
+  const fs::path& reference = one_process_run("nvfp4");
+  struct Leg {
+    const char* name;
+    int ranks_before;
+    std::string before, fault;
+    int ranks_after;
+    std::string after;
+  };
+  for (const Leg& leg : {Leg{"none-then-optimizer", 2, "", "--fault rank_exits=1:3", 2, shard},
+                         Leg{"optimizer-2-then-4", 2, shard, "--fault rank_exits=1:5", 4, shard},
+                         Leg{"optimizer-then-one", 4, shard, "--fault rank_exits=2:3", 1, ""}}) {
+    SCOPED_TRACE(leg.name);
+    const fs::path run = work_dir() / leg.name;
+    const Result stopped = train_on(leg.ranks_before, run, nvfp4 + leg.before, leg.fault);
+    EXPECT_NE(stopped.exit_code, 0) << stopped.output;
+    const Result resumed = train_on(leg.ranks_after, run, nvfp4 + leg.after + " resume=true");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+    EXPECT_EQ(resumed.output.find("note: resuming with distributed.shard"), std::string::npos) << resumed.output;
+    expect_same_run(run, reference);
+  }
+}
+
+// More ranks than slices of the gradient norm's unit (the tiny model has fewer than 4): refused on
+// every rank before anything is written.
+TEST_F(MpiTrain, OptimizerShardsOnMoreRanksThanSlicesAreRefused) {
+  const fs::path run = work_dir() / "shard-too-many-ranks";
+  const Result r = train_on(4, run, "grad_accum=4 distributed.shard=optimizer");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("so a rank would own nothing"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(run)) << "a refused run wrote its directory";
+}
+
 TEST_F(MpiTrain, AnIndivisibleGlobalBatchIsRefusedOnEveryRank) {
   const Result r = train_on(2, work_dir() / "indivisible", "batch=3 grad_accum=1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -477,9 +637,22 @@ TEST_F(MpiTrain, AnIndivisibleGlobalBatchIsRefusedOnEveryRank) {
 // ---- The MPI collectives themselves, when this binary is started by mpirun (ctest does it with
 // 2 ranks, the butterfly, and 3 ranks, MPI_Allreduce; see tests/CMakeLists.txt) ----
 
+namespace {
+// MPI_Init once per process, for every MpiCollectives test.
+train::Communicator* mpi_world() {
+  static std::unique_ptr<train::Communicator> comm = train::connect_processes();
+  return comm.get();
+}
+
+template <typename T>
+std::vector<T> slice_of(const std::vector<T>& v, const train::ShardLayout& layout, int r) {
+  return std::vector<T>(v.begin() + layout.begin(r), v.begin() + layout.end(r));
+}
+}  // namespace
+
 TEST(MpiCollectives, GradientSumIsTheSameBitsOnEveryRank) {
-  if (!train::launched_by_mpi()) GTEST_SKIP() << "not started by mpirun (ctest runs this under mpirun -np 2 and 3)";
-  static std::unique_ptr<train::Communicator> comm = train::connect_processes();  // MPI_Init once per process
+  if (!train::launched_by_mpi()) GTEST_SKIP() << "not started by mpirun (ctest runs this under mpirun -np 2, 3 and 4)";
+  train::Communicator* comm = mpi_world();
   const int ranks = comm->size(), rank = comm->rank();
   ASSERT_GE(ranks, 2);
   // More than one bucket, with a partial last one.
@@ -511,4 +684,101 @@ TEST(MpiCollectives, GradientSumIsTheSameBitsOnEveryRank) {
   comm->broadcast_values(std::span(value), 0);
   EXPECT_EQ(value[0], 42);
   comm->barrier();
+}
+
+// ZeRO-1's collectives: each rank's slice of the reduce-scatter is the all-reduce's bits there (the
+// tree over ranks with 2 and 4 ranks, MPI_Allreduce's with 3), over slices spanning several buckets;
+// the all-gather, the gather to rank 0 and the scatter from it move every slice to its place.
+TEST(MpiCollectives, ReduceScatterGivesEachRankTheGradientSumOfItsSlice) {
+  if (!train::launched_by_mpi()) GTEST_SKIP() << "not started by mpirun";
+  train::Communicator* comm = mpi_world();
+  const int ranks = comm->size(), rank = comm->rank();
+  const int64_t n = (int64_t{1} << 21) + 5 * ops::kSumOfSquaresChunk + 77;
+  const train::ShardLayout layout = train::optimizer_shards(n, ranks);
+  std::vector<std::vector<float>> all;
+  for (int r = 0; r < ranks; ++r) all.push_back(mixed_magnitude_floats(static_cast<size_t>(n), 500 + static_cast<uint32_t>(r)));
+  std::vector<float> summed = all[static_cast<size_t>(rank)], scattered = summed;
+  comm->sum_gradients(summed);
+  comm->reduce_scatter_gradients(scattered, layout);
+  EXPECT_EQ(slice_of(scattered, layout, rank), slice_of(summed, layout, rank));
+  if ((ranks & (ranks - 1)) == 0) {
+    EXPECT_EQ(slice_of(scattered, layout, rank), slice_of(tree_sum(all, 0, static_cast<size_t>(ranks)), layout, rank));
+  }
+
+  // All-gather: only the own slice is set before; every slice is the owner's after.
+  std::vector<float> gathered(static_cast<size_t>(n), 0.0f);
+  const auto& mine = all[static_cast<size_t>(rank)];
+  std::copy(mine.begin() + layout.begin(rank), mine.begin() + layout.end(rank), gathered.begin() + layout.begin(rank));
+  comm->all_gather_shards(std::as_writable_bytes(std::span(gathered)), layout.scaled(sizeof(float)));
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(slice_of(gathered, layout, r), slice_of(all[static_cast<size_t>(r)], layout, r));
+
+  // Gather to rank 0, then scatter back: the slices of rank r's vector reach rank 0, then rank r.
+  const std::vector<float> own = slice_of(mine, layout, rank);
+  std::vector<float> whole(rank == 0 ? static_cast<size_t>(n) : 0);
+  comm->gather_shards_to_root(std::as_bytes(std::span(own)), std::as_writable_bytes(std::span(whole)),
+                              layout.scaled(sizeof(float)));
+  if (rank == 0) {
+    for (int r = 0; r < ranks; ++r) EXPECT_EQ(slice_of(whole, layout, r), slice_of(all[static_cast<size_t>(r)], layout, r));
+  }
+  std::vector<float> back(own.size(), 0.0f);
+  comm->scatter_shards_from_root(std::as_bytes(std::span(whole)), std::as_writable_bytes(std::span(back)),
+                                 layout.scaled(sizeof(float)));
+  EXPECT_EQ(back, own);
+}
+
+// A sharded AdamW (each rank its slice's moments, the norm from gathered chunk sums, weights
+// all-gathered) against the replicated one on the same summed gradients: the same weights, norms
+// and, gathered on rank 0, moments, bit for bit, over steps that clip. The parameters' edges fall
+// inside slices, so a weight-decay flag taken from the wrong offset would show.
+TEST(MpiCollectives, ShardedAdamWStepsBitwiseLikeTheReplicatedOne) {
+  if (!train::launched_by_mpi()) GTEST_SKIP() << "not started by mpirun";
+  train::Communicator* comm = mpi_world();
+  const int ranks = comm->size(), rank = comm->rank();
+  const auto make_arena = [] {
+    model::ParamArena a(ops::cpu());
+    a.add("embedding", 1000, 33, false);
+    a.add("matrix", 300, 257, true);
+    a.add("norm", 1, 4099, false);
+    a.add("tail", 123, 45, true);
+    a.allocate();
+    const auto w = mixed_magnitude_floats(a.values().size(), 3);
+    std::copy(w.begin(), w.end(), a.values().begin());
+    return a;
+  };
+  model::ParamArena replicated = make_arena(), sharded = make_arena();
+  const int64_t n = static_cast<int64_t>(replicated.values().size());
+  train::AdamWConfig config;
+  config.clip_norm = 0.5f;  // the summed gradients' norm is far above: every step clips
+  train::AdamW reference(replicated, config, ops::cpu());
+  train::AdamW zero1(sharded, config, ops::cpu(), train::AdamWShards{comm, train::optimizer_shards(n, ranks)});
+  for (int step = 0; step < 3; ++step) {
+    const auto g = mixed_magnitude_floats(static_cast<size_t>(n), 900 + static_cast<uint32_t>(step * ranks + rank));
+    std::copy(g.begin(), g.end(), replicated.grads().begin());
+    std::copy(g.begin(), g.end(), sharded.grads().begin());
+    comm->sum_gradients(replicated.grads());
+    comm->reduce_scatter_gradients(sharded.grads(), zero1.shards()->layout);
+    const double norm = reference.step(replicated, 1e-3f), sharded_norm = zero1.step(sharded, 1e-3f);
+    EXPECT_EQ(sharded_norm, norm) << "step " << step;
+    EXPECT_GT(norm, config.clip_norm);
+    EXPECT_EQ(std::vector<float>(sharded.values().begin(), sharded.values().end()),
+              std::vector<float>(replicated.values().begin(), replicated.values().end()))
+        << "step " << step;
+  }
+  EXPECT_LT(zero1.state_bytes() * ranks, reference.state_bytes() + ranks * 9 * ops::kSumOfSquaresChunk);
+  const train::AdamWState whole = zero1.gather_state();
+  if (rank == 0) {
+    EXPECT_EQ(whole.first, reference.first_moments());
+    EXPECT_EQ(whole.second, reference.second_moments());
+  } else {
+    EXPECT_TRUE(whole.first.empty());
+  }
+  EXPECT_EQ(whole.steps, 3);
+  // Round trip: the gathered state scattered into a fresh sharded optimizer steps on alike.
+  train::AdamW resumed(sharded, config, ops::cpu(), zero1.shards());
+  resumed.scatter_state(whole);
+  EXPECT_EQ(resumed.steps(), 3);
+  const train::AdamWState again = resumed.gather_state();
+  if (rank == 0) {
+    EXPECT_EQ(again.first, whole.first);
+  }
 }

@@ -57,7 +57,9 @@ TEST(GpuStepModel, AsWrittenIsNeverFasterThanTheDesignNorADesignKernelThanItsLau
       double sum = 0;
       for (const auto& k : p.kinds) {
         EXPECT_GE(k.written_s, k.design_s) << gpu << " " << text << " " << k.kind;
-        if (k.design_s > 0) EXPECT_GE(k.design_s, g.launch_s) << k.kind;
+        if (k.design_s > 0) {
+          EXPECT_GE(k.design_s, g.launch_s) << k.kind;
+        }
         sum += k.written_s;
       }
       EXPECT_DOUBLE_EQ(p.written_s, sum + p.syncs * g.sync_s);

@@ -43,7 +43,12 @@ class Builder {
   // does not exist there).
   KernelKindTime& add(const std::string& kind, const std::string& unit, double launches, double flops, double rate,
                       double bytes, double torch_rate = -1) {
-    KernelKindTime k{kind, unit, launches, flops, bytes};
+    KernelKindTime k;
+    k.kind = kind;
+    k.unit = unit;
+    k.launches = launches;
+    k.flops = flops;
+    k.bytes = bytes;
     k.design_s = roofline(launches, flops, rate, bytes);
     k.written_s = k.design_s;
     k.torch_s = torch_rate == 0 ? 0 : roofline(launches, flops, torch_rate < 0 ? rate : torch_rate, bytes);

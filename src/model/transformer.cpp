@@ -140,19 +140,21 @@ ops::AttentionShape Transformer::attention_shape(int64_t batch, int64_t seq) con
   return {batch, seq, config_.heads, config_.kv_head_count(), config_.head_dim(), attention_bf16_};
 }
 
-std::vector<LinearShape> block_linear_shapes(const ModelConfig& c) {
-  const int64_t d = c.width, hd = c.head_dim(), f = c.hidden();
-  const int64_t in_out[kLinearsPerBlock][2] = {{d, (c.heads + 2 * c.kv_head_count()) * hd}, {c.heads * hd, d}, {d, 2 * f}, {f, d}};
-  std::vector<LinearShape> s;
-  for (int i = 0; i < kLinearsPerBlock; ++i) s.push_back({kLinearNames[i], in_out[i][0], in_out[i][1]});
-  return s;
+int64_t arena_floats(const ModelConfig& c) {
+  const auto padded = [](int64_t n) { return (n + 15) / 16 * 16; };  // ParamArena::add's alignment
+  const int64_t d = c.width;
+  int64_t n = padded(c.vocab * d) + padded(d) + (c.tied_embeddings ? 0 : padded(c.vocab * d));
+  for (const LinearShape& l : block_linear_shapes(c)) n += c.layers * padded(l.in_features * l.out_features);
+  return n + c.layers * 2 * padded(d);  // the two norms of each block
 }
 
-std::vector<LinearShape> Transformer::block_linear_shapes() const {
-  std::vector<LinearShape> s;
-  for (int i = 0; i < kLinearsPerBlock; ++i)
-    s.push_back({kLinearNames[i], linears_[i]->in_features(), linears_[i]->out_features()});
-  return s;
+std::vector<LinearShape> block_linear_shapes(const ModelConfig& c) {
+  const int64_t d = c.width, hd = c.head_dim(), f = c.hidden();
+  // In the order of kLinearNames, as the constructor makes them.
+  return {{kLinearNames[0], d, (c.heads + 2 * c.kv_head_count()) * hd},
+          {kLinearNames[1], c.heads * hd, d},
+          {kLinearNames[2], d, 2 * f},
+          {kLinearNames[3], f, d}};
 }
 
 double Transformer::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,

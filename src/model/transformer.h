@@ -56,10 +56,6 @@ struct ModelStep {
   bool training = true;  // false: forward only (evaluation), the linears keep nothing for backward
 };
 
-// The shapes of one block's linears under config c (what Transformer::block_linear_shapes returns),
-// for validating a recipe without building the model.
-std::vector<LinearShape> block_linear_shapes(const ModelConfig& c);
-
 // Index of a linear within a block.
 enum class BlockLinear : int { qkv = 0, attn_out = 1, gate_up = 2, down = 3 };
 inline constexpr int kLinearsPerBlock = 4;
@@ -79,6 +75,13 @@ struct LinearTelemetry {
   OperandStats operand;
 };
 
+// The in and out features of a block's linears (qkv, attn_out, gate_up, down), from the config
+// alone: what the recipe is built for, also where no model is allocated (nibble plan).
+std::vector<LinearShape> block_linear_shapes(const ModelConfig& c);
+// The length of the parameter arena a Transformer of `c` allocates (its tensors, each padded to 64
+// bytes), without allocating it: the memory plan's unit.
+int64_t arena_floats(const ModelConfig& c);
+
 class Transformer {
  public:
   // The weights start as init_weights(init_seed).
@@ -93,7 +96,7 @@ class Transformer {
   // projections into the residual stream (GPT-2), ones for norm gains.
   void init_weights(uint64_t seed);
   // The shapes of one block's linears, for Recipe validation.
-  std::vector<LinearShape> block_linear_shapes() const;
+  std::vector<LinearShape> block_linear_shapes() const { return model::block_linear_shapes(config_); }
 
   // tokens, targets: [batch, seq], seq <= context. Returns the mean loss over the batch*seq
   // tokens; keeps what backward needs.

@@ -34,6 +34,9 @@ namespace nibble::ops {
 
 enum class Device : uint8_t { cpu, cuda };
 std::string_view to_string(Device d);
+// The chunk of LayerOps::sum_of_squares (elements), the same on every backend: what a ZeRO shard of
+// the parameters aligns to so that its partial sums are the one-process ones.
+inline constexpr int64_t kSumOfSquaresChunk = int64_t{1} << 14;
 Device parse_device(std::string_view s);  // "cpu" or "cuda"; UsageError naming both
 
 // The GEMM contract of every backend (format/gemm_rules.h): how quantized products are summed,
@@ -193,8 +196,12 @@ class LayerOps {
                                        float* loss) = 0;
   virtual void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                       float scale, float* dlogits) = 0;
-  // sum g^2 in double, in fixed chunks added in order (the same for any thread count).
+  // sum g^2 in double, in fixed chunks of kSumOfSquaresChunk added in order (the same for any
+  // thread count).
   virtual double sum_of_squares(const float* g, int64_t n) = 0;
+  // Those chunks' sums, in order (sum_of_squares is 0.0 + [0] + [1] + ...): a ZeRO shard aligned to
+  // the chunks computes its share of the one-process sum.
+  virtual std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n) = 0;
   // AdamW on n parameters: m, v, w updated in place from g; decay_mask[i] is 1 where weight decay applies.
   virtual void adamw_update(const AdamWStep& k, const float* g, float* m, float* v, float* w,
                             const uint8_t* decay_mask, int64_t n) = 0;

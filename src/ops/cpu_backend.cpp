@@ -22,6 +22,8 @@
 #include "ops/backend.h"
 #include "ops/host_quantized.h"
 
+static_assert(nibble::ops::kSumOfSquaresChunk == nibble::cpu::kSumOfSquaresChunk);
+
 namespace nibble::ops {
 
 namespace {
@@ -154,6 +156,11 @@ class CpuBackend final : public Backend {
     cpu::cross_entropy_backward(logits, targets, n, vocab, scale, dlogits);
   }
   double sum_of_squares(const float* g, int64_t n) override { return cpu::sum_of_squares(g, n); }
+  std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n) override {
+    std::vector<double> partial(static_cast<size_t>((n + kSumOfSquaresChunk - 1) / kSumOfSquaresChunk));
+    cpu::sum_of_squares_by_chunk(g, n, partial.data());
+    return partial;
+  }
   void adamw_update(const AdamWStep& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask,
                     int64_t n) override {
     cpu::adamw_update({k.clip, k.beta1, k.beta2, k.bias1, k.bias2, k.decay, k.lr, k.eps}, g, m, v, w, decay_mask, n);

@@ -22,6 +22,8 @@
 
 namespace nibble::ops {
 
+static_assert(kSumOfSquaresChunk == cuda::lm::kSumOfSquaresChunk);
+
 namespace {
 
 class DeviceQuantizedTensor final : public Quantized {
@@ -242,6 +244,9 @@ class CudaBackend final : public Backend {
     cuda::cross_entropy_backward(logits, targets, n, vocab, scale, dlogits, ctx_);
   }
   double sum_of_squares(const float* g, int64_t n) override { return cuda::sum_of_squares(g, n, ctx_); }
+  std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n) override {
+    return cuda::sum_of_squares_by_chunk(g, n, ctx_);
+  }
   void adamw_update(const AdamWStep& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask,
                     int64_t n) override {
     cuda::adamw_update({k.clip, k.beta1, k.beta2, k.bias1, k.bias2, k.decay, k.lr, k.eps}, g, m, v, w, decay_mask, n,

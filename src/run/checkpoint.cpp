@@ -441,6 +441,13 @@ void CheckpointVerdicts::known_good(const fs::path& checkpoint) { verdicts_[chec
 
 fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& model, const AdamW* optimizer,
                          const TrainingState& state, const CheckpointOptions& options) {
+  if (!optimizer) return save_checkpoint_state(run_dir, model, nullptr, state, options);
+  const AdamWState whole = optimizer->gather_state();
+  return save_checkpoint_state(run_dir, model, &whole, state, options);
+}
+
+fs::path save_checkpoint_state(const fs::path& run_dir, const model::Transformer& model, const AdamWState* optimizer,
+                               const TrainingState& state, const CheckpointOptions& options) {
   const fs::path dir = checkpoints_dir(run_dir), final_path = checkpoint_path(run_dir, state.step);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -451,18 +458,20 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
   fs::create_directories(partial, ec);
   if (ec) throw UsageError(fmt::format("cannot create '{}': {}", partial.string(), ec.message()));
   try {
-    io::SafetensorsFile weights = arena_to_safetensors(model, model.params().host_values(), "");
-    weights.metadata["format"] = "pt";  // what Hugging Face's loaders look for
-    weights.metadata["nibble.step"] = std::to_string(state.step);
     nlohmann::json checksums;
-    checksums[kModelFile] = write_bytes(partial / kModelFile, io::serialize_safetensors(weights));
+    {  // scoped: its copy of the weights is freed before the optimizer state's are made
+      io::SafetensorsFile weights = arena_to_safetensors(model, model.params().host_values(), "");
+      weights.metadata["format"] = "pt";  // what Hugging Face's loaders look for
+      weights.metadata["nibble.step"] = std::to_string(state.step);
+      checksums[kModelFile] = write_bytes(partial / kModelFile, io::serialize_safetensors(weights));
+    }
     if (options.after_weights_written) options.after_weights_written(state.step);
     checksums[kHfConfigFile] = write_json(partial / kHfConfigFile, hf_config(model.config()));
     if (optimizer) {
-      io::SafetensorsFile moments = arena_to_safetensors(model, optimizer->first_moments(), "exp_avg.");
-      io::SafetensorsFile second = arena_to_safetensors(model, optimizer->second_moments(), "exp_avg_sq.");
+      io::SafetensorsFile moments = arena_to_safetensors(model, optimizer->first, "exp_avg.");
+      io::SafetensorsFile second = arena_to_safetensors(model, optimizer->second, "exp_avg_sq.");
       moments.tensors.merge(second.tensors);
-      moments.metadata["adam_step"] = std::to_string(optimizer->steps());
+      moments.metadata["adam_step"] = std::to_string(optimizer->steps);
       checksums[kOptimizerFile] = write_bytes(partial / kOptimizerFile, io::serialize_safetensors(moments));
     }
     nlohmann::json s;
@@ -497,6 +506,14 @@ fs::path save_checkpoint(const fs::path& run_dir, const model::Transformer& mode
 
 TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& model, AdamW* optimizer,
                               const std::optional<std::string>& tokenizer_identity) {
+  AdamWState whole;
+  const TrainingState state = load_checkpoint_state(checkpoint, model, optimizer ? &whole : nullptr, tokenizer_identity);
+  if (optimizer) optimizer->scatter_state(whole);
+  return state;
+}
+
+TrainingState load_checkpoint_state(const fs::path& checkpoint, model::Transformer& model, AdamWState* optimizer,
+                                    const std::optional<std::string>& tokenizer_identity) {
   if (!fs::is_directory(checkpoint))
     throw UsageError(fmt::format("checkpoint '{}' is not a directory (expected RUN/checkpoints/step_NNNNNNNN)",
                                  checkpoint.string()));
@@ -540,8 +557,7 @@ TrainingState load_checkpoint(const fs::path& checkpoint, model::Transformer& mo
     if (t != state.step)
       throw UsageError(fmt::format("{}: optimizer step '{}' disagrees with state.json step {}", opt_path.string(),
                                    adam_step, state.step));
-    optimizer->set_moments(m, v);
-    optimizer->set_steps(t);
+    *optimizer = AdamWState{std::move(m), std::move(v), t};
   }
   model.params().set_values(values);
   return state;

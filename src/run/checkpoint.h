@@ -109,6 +109,11 @@ struct CheckpointOptions {
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, const model::Transformer& model,
                                       const AdamW* optimizer, const TrainingState& state,
                                       const CheckpointOptions& options);
+// The same from an optimizer state already in one piece (AdamW::gather_state: a sharded optimizer's
+// is gathered on rank 0 first, so a checkpoint is the same files whichever shard mode wrote it).
+std::filesystem::path save_checkpoint_state(const std::filesystem::path& run_dir, const model::Transformer& model,
+                                            const AdamWState* optimizer, const TrainingState& state,
+                                            const CheckpointOptions& options);
 
 // Loads weights (and the optimizer state when `optimizer` is given) into an already constructed
 // model, after verifying every file's checksum (DamagedCheckpoint, naming the file), checking every
@@ -117,5 +122,9 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, cons
 // tokenizer is refused (UsageError). On any throw the model and optimizer are left as they were.
 TrainingState load_checkpoint(const std::filesystem::path& checkpoint, model::Transformer& model, AdamW* optimizer,
                               const std::optional<std::string>& tokenizer_identity = std::nullopt);
+// The same with the optimizer state read into host arrays (for AdamW::scatter_state on every rank).
+TrainingState load_checkpoint_state(const std::filesystem::path& checkpoint, model::Transformer& model,
+                                    AdamWState* optimizer,
+                                    const std::optional<std::string>& tokenizer_identity = std::nullopt);
 
 }  // namespace nibble::train

@@ -356,6 +356,15 @@ void add_run_keys(std::vector<KeyEntry>& t) {
   // Written to a run's config.yaml only when not the default, so CPU runs read as before.
   device.printed = [](const C& c) { return c.train.device != ops::Device::cpu; };
   t.push_back(std::move(device));
+  KeyEntry shard = parsed_key<ShardMode>(
+      "distributed.shard",
+      "what each MPI rank keeps of the AdamW state: none (all of it), or optimizer (ZeRO-1: the moments of its "
+      "slice of the parameters; trains bitwise as none)",
+      parse_shard_mode, [](C& c) -> ShardMode& { return c.train.shard; },
+      [](const C& c) { return std::string(to_string(c.train.shard)); });
+  // Written to a run's config.yaml only when not the default, so unsharded runs read as before.
+  shard.printed = [](const C& c) { return c.train.shard != ShardMode::none; };
+  t.push_back(std::move(shard));
   t.push_back(bool_key("resume", "continue from the newest checkpoint in run.dir that verifies (`nibble train --checkpoint STEP` picks another)", [](C& c) -> bool& { return c.resume; }));
 }
 

@@ -17,13 +17,13 @@
 
 namespace nibble::train {
 
-namespace {
-
 std::string bytes_text(double b) {
   if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
   if (b >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
   return fmt::format("{:.1f} KiB", b / 1024.0);
 }
+
+namespace {
 
 // Storage of one element of a saved wgrad input, codes plus block scales.
 double bytes_per_element(const GemmRecipe& g) {

@@ -13,6 +13,9 @@
 
 namespace nibble::train {
 
+// "324.3 MiB", "1.30 GiB": bytes for people.
+std::string bytes_text(double bytes);
+
 // Bytes of training state for one micro-batch, estimated from the shapes (model/transformer.h's
 // saved activations; scratch buffers that live only inside one layer are not counted).
 struct MemoryEstimate {

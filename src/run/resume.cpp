@@ -15,8 +15,11 @@ namespace {
 
 // Keys whose change makes a resumed run differ from the run it continues.
 bool changes_the_math(const std::string& key) {
-  static const std::set<std::string> harmless = {"resume", "threads", "eval.interval", "checkpoint.interval",
-                                                 "checkpoint.keep", "log.interval", "run.dir", "data.dir"};
+  // distributed.shard: a checkpoint is one whole state whichever mode wrote it, and every mode adds
+  // in the same order (train/distributed.h).
+  static const std::set<std::string> harmless = {"resume",           "threads",      "eval.interval",
+                                                 "checkpoint.interval", "checkpoint.keep", "log.interval",
+                                                 "run.dir",          "data.dir",     "distributed.shard"};
   return !harmless.contains(key);
 }
 
@@ -57,7 +60,7 @@ ResumePoint load_chosen(const RunConfig& config, const std::vector<fs::path>& al
   ResumePoint point;
   point.checkpoint = chosen;
   try {
-    point.state = load_checkpoint(chosen, trainer.model(), &trainer.optimizer(), tokenizer_identity);
+    point.state = load_checkpoint_state(chosen, trainer.model(), &point.optimizer, tokenizer_identity);
   } catch (const DamagedCheckpoint& e) {
     throw UsageError(fmt::format("--checkpoint '{}' does not verify: {}\nchoose another of the run's checkpoints "
                                  "({}), or leave out --checkpoint to resume from the newest that verifies",
@@ -87,9 +90,11 @@ ResumePoint load_newest_verifying(const fs::path& run_dir, const std::vector<fs:
   std::vector<std::string> damaged;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      return {.state = load_checkpoint(*it, trainer.model(), &trainer.optimizer(), tokenizer_identity),
-              .checkpoint = *it,
-              .newer_damaged = damaged.size()};
+      ResumePoint point;
+      point.state = load_checkpoint_state(*it, trainer.model(), &point.optimizer, tokenizer_identity);
+      point.checkpoint = *it;
+      point.newer_damaged = damaged.size();
+      return point;
     } catch (const DamagedCheckpoint& e) {
       damaged.push_back(e.what());
       console.print(fmt::format("warning: not resuming from {}: {}\n", it->string(), e.what()));

@@ -14,11 +14,12 @@ namespace nibble::train {
 
 struct ResumePoint {
   TrainingState state;
+  AdamWState optimizer;              // the checkpoint's whole optimizer state, for AdamW::scatter_state
   std::filesystem::path checkpoint;  // the checkpoint loaded
   size_t newer_damaged = 0;          // damaged checkpoints newer than it, passed over
 };
 
-// Loads into the trainer's model and optimizer the checkpoint of config.run_dir that the run
+// Loads into the trainer's model (and the returned optimizer state) the checkpoint of config.run_dir that the run
 // continues from: config.resume_checkpoint when given (that one or none), otherwise the newest that
 // verifies, warning about each damaged one passed over. UsageError, before anything is written or
 // moved, when none can be continued (none verifies, the chosen one does not, grad_accum cannot

@@ -18,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/directory_lock.h"
 #include "run/console.h"
+#include "run/memory_plan.h"
 #include "run/report.h"
 #include "run/resume.h"
 #include "run/run_checkpoints.h"
@@ -79,8 +80,10 @@ class TrainingRun {
   void lock_and_inspect_directory();
   void open_directory();
   void start_ranks_alike();
+  void broadcast_weights();
   void report();
   std::string describe_sources() const;
+  void print_memory_per_rank();
   int train();
 
   void crash_if_planned() const;
@@ -107,8 +110,10 @@ class TrainingRun {
   std::unique_ptr<Trainer> trainer_;
   TrainingState state_;
   std::optional<fs::path> resumed_from_;
+  AdamWState resumed_optimizer_;  // rank 0: the checkpoint's, until start_ranks_alike hands it out
   int64_t seq_ = 0, tokens_per_step_ = 0, total_steps_ = 0;
   double job_peak_flops_ = 0;
+  int64_t process_bytes_ = 0;
   double step_seconds_ = 0;  // this process's time in training steps, for the loader's share
   std::optional<RunClock> clock_;
 };
@@ -165,6 +170,7 @@ void TrainingRun::validate() {
   // half-made run directory behind.
   std::vector<TrainSource> train_sources;
   for (const LoadedSource& s : sources_) train_sources.push_back(TrainSource{s.name, s.weight, s.data.train, s.data.val});
+  process_bytes_ = resident_bytes_now();  // the program, MPI and the data before the model exists
   trainer_ = std::make_unique<Trainer>(config_.train, std::move(train_sources), &comm_);
   refuse_beyond_memory(estimate_memory(config_.train.model, &trainer_->recipe(), config_.train.batch, seq_), config_);
   state_.seed = config_.train.seed;
@@ -172,6 +178,7 @@ void TrainingRun::validate() {
     ResumePoint point = load_resume_point(config_, *trainer_, tokenizer_identity_, console_);
     state_ = point.state;
     resumed_from_ = point.checkpoint;
+    resumed_optimizer_ = std::move(point.optimizer);
     note_config_changes(config_, saved_config_, state_.step, console_);
   }
   tokens_per_step_ = config_.train.batch * seq_ * config_.train.grad_accum;
@@ -230,22 +237,37 @@ void TrainingRun::open_directory() {
   }
 }
 
-// Rank 0's weights, optimizer state and data position are the job's, whatever the rank count of
-// the run that saved them: the global batch and sample order depend only on the step.
+// Rank 0's weights, optimizer state and data position are the job's, whatever the rank count and
+// shard mode of the run that saved them: the global batch and sample order depend only on the step.
 void TrainingRun::start_ranks_alike() {
-  if (comm_.size() == 1) return;
-  comm_.broadcast_values(std::span(&state_, 1), 0);
   AdamW& optimizer = trainer_->optimizer();
-  std::vector<float> values = trainer_->model().params().host_values(), m = optimizer.first_moments(),
-                     v = optimizer.second_moments();
+  int64_t resumed = resumed_from_.has_value();  // known on rank 0 only
+  if (comm_.size() > 1) {
+    comm_.broadcast_values(std::span(&state_, 1), 0);
+    comm_.broadcast_values(std::span(&resumed, 1), 0);
+    broadcast_weights();
+  }
+  // A sharded optimizer takes its slice of rank 0's state; at a new run every slice starts at zero.
+  if (optimizer.sharded()) {
+    if (resumed) optimizer.scatter_state(resumed_optimizer_);
+  } else {
+    if (resumed_from_) optimizer.scatter_state(resumed_optimizer_);  // rank 0: no communication
+    if (comm_.size() > 1) optimizer.broadcast_state(comm_);
+  }
+  resumed_optimizer_ = AdamWState{};  // its memory back before the first step
+}
+
+// Rank 0's weights to every rank: in place on the CPU (no host copy of the arena, which would be a
+// start-up peak of memory above the training's), through a host copy from a GPU.
+void TrainingRun::broadcast_weights() {
+  model::ParamArena& params = trainer_->model().params();
+  if (trainer_->model().backend().device() == ops::Device::cpu) {
+    comm_.broadcast_values(params.values(), 0);
+    return;
+  }
+  std::vector<float> values = params.host_values();
   comm_.broadcast_values(std::span<float>(values), 0);
-  comm_.broadcast_values(std::span<float>(m), 0);
-  comm_.broadcast_values(std::span<float>(v), 0);
-  trainer_->model().params().set_values(values);
-  optimizer.set_moments(m, v);
-  int64_t optimizer_steps = optimizer.steps();
-  comm_.broadcast_values(std::span(&optimizer_steps, 1), 0);
-  optimizer.set_steps(optimizer_steps);
+  params.set_values(values);
 }
 
 void TrainingRun::report() {
@@ -266,8 +288,30 @@ void TrainingRun::report() {
   if (comm_.size() > 1)
     console_.print(fmt::format("parallel   {}: {}; MFU counts {} x the peak above\n", comm_.describe(),
                                trainer_->data_parallel().describe(seq_), comm_.size()));
+  print_memory_per_rank();
+  if (const auto& shards = trainer_->optimizer().shards())
+    console_.print(fmt::format("shard      distributed.shard=optimizer (ZeRO-1): each rank holds the AdamW state of "
+                               "its slice of the {} parameters (rank 0: [{}, {})); gradients reduce-scattered, "
+                               "weights all-gathered\n",
+                               shards->layout.total(), shards->layout.begin(0), shards->layout.end(0)));
   // MFU over the whole job: every rank has the peak rank 0 measured (homogeneous hosts).
   job_peak_flops_ = peak * comm_.size();
+}
+
+// The memory plan of this job (run/memory_plan.h): rank 0, and the largest other rank.
+void TrainingRun::print_memory_per_rank() {
+  MemoryPlanInput in;
+  in.train = config_.train;
+  in.ranks = comm_.size();
+  in.shard = config_.train.shard;
+  in.process_bytes = process_bytes_;
+  console_.print(fmt::format("memory/rank 0{}: {}\n", comm_.size() > 1 ? "" : " (this process)",
+                             describe_rank_memory(plan_rank_memory(in, 0))));
+  if (comm_.size() == 1) return;
+  RankMemory largest = plan_rank_memory(in, 1);
+  for (int r = 2; r < comm_.size(); ++r)
+    if (const RankMemory m = plan_rank_memory(in, r); m.training() > largest.training()) largest = m;
+  console_.print(fmt::format("memory/rank 1-{} (largest): {}\n", comm_.size() - 1, describe_rank_memory(largest)));
 }
 
 // One line per source of a mixture: its share of the rows and its tokens.
@@ -379,7 +423,12 @@ int TrainingRun::stop_on_non_finite_loss(const StepResult& r, double seconds, St
 // Replicas must stay bitwise identical (same summed gradients, same AdamW): a cheap check.
 void TrainingRun::check_replicas(int64_t step) {
   if (comm_.size() == 1) return;
-  const std::string diverged = check_replicas_identical(comm_, trainer_->model().params().host_values(), step);
+  // On the CPU the arena is host memory, checksummed in place: a host copy at every logged step
+  // would add the weights' size again to every rank's memory.
+  const model::ParamArena& params = trainer_->model().params();
+  const bool host = trainer_->model().backend().device() == ops::Device::cpu;
+  const std::vector<float> copy = host ? std::vector<float>() : params.host_values();
+  const std::string diverged = check_replicas_identical(comm_, host ? params.values() : std::span<const float>(copy), step);
   if (!diverged.empty() && root_) comm_.abort(diverged, 1);
 }
 

@@ -19,19 +19,23 @@ RunCheckpoints::RunCheckpoints(const fs::path& run_dir, const fs::path& saved_co
   if (last_good_) options_.verdicts->known_good(*last_good_);
 }
 
-fs::path RunCheckpoints::write(const TrainingState& state, bool in_spike) {
+// Called on every rank: a sharded optimizer's state is gathered on rank 0 (collective), which
+// alone writes.
+std::optional<fs::path> RunCheckpoints::write(const TrainingState& state, bool in_spike) {
+  const AdamW& optimizer = trainer_.optimizer();
+  if (!root_ && !optimizer.sharded()) return std::nullopt;
+  const AdamWState whole = optimizer.gather_state();
+  if (!root_) return std::nullopt;
   CheckpointOptions options = options_;
   if (in_spike) options.also_keep = last_good_;
-  return save_checkpoint(run_dir_, trainer_.model(), &trainer_.optimizer(), state, options);
+  return save_checkpoint_state(run_dir_, trainer_.model(), &whole, state, options);
 }
 
 void RunCheckpoints::save_interval(TrainingState& state, double elapsed_s, bool in_spike, const Console& console) {
   // Rank 0 writes; every rank knows the path, so a stop on any rank names the same last good one.
-  if (root_) {
-    state.elapsed_s = elapsed_s;
-    const fs::path path = write(state, in_spike);
-    console.print(fmt::format("{}checkpoint {}\n", console.clear_line(), path.string()));
-  }
+  state.elapsed_s = elapsed_s;
+  if (const auto path = write(state, in_spike))
+    console.print(fmt::format("{}checkpoint {}\n", console.clear_line(), path->string()));
   if (!in_spike) last_good_ = checkpoint_path(run_dir_, state.step);
   saved_step_ = state.step;
 }
@@ -39,7 +43,7 @@ void RunCheckpoints::save_interval(TrainingState& state, double elapsed_s, bool 
 void RunCheckpoints::save_before_stop(TrainingState& state, double elapsed_s, bool in_spike) {
   if (saved_step_ == state.step) return;
   state.elapsed_s = elapsed_s;
-  if (root_) write(state, in_spike);
+  write(state, in_spike);
 }
 
 std::string RunCheckpoints::last_good_text() const {

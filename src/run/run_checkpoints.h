@@ -33,7 +33,7 @@ class RunCheckpoints {
   std::string resume_advice() const;
 
  private:
-  std::filesystem::path write(const TrainingState& state, bool in_spike);
+  std::optional<std::filesystem::path> write(const TrainingState& state, bool in_spike);  // on rank 0
 
   std::filesystem::path run_dir_, saved_config_;
   bool root_;

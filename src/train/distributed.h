@@ -1,8 +1,10 @@
 // Data parallelism across processes and hosts (`mpirun -np N nibble train ...`).
 //
-// Every rank holds the whole model and the whole AdamW state (no ZeRO sharding: the models nibble
-// trains on CPUs are small next to a host's memory, and a replicated optimizer keeps checkpoints
-// and resume identical to the single-process ones). Per optimizer step the global batch, i.e.
+// Every rank holds the whole model. With distributed.shard=none it also holds the whole AdamW state;
+// with distributed.shard=optimizer (ZeRO-1, ShardMode below) each rank keeps the AdamW moments of a
+// contiguous slice of the parameter arena only: the gradients are reduce-scattered in the tree
+// order of the sum below (each rank receives the summed gradients of its slice), each rank steps
+// its slice, and the updated weights are all-gathered. Per optimizer step the global batch, i.e.
 // grad_accum micro-batches of `batch` sequences drawn from (seed, micro-batch index, row) exactly
 // as on one process, is divided between the ranks without overlap (DataParallelPlan):
 //   - split micro-batches, when grad_accum is a multiple of the rank count: rank r runs micro-batches
@@ -16,19 +18,46 @@
 // Micro-batch gradients are combined along a fixed binary tree (GradientSum) and the ranks' sums
 // along the continuation of that tree (Communicator::sum_gradients with a power-of-two rank count),
 // so in the micro-batch split with grad_accum a power of two the weights after any number of
-// steps are bitwise those of one process. Weights are replicated, so their amax and quantized
-// copies agree on every rank; replicas_identical() checks that with a checksum.
+// steps are bitwise those of one process, in either shard mode. Weights are replicated, so their
+// amax and quantized copies agree on every rank; replicas_identical() checks that with a checksum.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ops/backend.h"
 
 namespace nibble::train {
+
+// distributed.shard: what each rank keeps of the optimizer's state.
+enum class ShardMode : uint8_t {
+  none,       // every rank the whole AdamW state (replicated)
+  optimizer,  // ZeRO-1: each rank the moments of its slice of the arena (optimizer_shards)
+};
+ShardMode parse_shard_mode(std::string_view s);  // UsageError naming the modes
+std::string_view to_string(ShardMode m);
+
+// Contiguous ranges of a flat array, one per rank in rank order: rank r owns [begin(r), end(r)).
+struct ShardLayout {
+  std::vector<int64_t> bounds;  // ranks + 1 ascending offsets: 0, ..., the array's length
+  int ranks() const { return static_cast<int>(bounds.size()) - 1; }
+  int64_t begin(int r) const { return bounds[static_cast<size_t>(r)]; }
+  int64_t end(int r) const { return bounds[static_cast<size_t>(r) + 1]; }
+  int64_t size(int r) const { return end(r) - begin(r); }
+  int64_t total() const { return bounds.back(); }
+  // The same ranges in units `scale` times smaller or larger (elements -> bytes: scale = sizeof).
+  ShardLayout scaled(int64_t scale) const;
+};
+
+// ZeRO-1's slices of an arena of n parameters over `ranks`: whole chunks of ops::kSumOfSquaresChunk
+// elements (the gradient norm's summation unit, so that a rank's partial sums of squares are the
+// one-process ones), as evenly as whole chunks allow, the last chunk cut at n. UsageError when there
+// are fewer chunks than ranks (a rank would own nothing), naming both counts and the fixes.
+ShardLayout optimizer_shards(int64_t n, int ranks);
 
 class Communicator {
  public:
@@ -50,6 +79,21 @@ class Communicator {
   // 2i+1 first, then pairs of pairs, ...), independent of the MPI library's algorithms; otherwise
   // the library's MPI_Allreduce order. Not overlapped with the backward pass (see the .cpp).
   virtual void sum_gradients(std::span<float> values) = 0;
+  // ZeRO-1's gradient reduction: afterwards values[shards.begin(rank()), shards.end(rank())) holds
+  // bitwise what sum_gradients would leave there (the same tree over ranks with a power-of-two rank
+  // count: recursive halving with the partners of sum_gradients' recursive doubling, in the same
+  // order; otherwise sum_gradients itself). The rest of `values` is left unspecified. Host memory.
+  virtual void reduce_scatter_gradients(std::span<float> values, const ShardLayout& shards) = 0;
+  // Every rank's bytes [shards.begin(r), shards.end(r)) of `whole` reach every rank (byte offsets;
+  // a copy: no arithmetic, so the bits are the owner's). Host memory.
+  virtual void all_gather_shards(std::span<std::byte> whole, const ShardLayout& shards) = 0;
+  // Rank 0 receives every rank's `mine` (shards.size(r) bytes) into whole[shards.begin(r), ...);
+  // `whole` is read only on rank 0 (empty elsewhere). For checkpoints: the state in one piece.
+  virtual void gather_shards_to_root(std::span<const std::byte> mine, std::span<std::byte> whole,
+                                     const ShardLayout& shards) = 0;
+  // The reverse: rank r receives whole[shards.begin(r), shards.end(r)) of rank 0's `whole` into `mine`.
+  virtual void scatter_shards_from_root(std::span<const std::byte> whole, std::span<std::byte> mine,
+                                        const ShardLayout& shards) = 0;
   // In-place FP64 sum of a short vector (per-micro-batch losses), MPI_Allreduce order.
   virtual void sum(std::span<double> values) = 0;
   virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
@@ -60,8 +104,9 @@ class Communicator {
   // job with exit_code (MPI_Abort), so no rank is left waiting in a collective.
   [[noreturn]] virtual void abort(const std::string& message, int exit_code) = 0;
 
-  // Wall time spent inside sum_gradients since construction (communication plus waiting for the
-  // slowest rank): the step-time share that data parallelism costs.
+  // Wall time spent inside sum_gradients, reduce_scatter_gradients and all_gather_shards since
+  // construction (communication plus waiting for the slowest rank): the step-time share that data
+  // parallelism costs.
   double gradient_sum_seconds() const { return gradient_sum_seconds_; }
 
   template <typename T>
@@ -84,6 +129,11 @@ class SingleProcessCommunicator final : public Communicator {
   int local_size() const override { return 1; }
   void sum_in_memory_of(ops::Backend&) override {}
   void sum_gradients(std::span<float>) override {}
+  void reduce_scatter_gradients(std::span<float>, const ShardLayout&) override {}
+  void all_gather_shards(std::span<std::byte>, const ShardLayout&) override {}
+  void gather_shards_to_root(std::span<const std::byte> mine, std::span<std::byte> whole, const ShardLayout&) override;
+  void scatter_shards_from_root(std::span<const std::byte> whole, std::span<std::byte> mine,
+                                const ShardLayout&) override;
   void sum(std::span<double>) override {}
   void broadcast(std::span<std::byte>, int) override {}
   std::vector<uint64_t> all_gather(uint64_t value) override { return {value}; }

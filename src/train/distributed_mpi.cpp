@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +28,9 @@ namespace {
 constexpr size_t kBucketFloats = size_t{1} << 20;
 // The largest count one MPI call takes (an int), in bytes for broadcasts.
 constexpr size_t kMaxMessage = size_t{1} << 30;
+// The tag of checkpoint gathers and scatters: the largest MPI guarantees (the gradient exchanges
+// are tagged with their distance, a power of two below the rank count).
+constexpr int kShardTag = 32767;
 
 void check(int code, const char* what) {
   // MPI_ERRORS_ARE_FATAL is set on the world communicator, so this only catches what the library
@@ -111,6 +115,50 @@ class MpiCommunicator final : public Communicator {
     gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
+  void reduce_scatter_gradients(std::span<float> values, const ShardLayout& shards) override {
+    NIBBLE_CHECK(!device_sum_, "ZeRO shards are reduced in host memory (the trainer refuses device=cuda)");
+    NIBBLE_CHECK(shards.ranks() == size_ && shards.total() == static_cast<int64_t>(values.size()),
+                 "reduce_scatter_gradients: one shard per rank covering the values");
+    const auto start = std::chrono::steady_clock::now();
+    if ((size_ & (size_ - 1)) == 0)
+      reduce_scatter_on_host(values, shards);
+    else
+      sum_on_host(values);  // MPI_Allreduce's order, as sum_gradients: the same bits in every slice
+    gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  void all_gather_shards(std::span<std::byte> whole, const ShardLayout& shards) override {
+    NIBBLE_CHECK(shards.ranks() == size_ && shards.total() == static_cast<int64_t>(whole.size()),
+                 "all_gather_shards: one shard per rank covering the bytes");
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < size_; ++r)
+      broadcast(whole.subspan(static_cast<size_t>(shards.begin(r)), static_cast<size_t>(shards.size(r))), r);
+    gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  void gather_shards_to_root(std::span<const std::byte> mine, std::span<std::byte> whole,
+                             const ShardLayout& shards) override {
+    NIBBLE_CHECK(shards.ranks() == size_ && static_cast<int64_t>(mine.size()) == shards.size(rank_),
+                 "gather_shards_to_root: this rank's shard");
+    if (rank_ != 0) return send_bytes(mine, 0);
+    NIBBLE_CHECK(static_cast<int64_t>(whole.size()) == shards.total(), "gather_shards_to_root: the whole on rank 0");
+    std::copy(mine.begin(), mine.end(), whole.begin() + shards.begin(0));
+    for (int r = 1; r < size_; ++r)
+      receive_bytes(whole.subspan(static_cast<size_t>(shards.begin(r)), static_cast<size_t>(shards.size(r))), r);
+  }
+
+  void scatter_shards_from_root(std::span<const std::byte> whole, std::span<std::byte> mine,
+                                const ShardLayout& shards) override {
+    NIBBLE_CHECK(shards.ranks() == size_ && static_cast<int64_t>(mine.size()) == shards.size(rank_),
+                 "scatter_shards_from_root: this rank's shard");
+    if (rank_ != 0) return receive_bytes(mine, 0);
+    NIBBLE_CHECK(static_cast<int64_t>(whole.size()) == shards.total(), "scatter_shards_from_root: the whole on rank 0");
+    for (int r = 1; r < size_; ++r)
+      send_bytes(whole.subspan(static_cast<size_t>(shards.begin(r)), static_cast<size_t>(shards.size(r))), r);
+    const auto own = whole.subspan(static_cast<size_t>(shards.begin(0)), mine.size());
+    std::copy(own.begin(), own.end(), mine.begin());
+  }
+
   void sum(std::span<double> values) override {
     check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
                         MPI_COMM_WORLD),
@@ -161,6 +209,58 @@ class MpiCommunicator final : public Communicator {
         check(MPI_Allreduce(MPI_IN_PLACE, bucket, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
               "MPI_Allreduce of a gradient bucket");
       }
+    }
+  }
+
+  // Recursive halving with sum_on_host's partners in its order (rank ^ 1, ^ 2, ^ 4, ...): at distance
+  // d the slices still summed here are those of the ranks that agree with this one on the bits
+  // below d; of each pair (s, s ^ d) this rank keeps the one whose bit d is its own and sends the
+  // other to its partner, which does the mirror image. Each kept slice thus receives, level by
+  // level, the sums of the same aligned subtrees of ranks that recursive doubling adds, in the same
+  // order (mine + partner's, which is commutative): bitwise the all-reduce's result in that slice.
+  void reduce_scatter_on_host(std::span<float> values, const ShardLayout& shards) {
+    for (int distance = 1; distance < size_; distance *= 2) {
+      const int partner = rank_ ^ distance;
+      for (int kept = 0; kept < size_; ++kept) {
+        if ((kept & (2 * distance - 1)) != (rank_ & (2 * distance - 1))) continue;
+        const int given = kept ^ distance;  // both walk the pairs in the same order
+        exchange_and_add(values.subspan(static_cast<size_t>(shards.begin(kept)), static_cast<size_t>(shards.size(kept))),
+                         values.subspan(static_cast<size_t>(shards.begin(given)), static_cast<size_t>(shards.size(given))),
+                         partner, distance);
+      }
+    }
+  }
+
+  // Sends `given` to `partner` and adds what it sends back into `kept`, in buckets of kBucketFloats
+  // (the two may differ in length by a chunk: a bucket past one's end is empty).
+  void exchange_and_add(std::span<float> kept, std::span<const float> given, int partner, int tag) {
+    const size_t longest = std::max(kept.size(), given.size());
+    for (size_t first = 0; first < longest; first += kBucketFloats) {
+      const size_t receive = first < kept.size() ? std::min(kBucketFloats, kept.size() - first) : 0;
+      const size_t send = first < given.size() ? std::min(kBucketFloats, given.size() - first) : 0;
+      check(MPI_Sendrecv(given.data() + (send ? first : 0), static_cast<int>(send), MPI_FLOAT, partner, tag,
+                         scratch_.data(), static_cast<int>(receive), MPI_FLOAT, partner, tag, MPI_COMM_WORLD,
+                         MPI_STATUS_IGNORE),
+            "MPI_Sendrecv of a gradient shard");
+      float* bucket = kept.data() + first;
+      for (size_t i = 0; i < receive; ++i) bucket[i] = bucket[i] + scratch_[i];
+    }
+  }
+
+  // Point-to-point in messages of at most kMaxMessage bytes (one MPI count is an int).
+  void send_bytes(std::span<const std::byte> bytes, int to) {
+    for (size_t first = 0; first < bytes.size(); first += kMaxMessage) {
+      const size_t count = std::min(kMaxMessage, bytes.size() - first);
+      check(MPI_Send(bytes.data() + first, static_cast<int>(count), MPI_BYTE, to, kShardTag, MPI_COMM_WORLD),
+            "MPI_Send of an optimizer shard");
+    }
+  }
+  void receive_bytes(std::span<std::byte> bytes, int from) {
+    for (size_t first = 0; first < bytes.size(); first += kMaxMessage) {
+      const size_t count = std::min(kMaxMessage, bytes.size() - first);
+      check(MPI_Recv(bytes.data() + first, static_cast<int>(count), MPI_BYTE, from, kShardTag, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE),
+            "MPI_Recv of an optimizer shard");
     }
   }
 

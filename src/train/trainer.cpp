@@ -1,6 +1,9 @@
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
+#include <optional>
 #include <utility>
 
 namespace nibble::train {
@@ -71,6 +74,13 @@ std::vector<double> normalised_weights(const std::vector<TrainSource>& sources) 
   return w;
 }
 
+// ZeRO-1's slices of the arena over the ranks (train/distributed.h), or none.
+std::optional<AdamWShards> optimizer_shards_of(const TrainConfig& c, const model::Transformer& model,
+                                               Communicator& comm) {
+  if (c.shard == ShardMode::none) return std::nullopt;
+  return AdamWShards{&comm, optimizer_shards(static_cast<int64_t>(model.params().values().size()), comm.size())};
+}
+
 // Rows of each micro-batch this process runs: the recipe's tokens per micro-batch follow from them.
 int64_t rows_per_slice(const TrainConfig& c, const Communicator* comm) {
   return DataParallelPlan(c.batch, c.grad_accum, comm ? comm->rank() : 0, comm ? comm->size() : 1).rows_per_slice();
@@ -88,6 +98,11 @@ void TrainConfig::validate() const {
   if (grad_accum <= 0) throw UsageError("grad_accum=" + std::to_string(grad_accum) + " must be positive");
   if (eval_batches <= 0) throw UsageError("eval.batches=" + std::to_string(eval_batches) + " must be positive");
   if (telemetry_interval < 0) throw UsageError("telemetry_interval must be >= 0");
+  if (shard != ShardMode::none && device != ops::Device::cpu)
+    throw UsageError(fmt::format("distributed.shard={} runs on CPUs (MPI) in this version: the NCCL reduce-scatter "
+                                 "and all-gather it needs on GPUs are not written yet. With device={} use "
+                                 "distributed.shard=none",
+                                 to_string(shard), ops::to_string(device)));
 }
 
 Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm)
@@ -102,15 +117,15 @@ Trainer::Trainer(const TrainConfig& config, TokenStream train, TokenStream val, 
 Trainer::Trainer(const TrainConfig& config, std::vector<TrainSource> sources, Communicator* comm)
     : config_(config),
       seq_(config.seq > 0 ? config.seq : config.model.context),
+      comm_(comm ? comm : &single_process_),
       model_(make_model(config, comm)),
       recipe_(std::make_unique<Recipe>(config.recipe, static_cast<int>(config.model.layers),
                                        model_->block_linear_shapes(), rows_per_slice(config, comm) * seq_,
                                        model_->backend())),
-      optimizer_(model_->params(), config.optimizer, model_->backend()),
+      optimizer_(model_->params(), config.optimizer, model_->backend(), optimizer_shards_of(config, *model_, *comm_)),
       train_sampler_(mixture_sampler(sources, seq_, config)),
       val_samplers_(validation_samplers(sources, seq_)),
       val_weights_(normalised_weights(sources)),
-      comm_(comm ? comm : &single_process_),
       plan_(config.batch, config.grad_accum, comm_->rank(), comm_->size()),
       gradient_sum_(model_->backend()) {}
 
@@ -149,7 +164,11 @@ StepResult Trainer::step() {
     if (slices.size() > 1) gradient_sum_.add(grads);
   }
   if (slices.size() > 1) gradient_sum_.finish(grads);
-  comm_->sum_gradients(grads);
+  // ZeRO-1: only this rank's slice of the sum is needed (AdamW::step all-gathers the weights).
+  if (optimizer_.sharded())
+    comm_->reduce_scatter_gradients(grads, optimizer_.shards()->layout);
+  else
+    comm_->sum_gradients(grads);
   // Every slot has one writer, so the sum over ranks is exact and the loss is added in global order.
   comm_->sum(slice_losses);
   double loss = 0;

@@ -29,6 +29,7 @@ struct TrainConfig {
   int64_t telemetry_interval = 0;  // 0: off; else collect quant_stats every N steps
   uint64_t seed = 1337;
   ops::Device device = ops::Device::cpu;  // where the model, its gradients and AdamW's state live
+  ShardMode shard = ShardMode::none;      // distributed.shard: what each rank keeps of AdamW's state
   void validate() const;
 };
 
@@ -101,6 +102,9 @@ class Trainer {
 
   TrainConfig config_;
   int64_t seq_;
+  // Data parallelism: the ranks (this process alone without a communicator).
+  SingleProcessCommunicator single_process_;
+  Communicator* comm_;
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<Recipe> recipe_;
   AdamW optimizer_;
@@ -110,9 +114,7 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;
   std::vector<model::LinearTelemetry> telemetry_;
   double data_seconds_ = 0;
-  // Data parallelism: this rank's share of each step, and the fixed-order sum of its slices' gradients.
-  SingleProcessCommunicator single_process_;
-  Communicator* comm_;
+  // This rank's share of each step, and the fixed-order sum of its slices' gradients.
   DataParallelPlan plan_;
   GradientSum gradient_sum_;
 };

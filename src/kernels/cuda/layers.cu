@@ -214,13 +214,16 @@ void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t
   launch(n, ctx, cross_entropy_backward_kernel, logits, targets, n, vocab, scale, dlogits);
 }
 
-double sum_of_squares(const float* g, int64_t n, Context& ctx) {
+std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n, Context& ctx) {
   const int64_t chunks = (n + lm::kSumOfSquaresChunk - 1) / lm::kSumOfSquaresChunk;
-  if (chunks == 0) return 0.0;
+  if (chunks == 0) return {};
   DeviceBuffer<double> partial(static_cast<size_t>(chunks), ctx.stream());
   launch(chunks, ctx, sum_of_squares_kernel, g, n, chunks, partial.data());
+  return partial.download();
+}
+double sum_of_squares(const float* g, int64_t n, Context& ctx) {
   double total = 0;
-  for (double p : partial.download()) total += p;  // in chunk order, as the CPU
+  for (double p : sum_of_squares_by_chunk(g, n, ctx)) total += p;  // in chunk order, as the CPU
   return total;
 }
 void adamw_update(const AdamWArgs& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask, int64_t n,

@@ -56,6 +56,8 @@ void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t
 // The CPU's fixed-order sum of squares (chunks of 2^14 in eight double lanes, chunks added in order):
 // the same bits; synchronises.
 double sum_of_squares(const float* g, int64_t n, Context& ctx);
+// Its per-chunk partial sums (layer_math.h's kSumOfSquaresChunk), in chunk order.
+std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n, Context& ctx);
 struct AdamWArgs {
   float clip, b1, b2, bias1, bias2, decay, lr, eps;
 };

@@ -10,7 +10,7 @@
 namespace nibble::cpu {
 
 namespace {
-constexpr int64_t kChunk = 1 << 14;
+constexpr int64_t kChunk = 1 << 14;  // the AdamW update's work unit
 
 // The update of n consecutive elements. Element-wise and IEEE (vdivps/vsqrtps round like their
 // scalar forms), so the vector clones give the scalar loop's bits; cloned per ISA because the
@@ -36,21 +36,25 @@ NIBBLE_SIMD_CLONES void adamw_range(
 }
 }  // namespace
 
-double sum_of_squares(const float* g, int64_t n) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+void sum_of_squares_by_chunk(const float* g, int64_t n, double* partial) {
+  const int64_t chunks = (n + kSumOfSquaresChunk - 1) / kSumOfSquaresChunk;
 #pragma omp parallel for schedule(dynamic, dynamic_chunk(chunks)) if (n >= kMinParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     // Eight interleaved partial sums (lane i % 8), added in a fixed order: vectorisable, and the
     // same bits for any thread count because the chunks are fixed.
     double lanes[8] = {};
-    const int64_t begin = c * kChunk, end = std::min(n, (c + 1) * kChunk);
+    const int64_t begin = c * kSumOfSquaresChunk, end = std::min(n, (c + 1) * kSumOfSquaresChunk);
     int64_t i = begin;
     for (; i + 8 <= end; i += 8)
       for (int l = 0; l < 8; ++l) lanes[l] += static_cast<double>(g[i + l]) * g[i + l];
     for (; i < end; ++i) lanes[0] += static_cast<double>(g[i]) * g[i];
     partial[c] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
   }
+}
+
+double sum_of_squares(const float* g, int64_t n) {
+  std::vector<double> partial(static_cast<size_t>((n + kSumOfSquaresChunk - 1) / kSumOfSquaresChunk), 0.0);
+  sum_of_squares_by_chunk(g, n, partial.data());
   double total = 0;
   for (double p : partial) total += p;
   return total;

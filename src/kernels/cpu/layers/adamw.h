@@ -5,9 +5,14 @@
 
 namespace nibble::cpu {
 
-// sum g[i]^2 in double, in chunks of 2^14 whose partial sums are added in order, each chunk in eight
-// interleaved lanes: the same bits for any thread count.
+// The summation unit of sum_of_squares (ops::kSumOfSquaresChunk, which ZeRO shards align to).
+inline constexpr int64_t kSumOfSquaresChunk = int64_t{1} << 14;
+// sum g[i]^2 in double, in chunks of kSumOfSquaresChunk whose partial sums are added in order, each
+// chunk in eight interleaved lanes: the same bits for any thread count.
 double sum_of_squares(const float* g, int64_t n);
+// The partial sums themselves, one per chunk (ceil(n / kSumOfSquaresChunk) of them): sum_of_squares
+// is 0.0 + partial[0] + partial[1] + ... in that order.
+void sum_of_squares_by_chunk(const float* g, int64_t n, double* partial);
 
 struct AdamWConstants {
   float clip, b1, b2, bias1, bias2, decay, lr, eps;

@@ -1,0 +1,167 @@
+#include "run/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "common/error.h"
+#include "run/metrics.h"
+#include "run/report.h"
+
+namespace nibble::train {
+
+namespace {
+
+// The gradient exchange's receive bucket (distributed_mpi.cpp's kBucketFloats FP32 values).
+constexpr int64_t kExchangeBucketBytes = int64_t{4} << 20;
+
+// Stored bytes of one element of a GEMM's weight operand: 0 when the GEMM reads the FP32 weights.
+double weight_copy_bytes(const GemmRecipe& g) {
+  switch (g.precision) {
+    case GemmPrecision::fp32: return 0;
+    case GemmPrecision::bf16: return 2;
+    case GemmPrecision::quantized: return stored_bytes_per_element(g.b.format);
+  }
+  return 0;
+}
+
+// The recipe's copies of the block linears' weights, kept between steps (recipe/linear.h reuses
+// them while the weights are unchanged): one for fprop, one transposed for dgrad.
+int64_t quantized_weight_bytes(const model::ModelConfig& m, const Recipe& recipe) {
+  const int64_t d = m.width, hd = m.head_dim(), f = m.hidden();
+  const int64_t per_block = (m.heads + 2 * m.kv_head_count()) * hd * d + d * m.heads * hd + 2 * f * d + d * f;
+  double bytes = 0;
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const LinearRecipe& r = recipe.for_layer(static_cast<int>(l), 0.0);
+    bytes += (weight_copy_bytes(r.fprop) + weight_copy_bytes(r.dgrad)) * static_cast<double>(per_block);
+  }
+  return static_cast<int64_t>(bytes);
+}
+
+// GradientSum keeps floor(log2 L) + 2 arrays of the arena's size for L > 1 micro-batch slices (its
+// levels and the carry, recycled from step to step), none for one.
+int64_t accumulation_arrays(int64_t slices) {
+  if (slices <= 1) return 0;
+  int64_t levels = 0;
+  while ((int64_t{2} << levels) <= slices) ++levels;
+  return levels + 2;
+}
+
+}  // namespace
+
+int64_t resident_bytes_now() {
+  std::ifstream in("/proc/self/status");
+  for (std::string key; in >> key;) {
+    int64_t kib = 0;
+    if (key == "VmRSS:" && in >> kib) return kib * 1024;
+    in.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
+  const TrainConfig& c = in.train;
+  const DataParallelPlan plan(c.batch, c.grad_accum, rank, in.ranks);
+  const int64_t n = model::arena_floats(c.model), seq = c.seq > 0 ? c.seq : c.model.context;
+  RankMemory m;
+  m.weights = 4 * n;
+  m.gradients = 4 * n;
+  m.accumulation = 4 * n * accumulation_arrays(static_cast<int64_t>(plan.slices().size()));
+  const int64_t owned = in.shard == ShardMode::optimizer ? optimizer_shards(n, in.ranks).size(rank) : n;
+  m.optimizer = 9 * owned;  // m and v in FP32, one decay flag byte
+  // Training saves the activations of rows_per_slice rows; evaluation runs whole batches of `batch`.
+  const Recipe recipe(c.recipe, static_cast<int>(c.model.layers), model::block_linear_shapes(c.model),
+                      plan.rows_per_slice() * seq, ops::cpu());
+  m.activations = estimate_memory(c.model, &recipe, c.batch, seq).activations_recipe +
+                  quantized_weight_bytes(c.model, recipe);
+  m.buffers = in.ranks > 1 ? kExchangeBucketBytes : 0;
+  m.process = in.process_bytes;
+  // Rank 0 writes the whole state (run/checkpoint.cpp): the weights' host copy and its file image
+  // (8 bytes a parameter), then the gathered moments (8), their tensors (8) and file image (8).
+  if (rank == 0) m.checkpoint = 24 * n;
+  return m;
+}
+
+std::string describe_rank_memory(const RankMemory& m) {
+  const auto b = [](int64_t bytes) { return bytes_text(static_cast<double>(bytes)); };
+  std::string text = fmt::format("weights {}, gradients {}, micro-batch sums {}, AdamW {}, activations {}, "
+                                 "buffers {}, program {}: {}",
+                                 b(m.weights), b(m.gradients), b(m.accumulation), b(m.optimizer), b(m.activations),
+                                 b(m.buffers), b(m.process), b(m.training()));
+  if (m.checkpoint > 0) text += fmt::format("; writing a checkpoint +{} = {}", b(m.checkpoint), b(m.peak()));
+  return text;
+}
+
+std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory) {
+  const auto b = [](int64_t bytes) { return bytes_text(static_cast<double>(bytes)); };
+  std::string out = fmt::format("{} ranks, batch {} x grad_accum {}: memory per rank\n", in.ranks, in.train.batch,
+                                in.train.grad_accum);
+  std::vector<std::string> fitting;
+  for (ShardMode mode : {ShardMode::none, ShardMode::optimizer}) {
+    MemoryPlanInput each = in;
+    each.shard = mode;
+    std::string refused;
+    RankMemory largest, root;
+    try {
+      root = plan_rank_memory(each, 0);
+      for (int r = 0; r < in.ranks; ++r) {
+        const RankMemory m = plan_rank_memory(each, r);
+        if (m.training() > largest.training()) largest = m;
+      }
+    } catch (const UsageError& e) {
+      refused = e.what();
+    }
+    out += fmt::format("shard={}\n", to_string(mode));
+    if (!refused.empty()) {
+      out += "  not possible: " + refused + "\n";
+      continue;
+    }
+    out += "  largest rank: " + describe_rank_memory(largest) + "\n";
+    const int64_t need = std::max(largest.training(), root.peak());
+    if (device_memory > 0) {
+      const bool fits = need <= device_memory;
+      out += fmt::format("  {} in {}: needs {} (rank 0 while checkpointing)\n", fits ? "fits" : "does not fit",
+                         b(device_memory), b(need));
+      if (fits) fitting.push_back(std::string(to_string(mode)));
+    }
+  }
+  if (device_memory > 0) {
+    std::string names;
+    for (const auto& f : fitting) names += (names.empty() ? "" : ", ") + f;
+    out += fmt::format("modes that fit in {}: {}\n", b(device_memory), names.empty() ? "none" : names);
+  }
+  return out;
+}
+
+int64_t parse_memory_size(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KB") scale = 1e3;
+  else if (unit == "M" || unit == "MB") scale = 1e6;
+  else if (unit == "G" || unit == "GB") scale = 1e9;
+  else if (unit == "T" || unit == "TB") scale = 1e12;
+  else if (unit == "KIB") scale = 1024.0;
+  else if (unit == "MIB") scale = 1024.0 * 1024;
+  else if (unit == "GIB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (used == 0 || scale == 0 || !(value > 0) || !std::isfinite(value * scale) || value * scale > 9e18)
+    throw UsageError("--device-memory '" + text +
+                     "' is not a size: give a positive number with B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, "
+                     "GiB, TiB (powers of 1024), e.g. 141GB or 80GiB");
+  return static_cast<int64_t>(value * scale);
+}
+
+}  // namespace nibble::train
