@@ -32,13 +32,14 @@ double weight_copy_bytes(const GemmRecipe& g) {
 // The recipe's copies of the block linears' weights, kept between steps (recipe/linear.h reuses
 // them while the weights are unchanged): one for fprop, one transposed for dgrad.
 int64_t quantized_weight_bytes(const model::ModelConfig& m, const Recipe& recipe) {
-  const int64_t d = m.width, hd = m.head_dim(), f = m.hidden();
-  const int64_t per_block = (m.heads + 2 * m.kv_head_count()) * hd * d + d * m.heads * hd + 2 * f * d + d * f;
+  const std::vector<LinearShape> shapes = model::block_linear_shapes(m);
   double bytes = 0;
-  for (int64_t l = 0; l < m.layers; ++l) {
-    const LinearRecipe& r = recipe.for_layer(static_cast<int>(l), 0.0);
-    bytes += (weight_copy_bytes(r.fprop) + weight_copy_bytes(r.dgrad)) * static_cast<double>(per_block);
-  }
+  for (int64_t l = 0; l < m.layers; ++l)
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const LinearRecipe r = recipe.for_linear(static_cast<int>(l), static_cast<int>(i), 0.0);
+      bytes += (weight_copy_bytes(r.fprop) + weight_copy_bytes(r.dgrad)) *
+               static_cast<double>(shapes[i].in_features * shapes[i].out_features);
+    }
   return static_cast<int64_t>(bytes);
 }
 
