@@ -39,8 +39,14 @@ CommandRegistration plan_command("plan", [](CLI::App& app, int& exit_code) {
     if (config.vocab > 0) {
       config.train.model.vocab = config.vocab;
     } else {
-      const auto sources = train::load_sources(config.data_sources());
-      config.train.model.vocab = sources.front().data.vocab_size;
+      try {
+        const auto sources = train::load_sources(config.data_sources());
+        config.train.model.vocab = sources.front().data.vocab_size;
+      } catch (const UsageError& e) {
+        throw UsageError(fmt::format("{} (nibble plan reads the vocabulary size from the data; without the data, give "
+                                     "it as model.vocab=N)",
+                                     e.what()));
+      }
     }
     config.validate();
     train::MemoryPlanInput in;
