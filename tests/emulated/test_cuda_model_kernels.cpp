@@ -245,10 +245,22 @@ TEST(CudaModelLayers, ElementwiseBf16AndTileTransposeAreExact) {
   }
 }
 
+// Shapes of the row and column kernels: n tokens of `width` over a vocabulary of `vocab`. The first
+// fits one gain tile and one column block; the second has a ragged last half-warp row group, three
+// column blocks (the last partial), three token tiles of the gain (the last partial) and token
+// repeats more than 32 positions apart (the embedding backward's ballot windows).
+struct RowShape {
+  int64_t n, width, vocab;
+};
+constexpr RowShape kRowShapes[] = {{37, 45, 11}, {151, 70, 40}};
+
 TEST(CudaModelLayers, EmbeddingRmsnormAndRopeAreTheCpuKernelsBits) {
-  const int64_t n = 37, width = 45, vocab = 11;  // repeated tokens: the backward's order matters
+  for (const RowShape& shape : kRowShapes) {
+  SCOPED_TRACE("n " + std::to_string(shape.n) + ", width " + std::to_string(shape.width));
+  const int64_t n = shape.n, width = shape.width, vocab = shape.vocab;  // repeated tokens: the backward's order matters
   std::vector<int32_t> tokens(n);
-  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7 + 3) % vocab);
+  // quadratic in i: repeats at irregular distances, so a token recurs at every lane of a ballot window
+  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * i * 13 + i * 7 + 3) % vocab);
   const auto table = normal_floats(vocab * width, 5), dout = normal_floats(n * width, 6);
   const auto gain = normal_floats(width, 7), dy = normal_floats(n * width, 8);
   std::vector<float> emb(n * width), dtable(vocab * width, 0.5f), y(n * width), rstd(n), dx(n * width, 0.25f),
@@ -284,6 +296,7 @@ TEST(CudaModelLayers, EmbeddingRmsnormAndRopeAreTheCpuKernelsBits) {
     cuda::rope(drb.data(), rope_tokens, seq, stride, 2, heads, hd, dcos.data(), dsin.data(), first, -1.0f, sc.ctx);
     EXPECT_TRUE(same_bits(drf.download(), rf)) << sc.name();
     EXPECT_TRUE(same_bits(drb.download(), rb)) << sc.name();
+  }
   }
 }
 
@@ -354,7 +367,10 @@ TEST_F(CudaModelExpLayers, AttentionForwardBackwardAndDecodeAreTheCpuKernelsBits
 }
 
 TEST_F(CudaModelExpLayers, SwigluAndCrossEntropyAreTheCpuKernelsBits) {
-  const int64_t n = 7, hidden = 40, vocab = 33;
+  // 7 rows: one half-warp group; 21 rows of 70: two groups, the second ragged, a ragged row tail.
+  for (const auto& [n, vocab] : {std::pair<int64_t, int64_t>{7, 33}, {21, 70}}) {
+  SCOPED_TRACE("n " + std::to_string(n) + ", vocab " + std::to_string(vocab));
+  const int64_t hidden = 40;
   const auto gu = normal_floats(n * 2 * hidden, 73, 2.0f), da = normal_floats(n * hidden, 74);
   std::vector<float> a(n * hidden), dg(gu.size());
   cpu::swiglu_forward(gu.data(), n, hidden, a.data());
@@ -377,6 +393,7 @@ TEST_F(CudaModelExpLayers, SwigluAndCrossEntropyAreTheCpuKernelsBits) {
     EXPECT_TRUE(same_bits(dloss.download(), loss)) << sc.name();
     cuda::cross_entropy_backward(dl.data(), dt.data(), n, vocab, 0.25f, dl.data(), sc.ctx);  // in place, as training
     EXPECT_TRUE(same_bits(dl.download(), grad)) << sc.name();
+  }
   }
 }
 
