@@ -93,8 +93,8 @@ Shapes shapes_of(const model::ModelConfig& m, int64_t batch, int64_t seq) {
   return s;
 }
 
-// The linears' GEMMs, their operands' quantization (as written: an amax pass, a cast pass and a host
-// synchronisation for the non-finite check; by design one fused pass), Hopper's dequantize to BF16
+// The linears' GEMMs, their operands' quantization (as written: an amax pass, a cast pass and a
+// one-thread kernel folding the non-finite check into a flag read once per step; by design one fused pass), Hopper's dequantize to BF16
 // for an emulated quantized GEMM, and the BF16 rounding of a BF16 GEMM's operands.
 void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpec& g, double& syncs) {
   const double in_out[4][2] = {{s.d, s.qkv}, {s.H * s.hd, s.d}, {s.d, 2 * s.f}, {s.f, s.d}};
@@ -140,9 +140,9 @@ void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpe
     // cores also the BF16 operand the emulated GEMM multiplies (so no dequantize pass); as written an
     // amax pass reads the tensor first and a dequantize pass follows.
     KernelKindTime& q = b.add("quantize (amax, cast)", "HBM", q_calls, 0, 0, q_elems * 4 + q_stored + 2 * dq_elems, 0);
-    q.written_s = std::max(b.roofline(2 * q_calls, 0, 0, q_elems * 8 + q_stored), 2 * q_calls * g.launch_s);
-    q.written_note = "an amax pass before each cast";
-    syncs += q_calls;  // the non-finite check reads a flag on the host
+    q.written_s = std::max(b.roofline(3 * q_calls, 0, 0, q_elems * 8 + q_stored), 3 * q_calls * g.launch_s);
+    q.written_note = "an amax pass before each cast, a flag fold after";
+    syncs += 2;  // the deferred non-finite flag, read after the loss and after the norm
   }
   if (dq_elems > 0) {
     KernelKindTime& dq = b.add("dequantize to BF16 (emulated GEMMs)", "HBM", dq_launches, 0, 0, dq_stored + 2 * dq_elems, 0);

@@ -472,6 +472,39 @@ TEST(CudaModelQuantize, TheFirstNonFiniteValueIsFoundInAnyBlockOrder) {
   }
 }
 
+// Deferred checks (the CUDA backend's, no host sync per quantization): no quantization throws; the
+// read throws once, naming the first quantization in call order that met a non-finite value (not the
+// first by flat index: the third's [0, 1] comes before the second's [40, 3]) and that value's index;
+// the codes are those of an immediate check's run; the next read finds nothing pending; clean inputs
+// read clean. Every path: row-wise, the fused pair (RHT on the column copy) and the column copy alone.
+TEST(CudaModelQuantize, DeferredNonFiniteChecksThrowOnceAtTheReadNamingTheFirstBadQuantization) {
+  std::vector<float> clean = normal_floats(64 * 80, 31), bad = clean, worse = clean;
+  bad[41 * 80 + 70] = INFINITY;
+  bad[40 * 80 + 3] = std::nanf("");
+  worse[1] = -INFINITY;
+  cuda::KernelOptions deferred;
+  deferred.defer_finite_check = true;
+  QuantOptions rows_o, cols_o;
+  cols_o.rht = true;
+  for (const auto& s : kSchedules) {
+    Schedule sc(s);
+    auto dc = sc.up(clean), db = sc.up(bad), dw = sc.up(worse);
+    cuda::DeviceQuantized first = cuda::quantize(dc.data(), 64, 80, rows_o, sc.ctx, deferred);
+    cuda::QuantizedPair pair = cuda::quantize_both(db.data(), 64, 80, rows_o, cols_o, sc.ctx, deferred);
+    cuda::DeviceQuantized third = cuda::quantize_transposed(dw.data(), 64, 80, cols_o, sc.ctx, deferred);
+    const std::string message = nibble_test::error_of([&] { cuda::throw_deferred_nonfinite(sc.ctx); });
+    EXPECT_NE(message.find("non-finite value at index [40, 3] (flat 3203) of quantization 2 of 3 since the last "
+                           "check (a [64, 80] input): quantization needs finite input; fix the producer"),
+              std::string::npos)
+        << message << ", " << sc.name();
+    EXPECT_EQ(nibble_test::error_of([&] { cuda::throw_deferred_nonfinite(sc.ctx); }), "(no error)") << sc.name();
+    const cuda::DeviceQuantized checked = cuda::quantize(dc.data(), 64, 80, rows_o, sc.ctx);
+    EXPECT_EQ(cuda::to_host(first).codes, cuda::to_host(checked).codes) << sc.name();
+    (void)cuda::quantize_both(dc.data(), 64, 80, rows_o, cols_o, sc.ctx, deferred);
+    EXPECT_EQ(nibble_test::error_of([&] { cuda::throw_deferred_nonfinite(sc.ctx); }), "(no error)") << sc.name();
+  }
+}
+
 // The BF16 decode of every format: the 4-bit formats' 8-byte path, the others element by element,
 // and a last group shorter than 16 (n = 15).
 TEST(CudaModelQuantize, Bf16DecodeOfEveryFormatAndARaggedTailIsExact) {
