@@ -318,6 +318,24 @@ double gamma(int64_t k) {
   return static_cast<double>(k) * u / (1.0 - static_cast<double>(k) * u);
 }
 
+// A quantization's non-finite check waits for the step's next read (no host sync per quantization):
+// the quantize calls return, the gradient norm's read (which AdamW::step makes before it writes any
+// weight) throws NumericalError naming the first bad quantization and the value, once.
+TEST_F(CudaOps, NonFiniteQuantizerInputThrowsAtTheNextReadBeforeTheOptimizer) {
+  auto x = normal_floats(32 * 64, 12);
+  x[5 * 64 + 9] = std::nanf("");
+  auto dx = upload(x);
+  const auto g = normal_floats(100, 13);
+  auto dg = upload(g);
+  auto q = gpu().new_quantized(), t = gpu().new_quantized();
+  EXPECT_NO_THROW(gpu().quantize(dx.data(), 32, 64, QuantOptions{}, *q));
+  EXPECT_NO_THROW(gpu().quantize_both(dx.data(), 32, 64, QuantOptions{}, *q, QuantOptions{}, *t));
+  const std::string message = nibble_test::error_of([&] { gpu().sum_of_squares(dg.data(), 100); });
+  EXPECT_NE(message.find("non-finite value at index [5, 9] (flat 329) of quantization 1 of 2"), std::string::npos)
+      << message;
+  EXPECT_EQ(gpu().sum_of_squares(dg.data(), 100), host().sum_of_squares(g.data(), 100));  // reported once
+}
+
 TEST_F(CudaOps, GemmsAgreeWithTheCpuWithinTheFp32SummationBound) {
   const int64_t M = 48, N = 80, K = 128;
   const auto a = normal_floats(M * K, 21), b = normal_floats(N * K, 22);

@@ -68,7 +68,8 @@ TEST(GpuStepModel, AsWrittenIsNeverFasterThanTheDesignNorADesignKernelThanItsLau
 }
 
 // Hopper multiplies NVFP4 as BF16 (dequantized operands: the same GEMM time as bf16), Blackwell on its
-// NVFP4 tensor cores (faster); quantized recipes synchronise once per quantization as written.
+// NVFP4 tensor cores (faster); as written no quantization synchronises: quantized recipes read the
+// deferred non-finite flag twice a step, after the loss and the norm reads.
 TEST(GpuStepModel, Nvfp4GemmsAreEmulatedOnHopperAndNativeOnBlackwell) {
   model::ModelConfig m = small_model();
   m.width = 2048;
@@ -84,8 +85,10 @@ TEST(GpuStepModel, Nvfp4GemmsAreEmulatedOnHopperAndNativeOnBlackwell) {
   const StepPrediction hopper = predict_step(m, nvfp4, 64, 128, gpu_spec("h200"));
   EXPECT_GT(kind(hopper, "dequantize to BF16 (emulated GEMMs)").written_s, 0);
   EXPECT_EQ(kind(hopper, "dequantize to BF16 (emulated GEMMs)").design_s, 0);
-  // Per linear: X, W, dY (W^T shared by 16x16 tiles), dY^T, X^T; then the norm and the loss.
-  EXPECT_EQ(hopper.syncs, 4.0 * 4 * 5 + 2);
+  // The norm and the loss, each followed by the read of the quantizations' deferred flag.
+  EXPECT_EQ(hopper.syncs, 2 + 2);
+  // Per linear: X, W, dY (W^T shared by 16x16 tiles), dY^T, X^T; each an amax, a cast and a fold of its flag.
+  EXPECT_EQ(kind(hopper, "quantize (amax, cast)").launches, 4.0 * 4 * 5);
   EXPECT_EQ(predict_step(m, bf16, 64, 128, gpu_spec("h200")).syncs, 2);
 }
 

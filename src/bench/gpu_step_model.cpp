@@ -34,6 +34,19 @@ double threaded_s(double threads, double steps, const GpuSpec& g) {
   return threads * steps / (sms * lanes * g.clock_hz);
 }
 
+// A serial chain of `steps` dependent FP32 adds (~4 cycles each: Hopper's add latency), run by
+// `chains` warps side by side, one warp per SM: RMSNorm's gain gradient keeps the CPU's token order,
+// one add per token per column, 32 columns per block (its other warps stage the next tokens' terms
+// meanwhile, two 128-byte lines per token, within an SM's ~64 bytes a cycle from L2).
+double serial_chain_s(double chains, double steps, const GpuSpec& g) {
+  if (chains <= 0) return 0;
+  return std::ceil(chains / g.sms) * steps * 4.0 / g.clock_hz;
+}
+
+// `warp_steps` warp instructions' worth of small steps (a load of 32 tokens, a compare, a ballot:
+// ~8 issue slots each) spread over every SM's 4 schedulers: the embedding backward's token scans.
+double warp_steps_s(double warp_steps, const GpuSpec& g) { return warp_steps * 8.0 / (g.sms * 4.0 * g.clock_hz); }
+
 class Builder {
  public:
   explicit Builder(const GpuSpec& g) : g_(g) {}
@@ -85,8 +98,8 @@ Shapes shapes_of(const model::ModelConfig& m, int64_t batch, int64_t seq) {
   return s;
 }
 
-// The linears' GEMMs, their operands' quantization (as written: an amax pass, a cast pass and a host
-// synchronisation for the non-finite check; by design one fused pass), Hopper's dequantize to BF16
+// The linears' GEMMs, their operands' quantization (as written: an amax pass, a cast pass and a
+// one-thread kernel folding the non-finite check into a flag read once per step; by design one fused pass), Hopper's dequantize to BF16
 // for an emulated quantized GEMM, and the BF16 rounding of a BF16 GEMM's operands.
 void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpec& g, double& syncs) {
   const double in_out[4][2] = {{s.d, s.qkv}, {s.H * s.hd, s.d}, {s.d, 2 * s.f}, {s.f, s.d}};
@@ -132,9 +145,9 @@ void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpe
     // cores also the BF16 operand the emulated GEMM multiplies (so no dequantize pass); as written an
     // amax pass reads the tensor first and a dequantize pass follows.
     KernelKindTime& q = b.add("quantize (amax, cast)", "HBM", q_calls, 0, 0, q_elems * 4 + q_stored + 2 * dq_elems, 0);
-    q.written_s = std::max(b.roofline(2 * q_calls, 0, 0, q_elems * 8 + q_stored), 2 * q_calls * g.launch_s);
-    q.written_note = "an amax pass before each cast";
-    syncs += q_calls;  // the non-finite check reads a flag on the host
+    q.written_s = std::max(b.roofline(3 * q_calls, 0, 0, q_elems * 8 + q_stored), 3 * q_calls * g.launch_s);
+    q.written_note = "an amax pass before each cast, a flag fold after";
+    syncs += 2;  // the deferred non-finite flag, read after the loss and after the norm
   }
   if (dq_elems > 0) {
     KernelKindTime& dq = b.add("dequantize to BF16 (emulated GEMMs)", "HBM", dq_launches, 0, 0, dq_stored + 2 * dq_elems, 0);
@@ -166,17 +179,22 @@ void add_head_and_loss(Builder& b, const Shapes& s, const Recipe& recipe, const 
   b.add("LM head GEMMs", recipe.lm_head_bf16() ? "BF16 tensor cores" : "FP32 cores", 3, 3 * 2 * s.N * s.d * s.V, rate,
         3 * 4 * s.N * s.V + 3 * 4 * s.N * s.d, g.bf16_flops);
   KernelKindTime& ce = b.add("cross-entropy", "HBM", 2, 0, 0, 12 * s.N * s.V);
-  Builder::written_threads(ce, s.N, 6 * s.V, g, "a thread per row");
+  Builder::written_threads(ce, 16 * s.N, 6 * s.V / 16, g, "a half-warp per row");
+  // Backward: a warp per position scans the earlier tokens (N / 64 windows on average) to find whether
+  // it is its token's first; each distinct token's warp then scans the rest (N / 32 windows).
   KernelKindTime& emb = b.add("embedding", "HBM", 2, 0, 0, 12 * s.N * s.d + 4 * s.V * s.d);
-  Builder::written_threads(emb, s.d, s.N, g, "backward: a thread per column, over every token");
+  emb.written_s = std::max(emb.written_s, warp_steps_s(s.N * s.N / 64 + std::min(s.V, s.N) * s.N / 32, g));
+  emb.written_note = "backward: a warp per distinct token, found by ballots";
 }
 
 // RMSNorm, RoPE, residual adds, SwiGLU: FP32 in and out.
 void add_elementwise(Builder& b, const Shapes& s, const GpuSpec& g) {
   KernelKindTime& nf = b.add("RMSNorm forward", "HBM", 2 * s.L + 1, 0, 0, (2 * s.L + 1) * 8 * s.N * s.d);
-  Builder::written_threads(nf, s.N, 2 * s.d * (2 * s.L + 1), g, "a thread per row");
+  Builder::written_threads(nf, 16 * s.N, 2 * s.d / 16 * (2 * s.L + 1), g, "a half-warp per row");
   KernelKindTime& nb = b.add("RMSNorm backward", "HBM", 2 * (2 * s.L + 1), 0, 0, (2 * s.L + 1) * 20 * s.N * s.d);
-  Builder::written_threads(nb, s.d, 3 * s.N * (2 * s.L + 1), g, "gain gradient: a thread per column, over every token");
+  nb.written_s = std::max(nb.written_s, threaded_s(16 * s.N, 3 * s.d / 16 * (2 * s.L + 1), g) +
+                                            (2 * s.L + 1) * serial_chain_s(std::ceil(s.d / 32), s.N, g));
+  nb.written_note = "gain gradient: a warp per 32 columns, every token in order";
   b.add("RoPE", "HBM", 4 * s.L, 0, 0, 2 * s.L * 8 * s.N * (s.H + s.kv) * s.hd);
   b.add("residual adds", "HBM", 2 * s.L, 0, 0, 2 * s.L * 12 * s.N * s.d);
   b.add("SwiGLU", "HBM", 2 * s.L, 0, 0, s.L * 32 * s.N * s.f);
@@ -185,7 +203,8 @@ void add_elementwise(Builder& b, const Shapes& s, const GpuSpec& g) {
 // Gradient norm (for clipping) and AdamW over every parameter, gradients zeroed.
 void add_optimizer(Builder& b, const Shapes& s, const GpuSpec& g, double& syncs) {
   KernelKindTime& norm = b.add("gradient norm", "HBM", 1, 0, 0, 4 * s.params);
-  Builder::written_threads(norm, std::ceil(s.params / 16384), 16384, g, "a thread per 16384-value chunk");
+  // A warp per 16384-value chunk: its 8 double lanes each a chain of 2048 adds.
+  Builder::written_threads(norm, 32 * std::ceil(s.params / 16384), 16384 / 8, g, "a warp per 16384-value chunk");
   syncs += 2;  // the norm and the loss are read on the host
   b.add("AdamW, zero gradients", "HBM", 2, 0, 0, 33 * s.params);
 }

@@ -98,6 +98,7 @@ class CudaBackend final : public Backend {
   void copy_to_host(const void* src, void* host_dst, size_t bytes) override {
     if (bytes) NIBBLE_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
     ctx_.synchronize();
+    cuda::throw_deferred_nonfinite(ctx_);
   }
   void copy_from_host(const void* host_src, void* dst, size_t bytes) override {
     if (bytes) NIBBLE_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
@@ -106,15 +107,26 @@ class CudaBackend final : public Backend {
   void fill_zero(void* p, size_t bytes) override {
     if (bytes) NIBBLE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_.stream()));
   }
-  void synchronize() override { ctx_.synchronize(); }
+  void synchronize() override {
+    ctx_.synchronize();
+    cuda::throw_deferred_nonfinite(ctx_);
+  }
 
   std::unique_ptr<Quantized> new_quantized() override { return std::make_unique<DeviceQuantizedTensor>(); }
+  // Quantizations check their input for non-finite values without a host synchronisation each: the
+  // results are read where this backend synchronises anyway (the loss, the gradient norm, copies to
+  // the host, synchronize), and the first offending quantization throws there.
+  static cuda::KernelOptions deferred_check() {
+    cuda::KernelOptions k;
+    k.defer_finite_check = true;
+    return k;
+  }
   void quantize(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt, Quantized& out) override {
-    dev(out) = cuda::quantize(x, rows, cols, opt, ctx_);
+    dev(out) = cuda::quantize(x, rows, cols, opt, ctx_, deferred_check());
   }
   void quantize_transposed(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
                            Quantized& out) override {
-    dev(out) = cuda::quantize_transposed(x, rows, cols, opt, ctx_);
+    dev(out) = cuda::quantize_transposed(x, rows, cols, opt, ctx_, deferred_check());
   }
   void quantize_both(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt, Quantized& row_out,
                      const QuantOptions& t_opt, Quantized& t_out) override {
@@ -122,7 +134,7 @@ class CudaBackend final : public Backend {
     // otherwise the two quantizations, which give the same bytes.
     if (row_opt.format == Format::nvfp4 && t_opt.format == Format::nvfp4 && !row_opt.tile_16x16 && !t_opt.tile_16x16 &&
         rows % 16 == 0 && cols % 16 == 0) {
-      cuda::QuantizedPair pair = cuda::quantize_both(x, rows, cols, row_opt, t_opt, ctx_);
+      cuda::QuantizedPair pair = cuda::quantize_both(x, rows, cols, row_opt, t_opt, ctx_, deferred_check());
       dev(row_out) = std::move(pair.rowwise);
       dev(t_out) = std::move(pair.columnwise);
       return;
@@ -237,15 +249,27 @@ class CudaBackend final : public Backend {
   }
   double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                float* loss) override {
-    return cuda::cross_entropy_forward(logits, targets, n, vocab, loss, ctx_);
+    const double total = cuda::cross_entropy_forward(logits, targets, n, vocab, loss, ctx_);
+    cuda::throw_deferred_nonfinite(ctx_);  // the forward's quantizations, at the loss's read
+    return total;
   }
   void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
                               float* dlogits) override {
     cuda::cross_entropy_backward(logits, targets, n, vocab, scale, dlogits, ctx_);
   }
-  double sum_of_squares(const float* g, int64_t n) override { return cuda::sum_of_squares(g, n, ctx_); }
+  // Read before the optimizer writes anything: the backward's quantizations are checked here, so a
+  // step that met non-finite input throws before AdamW, as the CPU backend's (which throws at the
+  // quantization itself), and the weights keep their values.
+  double sum_of_squares(const float* g, int64_t n) override {
+    const double total = cuda::sum_of_squares(g, n, ctx_);
+    cuda::throw_deferred_nonfinite(ctx_);
+    return total;
+  }
   std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n) override {
-    return cuda::sum_of_squares_by_chunk(g, n, ctx_);
+    // The sharded optimizer's norm (train/optimizer.h): read before its AdamW, as sum_of_squares.
+    std::vector<double> chunks = cuda::sum_of_squares_by_chunk(g, n, ctx_);
+    cuda::throw_deferred_nonfinite(ctx_);
+    return chunks;
   }
   void adamw_update(const AdamWStep& k, const float* g, float* m, float* v, float* w, const uint8_t* decay_mask,
                     int64_t n) override {

@@ -245,10 +245,22 @@ TEST(CudaModelLayers, ElementwiseBf16AndTileTransposeAreExact) {
   }
 }
 
+// Shapes of the row and column kernels: n tokens of `width` over a vocabulary of `vocab`. The first
+// fits one gain tile and one column block; the second has a ragged last half-warp row group, three
+// column blocks (the last partial), three token tiles of the gain (the last partial) and token
+// repeats more than 32 positions apart (the embedding backward's ballot windows).
+struct RowShape {
+  int64_t n, width, vocab;
+};
+constexpr RowShape kRowShapes[] = {{37, 45, 11}, {151, 70, 40}};
+
 TEST(CudaModelLayers, EmbeddingRmsnormAndRopeAreTheCpuKernelsBits) {
-  const int64_t n = 37, width = 45, vocab = 11;  // repeated tokens: the backward's order matters
+  for (const RowShape& shape : kRowShapes) {
+  SCOPED_TRACE("n " + std::to_string(shape.n) + ", width " + std::to_string(shape.width));
+  const int64_t n = shape.n, width = shape.width, vocab = shape.vocab;  // repeated tokens: the backward's order matters
   std::vector<int32_t> tokens(n);
-  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7 + 3) % vocab);
+  // quadratic in i: repeats at irregular distances, so a token recurs at every lane of a ballot window
+  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * i * 13 + i * 7 + 3) % vocab);
   const auto table = normal_floats(vocab * width, 5), dout = normal_floats(n * width, 6);
   const auto gain = normal_floats(width, 7), dy = normal_floats(n * width, 8);
   std::vector<float> emb(n * width), dtable(vocab * width, 0.5f), y(n * width), rstd(n), dx(n * width, 0.25f),
@@ -284,6 +296,7 @@ TEST(CudaModelLayers, EmbeddingRmsnormAndRopeAreTheCpuKernelsBits) {
     cuda::rope(drb.data(), rope_tokens, seq, stride, 2, heads, hd, dcos.data(), dsin.data(), first, -1.0f, sc.ctx);
     EXPECT_TRUE(same_bits(drf.download(), rf)) << sc.name();
     EXPECT_TRUE(same_bits(drb.download(), rb)) << sc.name();
+  }
   }
 }
 
@@ -354,7 +367,10 @@ TEST_F(CudaModelExpLayers, AttentionForwardBackwardAndDecodeAreTheCpuKernelsBits
 }
 
 TEST_F(CudaModelExpLayers, SwigluAndCrossEntropyAreTheCpuKernelsBits) {
-  const int64_t n = 7, hidden = 40, vocab = 33;
+  // 7 rows: one half-warp group; 21 rows of 70: two groups, the second ragged, a ragged row tail.
+  for (const auto& [n, vocab] : {std::pair<int64_t, int64_t>{7, 33}, {21, 70}}) {
+  SCOPED_TRACE("n " + std::to_string(n) + ", vocab " + std::to_string(vocab));
+  const int64_t hidden = 40;
   const auto gu = normal_floats(n * 2 * hidden, 73, 2.0f), da = normal_floats(n * hidden, 74);
   std::vector<float> a(n * hidden), dg(gu.size());
   cpu::swiglu_forward(gu.data(), n, hidden, a.data());
@@ -377,6 +393,7 @@ TEST_F(CudaModelExpLayers, SwigluAndCrossEntropyAreTheCpuKernelsBits) {
     EXPECT_TRUE(same_bits(dloss.download(), loss)) << sc.name();
     cuda::cross_entropy_backward(dl.data(), dt.data(), n, vocab, 0.25f, dl.data(), sc.ctx);  // in place, as training
     EXPECT_TRUE(same_bits(dl.download(), grad)) << sc.name();
+  }
   }
 }
 
@@ -452,6 +469,39 @@ TEST(CudaModelQuantize, TheFirstNonFiniteValueIsFoundInAnyBlockOrder) {
                 std::string::npos)
           << "rht " << rht << ", " << sc.name();
     }
+  }
+}
+
+// Deferred checks (the CUDA backend's, no host sync per quantization): no quantization throws; the
+// read throws once, naming the first quantization in call order that met a non-finite value (not the
+// first by flat index: the third's [0, 1] comes before the second's [40, 3]) and that value's index;
+// the codes are those of an immediate check's run; the next read finds nothing pending; clean inputs
+// read clean. Every path: row-wise, the fused pair (RHT on the column copy) and the column copy alone.
+TEST(CudaModelQuantize, DeferredNonFiniteChecksThrowOnceAtTheReadNamingTheFirstBadQuantization) {
+  std::vector<float> clean = normal_floats(64 * 80, 31), bad = clean, worse = clean;
+  bad[41 * 80 + 70] = INFINITY;
+  bad[40 * 80 + 3] = std::nanf("");
+  worse[1] = -INFINITY;
+  cuda::KernelOptions deferred;
+  deferred.defer_finite_check = true;
+  QuantOptions rows_o, cols_o;
+  cols_o.rht = true;
+  for (const auto& s : kSchedules) {
+    Schedule sc(s);
+    auto dc = sc.up(clean), db = sc.up(bad), dw = sc.up(worse);
+    cuda::DeviceQuantized first = cuda::quantize(dc.data(), 64, 80, rows_o, sc.ctx, deferred);
+    cuda::QuantizedPair pair = cuda::quantize_both(db.data(), 64, 80, rows_o, cols_o, sc.ctx, deferred);
+    cuda::DeviceQuantized third = cuda::quantize_transposed(dw.data(), 64, 80, cols_o, sc.ctx, deferred);
+    const std::string message = nibble_test::error_of([&] { cuda::throw_deferred_nonfinite(sc.ctx); });
+    EXPECT_NE(message.find("non-finite value at index [40, 3] (flat 3203) of quantization 2 of 3 since the last "
+                           "check (a [64, 80] input): quantization needs finite input; fix the producer"),
+              std::string::npos)
+        << message << ", " << sc.name();
+    EXPECT_EQ(nibble_test::error_of([&] { cuda::throw_deferred_nonfinite(sc.ctx); }), "(no error)") << sc.name();
+    const cuda::DeviceQuantized checked = cuda::quantize(dc.data(), 64, 80, rows_o, sc.ctx);
+    EXPECT_EQ(cuda::to_host(first).codes, cuda::to_host(checked).codes) << sc.name();
+    (void)cuda::quantize_both(dc.data(), 64, 80, rows_o, cols_o, sc.ctx, deferred);
+    EXPECT_EQ(nibble_test::error_of([&] { cuda::throw_deferred_nonfinite(sc.ctx); }), "(no error)") << sc.name();
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/device_buffer.h"
 
@@ -46,12 +47,22 @@ class Context {
   enum class Scratch { operand_a, operand_b, scales_a, scales_b, scalars, staging, product, count };  // product: row-scaled GEMMs
   uint8_t* scratch(Scratch slot, size_t bytes);
 
+  // Quantizations whose non-finite check waits for the next read (quantize.h,
+  // KernelOptions::defer_finite_check): a sticky device word, the smallest (k << 40 | flat index) of
+  // a non-finite input over the k-th deferred quantization's inputs, and each one's [rows, cols].
+  struct DeferredFiniteChecks {
+    DeviceBuffer<unsigned long long> word;  // allocated at the first deferral, all ones when clean
+    std::vector<std::array<int64_t, 2>> shapes;
+  };
+  DeferredFiniteChecks& deferred_finite_checks() { return deferred_; }
+
  private:
   DeviceInfo info_;
   Stream stream_;
   cublasLtHandle_t blas_ = nullptr;
   DeviceBuffer<uint8_t> blas_workspace_;
   std::array<DeviceBuffer<uint8_t>, static_cast<size_t>(Scratch::count)> scratch_;
+  DeferredFiniteChecks deferred_;
 };
 
 // The calling thread's context on device 0 (or $NIBBLE_CUDA_DEVICE, or the device chosen by

@@ -1,6 +1,10 @@
-// The model's layers on the GPU (layers.h). One thread per output row or element, each output summed
-// in a fixed order by one thread: deterministic, no atomics. The per-row arithmetic of RMSNorm, RoPE,
-// AdamW and the gradient norm is layer_math.h's (the CPU's operation order).
+// The model's layers on the GPU (layers.h). Element-wise layers: one thread per element. Row
+// reductions (RMSNorm, cross-entropy, the gradient norm): a half-warp or warp per row or chunk whose
+// lanes hold exactly the CPU's partial sums (lane_sum16's 16 lanes, the norm's 8 double lanes), folded
+// by shuffles in the CPU's tree, so the bits stay the CPU's. Column sums that the CPU adds in token
+// order (RMSNorm's gain, the embedding backward) keep that serial order per output and get their
+// parallelism elsewhere (many warps staging the terms, a warp per distinct token). Deterministic, no
+// atomics. The per-element arithmetic is layer_math.h's (the CPU's operation order).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -56,26 +60,146 @@ __global__ void transpose_tiles_kernel(const uint8_t* codes, const uint8_t* scal
 __global__ void embedding_forward_kernel(const int32_t* tokens, int64_t n, const float* table, int64_t width, float* out) {
   NIBBLE_GRID_STRIDE(i, n * width) out[i] = table[static_cast<int64_t>(tokens[i / width]) * width + i % width];
 }
-// One thread per column, tokens in order (the CPU's order).
+// ------------------------------------------------------------------ warp-level reductions ---------
+constexpr unsigned kFullWarp = 0xFFFFFFFFu;
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+// lane_sum16's 16 partial sums, one per lane of a half-warp: a block of 256 threads takes 16 rows.
+constexpr int kRowLanes = 16;
+constexpr int kRowsPerBlock = kThreads / kRowLanes;
+
+// A grid of blocks for `items` rows (or columns, chunks) taken `per_block` at a time, capped as grid_for.
+int grid_of(int64_t items, int64_t per_block, const Context& ctx) {
+  const int64_t wanted = (items + per_block - 1) / per_block;
+  const int64_t cap = static_cast<int64_t>(std::max(ctx.device().sm_count, 1)) * 32;
+  return static_cast<int>(std::max<int64_t>(1, std::min(wanted, cap)));
+}
+
+// Half-warp rows: row = this half-warp's row of the block's group of kRowsPerBlock, walked with a
+// grid stride. The loop bound is the group's, the same for every lane of a warp, so both halves of a
+// warp reach every shuffle (rows past n run as `valid` false).
+#define NIBBLE_HALF_WARP_ROWS(row, lane, valid, n)                                                      \
+  for (int64_t group_ = blockIdx.x * static_cast<int64_t>(kRowsPerBlock); group_ < (n);                \
+       group_ += static_cast<int64_t>(gridDim.x) * kRowsPerBlock)                                     \
+    if (const int64_t row = group_ + threadIdx.x / kRowLanes; true)                                    \
+      if (const int lane = static_cast<int>(threadIdx.x % kRowLanes); true)                           \
+        if (const bool valid = row < (n); true)
+
+// lm::lane_sum16 across a half-warp: lane l sums term(c) over c = l, l + 16, ... in order (the CPU's
+// lane l, the ragged tail included: its element c lands in lane c % 16 too), then the CPU's tree
+// lanes[l] += lanes[l + half] for half = 8, 4, 2, 1 as shuffles down. Every lane of the warp calls it;
+// all get lane 0's sum.
+template <class Term>
+__device__ float half_warp_lane_sum16(int64_t width, int lane, bool valid, Term term) {
+  float s = 0.0f;
+  if (valid)
+    for (int64_t c = lane; c < width; c += kRowLanes) s = dm::nb_add(s, term(c));
+  for (int half = kRowLanes / 2; half >= 1; half /= 2) s = dm::nb_add(s, __shfl_down_sync(kFullWarp, s, half, kRowLanes));
+  return __shfl_sync(kFullWarp, s, 0, kRowLanes);
+}
+// The row's maximum (lm::cross_entropy_row's max over v in order: the same value for non-NaN rows; a
+// NaN makes the row's outputs NaN either way), on every lane of the half-warp.
+__device__ float half_warp_row_max(const float* l, int64_t vocab, int lane, bool valid) {
+  float m = -INFINITY;
+  if (valid)
+    for (int64_t c = lane; c < vocab; c += kRowLanes) m = dm::max_f(m, l[c]);
+  for (int half = kRowLanes / 2; half >= 1; half /= 2) m = dm::max_f(m, __shfl_xor_sync(kFullWarp, m, half, kRowLanes));
+  return __shfl_sync(kFullWarp, m, 0, kRowLanes);
+}
+
+// ------------------------------------------------------------------ embedding backward ------------
+// A warp per token position i: the warp owns dtable's row tokens[i] when i is that token's first
+// position (ballots over the earlier tokens, 32 at a time); it then adds the dout rows of every
+// position of the token, in token order, lanes over columns: per element the CPU's order (dtable[t][c]
+// += dout[i][c] for i ascending). Distinct tokens run in parallel; no two warps write one row.
 __global__ void embedding_backward_kernel(const int32_t* tokens, int64_t n, const float* dout, int64_t width, float* dtable) {
-  NIBBLE_GRID_STRIDE(c, width)
-  for (int64_t i = 0; i < n; ++i) {
-    float* d = dtable + static_cast<int64_t>(tokens[i]) * width + c;
-    *d = dm::nb_add(*d, dout[i * width + c]);
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp; i < n; i += warps) {
+    const int32_t t = tokens[i];
+    bool seen_before = false;
+    for (int64_t j0 = 0; j0 < i && !seen_before; j0 += kWarp) {
+      const int64_t j = j0 + lane;
+      seen_before = __any_sync(kFullWarp, j < i && tokens[j] == t);
+    }
+    if (seen_before) continue;
+    float* d = dtable + static_cast<int64_t>(t) * width;
+    for (int64_t j0 = i; j0 < n; j0 += kWarp) {
+      const unsigned hits = __ballot_sync(kFullWarp, j0 + lane < n && tokens[j0 + lane] == t);
+      for (int k = 0; k < kWarp; ++k) {
+        if (!((hits >> k) & 1u)) continue;
+        const float* g = dout + (j0 + k) * width;
+        for (int64_t c = lane; c < width; c += kWarp) d[c] = dm::nb_add(d[c], g[c]);
+      }
+    }
   }
 }
 
+// ------------------------------------------------------------------ RMSNorm -----------------------
+// A half-warp per row [width]: the sum of squares in lane_sum16's lanes, then y = x r gain by lanes.
 __global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
                                        float* rstd) {
-  NIBBLE_GRID_STRIDE(i, n) rstd[i] = lm::rmsnorm_row_forward(x + i * width, gain, width, eps, y + i * width);
+  NIBBLE_HALF_WARP_ROWS(row, lane, valid, n) {
+    const float* xr = x + row * width;
+    const float ss = half_warp_lane_sum16(width, lane, valid, [xr](int64_t c) { return dm::nb_mul(xr[c], xr[c]); });
+    if (!valid) continue;
+    const float r = dm::nb_div(1.0f, dm::nb_sqrt(dm::nb_add(dm::nb_div(ss, static_cast<float>(width)), eps)));
+    for (int64_t c = lane; c < width; c += kRowLanes) y[row * width + c] = dm::nb_mul(dm::nb_mul(xr[c], r), gain[c]);
+    if (lane == 0) rstd[row] = r;
+  }
 }
+// A half-warp per row: dx += r (dy gain - x r mean(dy gain x r)) (lm::rmsnorm_row_backward's order).
 __global__ void rmsnorm_backward_rows_kernel(const float* x, const float* gain, const float* rstd, const float* dy,
                                              int64_t n, int64_t width, float* dx) {
-  NIBBLE_GRID_STRIDE(i, n) lm::rmsnorm_row_backward(x + i * width, gain, rstd[i], dy + i * width, width, dx + i * width);
+  NIBBLE_HALF_WARP_ROWS(row, lane, valid, n) {
+    const float* xr = x + row * width;
+    const float* dyr = dy + row * width;
+    const float r = valid ? rstd[row] : 0.0f;
+    const float dot = half_warp_lane_sum16(width, lane, valid, [=](int64_t c) {
+      return dm::nb_mul(dm::nb_mul(dm::nb_mul(dyr[c], gain[c]), xr[c]), r);
+    });
+    if (!valid) continue;
+    const float mean_dot = dm::nb_div(dot, static_cast<float>(width));
+    float* dxr = dx + row * width;
+    for (int64_t c = lane; c < width; c += kRowLanes)
+      dxr[c] = dm::nb_add(dxr[c], dm::nb_mul(r, dm::nb_sub(dm::nb_mul(dyr[c], gain[c]), dm::nb_mul(dm::nb_mul(xr[c], r), mean_dot))));
+  }
 }
-__global__ void rmsnorm_gain_kernel(const float* x, const float* rstd, const float* dy, int64_t n, int64_t width,
-                                    float* dgain) {
-  NIBBLE_GRID_STRIDE(c, width) lm::rmsnorm_gain_column(x, rstd, dy, n, width, c, dgain);
+
+// The gain gradient dgain[c] += sum over tokens i in order of dy[i][c] x[i][c] rstd[i]: the CPU adds
+// each column in token order, a serial chain the GPU keeps. A block per 32 columns: warps 1-7 stage the
+// products of the next 64 tokens (coalesced rows) in shared memory while warp 0 adds the current
+// ones, lane c's column in token order; the two buffers swap at each barrier.
+constexpr int kGainColumns = kWarp;
+constexpr int kGainTokens = 64;
+__device__ void stage_gain_products(const float* x, const float* rstd, const float* dy, int64_t n, int64_t width,
+                                    int64_t c0, int64_t i0, float (*tile)[kGainColumns + 1]) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
+  const int64_t c = c0 + lane;
+  for (int r = warp - 1; r < kGainTokens; r += kWarpsPerBlock - 1) {
+    const int64_t i = i0 + r;
+    tile[r][lane] = i < n && c < width ? dm::nb_mul(dm::nb_mul(dy[i * width + c], x[i * width + c]), rstd[i]) : 0.0f;
+  }
+}
+__global__ void __launch_bounds__(kThreads) rmsnorm_gain_kernel(const float* x, const float* rstd, const float* dy,
+                                                                int64_t n, int64_t width, float* dgain) {
+  __shared__ float tiles[2][kGainTokens][kGainColumns + 1];  // +1: a column's walk down the tile hits every bank
+  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
+  for (int64_t c0 = blockIdx.x * static_cast<int64_t>(kGainColumns); c0 < width;
+       c0 += static_cast<int64_t>(gridDim.x) * kGainColumns) {
+    if (warp > 0) stage_gain_products(x, rstd, dy, n, width, c0, 0, tiles[0]);
+    __syncthreads();
+    float s = 0.0f;
+    for (int64_t i0 = 0, t = 0; i0 < n; i0 += kGainTokens, t ^= 1) {
+      if (warp > 0 && i0 + kGainTokens < n) stage_gain_products(x, rstd, dy, n, width, c0, i0 + kGainTokens, tiles[t ^ 1]);
+      if (warp == 0) {
+        const int64_t rows = n - i0 < kGainTokens ? n - i0 : kGainTokens;
+        for (int64_t r = 0; r < rows; ++r) s = dm::nb_add(s, tiles[t][r][lane]);
+      }
+      __syncthreads();  // tile t is restaged two turns on; tile t ^ 1 is complete
+    }
+    if (warp == 0 && c0 + lane < width) dgain[c0 + lane] = dm::nb_add(dgain[c0 + lane], s);
+  }
 }
 
 __global__ void rope_kernel(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
@@ -117,19 +241,66 @@ __global__ void swiglu_forward_kernel(const float* gate_up, int64_t n, int64_t h
 __global__ void swiglu_backward_kernel(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) {
   NIBBLE_GRID_STRIDE(e, n * hidden) lm::swiglu_backward_element(gate_up, da, hidden, e, dgate_up);
 }
+// Cross-entropy, a half-warp per row [vocab] (lm::cross_entropy_row's order, its lane_sum16 as lanes):
+// log(sum exp(l - max)) + max - l[target].
 __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                              float* loss) {
-  NIBBLE_GRID_STRIDE(i, n) loss[i] = lm::cross_entropy_row(logits + i * vocab, targets[i], vocab);
+  NIBBLE_HALF_WARP_ROWS(row, lane, valid, n) {
+    const float* l = logits + row * vocab;
+    const float m = half_warp_row_max(l, vocab, lane, valid);
+    const float sum = half_warp_lane_sum16(vocab, lane, valid, [=](int64_t c) { return lm::nb_exp(dm::nb_sub(l[c], m)); });
+    if (valid && lane == 0) loss[row] = dm::nb_sub(dm::nb_add(lm::nb_log(sum), m), l[targets[row]]);
+  }
 }
+// d = scale (softmax(l) - onehot(target)), a half-warp per row; d may alias l: every lane reads and
+// writes only its own columns c = lane + 16k after the row maximum's shuffles (which all lanes reach
+// after their reads), and the target's lane subtracts after its own write.
 __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                               float scale, float* dlogits) {
-  NIBBLE_GRID_STRIDE(i, n) lm::cross_entropy_backward_row(logits + i * vocab, targets[i], vocab, scale, dlogits + i * vocab);
+  NIBBLE_HALF_WARP_ROWS(row, lane, valid, n) {
+    const float* l = logits + row * vocab;
+    float* d = dlogits + row * vocab;
+    const float m = half_warp_row_max(l, vocab, lane, valid);
+    if (valid)
+      for (int64_t c = lane; c < vocab; c += kRowLanes) d[c] = lm::nb_exp(dm::nb_sub(l[c], m));
+    const float inv = dm::nb_div(1.0f, half_warp_lane_sum16(vocab, lane, valid, [=](int64_t c) { return d[c]; }));
+    if (!valid) continue;
+    for (int64_t c = lane; c < vocab; c += kRowLanes) d[c] = dm::nb_mul(dm::nb_mul(d[c], inv), scale);
+    const int32_t target = targets[row];
+    if (target % kRowLanes == lane) d[target] = dm::nb_sub(d[target], scale);
+  }
 }
 
+// The gradient norm's chunks (lm::sum_of_squares_chunk), a warp per chunk: lane l % 8 holds the CPU's
+// double lane l % 8. Each turn the warp loads 32 floats (one coalesced line) and the 8 lanes take them
+// as four groups of 8 in order; groups of 8 left, then the ragged tail (into lane 0, as the CPU), then
+// the CPU's tree ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) as shuffles down by 1, 2, 4.
 __global__ void sum_of_squares_kernel(const float* g, int64_t n, int64_t chunks, double* partial) {
-  NIBBLE_GRID_STRIDE(c, chunks) {
-    const int64_t begin = c * lm::kSumOfSquaresChunk, end = begin + lm::kSumOfSquaresChunk < n ? begin + lm::kSumOfSquaresChunk : n;
-    partial[c] = lm::sum_of_squares_chunk(g, begin, end);
+  const int lane = static_cast<int>(threadIdx.x % kWarp), own = lane % 8;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp; c < chunks; c += warps) {
+    const int64_t begin = c * lm::kSumOfSquaresChunk;
+    const int64_t end = begin + lm::kSumOfSquaresChunk < n ? begin + lm::kSumOfSquaresChunk : n;
+    double acc = 0.0;
+    int64_t i = begin;
+    for (; i + kWarp <= end; i += kWarp) {
+      const float line = g[i + lane];
+      for (int group = 0; group < kWarp / 8; ++group) {
+        const double x = static_cast<double>(__shfl_sync(kFullWarp, line, group * 8 + own));
+        acc = dm::nb_add_d(acc, dm::nb_mul_d(x, x));
+      }
+    }
+    for (; i + 8 <= end; i += 8) {
+      const double x = static_cast<double>(g[i + own]);
+      acc = dm::nb_add_d(acc, dm::nb_mul_d(x, x));
+    }
+    if (lane == 0)
+      for (; i < end; ++i) {
+        const double x = static_cast<double>(g[i]);
+        acc = dm::nb_add_d(acc, dm::nb_mul_d(x, x));
+      }
+    for (int offset = 1; offset < 8; offset *= 2) acc = dm::nb_add_d(acc, __shfl_down_sync(kFullWarp, acc, offset));
+    if (lane == 0) partial[c] = acc;
   }
 }
 __global__ void adamw_kernel(lm::AdamWScalars k, const float* g, float* m, float* v, float* w, const uint8_t* mask, int64_t n) {
@@ -159,16 +330,23 @@ void embedding_forward(const int32_t* tokens, int64_t n, const float* table, int
   launch(n * width, ctx, embedding_forward_kernel, tokens, n, table, width, out);
 }
 void embedding_backward(const int32_t* tokens, int64_t n, const float* dout, int64_t width, float* dtable, Context& ctx) {
-  launch(width, ctx, embedding_backward_kernel, tokens, n, dout, width, dtable);
+  if (n <= 0 || width <= 0) return;
+  NIBBLE_LAUNCH(grid_of(n, kWarpsPerBlock, ctx), kThreads, 0, ctx.stream(), embedding_backward_kernel)(tokens, n, dout, width, dtable);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
 }
 void rmsnorm_forward(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y, float* rstd,
                      Context& ctx) {
-  launch(n, ctx, rmsnorm_forward_kernel, x, gain, n, width, eps, y, rstd);
+  if (n <= 0) return;
+  NIBBLE_LAUNCH(grid_of(n, kRowsPerBlock, ctx), kThreads, 0, ctx.stream(), rmsnorm_forward_kernel)(x, gain, n, width, eps, y, rstd);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
 }
 void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n, int64_t width,
                       float* dx, float* dgain, Context& ctx) {
-  launch(n, ctx, rmsnorm_backward_rows_kernel, x, gain, rstd, dy, n, width, dx);
-  launch(width, ctx, rmsnorm_gain_kernel, x, rstd, dy, n, width, dgain);
+  if (n <= 0 || width <= 0) return;
+  NIBBLE_LAUNCH(grid_of(n, kRowsPerBlock, ctx), kThreads, 0, ctx.stream(), rmsnorm_backward_rows_kernel)(x, gain, rstd, dy, n, width, dx);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+  NIBBLE_LAUNCH(grid_of(width, kGainColumns, ctx), kThreads, 0, ctx.stream(), rmsnorm_gain_kernel)(x, rstd, dy, n, width, dgain);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
 }
 void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads, int64_t head_dim,
           const float* cos, const float* sin, int64_t first_position, float direction, Context& ctx) {
@@ -201,7 +379,9 @@ void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t h
 }
 double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float* loss,
                              Context& ctx) {
-  launch(n, ctx, cross_entropy_forward_kernel, logits, targets, n, vocab, loss);
+  if (n <= 0) return 0.0;
+  NIBBLE_LAUNCH(grid_of(n, kRowsPerBlock, ctx), kThreads, 0, ctx.stream(), cross_entropy_forward_kernel)(logits, targets, n, vocab, loss);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
   std::vector<float> host(static_cast<size_t>(n));
   NIBBLE_CUDA_CHECK(cudaMemcpyAsync(host.data(), loss, host.size() * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream()));
   ctx.synchronize();
@@ -211,14 +391,17 @@ double cross_entropy_forward(const float* logits, const int32_t* targets, int64_
 }
 void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
                             float* dlogits, Context& ctx) {
-  launch(n, ctx, cross_entropy_backward_kernel, logits, targets, n, vocab, scale, dlogits);
+  if (n <= 0) return;
+  NIBBLE_LAUNCH(grid_of(n, kRowsPerBlock, ctx), kThreads, 0, ctx.stream(), cross_entropy_backward_kernel)(logits, targets, n, vocab, scale, dlogits);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
 }
 
 std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n, Context& ctx) {
   const int64_t chunks = (n + lm::kSumOfSquaresChunk - 1) / lm::kSumOfSquaresChunk;
   if (chunks == 0) return {};
   DeviceBuffer<double> partial(static_cast<size_t>(chunks), ctx.stream());
-  launch(chunks, ctx, sum_of_squares_kernel, g, n, chunks, partial.data());
+  NIBBLE_LAUNCH(grid_of(chunks, kWarpsPerBlock, ctx), kThreads, 0, ctx.stream(), sum_of_squares_kernel)(g, n, chunks, partial.data());
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
   return partial.download();
 }
 double sum_of_squares(const float* g, int64_t n, Context& ctx) {

@@ -5,8 +5,9 @@
 // the CPU's bits for RMSNorm, RoPE, embedding, AdamW, the gradient norm and element-wise ops; with
 // exp/log (SwiGLU, cross-entropy, attention) they agree within FP32 rounding bounds, as the device's
 // expf/logf are not glibc's.
-// These kernels are written for correctness and determinism first (a fixed order per output, no
-// atomics); speed comes later.
+// Deterministic (a fixed order per output, no atomics). RMSNorm, cross-entropy, the gradient norm and
+// the embedding backward run a warp or half-warp per row, column block or chunk (layers.cu); attention
+// is still a thread per row.
 #pragma once
 #include <cstdint>
 

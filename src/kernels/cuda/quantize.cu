@@ -3,8 +3,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "format/quantize.h"
 #include "kernels/cuda/nvfp4_kernels.cuh"
@@ -325,7 +327,21 @@ void require_aligned(const void* p, const char* what) {
     throw UsageError(std::string(what) + " must be 16-byte aligned (device allocations are); got an offset pointer");
 }
 
-// Finite-check result of one or more amax passes, read back at the end (one synchronisation).
+std::string nonfinite_message(int64_t i, int64_t cols, const std::string& which) {
+  return "non-finite value at index [" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + "] (flat " +
+         std::to_string(i) + ")" + which + ": quantization needs finite input; fix the producer of the tensor";
+}
+
+// Deferred checks: the k-th quantization's first non-finite index i becomes k << 40 | i in the
+// context's sticky word (atomicMin: the first quantization, then its first index).
+constexpr int kDeferredIndexBits = 40;
+constexpr size_t kMaxDeferredChecks = size_t{1} << (64 - kDeferredIndexBits);
+__global__ void fold_nonfinite_kernel(const unsigned long long* first_bad, unsigned long long k, unsigned long long* word) {
+  if (threadIdx.x == 0 && *first_bad != kNoNonFinite) atomicMin(word, (k << kDeferredIndexBits) | *first_bad);
+}
+
+// Finite-check result of one or more amax passes: read back at the end (one synchronisation), or
+// folded into the context's deferred checks.
 struct FiniteCheck {
   DeviceBuffer<unsigned long long> first_bad;
   explicit FiniteCheck(Context& ctx) : first_bad(1, ctx.stream()) {
@@ -334,10 +350,23 @@ struct FiniteCheck {
   void throw_if_bad(int64_t cols) const {
     const unsigned long long bad = first_bad.download()[0];
     if (bad == kNoNonFinite) return;
-    const auto i = static_cast<int64_t>(bad);
-    throw NumericalError("non-finite value at index [" + std::to_string(i / cols) + ", " + std::to_string(i % cols) +
-                         "] (flat " + std::to_string(i) +
-                         "): quantization needs finite input; fix the producer of the tensor");
+    throw NumericalError(nonfinite_message(static_cast<int64_t>(bad), cols, ""));
+  }
+  // After the amax passes: per kopt, nothing, a read now, or a deferred check. x is [rows, cols].
+  void finish(int64_t rows, int64_t cols, const KernelOptions& kopt, Context& ctx) const {
+    if (!kopt.check_finite) return;
+    Context::DeferredFiniteChecks& d = ctx.deferred_finite_checks();
+    if (!kopt.defer_finite_check || rows * cols >= (int64_t{1} << kDeferredIndexBits) ||
+        d.shapes.size() + 1 >= kMaxDeferredChecks)
+      return throw_if_bad(cols);  // the index or the count would not fit the word: check now
+    if (d.word.empty()) {
+      d.word = DeviceBuffer<unsigned long long>(1, ctx.stream());
+      NIBBLE_CUDA_CHECK(cudaMemsetAsync(d.word.data(), 0xFF, sizeof(unsigned long long), ctx.stream()));
+    }
+    NIBBLE_LAUNCH(1, 1, 0, ctx.stream(), fold_nonfinite_kernel)(static_cast<const unsigned long long*>(first_bad.data()),
+                                                              static_cast<unsigned long long>(d.shapes.size()), d.word.data());
+    NIBBLE_CUDA_CHECK_LAUNCH();
+    d.shapes.push_back({rows, cols});
   }
 };
 
@@ -446,7 +475,7 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
       NIBBLE_CUDA_CHECK_LAUNCH();
       break;
   }
-  if (kopt.check_finite && !amax_given) check.throw_if_bad(cols);
+  if (!amax_given) check.finish(rows, cols, kopt, ctx);
   return q;
 }
 
@@ -545,7 +574,7 @@ QuantizedPair quantize_pair(const InT* x, int64_t rows, int64_t cols, const Quan
   if (tile_transpose)
     NIBBLE_CUDA_CHECK(cudaMemcpyAsync(out.columnwise.globals.data(), out.rowwise.globals.data(), 2 * sizeof(float),
                                       cudaMemcpyDeviceToDevice, ctx.stream()));
-  if (kopt.check_finite && !amax_given) check.throw_if_bad(cols);
+  if (!amax_given) check.finish(rows, cols, kopt, ctx);
   return out;
 }
 
@@ -650,6 +679,23 @@ void swizzle_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols, uin
 void swizzle_scales(const DeviceQuantized& q, uint8_t* out, Context& ctx) {
   if (q.block == BlockShape::per_tensor) throw UsageError("a per-tensor FP8 tensor has no block scales to swizzle");
   swizzle_scales(q.scales.data(), q.rows, q.scale_cols(), out, ctx);
+}
+
+void throw_deferred_nonfinite(Context& ctx) {
+  Context::DeferredFiniteChecks& d = ctx.deferred_finite_checks();
+  if (d.shapes.empty()) return;
+  const unsigned long long word = d.word.download()[0];
+  NIBBLE_CUDA_CHECK(cudaMemsetAsync(d.word.data(), 0xFF, sizeof(unsigned long long), ctx.stream()));
+  const std::vector<std::array<int64_t, 2>> shapes = std::move(d.shapes);
+  d.shapes.clear();
+  if (word == kNoNonFinite) return;
+  const size_t k = static_cast<size_t>(word >> kDeferredIndexBits);
+  const auto i = static_cast<int64_t>(word & ((uint64_t{1} << kDeferredIndexBits) - 1));
+  const auto [rows, cols] = shapes.at(k);
+  throw NumericalError(nonfinite_message(i, cols,
+                                         " of quantization " + std::to_string(k + 1) + " of " +
+                                             std::to_string(shapes.size()) + " since the last check (a [" +
+                                             std::to_string(rows) + ", " + std::to_string(cols) + "] input)"));
 }
 
 QuantizedTensor to_host(const DeviceQuantized& q) {

@@ -33,6 +33,12 @@ struct KernelOptions {
   // Read back the first non-finite input index (one small synchronising copy) and throw NumericalError
   // naming it, as the reference does. Off: non-finite input gives unspecified codes, no sync.
   bool check_finite = true;
+  // With check_finite: instead of reading the result back (a host synchronisation per quantization),
+  // fold it into the context's sticky word (one tiny kernel, no sync); throw_deferred_nonfinite reads
+  // it once, where the caller synchronises anyway (the CUDA backend: where the loss and the gradient
+  // norm are read, before the optimizer writes the weights), and throws for the first offending
+  // quantization, as its own check would have.
+  bool defer_finite_check = false;
   // sm_100a/103a only, SR only: the hardware's cvt.rs stochastic rounding (random bits from the
   // same Philox stream) instead of the reference's comparison. Same statistics, not the same bits.
   bool hardware_stochastic_rounding = false;
@@ -83,6 +89,11 @@ void dequantize_block_scaled_bf16(const DeviceQuantized& q, uint16_t* out, Conte
 // out must hold dm::swizzled_scale_bytes(q.rows, q.scale_cols()) bytes.
 void swizzle_scales(const DeviceQuantized& q, uint8_t* out, Context& ctx = default_context());
 void swizzle_scales(const uint8_t* scales, int64_t rows, int64_t scale_cols, uint8_t* out, Context& ctx);
+
+// The deferred non-finite checks since the last call (KernelOptions::defer_finite_check): nothing when
+// none is pending; else one small synchronising read, the word reset, and NumericalError naming the
+// first quantization (in call order) that met a non-finite input and the value's index, when one did.
+void throw_deferred_nonfinite(Context& ctx);
 
 // Host <-> device (synchronising), for tests and checkpoints.
 QuantizedTensor to_host(const DeviceQuantized& q);
