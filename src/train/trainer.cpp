@@ -1,6 +1,5 @@
 #include "train/trainer.h"
 
-#include <fmt/format.h>
 
 #include <chrono>
 #include <optional>
@@ -99,10 +98,10 @@ void TrainConfig::validate() const {
   if (eval_batches <= 0) throw UsageError("eval.batches=" + std::to_string(eval_batches) + " must be positive");
   if (telemetry_interval < 0) throw UsageError("telemetry_interval must be >= 0");
   if (shard != ShardMode::none && device != ops::Device::cpu)
-    throw UsageError(fmt::format("distributed.shard={} runs on CPUs (MPI) in this version: the NCCL reduce-scatter "
-                                 "and all-gather it needs on GPUs are not written yet. With device={} use "
-                                 "distributed.shard=none",
-                                 to_string(shard), ops::to_string(device)));
+    throw UsageError("distributed.shard=" + std::string(to_string(shard)) +
+                     " runs on CPUs (MPI) in this version: the NCCL reduce-scatter and all-gather it needs on GPUs "
+                     "are not written yet. With device=" + std::string(ops::to_string(device)) +
+                     " use distributed.shard=none");
 }
 
 Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm)
