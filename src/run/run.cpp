@@ -311,7 +311,8 @@ void TrainingRun::print_memory_per_rank() {
   RankMemory largest = plan_rank_memory(in, 1);
   for (int r = 2; r < comm_.size(); ++r)
     if (const RankMemory m = plan_rank_memory(in, r); m.training() > largest.training()) largest = m;
-  console_.print(fmt::format("memory/rank 1-{} (largest): {}\n", comm_.size() - 1, describe_rank_memory(largest)));
+  const std::string others = comm_.size() == 2 ? "1" : fmt::format("1-{} (the largest)", comm_.size() - 1);
+  console_.print(fmt::format("memory/rank {}: {}\n", others, describe_rank_memory(largest)));
 }
 
 // One line per source of a mixture: its share of the rows and its tokens.
