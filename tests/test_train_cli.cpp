@@ -1029,11 +1029,11 @@ TEST_F(TrainCli, ALossSpikeKeepsTheCheckpointBeforeItAsTheLastGoodOne) {
 
 TEST_F(TrainCli, ASecondSigintEndsTheTrainerAtOnceLeavingOnlyCompleteCheckpoints) {
   // A model whose step takes about a second or more here (8 blocks, attention over 256 tokens x batch
-  // 24; 4 blocks x batch 12 had become 0.47 s on a 2-core EPYC, under the 0.5 s this test needs), so
-  // that "at once" can be told from "after the step".
+  // 48; 4 blocks x batch 12, then 8 blocks x batch 24, had become 0.47 s on a 2-core EPYC, under the
+  // 0.5 s this test needs), so that "at once" can be told from "after the step".
   const fs::path dir = work_dir() / "second-sigint", log = work_dir() / "second-sigint.log";
   const pid_t pid = start_nibble({"train", config().string(), "run.dir=" + dir.string(), "steps=1000000",
-                                  "model.width=128", "model.layers=8", "model.heads=4", "model.context=256", "batch=24",
+                                  "model.width=128", "model.layers=8", "model.heads=4", "model.context=256", "batch=48",
                                   "checkpoint.interval=2", "eval.interval=1000000", "log.interval=1"},
                                  log);
   ASSERT_GT(pid, 0);
