@@ -109,41 +109,43 @@ void apply_precision(train::LoadedRun& run, const std::string& precision) {
   run.config.train.recipe = rc;
 }
 
-// A mixture run's weight-averaged loss over its sources' validation tokens (as training's val_loss).
-double mixture_loss(train::LoadedRun& run, const EvalOptions& o, int64_t& tokens, int64_t& windows) {
+// One source of a mixture run on its validation tokens; `weight` its share of the mixture.
+struct SourceLoss {
+  std::string name, label;
+  double weight = 0;
+  train::EvalResult result;
+};
+
+// Each source of a mixture run on its own validation tokens, and the weight-averaged mean of their
+// losses (what training reports as val_loss; each source's loss is the mean over its own windows).
+std::vector<SourceLoss> evaluate_each_source(train::LoadedRun& run, const EvalOptions& o, double& overall) {
   const auto sources = run.config.data_sources();
-  double total_weight = 0, overall = 0;
+  double total_weight = 0;
   for (const auto& s : sources) total_weight += s.weight;
+  std::vector<SourceLoss> out;
+  overall = 0;
   for (const auto& s : sources) {
-    std::string label;
-    const auto r = train::evaluate_token_stream(run, evaluation_tokens(run, s.spec, "", label), o.max_windows, true);
-    overall += s.weight / total_weight * r.loss;
-    tokens += r.tokens;
-    windows += r.windows;
+    SourceLoss l{s.name, "", s.weight / total_weight, {}};
+    const train::TokenStream tokens = evaluation_tokens(run, s.spec, "", l.label);
+    l.result = train::evaluate_token_stream(run, tokens, o.max_windows, !o.fp32 && !o.weights_only_quantized);
+    overall += l.weight * l.result.loss;
+    out.push_back(std::move(l));
   }
-  return overall;
+  return out;
 }
 
-// A mixture run without --tokens: each source's validation tokens, then the weight-averaged mean
-// of the per-source losses (what training reports as val_loss; each source's loss is the mean over
-// its own windows).
+// A mixture run without --tokens: the per-source table, then the weight-averaged loss.
 void evaluate_sources(train::LoadedRun& run, const EvalOptions& o, int replaced) {
-  const auto sources = run.config.data_sources();
-  double total_weight = 0, overall = 0;
-  for (const auto& s : sources) total_weight += s.weight;
+  double overall = 0;
   nlohmann::json rows = nlohmann::json::array();
   std::string table = fmt::format("  {:<16} {:>7} {:>8} {:>11} {:>10} {:>8}\n", "source", "weight", "loss",
                                   "perplexity", "tokens", "windows");
-  for (const auto& s : sources) {
-    std::string label;
-    const train::TokenStream tokens = evaluation_tokens(run, s.spec, "", label);
-    const auto r = train::evaluate_token_stream(run, tokens, o.max_windows, !o.fp32 && !o.weights_only_quantized);
-    const double weight = s.weight / total_weight;
-    overall += weight * r.loss;
-    table += fmt::format("  {:<16} {:>7.4f} {:>8.4f} {:>11.3f} {:>10} {:>8}  {}\n", s.name, weight, r.loss,
-                         r.perplexity(), r.tokens, r.windows, label);
-    rows.push_back({{"name", s.name}, {"weight", weight}, {"loss", r.loss}, {"tokens", r.tokens},
-                    {"windows", r.windows}, {"tokens_file", label}});
+  for (const SourceLoss& l : evaluate_each_source(run, o, overall)) {
+    const auto& r = l.result;
+    table += fmt::format("  {:<16} {:>7.4f} {:>8.4f} {:>11.3f} {:>10} {:>8}  {}\n", l.name, l.weight, r.loss,
+                         r.perplexity(), r.tokens, r.windows, l.label);
+    rows.push_back({{"name", l.name}, {"weight", l.weight}, {"loss", r.loss}, {"tokens", r.tokens},
+                    {"windows", r.windows}, {"tokens_file", l.label}});
   }
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"checkpoint", run.checkpoint.string()}, {"step", run.state.step},
@@ -156,7 +158,6 @@ void evaluate_sources(train::LoadedRun& run, const EvalOptions& o, int replaced)
              "perplexity {:.3f}: the weight-averaged mean of the per-source losses (as training's val_loss)\n",
              run.checkpoint.string(), run.state.step, mode_of(o, replaced), table, overall, std::exp(overall));
 }
-
 
 // What a run trained with, in a table cell: "nvfp4", "bf16 + precision_map".
 std::string trained_as(const train::LoadedRun& run) {
@@ -201,7 +202,10 @@ void evaluate_table(const EvalOptions& o) {
       Row row{dir, trained_text, precision == "recipe" ? "its recipe" : precision + (own || !is_quantized(parse_quantization(precision == "fp32" ? "none" : precision)) ? "" : " (PTQ)"), "",
               run.state.step};
       if (!run.config.sources.empty() && o.tokens.empty()) {
-        row.loss = mixture_loss(run, o, row.tokens, row.windows);
+        for (const SourceLoss& l : evaluate_each_source(run, o, row.loss)) {
+          row.tokens += l.result.tokens;
+          row.windows += l.result.windows;
+        }
         row.tokens_label = "its sources' validation files, weight-averaged";
       } else {
         const auto r = train::evaluate_token_stream(run, evaluation_tokens(run, run.config.data_spec(), o.tokens, row.tokens_label),

@@ -477,8 +477,7 @@ void Recipe::resolve_modules(const std::vector<LinearShape>& linears) {
                        std::string(to_string(q)) + "' matches lm_head, which runs in fp32 or bf16 only (Transformer "
                        "Engine and the NVFP4 paper keep the LM head in high precision): narrow the pattern (e.g. "
                        "block*) or put lm_head=bf16 before it");
-    modules_.push_back({name, q, by, shape.in_features, shape.out_features});
-    rule_of_module_.push_back(rule);
+    modules_.push_back({name, q, by, rule, shape.in_features, shape.out_features});
   };
   for (int l = 0; l < layers_; ++l)
     for (const LinearShape& shape : linears) add("block" + std::to_string(l) + "." + shape.name, l, shape);
@@ -490,10 +489,11 @@ void Recipe::resolve_modules(const std::vector<LinearShape>& linears) {
 void Recipe::check_rules_decide() {
   const auto& rules = config_.precision_map;
   for (size_t i = 0; i < rules.size(); ++i) {
-    if (std::find(rule_of_module_.begin(), rule_of_module_.end(), static_cast<int>(i)) != rule_of_module_.end()) continue;
+    if (std::any_of(modules_.begin(), modules_.end(), [i](const ModulePrecision& m) { return m.rule == static_cast<int>(i); }))
+      continue;
     int earlier = -1;
     for (size_t m = 0; m < modules_.size() && earlier < 0; ++m)
-      if (module_pattern_matches(rules[i].pattern, modules_[m].name)) earlier = rule_of_module_[m];
+      if (module_pattern_matches(rules[i].pattern, modules_[m].name)) earlier = modules_[m].rule;
     if (earlier < 0)
       throw UsageError("precision_map rule " + std::to_string(i + 1) + " '" + rules[i].pattern +
                        "' matches no module: the modules are " + modules_named(modules_, layers_) +

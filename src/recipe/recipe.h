@@ -148,6 +148,7 @@ struct ModulePrecision {
   std::string name;             // block3.qkv, lm_head
   Quantization quantization;    // before precision_switch_at
   std::string decided_by;       // "precision_map rule 2 (block*.qkv)", "nvfp4.bf16_first_layers", "quantization"
+  int rule = -1;                // the deciding rule's index in precision_map, -1 when none matched
   int64_t in_features = 0, out_features = 0;  // 0 for lm_head (the recipe needs no shape of it)
 };
 
@@ -194,7 +195,6 @@ class Recipe {
   int bf16_first_ = 0, bf16_last_ = 0;
   bool attention_bf16_ = false;
   std::vector<ModulePrecision> modules_;
-  std::vector<int> rule_of_module_;  // index into config_.precision_map, -1 when no rule matched
 };
 
 // Stochastic-rounding seed of one quantization: a hash of (run seed, step, layer, role, operand),

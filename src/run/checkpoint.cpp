@@ -85,17 +85,6 @@ std::vector<uint8_t> read_verified(const fs::path& checkpoint, const char* name,
   return bytes;
 }
 
-// Step number of a "step_00000500" directory name, or -1.
-int64_t step_of(const std::string& name) {
-  if (!name.starts_with(kStepPrefix)) return -1;
-  const std::string digits = name.substr(std::strlen(kStepPrefix));
-  int64_t step = -1;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-  // Digits only, and within int64 (a longer name is nobody's checkpoint).
-  if (digits.empty() || digits[0] == '-' || digits[0] == '+' || error != std::errc() || end != digits.data() + digits.size())
-    return -1;
-  return step;
-}
 
 io::SafetensorsFile arena_to_safetensors(const model::Transformer& model, std::span<const float> values,
                                          const std::string& prefix) {
@@ -333,11 +322,11 @@ void put_in_place(const fs::path& partial, const fs::path& final_path) {
 // that resume passed over, replaced as training reaches their step) and options.also_keep stay.
 void rotate(const fs::path& run_dir, const fs::path& written, const CheckpointOptions& options,
             CheckpointVerdicts& verdicts) {
-  const int64_t keep = std::max<int64_t>(options.keep, 1), written_step = step_of(written.filename().string());
+  const int64_t keep = std::max<int64_t>(options.keep, 1), written_step = checkpoint_step(written.filename().string());
   int64_t verified_newer = 1;
   const auto all = list_checkpoints(run_dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (step_of(it->filename().string()) >= written_step) continue;
+    if (checkpoint_step(it->filename().string()) >= written_step) continue;
     std::error_code ec;
     if (verified_newer < keep) {
       if (verdicts.verifies(*it)) ++verified_newer;
@@ -348,6 +337,17 @@ void rotate(const fs::path& run_dir, const fs::path& written, const CheckpointOp
 }
 
 }  // namespace
+
+int64_t checkpoint_step(const std::string& name) {
+  if (!name.starts_with(kStepPrefix)) return -1;
+  const std::string digits = name.substr(std::strlen(kStepPrefix));
+  int64_t step = -1;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  // Digits only, and within int64 (a longer name is nobody's checkpoint).
+  if (digits.empty() || digits[0] == '-' || digits[0] == '+' || error != std::errc() || end != digits.data() + digits.size())
+    return -1;
+  return step;
+}
 
 std::vector<HfTensorSlot> hf_tensor_layout(const model::Transformer& model) {
   const auto& m = model.config();
@@ -386,7 +386,7 @@ std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
   for (fs::directory_iterator it(checkpoints_dir(run_dir), ec), end; !ec && it != end; it.increment(ec)) {
-    const int64_t step = step_of(it->path().filename().string());
+    const int64_t step = checkpoint_step(it->path().filename().string());
     // A symlink is not a checkpoint nibble wrote: never listed, so never loaded by default nor rotated.
     std::error_code status_ec;
     if (step >= 0 && it->symlink_status(status_ec).type() == fs::file_type::directory) found.emplace_back(step, it->path());
@@ -408,7 +408,7 @@ fs::path abandoned_dir(const fs::path& run_dir) { return run_dir / "abandoned"; 
 std::vector<MovedCheckpoint> abandon_checkpoints_after(const fs::path& run_dir, int64_t step) {
   std::vector<MovedCheckpoint> moves;
   for (const fs::path& checkpoint : list_checkpoints(run_dir)) {
-    if (step_of(checkpoint.filename().string()) <= step) continue;
+    if (checkpoint_step(checkpoint.filename().string()) <= step) continue;
     const fs::path dir = abandoned_dir(run_dir);
     fs::path target = dir / checkpoint.filename();
     for (int n = 2; fs::exists(target); ++n) target = dir / fmt::format("{}-{}", checkpoint.filename().string(), n);

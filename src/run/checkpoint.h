@@ -57,6 +57,8 @@ std::vector<HfTensorSlot> hf_tensor_layout(const model::Transformer& model);
 
 std::filesystem::path checkpoints_dir(const std::filesystem::path& run_dir);
 std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, int64_t step);
+// The step of a checkpoint directory name ("step_00000500" -> 500), or -1 for any other name.
+int64_t checkpoint_step(const std::string& name);
 // Complete checkpoints (step_NNNNNNNN directories, not symlinks), oldest first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& run_dir);
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);

@@ -134,7 +134,7 @@ std::string block_span(int first, int last) {
 
 // The rule that decided a module, shortened for the table: "", "rule 2", "bf16_first_layers".
 std::string decided_text(const ModulePrecision& m) {
-  if (m.decided_by.starts_with("precision_map rule ")) return " (rule " + m.decided_by.substr(19, m.decided_by.find(' ', 19) - 19) + ")";
+  if (m.rule >= 0) return fmt::format(" (rule {})", m.rule + 1);
   if (m.decided_by.starts_with("nvfp4.")) return " (" + m.decided_by.substr(6) + ")";
   return "";
 }

@@ -138,7 +138,7 @@ namespace {
 int64_t newest_step_without_rewarm(const RunConfig& before, const RunConfig& config, int64_t step) {
   int64_t best = 0;
   for (const fs::path& c : list_checkpoints(config.run_dir)) {
-    const int64_t s = std::strtoll(c.filename().string().substr(5).c_str(), nullptr, 10);
+    const int64_t s = checkpoint_step(c.filename().string());
     if (s > 0 && s < step && s > best &&
         !(learning_rate(config.train.schedule, s) > learning_rate(before.train.schedule, s) * 1.0001f))
       best = s;

@@ -39,7 +39,9 @@ __device__ __forceinline__ void note_nonfinite(float v, int64_t index, unsigned 
   if (!isfinite(v)) atomicMin(first_bad, static_cast<unsigned long long>(index));
 }
 
-__device__ __forceinline__ void block_max_to_global(float m, float* out) {
+// The maximum of m over the block, valid in thread 0. Every thread passes the trailing barrier, so
+// the shared scratch may serve the next reduction at once.
+__device__ __forceinline__ float block_max(float m) {
   for (int offset = 16; offset > 0; offset >>= 1) m = dm::max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
   __shared__ float warp_max[kThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -48,10 +50,15 @@ __device__ __forceinline__ void block_max_to_global(float m, float* out) {
   if (warp == 0) {
     m = lane < static_cast<int>(blockDim.x / 32) ? warp_max[lane] : 0.0f;
     for (int offset = 16; offset > 0; offset >>= 1) m = dm::max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
-    // Non-negative floats order like their bit patterns, so an integer max is a float max.
-    if (lane == 0) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
   }
   __syncthreads();  // warp_max may be reused by a second reduction in the same kernel
+  return m;
+}
+
+__device__ __forceinline__ void block_max_to_global(float m, float* out) {
+  m = block_max(m);
+  // Non-negative floats order like their bit patterns, so an integer max is a float max.
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
 }
 
 // plain_out (RHT modes only, may be null): also max |x| of the untransformed values, so that a
@@ -112,7 +119,6 @@ template <typename InT>
 __global__ void __launch_bounds__(kThreads) row_amax_kernel(const InT* x, int64_t rows, int64_t cols, float* row_amax,
                                                             float* globals, unsigned long long* first_bad) {
   if (blockIdx.x == 0 && threadIdx.x == 0) globals[1] = 1.0f;
-  __shared__ float warp_max[kThreads / 32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float m = 0.0f;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -120,19 +126,11 @@ __global__ void __launch_bounds__(kThreads) row_amax_kernel(const InT* x, int64_
       note_nonfinite(v, r * cols + c, first_bad);
       m = dm::max_f(m, dm::abs_f(v));
     }
-    for (int offset = 16; offset > 0; offset >>= 1) m = dm::max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (lane == 0) warp_max[warp] = m;
-    __syncthreads();
-    if (warp == 0) {
-      m = lane < static_cast<int>(blockDim.x / 32) ? warp_max[lane] : 0.0f;
-      for (int offset = 16; offset > 0; offset >>= 1) m = dm::max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
-      if (lane == 0) {
-        row_amax[r] = m;  // a maximum: the same value in any reduction order
-        atomicMax(reinterpret_cast<unsigned int*>(globals), __float_as_uint(m));
-      }
+    m = block_max(m);  // its trailing barrier lets the next row reuse the scratch
+    if (threadIdx.x == 0) {
+      row_amax[r] = m;  // a maximum: the same value in any reduction order
+      atomicMax(reinterpret_cast<unsigned int*>(globals), __float_as_uint(m));
     }
-    __syncthreads();  // warp_max is reused by the next row
   }
 }
 
