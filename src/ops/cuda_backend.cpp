@@ -116,17 +116,20 @@ class CudaBackend final : public Backend {
   // Quantizations check their input for non-finite values without a host synchronisation each: the
   // results are read where this backend synchronises anyway (the loss, the gradient norm, copies to
   // the host, synchronize), and the first offending quantization throws there.
-  static cuda::KernelOptions deferred_check() {
+  // On GPUs without FP4 tensor cores (Hopper) every NVFP4 GEMM is the BF16 emulation: the quantize
+  // kernel writes its BF16 operand too, so the GEMM runs no dequantize pass.
+  cuda::KernelOptions quantize_options() const {
     cuda::KernelOptions k;
     k.defer_finite_check = true;
+    k.write_bf16_operand = !cuda::has_native_nvfp4_gemm(ctx_.device().cc_major, ctx_.device().cc_minor);
     return k;
   }
   void quantize(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt, Quantized& out) override {
-    dev(out) = cuda::quantize(x, rows, cols, opt, ctx_, deferred_check());
+    dev(out) = cuda::quantize(x, rows, cols, opt, ctx_, quantize_options());
   }
   void quantize_transposed(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
                            Quantized& out) override {
-    dev(out) = cuda::quantize_transposed(x, rows, cols, opt, ctx_, deferred_check());
+    dev(out) = cuda::quantize_transposed(x, rows, cols, opt, ctx_, quantize_options());
   }
   void quantize_both(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt, Quantized& row_out,
                      const QuantOptions& t_opt, Quantized& t_out) override {
@@ -134,7 +137,7 @@ class CudaBackend final : public Backend {
     // otherwise the two quantizations, which give the same bytes.
     if (row_opt.format == Format::nvfp4 && t_opt.format == Format::nvfp4 && !row_opt.tile_16x16 && !t_opt.tile_16x16 &&
         rows % 16 == 0 && cols % 16 == 0) {
-      cuda::QuantizedPair pair = cuda::quantize_both(x, rows, cols, row_opt, t_opt, ctx_, deferred_check());
+      cuda::QuantizedPair pair = cuda::quantize_both(x, rows, cols, row_opt, t_opt, ctx_, quantize_options());
       dev(row_out) = std::move(pair.rowwise);
       dev(t_out) = std::move(pair.columnwise);
       return;
@@ -156,6 +159,7 @@ class CudaBackend final : public Backend {
     t.scales = cuda::DeviceBuffer<uint8_t>(static_cast<size_t>(t.scale_bytes()), ctx_.stream());
     t.globals = cuda::DeviceBuffer<float>(2, ctx_.stream());
     cuda::transpose_nvfp4_tiles(s.codes.data(), s.scales.data(), s.rows, s.cols, t.codes.data(), t.scales.data(), ctx_);
+    cuda::transpose_bf16_operand(s, t, ctx_);  // Hopper: dgrad's weight needs no dequantize pass either
     copy(s.globals.data(), t.globals.data(), 2 * sizeof(float));
     dev(out) = std::move(t);
   }

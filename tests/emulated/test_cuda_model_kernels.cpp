@@ -27,12 +27,18 @@
 #include "kernels/cpu/layers/rope.h"
 #include "kernels/cpu/layers/swiglu.h"
 #include "kernels/cuda/bench_kernels.cuh"
-#include "kernels/cuda/gemm_kernels.cuh"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "kernels/cuda/quantize.h"
 #include "support/check.h"
 #include "support/random.h"
+
+// gemm_kernels.cuh's kernel, defined in gemm.cu's model build (model_gemm.cpp), launched directly below.
+namespace nibble::cuda::gemm_kernels {
+__global__ void fold_alpha_kernel(const float* globals_a, const float* globals_b, float alpha, float beta,
+                                  float* alpha_beta);
+}
 
 using namespace nibble;
 using nibble_test::normal_floats;
@@ -505,6 +511,141 @@ TEST(CudaModelQuantize, DeferredNonFiniteChecksThrowOnceAtTheReadNamingTheFirstB
   }
 }
 
+// The BF16 operand written by the quantize kernel (KernelOptions::write_bf16_operand, the CUDA
+// backend's choice on Hopper) on every NVFP4 path: the same codes, scales and global scales as without
+// it, and, bit for bit, the BF16 operand that the dequantize pass makes from them today (what the
+// emulated GEMM multiplied before). Row-wise (1x16 RN, 16x16 with Four Over Six, RHT with SR, BF16
+// input, row-scaled), the fused pair (16x16 tiles transposed; the wgrad pair, independent columns),
+// and the column copy alone (fused; a ragged shape through the device transpose). MX gets none.
+bool same_quantized(const cuda::DeviceQuantized& a, const cuda::DeviceQuantized& b) {
+  const QuantizedTensor ha = cuda::to_host(a), hb = cuda::to_host(b);
+  return same_tensor(ha, hb) && same_bits(ha.row_amax, hb.row_amax) && same_bits(ha.row_decode_scale, hb.row_decode_scale);
+}
+::testing::AssertionResult bf16_operand_is_the_dequantize_pass(const cuda::DeviceQuantized& with,
+                                                               const cuda::DeviceQuantized& without, Schedule& sc) {
+  if (!same_quantized(with, without)) return ::testing::AssertionFailure() << "codes, scales or globals differ";
+  if (with.bf16.size() != static_cast<size_t>(with.rows * with.cols))
+    return ::testing::AssertionFailure() << "no BF16 operand (" << with.bf16.size() << " values)";
+  auto want = sc.fresh<uint16_t>(with.bf16.size());
+  cuda::dequantize_block_scaled_bf16(without, want.data(), sc.ctx);
+  const std::vector<uint16_t> got = with.bf16.download(), expected = want.download();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != expected[i])
+      return ::testing::AssertionFailure() << "BF16 operand at " << i << ": 0x" << std::hex << got[i] << " vs 0x"
+                                           << expected[i];
+  return ::testing::AssertionSuccess();
+}
+
+TEST(CudaModelQuantize, TheQuantizeKernelsBf16OperandIsTheDequantizePasssBits) {
+  const int64_t rows = 48, cols = 176;
+  const auto x = nibble_test::floats_with_outliers(rows * cols, 91);
+  std::vector<bf16> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16_from_float_rn(x[i]);
+  QuantOptions rn, tile46, wgrad, row_scaled;
+  tile46.tile_16x16 = true;
+  tile46.four_over_six = true;
+  wgrad.rht = true;
+  wgrad.rounding = Rounding::stochastic;
+  wgrad.seed = 9;
+  row_scaled.row_scaled = true;
+  cuda::KernelOptions plain, with;
+  with.write_bf16_operand = true;
+  for (const auto& s : kSchedules) {
+    Schedule sc(s);
+    auto dx = sc.up(x);
+    auto dxb = sc.up(xb);
+    for (const QuantOptions& o : {rn, tile46, wgrad, row_scaled}) {
+      EXPECT_TRUE(bf16_operand_is_the_dequantize_pass(cuda::quantize(dx.data(), rows, cols, o, sc.ctx, with),
+                                                      cuda::quantize(dx.data(), rows, cols, o, sc.ctx, plain), sc))
+          << "row-wise, " << sc.name();
+      EXPECT_TRUE(bf16_operand_is_the_dequantize_pass(cuda::quantize_transposed(dx.data(), rows, cols, o, sc.ctx, with),
+                                                      cuda::quantize_transposed(dx.data(), rows, cols, o, sc.ctx, plain), sc))
+          << "column copy, " << sc.name();
+    }
+    EXPECT_TRUE(bf16_operand_is_the_dequantize_pass(cuda::quantize(dxb.data(), rows, cols, wgrad, sc.ctx, with),
+                                                    cuda::quantize(dxb.data(), rows, cols, wgrad, sc.ctx, plain), sc))
+        << "BF16 input, " << sc.name();
+    for (const auto& [ro, co] : {std::pair{tile46, tile46}, std::pair{rn, wgrad}}) {
+      const cuda::QuantizedPair a = cuda::quantize_both(dx.data(), rows, cols, ro, co, sc.ctx, with);
+      const cuda::QuantizedPair b = cuda::quantize_both(dx.data(), rows, cols, ro, co, sc.ctx, plain);
+      EXPECT_TRUE(bf16_operand_is_the_dequantize_pass(a.rowwise, b.rowwise, sc)) << "pair rows, " << sc.name();
+      EXPECT_TRUE(bf16_operand_is_the_dequantize_pass(a.columnwise, b.columnwise, sc)) << "pair columns, " << sc.name();
+    }
+    const std::vector<float> ragged = nibble_test::floats_with_outliers(48 * 40, 92);  // 40 columns: not the fused kernel
+    auto dr = sc.up(ragged);
+    EXPECT_TRUE(bf16_operand_is_the_dequantize_pass(cuda::quantize_transposed(dr.data(), 48, 40, rn, sc.ctx, with),
+                                                    cuda::quantize_transposed(dr.data(), 48, 40, rn, sc.ctx, plain), sc))
+        << "ragged column copy, " << sc.name();
+    QuantOptions mx;
+    mx.format = Format::mxfp4;
+    EXPECT_TRUE(cuda::quantize(dr.data(), 60, 32, mx, sc.ctx, with).bf16.empty()) << sc.name();
+  }
+}
+
+// dgrad's weight on Hopper: the exact transpose of a 16x16-tile tensor takes its BF16 operand
+// transposed, which is the dequantize pass's operand of the transposed codes and scales, bit for
+// bit; 9 transpose tiles of 32 rows, more than the model's grid.y of 3.
+TEST(CudaModelQuantize, TheTransposedTileTensorsBf16OperandIsTheDequantizePasssBits) {
+  const int64_t rows = 288, cols = 48;
+  const auto x = nibble_test::floats_with_outliers(rows * cols, 97);
+  QuantOptions tile;
+  tile.tile_16x16 = true;
+  tile.four_over_six = true;
+  cuda::KernelOptions with;
+  with.write_bf16_operand = true;
+  for (const auto& s : kSchedules) {
+    Schedule sc(s);
+    auto dx = sc.up(x);
+    const cuda::DeviceQuantized q = cuda::quantize(dx.data(), rows, cols, tile, sc.ctx, with);
+    cuda::DeviceQuantized t;
+    t.layout() = q.layout();
+    t.rows = cols;
+    t.cols = rows;
+    t.codes = sc.fresh<uint8_t>(static_cast<size_t>(t.code_bytes()));
+    t.scales = sc.fresh<uint8_t>(static_cast<size_t>(t.scale_bytes()));
+    t.globals = sc.up(std::vector<float>{0.0f, 1.0f});
+    cuda::transpose_nvfp4_tiles(q.codes.data(), q.scales.data(), rows, cols, t.codes.data(), t.scales.data(), sc.ctx);
+    cuda::transpose_bf16_operand(q, t, sc.ctx);
+    ASSERT_EQ(t.bf16.size(), static_cast<size_t>(rows * cols));
+    auto want = sc.fresh<uint16_t>(t.bf16.size());
+    cuda::dequantize_block_scaled_bf16(t, want.data(), sc.ctx);
+    EXPECT_EQ(t.bf16.download(), want.download()) << sc.name();
+    cuda::DeviceQuantized none;
+    cuda::transpose_bf16_operand(cuda::quantize(dx.data(), rows, cols, tile, sc.ctx), none, sc.ctx);
+    EXPECT_TRUE(none.bf16.empty()) << sc.name();
+  }
+}
+
+// A deferred quantization is two launches, the amax pass (whose last block folds the finite check
+// into the sticky word) and the cast; the fold is right whichever block finishes last (many blocks,
+// one bad value, every schedule), and the count of finished blocks is back at 0 for the next pass.
+TEST(CudaModelQuantize, ADeferredQuantizationIsTwoLaunchesAndItsLastBlockFoldsTheCheck) {
+  const int64_t rows = 256, cols = 256;  // 4096 16-value units: 16 blocks of the amax pass
+  std::vector<float> clean = normal_floats(rows * cols, 93), bad = clean;
+  bad[201 * cols + 77] = std::nanf("");
+  cuda::KernelOptions deferred;
+  deferred.defer_finite_check = true;
+  QuantOptions rn, wgrad;
+  wgrad.rht = true;
+  for (const auto& s : kSchedules) {
+    Schedule sc(s);
+    auto dc = sc.up(clean), db = sc.up(bad);
+    const uint64_t before = cuda_model::launches();
+    (void)cuda::quantize(dc.data(), rows, cols, rn, sc.ctx, deferred);
+    EXPECT_EQ(cuda_model::launches() - before, 2u) << sc.name();
+    const uint64_t pair_before = cuda_model::launches();
+    (void)cuda::quantize_both(dc.data(), rows, cols, rn, wgrad, sc.ctx, deferred);
+    EXPECT_EQ(cuda_model::launches() - pair_before, 2u) << "the wgrad pair, " << sc.name();
+    for (int round = 0; round < 3; ++round) {
+      (void)cuda::quantize(dc.data(), rows, cols, rn, sc.ctx, deferred);
+      (void)cuda::quantize_both(db.data(), rows, cols, rn, wgrad, sc.ctx, deferred);
+      const std::string message = nibble_test::error_of([&] { cuda::throw_deferred_nonfinite(sc.ctx); });
+      const std::string want = round == 0 ? "[201, 77] (flat 51533) of quantization 4 of 4" : "[201, 77] (flat 51533) of quantization 2 of 2";
+      EXPECT_NE(message.find(want), std::string::npos) << message << ", round " << round << ", " << sc.name();
+    }
+  }
+}
+
 // The BF16 decode of every format: the 4-bit formats' 8-byte path, the others element by element,
 // and a last group shorter than 16 (n = 15).
 TEST(CudaModelQuantize, Bf16DecodeOfEveryFormatAndARaggedTailIsExact) {
@@ -564,6 +705,91 @@ TEST(CudaModelSmallKernels, BenchInputsAndTheGemmAlphaAreTheHostFormulas) {
   auto ab = sc.fresh<float>(2);
   NIBBLE_LAUNCH(1, 1, 0, sc.ctx.stream(), cuda::gemm_kernels::fold_alpha_kernel)(ga.data(), gb.data(), 0.7f, 1.0f, ab.data());
   EXPECT_TRUE(same_bits(ab.download(), std::vector<float>{0.1f * 0.3f * 0.7f, 1.0f}));
+}
+
+// ------------------------------------------------------------------ gemm.cu on the model's cuBLASLt
+// The host replay of cuBLASLt: the model records each call's parameters (descriptor attributes,
+// layouts, pointers, alpha/beta, algorithm, workspace). A sequence of GEMMs (NVFP4 emulated with
+// and without the quantize kernel's BF16 operand, BF16 with an odd ldc, FP32 transposed, a repeat)
+// gives cuBLASLt the same calls, and the same products, with the plan cache as with a fresh plan per
+// call; run again, it builds no descriptor and asks no heuristic; a changed shape gets its own
+// entry. The emulated GEMM on the quantize kernel's BF16 operands runs no dequantize pass and gives
+// the product of the dequantize pass's operands, bit for bit.
+// The emulated GEMM's product from the dequantize pass's operands (the path before the quantize
+// kernel wrote them): the pass, then the BF16 GEMM with alpha folded as gemm() folds it.
+std::vector<float> cuda_model_pass_product(const cuda::DeviceQuantized& a, const cuda::DeviceQuantized& b, Schedule& sc) {
+  auto a16 = sc.fresh<uint16_t>(static_cast<size_t>(a.rows * a.cols)), b16 = sc.fresh<uint16_t>(static_cast<size_t>(b.rows * b.cols));
+  cuda::dequantize_block_scaled_bf16(a, a16.data(), sc.ctx);
+  cuda::dequantize_block_scaled_bf16(b, b16.data(), sc.ctx);
+  auto ab = sc.fresh<float>(2), c = sc.fresh<float>(static_cast<size_t>(a.rows * b.rows));
+  NIBBLE_LAUNCH(1, 1, 0, sc.ctx.stream(), cuda::gemm_kernels::fold_alpha_kernel)(a.globals.data(), b.globals.data(), 0.5f, 0.0f, ab.data());
+  cuda::gemm_bf16(Trans::no, Trans::yes, a.rows, b.rows, a.cols, 0.0f, a16.data(), a.cols, b16.data(), b.cols, 0.0f,
+                  c.data(), b.rows, sc.ctx, ab.data());
+  return c.download();
+}
+
+TEST(CudaModelGemm, CachedPlansGiveCuBlasLtTheParametersOfFreshOnesAndANewShapeItsOwnEntry) {
+  const int64_t M = 32, N = 48, K = 64, ldc = 53;
+  Schedule sc(kSchedules[0]);
+  const auto ha = nibble_test::floats_with_outliers(M * K, 95), hb = nibble_test::floats_with_outliers(N * K, 96);
+  std::vector<uint16_t> ha16(ha.size()), hb16(hb.size());
+  for (size_t i = 0; i < ha.size(); ++i) ha16[i] = bf16_from_float_rn(ha[i]).bits;
+  for (size_t i = 0; i < hb.size(); ++i) hb16[i] = bf16_from_float_rn(hb[i]).bits;
+  auto da = sc.up(ha), db = sc.up(hb);
+  auto da16 = sc.up(ha16), db16 = sc.up(hb16);
+  cuda::KernelOptions with_operand;
+  with_operand.write_bf16_operand = true;
+  const QuantOptions o;
+  const cuda::DeviceQuantized qa = cuda::quantize(da.data(), M, K, o, sc.ctx), qb = cuda::quantize(db.data(), N, K, o, sc.ctx);
+  const cuda::DeviceQuantized wa = cuda::quantize(da.data(), M, K, o, sc.ctx, with_operand),
+                              wb = cuda::quantize(db.data(), N, K, o, sc.ctx, with_operand);
+  auto c_pass = sc.fresh<float>(M * N), c_written = sc.fresh<float>(M * N), c_dense = sc.fresh<float>(M * ldc),
+       c_f32 = sc.fresh<float>(K * K);
+  auto sequence = [&] {
+    EXPECT_EQ(cuda::gemm(qa, qb, c_pass.data(), N, 0.5f, Output::overwrite, sc.ctx), cuda::GemmPath::emulated_bf16);
+    const uint64_t before = cuda_model::launches();
+    cuda::gemm(wa, wb, c_written.data(), N, 0.5f, Output::overwrite, sc.ctx);
+    EXPECT_EQ(cuda_model::launches() - before, 1u) << "the alpha fold only: no dequantize pass";
+    cuda::gemm_bf16(Trans::no, Trans::yes, M, N, K, 1.0f, da16.data(), K, db16.data(), K, 0.0f, c_dense.data(), ldc, sc.ctx);
+    cuda::gemm_f32(Trans::yes, Trans::no, K, K, M, 1.0f, da.data(), K, da.data(), K, 0.0f, c_f32.data(), K, sc.ctx);
+    cuda::gemm_bf16(Trans::no, Trans::yes, M, N, K, 1.0f, da16.data(), K, db16.data(), K, 0.0f, c_dense.data(), ldc, sc.ctx);
+    cuda::gemm_bf16(Trans::no, Trans::yes, M, N, K, 1.0f, da16.data(), K, db16.data(), K, 0.0f, c_pass.data(), N, sc.ctx);
+    return std::vector<std::vector<float>>{c_pass.download(), c_written.download(), c_dense.download(), c_f32.download()};
+  };
+  cuda::set_gemm_plan_cache(sc.ctx, false);
+  cuda_model::lt_record() = {};
+  const auto fresh_out = sequence();
+  const cuda_model::LtRecord fresh = cuda_model::lt_record();
+  ASSERT_EQ(fresh.calls.size(), 6u);
+  EXPECT_EQ(fresh.heuristic_queries, 6u);
+  EXPECT_EQ(fresh.calls[1].b_data, static_cast<const void*>(wa.bf16.data()));  // cuBLASLt's B is our a
+  EXPECT_EQ(fresh.calls[1].a_data, static_cast<const void*>(wb.bf16.data()));
+  EXPECT_TRUE(same_bits(c_written.download(), cuda_model_pass_product(qa, qb, sc))) << "the written operand's product";
+
+  cuda::set_gemm_plan_cache(sc.ctx, true);
+  cuda_model::lt_record() = {};
+  const auto cached_out = sequence();
+  const cuda_model::LtRecord first = cuda_model::lt_record();
+  EXPECT_TRUE(first.calls == fresh.calls) << "a cached plan changed a cuBLASLt parameter";
+  for (size_t i = 0; i < fresh_out.size(); ++i) EXPECT_TRUE(same_bits(cached_out[i], fresh_out[i])) << "product " << i;
+  // Distinct problems: the two emulated GEMMs share one (same shape, device alpha), the BF16 GEMM
+  // (its repeat included) another, the same with ldc = N a third, the FP32 one a fourth.
+  EXPECT_EQ(cuda::gemm_plan_entries(sc.ctx), 4u);
+  EXPECT_EQ(first.heuristic_queries, 4u);
+  EXPECT_EQ(first.descriptors, 4u);
+
+  cuda_model::lt_record() = {};
+  (void)sequence();
+  const cuda_model::LtRecord again = cuda_model::lt_record();
+  EXPECT_TRUE(again.calls == fresh.calls);
+  EXPECT_EQ(again.descriptors + again.layouts + again.preferences + again.heuristic_queries, 0u);
+
+  cuda_model::lt_record() = {};
+  cuda::gemm_bf16(Trans::no, Trans::yes, M / 2, N, K, 1.0f, da16.data(), K, db16.data(), K, 0.0f, c_dense.data(), ldc, sc.ctx);
+  EXPECT_EQ(cuda::gemm_plan_entries(sc.ctx), 5u);
+  EXPECT_EQ(cuda_model::lt_record().heuristic_queries, 1u);
+  ASSERT_EQ(cuda_model::lt_record().calls.size(), 1u);
+  EXPECT_EQ(cuda_model::lt_record().calls[0].b.cols, static_cast<uint64_t>(M / 2));  // cuBLASLt's n is our M
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,12 @@ class Context {
   // a non-finite input over the k-th deferred quantization's inputs, and each one's [rows, cols].
   struct DeferredFiniteChecks {
     DeviceBuffer<unsigned long long> word;  // allocated at the first deferral, all ones when clean
+    DeviceBuffer<unsigned> blocks_done;     // with word: the folding amax pass's finished blocks, 0 between passes
     std::vector<std::array<int64_t, 2>> shapes;
   };
   DeferredFiniteChecks& deferred_finite_checks() { return deferred_; }
+  // gemm.cu's cuBLASLt plans (descriptors, layouts, algorithm per problem), opaque here.
+  std::shared_ptr<void>& gemm_plans() { return gemm_plans_; }
 
  private:
   DeviceInfo info_;
@@ -63,6 +67,7 @@ class Context {
   DeviceBuffer<uint8_t> blas_workspace_;
   std::array<DeviceBuffer<uint8_t>, static_cast<size_t>(Scratch::count)> scratch_;
   DeferredFiniteChecks deferred_;
+  std::shared_ptr<void> gemm_plans_;
 };
 
 // The calling thread's context on device 0 (or $NIBBLE_CUDA_DEVICE, or the device chosen by

@@ -59,6 +59,8 @@ namespace {
 // ------------------------------------------------------------------ cuBLASLt plumbing --------------
 struct MatmulDesc {
   cublasLtMatmulDesc_t desc = nullptr;
+  MatmulDesc(const MatmulDesc&) = delete;
+  MatmulDesc& operator=(const MatmulDesc&) = delete;
   MatmulDesc() { NIBBLE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
   ~MatmulDesc() { cublasLtMatmulDescDestroy(desc); }
   template <typename T>
@@ -68,6 +70,8 @@ struct MatmulDesc {
 };
 struct Layout {
   cublasLtMatrixLayout_t layout = nullptr;
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
   Layout(cudaDataType type, int64_t rows, int64_t cols, int64_t ld) {
     NIBBLE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
                                                    static_cast<uint64_t>(cols), ld));
@@ -76,6 +80,8 @@ struct Layout {
 };
 struct Preference {
   cublasLtMatmulPreference_t pref = nullptr;
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
   explicit Preference(size_t workspace) {
     NIBBLE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     NIBBLE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -94,57 +100,87 @@ struct LtOperand {
   int32_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 };
 
-// Heuristic results per problem, so repeated GEMMs (training steps, benchmarks) skip the query.
-using PlanKey = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, const void*>;
+// The problem a cuBLASLt plan serves: everything its descriptor, layouts and algorithm depend on
+// (types, transposes, scale modes, shape, leading dimensions, where alpha/beta live). The data and
+// block-scale pointers are not part of it: they are given per call.
+struct PlanKey {
+  int a_type, b_type, a_op, b_op, a_scale_mode, b_scale_mode;
+  int64_t m, n, k, a_rows, a_cols, lda, b_rows, b_cols, ldb, ldd;
+  bool device_scalars;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+// One problem's matmul descriptor, its three layouts (D is also C) and the heuristic's algorithm
+// (found == false: cuBLASLt has none, the caller falls back), built once per key.
 struct Plan {
+  MatmulDesc desc;
+  Layout a, b, d;
   bool found = false;
   cublasLtMatmulAlgo_t algo{};
+  Plan(const PlanKey& key, const LtOperand& lt_a, const LtOperand& lt_b, Context& ctx)
+      : a(lt_a.type, lt_a.rows, lt_a.cols, lt_a.ld), b(lt_b.type, lt_b.rows, lt_b.cols, lt_b.ld), d(CUDA_R_32F, key.m, key.n, key.ldd) {
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSA, lt_a.op);
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSB, lt_b.op);
+    if (key.device_scalars) desc.set(CUBLASLT_MATMUL_DESC_POINTER_MODE, static_cast<int32_t>(CUBLASLT_POINTER_MODE_DEVICE));
+    if (lt_a.block_scales) {
+      desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, lt_a.scale_mode);
+      desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, lt_a.block_scales);
+    }
+    if (lt_b.block_scales) {
+      desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, lt_b.scale_mode);
+      desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, lt_b.block_scales);
+    }
+    const Preference pref(ctx.blas_workspace_bytes());
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(ctx.blas(), desc.desc, a.layout, b.layout, d.layout, d.layout, pref.pref, 1, &result, &count);
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0) {
+      found = true;
+      algo = result.algo;
+    } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_SUCCESS) {
+      NIBBLE_CUBLAS_CHECK(status);
+    }
+  }
 };
+
+// The context's plans (Context::gemm_plans holds it); disabled, every call builds its own plan and
+// drops it, as before the cache (set_gemm_plan_cache: the replay tests compare the two).
+struct PlanCache {
+  bool enabled = true;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+};
+PlanCache& plan_cache(Context& ctx) {
+  std::shared_ptr<void>& slot = ctx.gemm_plans();
+  if (!slot) slot = std::make_shared<PlanCache>();
+  return *static_cast<PlanCache*>(slot.get());
+}
 
 // Runs D = alpha * opA(A) opB(B) + beta * D (m x n, FP32, ld ldd). alpha_beta points to {alpha, beta}
 // in device memory when `device_scalars`, else in host memory. Returns false, having launched
 // nothing, when cuBLASLt has no algorithm for this combination (the caller falls back).
 bool lt_matmul(Context& ctx, int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOperand& b, float* d,
                int64_t ldd, const float* alpha_beta, bool device_scalars) {
-  MatmulDesc desc;
-  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, a.op);
-  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, b.op);
-  if (device_scalars) desc.set(CUBLASLT_MATMUL_DESC_POINTER_MODE, static_cast<int32_t>(CUBLASLT_POINTER_MODE_DEVICE));
-  if (a.block_scales) {
-    desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a.scale_mode);
-    desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.block_scales);
+  const PlanKey key{static_cast<int>(a.type), static_cast<int>(b.type), static_cast<int>(a.op), static_cast<int>(b.op),
+                    a.scale_mode, b.scale_mode, m, n, k, a.rows, a.cols, a.ld, b.rows, b.cols, b.ld, ldd,
+                    device_scalars};
+  PlanCache& cache = plan_cache(ctx);
+  std::unique_ptr<Plan> own;
+  Plan* plan = nullptr;
+  if (cache.enabled) {
+    auto it = cache.plans.find(key);
+    if (it == cache.plans.end()) it = cache.plans.emplace(key, std::make_unique<Plan>(key, a, b, ctx)).first;
+    plan = it->second.get();
+    // This call's block scales (the same slots as a rule, but an operand may bring its own).
+    if (a.block_scales) plan->desc.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.block_scales);
+    if (b.block_scales) plan->desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.block_scales);
+  } else {
+    own = std::make_unique<Plan>(key, a, b, ctx);
+    plan = own.get();
   }
-  if (b.block_scales) {
-    desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b.scale_mode);
-    desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.block_scales);
-  }
-  Layout la(a.type, a.rows, a.cols, a.ld), lb(b.type, b.rows, b.cols, b.ld), ld(CUDA_R_32F, m, n, ldd);
-
-  thread_local std::map<PlanKey, Plan> plans;
-  const PlanKey key{static_cast<int>(a.type), static_cast<int>(b.type), static_cast<int>(a.op),
-                    static_cast<int>(b.op),   a.scale_mode,             m,
-                    n,                        k,                        a.ld,
-                    b.ld,                     ldd,                      device_scalars ? 1 : 0,
-                    &ctx};
-  auto it = plans.find(key);
-  if (it == plans.end()) {
-    Preference pref(ctx.blas_workspace_bytes());
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.blas(), desc.desc, la.layout, lb.layout,
-                                                                 ld.layout, ld.layout, pref.pref, 1, &result, &count);
-    Plan plan;
-    if (status == CUBLAS_STATUS_SUCCESS && count > 0) {
-      plan.found = true;
-      plan.algo = result.algo;
-    } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_SUCCESS) {
-      NIBBLE_CUBLAS_CHECK(status);
-    }
-    it = plans.emplace(key, plan).first;
-  }
-  if (!it->second.found) return false;
-  NIBBLE_CUBLAS_CHECK(cublasLtMatmul(ctx.blas(), desc.desc, alpha_beta, a.data, la.layout, b.data, lb.layout,
-                                     alpha_beta + 1, d, ld.layout, d, ld.layout, &it->second.algo,
+  if (!plan->found) return false;
+  NIBBLE_CUBLAS_CHECK(cublasLtMatmul(ctx.blas(), plan->desc.desc, alpha_beta, a.data, plan->a.layout, b.data,
+                                     plan->b.layout, alpha_beta + 1, d, plan->d.layout, d, plan->d.layout, &plan->algo,
                                      ctx.blas_workspace(), ctx.blas_workspace_bytes(), ctx.stream()));
   return true;
 }
@@ -154,6 +190,14 @@ cudaDataType fp8_type(Format f) { return f == Format::fp8_e4m3 ? CUDA_R_8F_E4M3 
 }  // namespace
 
 namespace {
+// The BF16 operand of the emulated GEMM: the one the quantize kernel wrote, else decoded into `slot`.
+const uint16_t* emulation_operand(const DeviceQuantized& q, Context::Scratch slot, Context& ctx) {
+  if (q.bf16.size() == static_cast<size_t>(q.rows * q.cols)) return q.bf16.data();
+  auto* out = reinterpret_cast<uint16_t*>(ctx.scratch(slot, static_cast<size_t>(q.rows * q.cols) * 2));
+  dequantize_block_scaled_bf16(q, out, ctx);
+  return out;
+}
+
 GemmPath gemm_per_tensor_factors(const DeviceQuantized& a, const DeviceQuantized& b, float* c, int64_t ldc, float alpha,
                                  Output output, Context& ctx) {
   check_gemm_operands(a.format, a.rows, a.cols, b.format, b.rows, b.cols, ldc, a.rht, b.rht);
@@ -202,11 +246,10 @@ GemmPath gemm_per_tensor_factors(const DeviceQuantized& a, const DeviceQuantized
     path = GemmPath::emulated_bf16;
   }
 
-  // Emulation: exact BF16 operands (block scale folded in), global scales in alpha.
-  auto* a16 = reinterpret_cast<uint16_t*>(ctx.scratch(Context::Scratch::operand_a, static_cast<size_t>(M * K) * 2));
-  auto* b16 = reinterpret_cast<uint16_t*>(ctx.scratch(Context::Scratch::operand_b, static_cast<size_t>(N * K) * 2));
-  dequantize_block_scaled_bf16(a, a16, ctx);
-  dequantize_block_scaled_bf16(b, b16, ctx);
+  // Emulation: exact BF16 operands (block scale folded in), global scales in alpha; an operand
+  // whose quantization wrote them (KernelOptions::write_bf16_operand) needs no dequantize pass.
+  const uint16_t* a16 = emulation_operand(a, Context::Scratch::operand_a, ctx);
+  const uint16_t* b16 = emulation_operand(b, Context::Scratch::operand_b, ctx);
   gemm_bf16(Trans::no, Trans::yes, M, N, K, 0.0f, a16, K, b16, K, 0.0f, c, ldc, ctx, alpha_beta);
   return path;
 }
@@ -270,6 +313,13 @@ void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
 void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
               const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx) {
   dense_gemm(CUDA_R_32F, "FP32 GEMM", ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ctx, nullptr);
+}
+
+size_t gemm_plan_entries(Context& ctx) { return plan_cache(ctx).plans.size(); }
+void set_gemm_plan_cache(Context& ctx, bool enabled) {
+  PlanCache& cache = plan_cache(ctx);
+  cache.enabled = enabled;
+  if (!enabled) cache.plans.clear();
 }
 
 }  // namespace nibble::cuda

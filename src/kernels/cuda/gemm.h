@@ -52,4 +52,12 @@ void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
 void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
               const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Context& ctx = default_context());
 
+// cuBLASLt plans (the matmul descriptor, the three matrix layouts and the heuristic's algorithm) are
+// built once per problem (types, transposes, scale modes, shape, leading dimensions, scalar mode)
+// and kept in the context; the block-scale pointers are set per call and the workspace is the
+// context's one buffer. Entries so far, and a switch for tests: off, every call builds and drops
+// its own plan (the same parameters, as the host replay tests check).
+size_t gemm_plan_entries(Context& ctx);
+void set_gemm_plan_cache(Context& ctx, bool enabled);
+
 }  // namespace nibble::cuda

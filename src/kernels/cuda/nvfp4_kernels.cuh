@@ -36,6 +36,10 @@ struct Nvfp4Side {
   // row amax pass) and its S_dec (written here). Null: one global scale per tensor (amax above).
   const float* row_amax = nullptr;
   float* row_decode_out = nullptr;
+  // Optional: this side's codes x block scales as BF16 bits, the global scale left out (layout of the
+  // codes: [rows, cols] row side, [cols, rows] column side), i.e. what dequantize_block_scaled_bf16
+  // would write from them: the operand of the emulated GEMM, written here so no dequantize pass runs.
+  uint16_t* bf16_out = nullptr;
   bool rht = false;
   bool stochastic = false;
   dm::FourOverSix four_over_six = dm::FourOverSix::off;  // with its error measure when on
@@ -176,6 +180,22 @@ __device__ __forceinline__ void store_codes16(uint8_t* dst, const uint8_t* codes
   *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
 }
 
+// 16 codes of one block with their E4M3 block scale -> 16 BF16 values (exact: e2m1 x e4m3 has at
+// most 6 significant bits), two 16-byte stores. Element 2w is the low half of word w.
+__device__ __forceinline__ void store_bf16_operand16(uint16_t* dst, const uint8_t* codes, uint8_t scale_code) {
+  const float scale = dm::e4m3_decode(scale_code);
+  uint32_t words[8];
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    const uint32_t lo = dm::bf16_bits_rn(dm::nb_mul(dm::e2m1_value(codes[2 * w]), scale));
+    const uint32_t hi = dm::bf16_bits_rn(dm::nb_mul(dm::e2m1_value(codes[2 * w + 1]), scale));
+    words[w] = lo | (hi << 16);
+  }
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  d[0] = make_uint4(words[0], words[1], words[2], words[3]);
+  d[1] = make_uint4(words[4], words[5], words[6], words[7]);
+}
+
 // ------------------------------------------------------------------ the kernel --------------------
 template <typename InT, EncoderSet kSet>
 __global__ void __launch_bounds__(16 * kTilesPerBlock) nvfp4_tile_kernel(Nvfp4TileParams p) {
@@ -254,6 +274,7 @@ __global__ void __launch_bounds__(16 * kTilesPerBlock) nvfp4_tile_kernel(Nvfp4Ti
       if (valid) {
         store_codes16(p.row.codes + r * (cols / 2) + b * 8, codes);
         p.row.scales[r * col_blocks + b] = row_scale;
+        if (p.row.bf16_out != nullptr) store_bf16_operand16(p.row.bf16_out + r * cols + b * 16, codes, row_scale);
         if (p.col_mode == ColumnMode::tile_transpose) {
 #pragma unroll
           for (int k = 0; k < 16; ++k) tile_codes[t][i][k] = codes[k];
@@ -282,6 +303,7 @@ __global__ void __launch_bounds__(16 * kTilesPerBlock) nvfp4_tile_kernel(Nvfp4Ti
       }
       store_codes16(p.col.codes + c * (rows / 2) + r0 / 2, codes);
       p.col.scales[c * (rows / 16) + tr] = scale;
+      if (p.col.bf16_out != nullptr) store_bf16_operand16(p.col.bf16_out + c * rows + r0, codes, scale);
     }
     __syncthreads();  // shared tiles are overwritten by the next strip
   }

@@ -23,6 +23,10 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr unsigned long long kNoNonFinite = ~0ull;
+// Deferred checks: the k-th quantization's first non-finite index i becomes k << 40 | i in the
+// context's sticky word (atomicMin: the first quantization, then its first index).
+constexpr int kDeferredIndexBits = 40;
+constexpr size_t kMaxDeferredChecks = size_t{1} << (64 - kDeferredIndexBits);
 
 int grid_for(int64_t work_items, const Context& ctx, int threads = kThreads) {
   const int64_t wanted = (work_items + threads - 1) / threads;
@@ -61,11 +65,33 @@ __device__ __forceinline__ void block_max_to_global(float m, float* out) {
   if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
 }
 
+// Where an amax pass folds its finite check when the check is deferred (word null: it is not): the
+// context's sticky word, this quantization's number k, and the context's count of the pass's blocks
+// that are done (0 between passes: the last block's atomicInc wraps it back, graph replays included).
+struct DeferredFold {
+  unsigned long long* word = nullptr;
+  unsigned long long k = 0;
+  unsigned* blocks_done = nullptr;
+};
+
+// Every thread of the grid calls this after its last note_nonfinite (f is the same for all). The
+// last block to finish folds first_bad, by then complete, into the word: no kernel of its own.
+__device__ __forceinline__ void fold_if_last_block(unsigned long long* first_bad, const DeferredFold& f) {
+  if (f.word == nullptr) return;
+  __threadfence();  // this thread's atomicMin on first_bad is visible before its block counts itself
+  __syncthreads();
+  if (threadIdx.x != 0 || atomicInc(f.blocks_done, gridDim.x - 1) != gridDim.x - 1) return;
+  __threadfence();  // the other blocks' notes, ordered before their counts, are read after ours
+  const unsigned long long bad = *static_cast<volatile unsigned long long*>(first_bad);
+  if (bad != kNoNonFinite) atomicMin(f.word, (f.k << kDeferredIndexBits) | bad);
+}
+
 // plain_out (RHT modes only, may be null): also max |x| of the untransformed values, so that a
 // row-wise copy without RHT and a column-wise copy with it share one read of x.
 template <typename InT, AmaxOver kOver>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const InT* x, int64_t rows, int64_t cols, float* out,
-                                                        unsigned long long* first_bad, float* plain_out) {
+                                                        unsigned long long* first_bad, float* plain_out,
+                                                        DeferredFold fold) {
   float m = 0.0f, plain = 0.0f;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -110,14 +136,16 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const InT* x, int64_t ro
   }
   block_max_to_global(m, out);
   if (kOver != AmaxOver::values && plain_out != nullptr) block_max_to_global(plain, plain_out);
+  fold_if_last_block(first_bad, fold);
 }
 
 // Row-scaled NVFP4: max |x| of each row into row_amax[r] (one thread block per row, grid-striding
 // over rows), the tensor's maximum into globals[0] and 1 into globals[1] (the per-row S_dec carry the
-// global scale), and the first non-finite index as amax_kernel records it.
+// global scale), and the first non-finite index as amax_kernel records it (and folds it).
 template <typename InT>
 __global__ void __launch_bounds__(kThreads) row_amax_kernel(const InT* x, int64_t rows, int64_t cols, float* row_amax,
-                                                            float* globals, unsigned long long* first_bad) {
+                                                            float* globals, unsigned long long* first_bad,
+                                                            DeferredFold fold) {
   if (blockIdx.x == 0 && threadIdx.x == 0) globals[1] = 1.0f;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float m = 0.0f;
@@ -132,6 +160,7 @@ __global__ void __launch_bounds__(kThreads) row_amax_kernel(const InT* x, int64_
       atomicMax(reinterpret_cast<unsigned int*>(globals), __float_as_uint(m));
     }
   }
+  fold_if_last_block(first_bad, fold);
 }
 
 // ------------------------------------------------------------------ MX and FP8 ---------------------
@@ -309,7 +338,8 @@ __global__ void transpose_kernel(const InT* x, int64_t rows, int64_t cols, InT* 
 
 // ------------------------------------------------------------------ host side ----------------------
 
-DeviceQuantized make_header(int64_t rows, int64_t cols, const QuantOptions& o, Context& ctx) {
+// bf16_operand: also the BF16 operand of the emulated GEMM (NVFP4 only; the tile kernel writes it).
+DeviceQuantized make_header(int64_t rows, int64_t cols, const QuantOptions& o, Context& ctx, bool bf16_operand) {
   DeviceQuantized q;
   q.layout() = layout_of(o, rows, cols);
   q.codes = DeviceBuffer<uint8_t>(static_cast<size_t>(q.code_bytes()), ctx.stream());
@@ -317,6 +347,7 @@ DeviceQuantized make_header(int64_t rows, int64_t cols, const QuantOptions& o, C
   q.globals = DeviceBuffer<float>(2, ctx.stream());
   q.globals.fill_zero();  // amax accumulates with atomicMax from 0
   if (q.row_scaled) q.row_globals = DeviceBuffer<float>(static_cast<size_t>(2 * rows), ctx.stream());
+  if (bf16_operand && o.format == Format::nvfp4) q.bf16 = DeviceBuffer<uint16_t>(static_cast<size_t>(rows * cols), ctx.stream());
   return q;
 }
 
@@ -330,58 +361,56 @@ std::string nonfinite_message(int64_t i, int64_t cols, const std::string& which)
          std::to_string(i) + ")" + which + ": quantization needs finite input; fix the producer of the tensor";
 }
 
-// Deferred checks: the k-th quantization's first non-finite index i becomes k << 40 | i in the
-// context's sticky word (atomicMin: the first quantization, then its first index).
-constexpr int kDeferredIndexBits = 40;
-constexpr size_t kMaxDeferredChecks = size_t{1} << (64 - kDeferredIndexBits);
-__global__ void fold_nonfinite_kernel(const unsigned long long* first_bad, unsigned long long k, unsigned long long* word) {
-  if (threadIdx.x == 0 && *first_bad != kNoNonFinite) atomicMin(word, (k << kDeferredIndexBits) | *first_bad);
-}
-
-// Finite-check result of one or more amax passes: read back at the end (one synchronisation), or
-// folded into the context's deferred checks.
+// Finite-check result of one or more amax passes: read back at the end (one synchronisation), or,
+// deferred, folded into the context's sticky word by the last of the passes (fold_for_last_pass).
 struct FiniteCheck {
   DeviceBuffer<unsigned long long> first_bad;
-  explicit FiniteCheck(Context& ctx) : first_bad(1, ctx.stream()) {
+  int64_t rows, cols;  // of x
+  bool deferred;
+  FiniteCheck(int64_t rows_, int64_t cols_, const KernelOptions& kopt, Context& ctx)
+      : first_bad(1, ctx.stream()), rows(rows_), cols(cols_) {
     NIBBLE_CUDA_CHECK(cudaMemsetAsync(first_bad.data(), 0xFF, sizeof(unsigned long long), ctx.stream()));
+    // Deferred unless the index or the count would not fit the word: then checked now.
+    deferred = kopt.check_finite && kopt.defer_finite_check && rows * cols < (int64_t{1} << kDeferredIndexBits) &&
+               ctx.deferred_finite_checks().shapes.size() + 1 < kMaxDeferredChecks;
   }
-  void throw_if_bad(int64_t cols) const {
-    const unsigned long long bad = first_bad.download()[0];
-    if (bad == kNoNonFinite) return;
-    throw NumericalError(nonfinite_message(static_cast<int64_t>(bad), cols, ""));
-  }
-  // After the amax passes: per kopt, nothing, a read now, or a deferred check. x is [rows, cols].
-  void finish(int64_t rows, int64_t cols, const KernelOptions& kopt, Context& ctx) const {
-    if (!kopt.check_finite) return;
+  // The fold target of the amax pass that runs last (none when not deferred); registers this
+  // quantization among the pending ones.
+  DeferredFold fold_for_last_pass(Context& ctx) const {
+    if (!deferred) return {};
     Context::DeferredFiniteChecks& d = ctx.deferred_finite_checks();
-    if (!kopt.defer_finite_check || rows * cols >= (int64_t{1} << kDeferredIndexBits) ||
-        d.shapes.size() + 1 >= kMaxDeferredChecks)
-      return throw_if_bad(cols);  // the index or the count would not fit the word: check now
     if (d.word.empty()) {
       d.word = DeviceBuffer<unsigned long long>(1, ctx.stream());
       NIBBLE_CUDA_CHECK(cudaMemsetAsync(d.word.data(), 0xFF, sizeof(unsigned long long), ctx.stream()));
+      d.blocks_done = DeviceBuffer<unsigned>(1, ctx.stream());
+      d.blocks_done.fill_zero();
     }
-    NIBBLE_LAUNCH(1, 1, 0, ctx.stream(), fold_nonfinite_kernel)(static_cast<const unsigned long long*>(first_bad.data()),
-                                                              static_cast<unsigned long long>(d.shapes.size()), d.word.data());
-    NIBBLE_CUDA_CHECK_LAUNCH();
     d.shapes.push_back({rows, cols});
+    return {d.word.data(), static_cast<unsigned long long>(d.shapes.size() - 1), d.blocks_done.data()};
+  }
+  // After the passes: per kopt, nothing (unchecked or deferred) or a read now.
+  void finish(const KernelOptions& kopt) const {
+    if (!kopt.check_finite || deferred) return;
+    const unsigned long long bad = first_bad.download()[0];
+    if (bad == kNoNonFinite) return;
+    throw NumericalError(nonfinite_message(static_cast<int64_t>(bad), cols, ""));
   }
 };
 
 template <typename InT>
 void launch_amax(const InT* x, int64_t rows, int64_t cols, AmaxOver over, float* out, unsigned long long* first_bad,
-                 Context& ctx, float* plain_out = nullptr) {
+                 Context& ctx, float* plain_out = nullptr, DeferredFold fold = {}) {
   const int64_t units = rows * cols / 16 + 1;
   const int grid = grid_for(units, ctx);
   switch (over) {
     case AmaxOver::values:
-      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::values>)(x, rows, cols, out, first_bad, plain_out);
+      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::values>)(x, rows, cols, out, first_bad, plain_out, fold);
       break;
     case AmaxOver::rht_rows:
-      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::rht_rows>)(x, rows, cols, out, first_bad, plain_out);
+      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::rht_rows>)(x, rows, cols, out, first_bad, plain_out, fold);
       break;
     case AmaxOver::rht_columns:
-      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::rht_columns>)(x, rows, cols, out, first_bad, plain_out);
+      NIBBLE_LAUNCH(grid, kThreads, 0, ctx.stream(), amax_kernel<InT, AmaxOver::rht_columns>)(x, rows, cols, out, first_bad, plain_out, fold);
       break;
   }
   NIBBLE_CUDA_CHECK_LAUNCH();
@@ -393,6 +422,7 @@ Nvfp4Side side_for(DeviceQuantized& q, const QuantOptions& o) {
   s.scales = q.scales.data();
   s.amax = q.globals.data();
   s.decode_out = q.globals.data() + 1;
+  s.bf16_out = q.bf16.empty() ? nullptr : q.bf16.data();
   s.rht = o.rht;
   s.stochastic = o.rounding == Rounding::stochastic;
   s.four_over_six = !o.four_over_six                            ? dm::FourOverSix::off
@@ -426,21 +456,21 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
   static_assert(std::is_same_v<InT, float> || std::is_same_v<InT, __nv_bfloat16>);
   validate_shape(rows, cols, o);
   require_aligned(x, "the input tensor");
-  DeviceQuantized q = make_header(rows, cols, o, ctx);
-  FiniteCheck check(ctx);
+  DeviceQuantized q = make_header(rows, cols, o, ctx, kopt.write_bf16_operand);
+  FiniteCheck check(rows, cols, kopt, ctx);
   const bool rht_amax = o.format == Format::nvfp4 && o.rht;
   // Row-scaled tensors always take their own per-row amax pass (a given amax is a tensor's).
   const bool amax_given = kopt.given_amax != nullptr && !o.row_scaled;
   if (o.row_scaled) {
     NIBBLE_LAUNCH(grid_for(rows * kThreads, ctx), kThreads, 0, ctx.stream(), row_amax_kernel<InT>)(
-        x, rows, cols, q.row_globals.data(), q.globals.data(), check.first_bad.data());
+        x, rows, cols, q.row_globals.data(), q.globals.data(), check.first_bad.data(), check.fold_for_last_pass(ctx));
     NIBBLE_CUDA_CHECK_LAUNCH();
   } else if (amax_given)
     NIBBLE_CUDA_CHECK(cudaMemcpyAsync(q.globals.data(), kopt.given_amax, sizeof(float), cudaMemcpyDeviceToDevice,
                                       ctx.stream()));
   else
     launch_amax(x, rows, cols, rht_amax ? AmaxOver::rht_rows : AmaxOver::values, q.globals.data(),
-                check.first_bad.data(), ctx);
+                check.first_bad.data(), ctx, nullptr, check.fold_for_last_pass(ctx));
   const int64_t n = rows * cols;
   switch (o.format) {
     case Format::nvfp4: {
@@ -473,7 +503,7 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
       NIBBLE_CUDA_CHECK_LAUNCH();
       break;
   }
-  if (!amax_given) check.finish(rows, cols, kopt, ctx);
+  if (!amax_given) check.finish(kopt);
   return q;
 }
 
@@ -528,8 +558,8 @@ QuantizedPair quantize_pair(const InT* x, int64_t rows, int64_t cols, const Quan
   }
   require_aligned(x, "the input tensor");
   QuantizedPair out;
-  FiniteCheck check(ctx);
-  out.columnwise = make_header(cols, rows, col_opt, ctx);
+  FiniteCheck check(rows, cols, kopt, ctx);
+  out.columnwise = make_header(cols, rows, col_opt, ctx, kopt.write_bf16_operand);
   Nvfp4TileParams p;
   p.x = x;
   p.rows = rows;
@@ -537,7 +567,7 @@ QuantizedPair quantize_pair(const InT* x, int64_t rows, int64_t cols, const Quan
   p.row_enabled = want_rows || tile_transpose;
   p.row_tile16 = row_opt.tile_16x16;
   if (p.row_enabled) {
-    out.rowwise = make_header(rows, cols, row_opt, ctx);
+    out.rowwise = make_header(rows, cols, row_opt, ctx, want_rows && kopt.write_bf16_operand);
     p.row = side_for(out.rowwise, row_opt);
   }
   p.col = side_for(out.columnwise, col_opt);
@@ -554,25 +584,27 @@ QuantizedPair quantize_pair(const InT* x, int64_t rows, int64_t cols, const Quan
       NIBBLE_CUDA_CHECK(
           cudaMemcpyAsync(col_amax, kopt.given_column_amax, sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()));
   } else if (!col_amax) {  // 16x16: the column-wise copy takes the row-wise amax and decode scale after the kernel
-    launch_amax(x, rows, cols, row_opt.rht ? AmaxOver::rht_rows : AmaxOver::values, row_amax, bad, ctx);
+    launch_amax(x, rows, cols, row_opt.rht ? AmaxOver::rht_rows : AmaxOver::values, row_amax, bad, ctx, nullptr,
+                check.fold_for_last_pass(ctx));
   } else if (!row_amax) {
-    launch_amax(x, rows, cols, col_opt.rht ? AmaxOver::rht_columns : AmaxOver::values, col_amax, bad, ctx);
+    launch_amax(x, rows, cols, col_opt.rht ? AmaxOver::rht_columns : AmaxOver::values, col_amax, bad, ctx, nullptr,
+                check.fold_for_last_pass(ctx));
   } else if (!row_opt.rht && !col_opt.rht) {
-    launch_amax(x, rows, cols, AmaxOver::values, row_amax, bad, ctx);
+    launch_amax(x, rows, cols, AmaxOver::values, row_amax, bad, ctx, nullptr, check.fold_for_last_pass(ctx));
     NIBBLE_CUDA_CHECK(cudaMemcpyAsync(col_amax, row_amax, sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()));
   } else if (!row_opt.rht) {  // the wgrad case: one pass gives both
-    launch_amax(x, rows, cols, AmaxOver::rht_columns, col_amax, bad, ctx, row_amax);
+    launch_amax(x, rows, cols, AmaxOver::rht_columns, col_amax, bad, ctx, row_amax, check.fold_for_last_pass(ctx));
   } else if (!col_opt.rht) {
-    launch_amax(x, rows, cols, AmaxOver::rht_rows, row_amax, bad, ctx, col_amax);
+    launch_amax(x, rows, cols, AmaxOver::rht_rows, row_amax, bad, ctx, col_amax, check.fold_for_last_pass(ctx));
   } else {
     launch_amax(x, rows, cols, AmaxOver::rht_rows, row_amax, bad, ctx);
-    launch_amax(x, rows, cols, AmaxOver::rht_columns, col_amax, bad, ctx);
+    launch_amax(x, rows, cols, AmaxOver::rht_columns, col_amax, bad, ctx, nullptr, check.fold_for_last_pass(ctx));
   }
   launch_nvfp4(p, std::is_same_v<InT, __nv_bfloat16>, ctx, kopt);
   if (tile_transpose)
     NIBBLE_CUDA_CHECK(cudaMemcpyAsync(out.columnwise.globals.data(), out.rowwise.globals.data(), 2 * sizeof(float),
                                       cudaMemcpyDeviceToDevice, ctx.stream()));
-  if (!amax_given) check.finish(rows, cols, kopt, ctx);
+  if (!amax_given) check.finish(kopt);
   return out;
 }
 
@@ -666,6 +698,17 @@ void dequantize_block_scaled_bf16(const DeviceQuantized& q, uint16_t* out, Conte
   DequantParams p = dequant_params(q);
   p.inverse_rht = false;  // the GEMM multiplies in the transformed domain
   NIBBLE_LAUNCH(grid_for((p.n + 15) / 16, ctx), kThreads, 0, ctx.stream(), dequantize_bf16_kernel)(p, out);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+void transpose_bf16_operand(const DeviceQuantized& s, DeviceQuantized& t, Context& ctx) {
+  if (s.bf16.empty()) return;
+  t.bf16 = DeviceBuffer<uint16_t>(s.bf16.size(), ctx.stream());
+  const auto* x = reinterpret_cast<const __nv_bfloat16*>(s.bf16.data());  // 16-bit words moved as they are
+  const dim3 grid(static_cast<unsigned>((s.cols + 31) / 32),
+                  static_cast<unsigned>(std::min<int64_t>((s.rows + 31) / 32, NIBBLE_CUDA_MAX_GRID_Y)));
+  NIBBLE_LAUNCH(grid, dim3(32, 8), 0, ctx.stream(), transpose_kernel<__nv_bfloat16>)(
+      x, s.rows, s.cols, reinterpret_cast<__nv_bfloat16*>(t.bf16.data()));
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,7 +4,8 @@
 //   quantize_both       one read of x gives the row-wise copy and the column-wise one (the
 //                       quantization of x^T, = ref::quantize_transposed): the fused transposed copy.
 // Every function runs two passes, as the spec's chain needs the tensor amax before any block: an
-// amax reduction (which also finds the first non-finite value) and the quantization, both on the
+// amax reduction (which also finds the first non-finite value; with a deferred check, its last
+// block to finish folds that into the context's sticky word) and the quantization, both on the
 // context's stream. Global scales stay on the device (DeviceQuantized::globals).
 #pragma once
 #include <cstdint>
@@ -23,6 +24,9 @@ struct DeviceQuantized : QuantizedLayout {
   DeviceBuffer<float> globals;   // [0] amax, [1] decode scale (S_dec for nvfp4, 1/scale for fp8, 1 for mx;
                                  // 1 for row-scaled nvfp4)
   DeviceBuffer<float> row_globals;  // row_scaled only: [2 * rows], each row's amax, then each row's S_dec
+  // KernelOptions::write_bf16_operand (NVFP4) only, else empty: [rows, cols] BF16 bits of code x block
+  // scale, what dequantize_block_scaled_bf16 writes; the emulated GEMM multiplies it as it is.
+  DeviceBuffer<uint16_t> bf16;
 
   QuantizedLayout& layout() { return *this; }
   const QuantizedLayout& layout() const { return *this; }
@@ -50,6 +54,11 @@ struct KernelOptions {
   // (unused for 16x16 tiles, which share the row-wise amax); both must be given to skip the pass.
   const float* given_amax = nullptr;
   const float* given_column_amax = nullptr;
+  // NVFP4 (other formats ignore it): the quantize kernel also writes DeviceQuantized::bf16, the
+  // operand of the emulated GEMM, from the codes and scales it has just made. For GPUs without FP4
+  // tensor cores (Hopper): the GEMM then runs no dequantize pass (one read of the codes and one
+  // write of 2 bytes a value fewer per operand; the tensor holds the BF16 copy until it dies).
+  bool write_bf16_operand = false;
 };
 
 // Device pointers, row-major [rows, cols], 16-byte aligned. Throws UsageError for the shapes and
@@ -84,6 +93,11 @@ void dequantize(const DeviceQuantized& q, float* out, Context& ctx = default_con
 // codes * block scale, global scale left out, as BF16 bits: exact for NVFP4 (e2m1 x e4m3 has at most
 // 6 significant bits), MXFP4, FP8; the operand of the emulated GEMM (the global scale goes to alpha).
 void dequantize_block_scaled_bf16(const DeviceQuantized& q, uint16_t* out, Context& ctx = default_context());
+
+// The exact transpose t of a 16x16-tile tensor s (layers.h, transpose_nvfp4_tiles) takes s's BF16
+// operand transposed (a code times its tile's scale is the same value in either orientation), so
+// the emulated GEMM on t runs no dequantize pass either. Nothing when s has none.
+void transpose_bf16_operand(const DeviceQuantized& s, DeviceQuantized& t, Context& ctx = default_context());
 
 // The 128x4 tile layout cuBLASLt reads block scales in (spec section 7), zero-padded:
 // out must hold dm::swizzled_scale_bytes(q.rows, q.scale_cols()) bytes.

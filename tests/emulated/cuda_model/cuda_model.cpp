@@ -593,8 +593,158 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 const char* cublasLtGetStatusName(cublasStatus_t s) {
-  return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_NOT_SUPPORTED";
+  return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS"
+         : s == CUBLAS_STATUS_INVALID_VALUE ? "CUBLAS_STATUS_INVALID_VALUE"
+                                            : "CUBLAS_STATUS_NOT_SUPPORTED";
 }
 const char* cublasLtGetStatusString(cublasStatus_t s) {
-  return s == CUBLAS_STATUS_SUCCESS ? "success" : "cuBLASLt is not modelled";
+  return s == CUBLAS_STATUS_SUCCESS ? "success" : "the CUDA model's cuBLASLt has no algorithm or refused a parameter";
+}
+
+// ------------------------------------------------------------------ cuBLASLt descriptors and GEMMs --
+struct cublasLtMatmulDescOpaque {
+  int transa = CUBLAS_OP_N, transb = CUBLAS_OP_N, pointer_mode = CUBLASLT_POINTER_MODE_HOST;
+  int a_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, b_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  const void *a_scales = nullptr, *b_scales = nullptr;
+};
+struct cublasLtMatrixLayoutOpaque {
+  cuda_model::LtLayout layout;
+};
+struct cublasLtMatmulPreferenceOpaque {
+  size_t workspace = 0;
+};
+
+namespace cuda_model {
+LtRecord& lt_record() {
+  static LtRecord r;
+  return r;
+}
+}  // namespace cuda_model
+
+namespace {
+template <class T>
+cublasStatus_t read_attribute(T& field, const void* value, size_t bytes) {
+  if (bytes != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(&field, value, sizeof(T));
+  return CUBLAS_STATUS_SUCCESS;
+}
+bool modelled_types(const cublasLtMatrixLayoutOpaque* a, const cublasLtMatrixLayoutOpaque* b,
+                    const cublasLtMatrixLayoutOpaque* d) {
+  const int t = a->layout.type;
+  return t == b->layout.type && (t == CUDA_R_16BF || t == CUDA_R_32F) && d->layout.type == CUDA_R_32F;
+}
+float element(const cuda_model::LtLayout& l, const void* data, uint64_t row, uint64_t col) {
+  const uint64_t at = row + col * static_cast<uint64_t>(l.ld);
+  if (l.type == CUDA_R_16BF) return __uint_as_float(static_cast<unsigned>(static_cast<const uint16_t*>(data)[at]) << 16);
+  return static_cast<const float*>(data)[at];
+}
+}  // namespace
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *desc = new cublasLtMatmulDescOpaque;
+  ++cuda_model::lt_record().descriptors;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* value, size_t bytes) {
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return read_attribute(d->pointer_mode, value, bytes);
+    case CUBLASLT_MATMUL_DESC_TRANSA: return read_attribute(d->transa, value, bytes);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return read_attribute(d->transb, value, bytes);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return read_attribute(d->a_scales, value, bytes);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return read_attribute(d->b_scales, value, bytes);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_MODE: return read_attribute(d->a_scale_mode, value, bytes);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_MODE: return read_attribute(d->b_scale_mode, value, bytes);
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType_t type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (ld < static_cast<int64_t>(rows)) return CUBLAS_STATUS_INVALID_VALUE;  // column-major: ld >= rows
+  *layout = new cublasLtMatrixLayoutOpaque{{static_cast<int>(type), rows, cols, ld}};
+  ++cuda_model::lt_record().layouts;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  *pref = new cublasLtMatmulPreferenceOpaque;
+  ++cuda_model::lt_record().preferences;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* value,
+                                                    size_t bytes) {
+  if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_INVALID_VALUE;
+  return read_attribute(pref->workspace, value, bytes);
+}
+// One algorithm per supported problem; its id is a function of the layouts and transposes, so the
+// same problem gets the same id whether it was asked once or again.
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results, int* count) {
+  ++cuda_model::lt_record().heuristic_queries;
+  *count = 0;
+  if (requested < 1 || !modelled_types(a, b, d)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  results[0] = {};
+  uint64_t id = 1469598103934665603ull;
+  for (uint64_t v : {a->layout.rows, a->layout.cols, static_cast<uint64_t>(a->layout.ld), b->layout.rows, b->layout.cols,
+                     static_cast<uint64_t>(b->layout.ld), static_cast<uint64_t>(d->layout.ld),
+                     static_cast<uint64_t>(desc->transa), static_cast<uint64_t>(desc->transb)})
+    id = (id ^ v) * 1099511628211ull;
+  results[0].algo.data[0] = id;
+  *count = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+// D = alpha op(A) op(B) + beta C, column-major; C is not read when beta is 0 (cuBLAS's rule).
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* a,
+                              cublasLtMatrixLayout_t la, const void* b, cublasLtMatrixLayout_t lb, const void* beta,
+                              const void* c, cublasLtMatrixLayout_t lc, void* d, cublasLtMatrixLayout_t ld,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, CUstream_st*) {
+  if (!modelled_types(la, lb, ld) || algo == nullptr) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const cuda_model::Access open;  // the whole device memory, as a kernel has it
+  cuda_model::LtMatmulCall call{desc->transa,  desc->transb,  desc->pointer_mode, desc->a_scale_mode,
+                                desc->b_scale_mode, desc->a_scales, desc->b_scales, la->layout,
+                                lb->layout,    lc->layout,    ld->layout,        a,
+                                b,             c,             d,                 0.0f,
+                                0.0f,          algo->data[0], workspace,         workspace_bytes};
+  const bool on_device = desc->pointer_mode == CUBLASLT_POINTER_MODE_DEVICE;
+  if (on_device && (!cuda_model::in_device_memory(alpha, 4) || !cuda_model::in_device_memory(beta, 4)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  call.alpha = *static_cast<const float*>(alpha);
+  call.beta = *static_cast<const float*>(beta);
+  const uint64_t m = ld->layout.rows, n = ld->layout.cols;
+  const uint64_t k = desc->transa == CUBLAS_OP_N ? la->layout.cols : la->layout.rows;
+  const bool a_ok = (desc->transa == CUBLAS_OP_N ? la->layout.rows : la->layout.cols) == m;
+  const bool b_ok = (desc->transb == CUBLAS_OP_N ? lb->layout.rows : lb->layout.cols) == k &&
+                    (desc->transb == CUBLAS_OP_N ? lb->layout.cols : lb->layout.rows) == n;
+  if (!a_ok || !b_ok || lc->layout != ld->layout) return CUBLAS_STATUS_INVALID_VALUE;
+  std::vector<float> out(m * n);
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t i = 0; i < m; ++i) {
+      float sum = 0.0f;
+      for (uint64_t p = 0; p < k; ++p) {
+        const float x = desc->transa == CUBLAS_OP_N ? element(la->layout, a, i, p) : element(la->layout, a, p, i);
+        const float y = desc->transb == CUBLAS_OP_N ? element(lb->layout, b, p, j) : element(lb->layout, b, j, p);
+        sum += x * y;
+      }
+      const float prior = call.beta == 0.0f ? 0.0f : call.beta * element(lc->layout, c, i, j);
+      out[i + j * m] = call.alpha * sum + prior;
+    }
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t i = 0; i < m; ++i) static_cast<float*>(d)[i + j * static_cast<uint64_t>(ld->layout.ld)] = out[i + j * m];
+  cuda_model::lt_record().calls.push_back(call);
+  return CUBLAS_STATUS_SUCCESS;
 }

@@ -226,6 +226,15 @@ inline float atomicAdd(float* a, float v) {
 inline unsigned atomicAdd(unsigned* a, unsigned v) {
   return nibble_model_atomic_update<unsigned>(a, v, [](unsigned o, unsigned n) { return o + n; });
 }
+// ((old >= v) ? 0 : old + 1), as CUDA's: a counter that wraps to 0 after v.
+inline unsigned atomicInc(unsigned* a, unsigned v) {
+  const unsigned old = *a;
+  *a = old >= v ? 0u : old + 1u;
+  return old;
+}
+// Every write of the model is visible to every thread at once: the fence orders nothing more here.
+// (A missing fence is not observable in the model; the GPU needs it before a last-block handoff.)
+inline void __threadfence() {}
 
 // ------------------------------------------------------------------ math intrinsics ---------------
 // The _rn intrinsics are IEEE operations in round-to-nearest-even without flush-to-zero (nibble's
