@@ -98,13 +98,15 @@ Shapes shapes_of(const model::ModelConfig& m, int64_t batch, int64_t seq) {
   return s;
 }
 
-// The linears' GEMMs, their operands' quantization (as written: an amax pass, a cast pass and a
-// one-thread kernel folding the non-finite check into a flag read once per step; by design one fused pass), Hopper's dequantize to BF16
-// for an emulated quantized GEMM, and the BF16 rounding of a BF16 GEMM's operands.
+// The linears' GEMMs, their operands' quantization (as written: an amax pass whose last block folds
+// the non-finite check into a flag read once per step, then a cast pass that on Hopper also writes
+// the emulated GEMM's BF16 operand, which dgrad's 16x16-tile weight takes transposed along with its
+// codes; by design one fused pass), and the BF16 rounding of a BF16 GEMM's operands.
 void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpec& g, double& syncs) {
   const double in_out[4][2] = {{s.d, s.qkv}, {s.H * s.hd, s.d}, {s.d, 2 * s.f}, {s.f, s.d}};
   double gemm_flops = 0, gemm_s = 0, torch_s = 0, gemm_bytes = 0, launches = 0;
-  double q_elems = 0, q_stored = 0, q_calls = 0, dq_elems = 0, dq_stored = 0, dq_launches = 0, round_elems = 0;
+  double q_elems = 0, q_stored = 0, q_calls = 0, dq_elems = 0, round_elems = 0;
+  double bf16_written = 0, bf16_transposed = 0, transposes = 0;  // as written: by the cast pass, by the tile transpose
   for (int l = 0; l < static_cast<int>(s.L); ++l)
     for (int i = 0; i < 4; ++i) {
       const LinearRecipe r = recipe.for_linear(l, i, 0.0);
@@ -124,8 +126,13 @@ void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpe
           q_elems += a + (shared_w ? 0 : bb);
           q_stored += a * sa + (shared_w ? 0 : bb * sb);
           q_calls += shared_w ? 1 : 2;
-          if (native) op_bytes = a * sa + bb * sb;
-          else dq_elems += a + bb, dq_stored += a * sa + bb * sb, dq_launches += 2;
+          if (native) {
+            op_bytes = a * sa + bb * sb;
+          } else {
+            dq_elems += a + bb;
+            bf16_written += a + (shared_w ? 0 : bb);  // the cast pass writes what it quantized
+            if (shared_w) bf16_transposed += bb, transposes += 1;
+          }
         } else if (gr.precision == GemmPrecision::bf16) {
           round_elems += a + bb;
         }
@@ -143,16 +150,17 @@ void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpe
   if (q_calls > 0) {
     // By design one pass reads FP32 and writes codes + scales, and on a GPU without NVFP4 tensor
     // cores also the BF16 operand the emulated GEMM multiplies (so no dequantize pass); as written an
-    // amax pass reads the tensor first and a dequantize pass follows.
+    // amax pass reads the tensor first (its last block folds the flag), then the cast pass writes
+    // codes, scales and the BF16 operand.
     KernelKindTime& q = b.add("quantize (amax, cast)", "HBM", q_calls, 0, 0, q_elems * 4 + q_stored + 2 * dq_elems, 0);
-    q.written_s = std::max(b.roofline(3 * q_calls, 0, 0, q_elems * 8 + q_stored), 3 * q_calls * g.launch_s);
-    q.written_note = "an amax pass before each cast, a flag fold after";
+    q.written_s = b.roofline(2 * q_calls, 0, 0, q_elems * 8 + q_stored + 2 * bf16_written);
+    q.written_note = bf16_written > 0 ? "an amax pass, then a cast writing the BF16 operand too" : "an amax pass before each cast";
     syncs += 2;  // the deferred non-finite flag, read after the loss and after the norm
   }
-  if (dq_elems > 0) {
-    KernelKindTime& dq = b.add("dequantize to BF16 (emulated GEMMs)", "HBM", dq_launches, 0, 0, dq_stored + 2 * dq_elems, 0);
-    dq.design_s = 0;
-    dq.written_note = "a pass of its own; by design written by the quantize pass";
+  if (bf16_transposed > 0) {  // the codes' transpose was there before; its BF16 operand's is new
+    KernelKindTime& t = b.add("transpose tile weight's BF16 operand", "HBM", transposes, 0, 0, 4 * bf16_transposed, 0);
+    t.design_s = 0;
+    t.written_note = "dgrad's 16x16-tile weight; by design the transpose writes it with the codes";
   }
   if (round_elems > 0) b.add("round operands to BF16", "HBM", 1, 0, 0, 6 * round_elems, 0);
 }
