@@ -9,6 +9,8 @@
 #   configure.log  build.log  tests.log (the five test programs, one after another)  bench.log
 #   train-bench.log  nibble_bench_train --device cuda (none, bf16, nvfp4) and bench/torch_train.py --device
 #                  cuda on the same model, with the ratios
+#   profile.txt    nibble_profile_cuda: CUDA-event time per kernel kind at the bench shape and attention
+#                  forward/backward at contexts 256, 1024, 2048 (compare with nibble bench train --predict)
 #   summary.txt    one line per step with its exit status and seconds, each test program's verdict,
 #                  and "overall: ok" or "overall: FAILED"
 # GoogleTest: the sources scripts/offline-bundle.sh unpacks into .offline/googletest (carry that
@@ -17,7 +19,7 @@
 # Usage:  bash scripts/gpu-check.sh [OUT_DIR]        (default ./gpu-check-out; or $OUT)
 #   From this workplace's device tool, after `bash scripts/offline-bundle.sh` here:
 #   run(command="NIBBLE_SOURCE_REVISION=<commit> bash scripts/gpu-check.sh $OUT", carry=[".offline"],
-#       timeout_s=540): one call, seven files back; the rehearsal (scripts/rehearse-gpu-check.sh)
+#       timeout_s=540): one call, eight files back; the rehearsal (scripts/rehearse-gpu-check.sh)
 #   took 84 s on 2 cores up to where the GPU is needed.
 # Environment: BUILD (build folder, default build-gpu), JOBS (default nproc), BENCH_SIZE (8192),
 #   NIBBLE_CUDA_ARCHS (e.g. 90; default from the GPU's compute capability),
@@ -58,6 +60,15 @@ finish() {
   note "overall: $([ "$1" -eq 0 ] && echo ok || echo FAILED)"
   exit "$1"
 }
+
+# The GPU machine reaches no package registry: the GoogleTest sources travel in .offline/ (made by
+# scripts/offline-bundle.sh, carried with run(..., carry=[".offline"])). Without them the check
+# stops here, in its first second, instead of after a configure that fails or finds another copy;
+# NIBBLE_GPU_CHECK_SYSTEM_GTEST=1 accepts Debian's or an installed GoogleTest instead.
+if [ ! -f .offline/googletest/CMakeLists.txt ] && [ "${NIBBLE_GPU_CHECK_SYSTEM_GTEST:-0}" != 1 ] && [ "$NO_GPU" != 1 ]; then
+  note "error: .offline/googletest is missing (.offline/ was not carried): run 'bash scripts/offline-bundle.sh' on the development machine and carry it (run(..., carry=[\".offline\"])), or set NIBBLE_GPU_CHECK_SYSTEM_GTEST=1 to use an installed GoogleTest"
+  finish 1
+fi
 
 # nvcc: on PATH, else the usual toolkit folders.
 for dir in "${CUDA_HOME:-}" /usr/local/cuda /opt/cuda; do
@@ -159,6 +170,17 @@ elif [ $bench_rc -ne 0 ]; then
   status=1
 fi
 cat "$OUT/bench.log"
+
+# The profile: each kernel kind alone, timed with CUDA events, at the bench shape; attention at three
+# context lengths. Its table is what `nibble bench train --predict` is compared with, kind by kind.
+: > "$OUT/profile.txt"
+step profile 150 "$OUT/profile.txt" "$BUILD/nibble_profile_cuda"
+profile_rc=$?
+if [ "$NO_GPU" = 1 ] && [ $profile_rc -eq 2 ] && grep -q "no CUDA device" "$OUT/profile.txt"; then
+  note "profile: no CUDA device, as expected in a rehearsal"
+elif [ $profile_rc -ne 0 ]; then
+  status=1
+fi
 
 # Training (device=cuda): nibble's recipes on the bench model, then PyTorch on the same model and GPU
 # when this machine's Python has a CUDA build of it, with the ratios.

@@ -10,6 +10,7 @@
 #include "kernels/cuda/bench_cuda.h"
 #include "kernels/cuda/bench_kernels.cuh"
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch.h"
 
@@ -28,33 +29,6 @@ DeviceBuffer<uint16_t> to_bf16(const DeviceBuffer<float>& x, Context& ctx) {
   NIBBLE_CUDA_CHECK_LAUNCH();
   return out;
 }
-
-class Timer {
- public:
-  explicit Timer(Context& ctx) : ctx_(ctx) {
-    NIBBLE_CUDA_CHECK(cudaEventCreate(&start_));
-    NIBBLE_CUDA_CHECK(cudaEventCreate(&stop_));
-  }
-  ~Timer() {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-  }
-  // Mean seconds per call of `body` over `iterations` calls, after `warmup` untimed ones.
-  double seconds(const std::function<void()>& body, int warmup, int iterations) {
-    for (int i = 0; i < warmup; ++i) body();
-    NIBBLE_CUDA_CHECK(cudaEventRecord(start_, ctx_.stream()));
-    for (int i = 0; i < iterations; ++i) body();
-    NIBBLE_CUDA_CHECK(cudaEventRecord(stop_, ctx_.stream()));
-    NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop_));
-    float ms = 0;
-    NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-    return ms * 1e-3 / iterations;
-  }
-
- private:
-  Context& ctx_;
-  cudaEvent_t start_{}, stop_{};
-};
 
 struct Row {
   std::string name;
