@@ -42,7 +42,7 @@ constexpr int kColumnRow = kTile + kPad;    // row length of a transposed tile [
 constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 
 inline bool supports(const AttentionShape& s) { return s.bf16_matmuls && (s.head_dim == 32 || s.head_dim == 64); }
-inline int64_t tiles(const AttentionShape& s) { return (s.seq + kTile - 1) / kTile; }
+NIBBLE_HD int64_t tiles(const AttentionShape& s) { return (s.seq + kTile - 1) / kTile; }
 
 // Rows [row0, row0 + 64) of the head_dim columns at `src` (a [rows, stride] FP32 matrix) as BF16 into
 // `rows` ([64][HD + 8]) and/or transposed into `cols` ([HD][64 + 8]); rows past `count` as zeros.
