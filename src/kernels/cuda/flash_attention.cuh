@@ -41,7 +41,10 @@ constexpr int kPad = 8;                     // BF16 per padded shared row: conse
 constexpr int kColumnRow = kTile + kPad;    // row length of a transposed tile [head_dim][64 + 8]
 constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 
-inline bool supports(const AttentionShape& s) { return s.bf16_matmuls && (s.head_dim == 32 || s.head_dim == 64); }
+// The tiled path: BF16 products, a head_dim it is built for, and BF16 mma.sync (sm_80 and newer).
+inline bool supports(const AttentionShape& s, int cc_major) {
+  return cc_major >= 8 && s.bf16_matmuls && (s.head_dim == 32 || s.head_dim == 64);
+}
 NIBBLE_HD int64_t tiles(const AttentionShape& s) { return (s.seq + kTile - 1) / kTile; }
 
 // Rows [row0, row0 + 64) of the head_dim columns at `src` (a [rows, stride] FP32 matrix) as BF16 into

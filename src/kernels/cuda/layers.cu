@@ -361,7 +361,8 @@ void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_c
          first_position, direction);
 }
 // Shapes with BF16 products and head_dim 32 or 64: the tiled tensor-core kernels (flash_attention.cuh);
-// the others (FP32 attention, other head dims): a thread per row, the CPU's bits (layer_math.h).
+// the others (FP32 attention, other head dims, GPUs before sm_80): a thread per row, the CPU's bits
+// (layer_math.h).
 template <int HD>
 void flash_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
   NIBBLE_LAUNCH(flash_blocks(s, s.heads), flash::kThreads, 0, ctx.stream(), flash::forward_kernel<HD, false>)(
@@ -385,7 +386,7 @@ void flash_backward(const AttentionShape& s, const float* qkv, const float* soft
 }
 
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
-  if (flash::supports(checked(s))) {
+  if (flash::supports(checked(s), ctx.device().cc_major)) {
     if (s.head_dim == 64) return flash_forward<64>(s, qkv, out, softmax_stats, ctx);
     return flash_forward<32>(s, qkv, out, softmax_stats, ctx);
   }
@@ -393,7 +394,7 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
 }
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                         float* dqkv, Context& ctx) {
-  if (flash::supports(checked(s))) {
+  if (flash::supports(checked(s), ctx.device().cc_major)) {
     if (s.head_dim == 64) return flash_backward<64>(s, qkv, softmax_stats, dout, dqkv, ctx);
     return flash_backward<32>(s, qkv, softmax_stats, dout, dqkv, ctx);
   }

@@ -21,15 +21,14 @@ namespace nibble::cuda::mma {
 __device__ __forceinline__ void mma_bf16_16x8x16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
 #if defined(NIBBLE_CUDA_MODEL)
   cuda_model::mma_bf16_m16n8k16(c, a, b);
-#elif defined(__CUDA_ARCH__)
-#if __CUDA_ARCH__ < 800
-#error "mma.sync m16n8k16 with BF16 operands needs sm_80 or newer"
-#endif
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif defined(__CUDA_ARCH__)
+  __trap();  // BF16 mma.sync needs sm_80: layers.cu never launches the tiled kernels below (flash::supports)
 #else
   (void)c, (void)a, (void)b;  // nvcc's host pass: device-only code
 #endif
