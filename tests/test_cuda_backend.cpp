@@ -26,6 +26,7 @@
 #include "kernels/cpu/layers/swiglu.h"
 #include "kernels/cuda/layer_math.h"
 #include "ops/backend.h"
+#include "support/attention_bounds.h"
 #include "support/check.h"
 #include "support/random.h"
 #if defined(NIBBLE_HAVE_CUDA)
@@ -516,6 +517,38 @@ TEST_F(CudaOps, AttentionAgreesWithTheDoubleReferenceAsTheCpuKernelDoes) {
     }
     for (size_t i = 0; i < out_d.size(); ++i) ASSERT_NEAR(out_f[i], out_d[i], tol * (1 + std::fabs(out_d[i])));
     for (size_t i = 0; i < dqkv_d.size(); ++i) ASSERT_NEAR(dqkv_f[i], dqkv_d[i], 4 * tol * (1 + std::fabs(dqkv_d[i])));
+  }
+}
+
+// The tiled tensor-core attention (BF16 products, head_dim 32/64) against the CPU's BF16 attention
+// within support/attention_bounds.h's bounds, with the tensor cores' accumulation taken as
+// truncating (u = 2^-23); the backward given the CPU's stats (the bounds' premise); twice, the same bits.
+TEST_F(CudaOps, TiledAttentionIsWithinTheBf16BoundsOfTheCpuAndTheSameBitsTwice) {
+  for (const AttentionShape s : {AttentionShape{2, 200, 4, 2, 64, true}, AttentionShape{1, 130, 3, 1, 32, true}}) {
+    const auto qkv = normal_floats(s.batch * s.seq * s.qkv_stride(), 53), dout = normal_floats(s.batch * s.seq * s.out_width(), 54);
+    std::vector<float> out(dout.size()), stats(s.softmax_stats_size()), dqkv(qkv.size());
+    host().attention_forward(s, qkv.data(), out.data(), stats.data());
+    host().attention_backward(s, qkv.data(), stats.data(), dout.data(), dqkv.data());
+    const nibble_test::AttentionBounds bound = nibble_test::attention_bounds(s, qkv, dout, 0x1p-23);
+    std::vector<float> first_out, first_dqkv;
+    for (int run = 0; run < 2; ++run) {
+      auto dq = upload(qkv), ddo = upload(dout), cpu_stats = upload(stats);
+      ops::Array<float> gout(gpu(), dout.size()), gstats(gpu(), stats.size()), gdqkv(gpu(), qkv.size());
+      gpu().attention_forward(s, dq.data(), gout.data(), gstats.data());
+      gpu().attention_backward(s, dq.data(), cpu_stats.data(), ddo.data(), gdqkv.data());
+      const auto o = download(gout), st = download(gstats), g = download(gdqkv);
+      for (size_t i = 0; i < o.size(); ++i) ASSERT_LE(std::fabs(o[i] - out[i]), bound.out[i]) << "O " << i;
+      for (size_t i = 0; i < st.size(); i += 2) {
+        ASSERT_LE(std::fabs(st[i] - stats[i]), bound.max_error) << "row max " << i / 2;
+        ASSERT_LE(std::fabs(st[i + 1] - stats[i + 1]), bound.inverse_relative * stats[i + 1]) << "row 1/sum " << i / 2;
+      }
+      for (size_t i = 0; i < g.size(); ++i) ASSERT_LE(std::fabs(g[i] - dqkv[i]), bound.dqkv[i]) << "dqkv " << i;
+      if (run == 0) {
+        first_out = o, first_dqkv = g;
+      } else {
+        EXPECT_TRUE(same_bits(o, first_out) && same_bits(g, first_dqkv));
+      }
+    }
   }
 }
 

@@ -165,17 +165,28 @@ void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpe
   if (round_elems > 0) b.add("round operands to BF16", "HBM", 1, 0, 0, 6 * round_elems, 0);
 }
 
-// Attention's six causal products (two forward, four backward). As written one thread per query row
-// (forward, backward dq) or key row (backward dk, dv), on the FP32 cores; by design flash attention on
-// BF16 tensor cores.
-void add_attention(Builder& b, const Shapes& s, const GpuSpec& g) {
+// Attention's causal products: by design flash attention on BF16 tensor cores, two products forward
+// and four backward. As written (kernels/cuda/flash_attention.cuh), where the recipe keeps attention
+// in BF16 and head_dim is 32 or 64: the same tiles and instruction (mma.sync m16n8k16) as
+// FlashAttention-2, whose Hopper efficiency the design assumes, so that efficiency is kept; what
+// differs is the work: backward runs nine products (the D pre-pass recomputes O, and the dK/dV and
+// dQ passes each recompute S and dP) in three launches per block. The FP32 K/V tiles that each query
+// tile reads again stay in L2 at these shapes, so HBM bytes are the design's. Otherwise (FP32
+// attention, other head dims) one thread per query row, then per key row, on the FP32 cores.
+void add_attention(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpec& g) {
   const double product = 2 * s.B * s.H * (s.S * s.S / 2) * s.hd * s.L;  // one causal product's FLOPs, every block
   const double io = 4 * s.N * (s.qkv + s.H * s.hd) * s.L;
-  KernelKindTime& fwd = b.add("attention forward", "BF16 tensor cores", s.L, 2 * product,
-                              g.bf16_flops * g.attention_fwd_efficiency, io);
-  Builder::written_threads(fwd, s.B * s.H * s.S, s.L * s.S / 2 * s.hd * 2, g, "a thread per query row, FP32 cores");
-  KernelKindTime& bwd = b.add("attention backward", "BF16 tensor cores", 2 * s.L, 4 * product,
-                              g.bf16_flops * g.attention_bwd_efficiency, 2 * io);
+  const double fwd_rate = g.bf16_flops * g.attention_fwd_efficiency, bwd_rate = g.bf16_flops * g.attention_bwd_efficiency;
+  const bool tiled = recipe.attention_bf16() && (s.hd == 32 || s.hd == 64);
+  KernelKindTime& fwd = b.add("attention forward", "BF16 tensor cores", s.L, 2 * product, fwd_rate, io);
+  if (!tiled) Builder::written_threads(fwd, s.B * s.H * s.S, s.L * s.S / 2 * s.hd * 2, g, "a thread per query row, FP32 cores");
+  // (b.add may move the kinds: fwd is not used past here)
+  KernelKindTime& bwd = b.add("attention backward", "BF16 tensor cores", 2 * s.L, 4 * product, bwd_rate, 2 * io);
+  if (tiled) {
+    bwd.written_s = b.roofline(3 * s.L, 9 * product, bwd_rate, 2 * io);
+    bwd.written_note = "tiled mma.sync; 9 products (O recomputed for D, S and dP in both passes)";
+    return;
+  }
   bwd.written_s = std::max(bwd.written_s, threaded_s(s.B * s.H * s.S, s.L * s.S / 2 * s.hd * 3, g) +
                                               threaded_s(s.B * s.kv * s.S, s.L * s.S / 2 * s.hd * 4 * (s.H / s.kv), g));
   bwd.written_note = "a thread per query row, then per key row";
@@ -237,7 +248,7 @@ StepPrediction predict_step(const model::ModelConfig& m, const Recipe& recipe, i
   Builder b(gpu);
   StepPrediction p;
   add_linears(b, s, recipe, gpu, p.syncs);
-  add_attention(b, s, gpu);
+  add_attention(b, s, recipe, gpu);
   add_head_and_loss(b, s, recipe, gpu);
   add_elementwise(b, s, gpu);
   add_optimizer(b, s, gpu, p.syncs);

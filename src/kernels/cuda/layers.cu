@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/layer_math.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
@@ -313,6 +314,12 @@ AttentionShape checked(const AttentionShape& s) {
   return s;
 }
 float attention_scale(const AttentionShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.head_dim)); }
+// Blocks of the tiled kernels: a block per 64-row tile of each (sequence, head) of `heads`.
+int flash_blocks(const AttentionShape& s, int64_t heads) {
+  const int64_t blocks = flash::tiles(s) * heads * s.batch;
+  NIBBLE_CHECK(blocks <= 0x7FFFFFFF, "attention: more than 2^31 - 1 tiles of 64 rows (batch x heads x seq / 64)");
+  return static_cast<int>(blocks);
+}
 
 }  // namespace
 
@@ -353,13 +360,46 @@ void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_c
   launch(tokens * heads * (head_dim / 2), ctx, rope_kernel, x, tokens, seq, stride, first_col, heads, head_dim, cos, sin,
          first_position, direction);
 }
+// Shapes with BF16 products and head_dim 32 or 64: the tiled tensor-core kernels (flash_attention.cuh);
+// the others (FP32 attention, other head dims, GPUs before sm_80): a thread per row, the CPU's bits
+// (layer_math.h).
+template <int HD>
+void flash_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
+  NIBBLE_LAUNCH(flash_blocks(s, s.heads), flash::kThreads, 0, ctx.stream(), flash::forward_kernel<HD, false>)(
+      s, qkv, out, softmax_stats, nullptr, nullptr, attention_scale(s));
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+}
+template <int HD>
+void flash_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
+                    float* dqkv, Context& ctx) {
+  DeviceBuffer<float> row_dot(static_cast<size_t>(s.batch * s.heads * s.seq), ctx.stream());
+  const float scale = attention_scale(s);
+  NIBBLE_LAUNCH(flash_blocks(s, s.heads), flash::kThreads, 0, ctx.stream(), flash::forward_kernel<HD, true>)(
+      s, qkv, nullptr, nullptr, dout, row_dot.data(), scale);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+  NIBBLE_LAUNCH(flash_blocks(s, s.kv_heads), flash::kThreads, 0, ctx.stream(), flash::backward_kv_kernel<HD>)(
+      s, qkv, softmax_stats, dout, static_cast<const float*>(row_dot.data()), dqkv, scale);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+  NIBBLE_LAUNCH(flash_blocks(s, s.heads), flash::kThreads, 0, ctx.stream(), flash::backward_q_kernel<HD>)(
+      s, qkv, softmax_stats, dout, static_cast<const float*>(row_dot.data()), dqkv, scale);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+}
+
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
-  launch(s.batch * s.heads * s.seq, ctx, attention_forward_kernel, checked(s), qkv, out, softmax_stats, attention_scale(s));
+  if (flash::supports(checked(s), ctx.device().cc_major)) {
+    if (s.head_dim == 64) return flash_forward<64>(s, qkv, out, softmax_stats, ctx);
+    return flash_forward<32>(s, qkv, out, softmax_stats, ctx);
+  }
+  launch(s.batch * s.heads * s.seq, ctx, attention_forward_kernel, s, qkv, out, softmax_stats, attention_scale(s));
 }
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
                         float* dqkv, Context& ctx) {
+  if (flash::supports(checked(s), ctx.device().cc_major)) {
+    if (s.head_dim == 64) return flash_backward<64>(s, qkv, softmax_stats, dout, dqkv, ctx);
+    return flash_backward<32>(s, qkv, softmax_stats, dout, dqkv, ctx);
+  }
   DeviceBuffer<float> row_dot(static_cast<size_t>(s.batch * s.heads * s.seq), ctx.stream());
-  launch(s.batch * s.heads * s.seq, ctx, attention_backward_query_kernel, checked(s), qkv, softmax_stats, dout, dqkv,
+  launch(s.batch * s.heads * s.seq, ctx, attention_backward_query_kernel, s, qkv, softmax_stats, dout, dqkv,
          row_dot.data(), attention_scale(s));
   launch(s.batch * s.kv_heads * s.seq, ctx, attention_backward_key_kernel, s, qkv, softmax_stats, dout, dqkv,
          static_cast<const float*>(row_dot.data()), attention_scale(s));

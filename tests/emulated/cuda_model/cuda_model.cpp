@@ -142,6 +142,41 @@ int shuffle_source(WarpOp op, int lane, int operand, int width) {
   }
 }
 
+// One lane's fragments of an mma.sync (its registers, on its fiber's stack while it waits).
+struct MmaFragments {
+  float* c;
+  const uint32_t* a;
+  const uint32_t* b;
+};
+float bf16_half(uint32_t reg, int half) { return from_raw<float>(static_cast<uint64_t>((reg >> (16 * half)) & 0xFFFFu) << 16); }
+
+// The warp's mma.sync m16n8k16: lanes in lane order, each value an MmaFragments*. g = lane / 4,
+// t = lane % 4; register r of A holds row g + 8 (r % 2), columns 2t + 8 (r / 2) and the next one;
+// register r of B rows 2t + 8 r and the next, column g; C/D element r row g + 8 (r / 2), column
+// 2t + r % 2 (the PTX ISA's "Matrix Fragments for mma.m16n8k16 with floating point type").
+void multiply_fragments(const std::vector<Fiber*>& lanes) {
+  float A[16][16], B[16][8], C[16][8];
+  for (const Fiber* f : lanes) {
+    const auto* frag = reinterpret_cast<const MmaFragments*>(static_cast<uintptr_t>(f->value));
+    const int g = f->lane / 4, t = f->lane % 4;
+    for (int r = 0; r < 4; ++r)
+      for (int half = 0; half < 2; ++half) A[g + 8 * (r % 2)][2 * t + 8 * (r / 2) + half] = bf16_half(frag->a[r], half);
+    for (int r = 0; r < 2; ++r)
+      for (int half = 0; half < 2; ++half) B[2 * t + 8 * r + half][g] = bf16_half(frag->b[r], half);
+    for (int r = 0; r < 4; ++r) C[g + 8 * (r / 2)][2 * t + r % 2] = frag->c[r];
+  }
+  for (const Fiber* f : lanes) {
+    const auto* frag = reinterpret_cast<const MmaFragments*>(static_cast<uintptr_t>(f->value));
+    const int g = f->lane / 4, t = f->lane % 4;
+    for (int r = 0; r < 4; ++r) {
+      const int i = g + 8 * (r / 2), j = 2 * t + r % 2;
+      float d = C[i][j];
+      for (int k = 0; k < 16; ++k) d += A[i][k] * B[k][j];  // the product is exact: one rounding, the add
+      frag->c[r] = d;
+    }
+  }
+}
+
 // When every lane named by `arrived`'s mask waits at the same warp operation, computes each lane's
 // result and releases them. Throws for masks that name absent or exited lanes and for lanes of one
 // mask at different operations.
@@ -168,6 +203,14 @@ void try_complete_warp(const Fiber& arrived) {
   }
   if (!(arrived.mask >> arrived.lane & 1u))
     throw ModelError("cuda model: " + describe_kernel() + ": a lane calls a warp operation whose mask leaves it out");
+  if (arrived.op == WarpOp::mma) {
+    if (arrived.mask != 0xFFFFFFFFu)
+      throw ModelError("cuda model: " + describe_kernel() + ": mma.sync with mask " + hex(arrived.mask) +
+                       ": the instruction needs all 32 lanes of the warp");
+    multiply_fragments(lanes);
+    for (Fiber* f : lanes) f->state = State::ready;
+    return;
+  }
   std::vector<uint64_t> in(kWarp, 0);
   for (Fiber* f : lanes) in[static_cast<size_t>(f->lane)] = f->value;
   uint64_t votes = 0;
@@ -419,6 +462,10 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int operand, 
   return f.value;
 }
 void syncwarp(unsigned mask) { warp_collective(WarpOp::sync, mask, 0, 0, kWarp); }
+void mma_bf16_m16n8k16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  MmaFragments frag{c, a, b};
+  warp_collective(WarpOp::mma, 0xFFFFFFFFu, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&frag)), 0, kWarp);
+}
 
 void run_grid(const LaunchConfig& c, const std::function<void()>& body) {
   Engine& e = engine();

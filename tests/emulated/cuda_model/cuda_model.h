@@ -90,9 +90,18 @@ const dim3& grid_dim();
 // (a barrier inside code that threads take differently is undefined behaviour on the GPU).
 void syncthreads(const std::source_location& where);
 void syncwarp(unsigned mask);
-enum class WarpOp : int { shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, sync };
+enum class WarpOp : int { shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, sync, mma };
 // Lane's contribution in, the lane's result out (values as up to 8 raw bytes).
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int operand, int width);
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (kernels/cuda/mma.h): a warp collective of
+// all 32 lanes. When every lane has arrived, the model gathers the lanes' fragments into A [16x16],
+// B [16x8] and C [16x8] by the PTX ISA's fragment layout (mma.h spells it out), computes
+// D[i][j] = C[i][j] + A[i][0] B[0][j] + ... + A[i][15] B[15][j] in FP32, adding the exact products
+// in k order (one rounding per addition; a BF16 x BF16 product is exact in FP32), and returns each
+// lane its D fragment in c. The hardware's order of additions is not documented: tests bound the
+// difference instead of relying on this order.
+void mma_bf16_m16n8k16(float c[4], const uint32_t a[4], const uint32_t b[2]);
 
 struct LaunchConfig {
   dim3 grid, block;
