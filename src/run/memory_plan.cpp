@@ -64,15 +64,22 @@ int64_t largest_gathered_floats(const model::ModelConfig& c) {
 
 }  // namespace
 
-int64_t resident_bytes_now() {
+namespace {
+// A "Key: N kB" line of /proc/self/status, bytes; 0 where /proc is missing.
+int64_t status_bytes(const std::string& wanted) {
   std::ifstream in("/proc/self/status");
   for (std::string key; in >> key;) {
     int64_t kib = 0;
-    if (key == "VmRSS:" && in >> kib) return kib * 1024;
+    if (key == wanted && in >> kib) return kib * 1024;
     in.ignore(1 << 20, '\n');
   }
   return 0;
 }
+}  // namespace
+
+int64_t resident_bytes_now() { return status_bytes("VmRSS:"); }
+
+int64_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
 
 RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   const TrainConfig& c = in.train;

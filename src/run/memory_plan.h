@@ -59,6 +59,8 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank);
 
 // This process's resident memory now (VmRSS), bytes; 0 where /proc is missing.
 int64_t resident_bytes_now();
+// Its peak resident memory so far (VmHWM), bytes; 0 where /proc is missing.
+int64_t peak_resident_bytes();
 
 // "weights 324 MiB, gradients ..., total ... (rank 0 writing a checkpoint: ...)": the start-up line.
 std::string describe_rank_memory(const RankMemory& m);

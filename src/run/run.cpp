@@ -84,6 +84,7 @@ class TrainingRun {
   void report();
   std::string describe_sources() const;
   void print_memory_per_rank();
+  void print_peak_memory_per_rank();
   int train();
 
   void crash_if_planned() const;
@@ -327,6 +328,23 @@ void TrainingRun::print_memory_per_rank() {
   console_.print(fmt::format("memory/rank {}: {}\n", others, describe_rank_memory(largest)));
 }
 
+// At the end of a run: every rank's peak resident memory (VmHWM) beside the plan's prediction for
+// it (the start-up lines' figures: training, start-up, rank 0's checkpoint). Collective.
+void TrainingRun::print_peak_memory_per_rank() {
+  const std::vector<uint64_t> peaks = comm_.all_gather(static_cast<uint64_t>(peak_resident_bytes()));
+  MemoryPlanInput in;
+  in.train = config_.train;
+  in.ranks = comm_.size();
+  in.shard = config_.train.shard;
+  in.process_bytes = process_bytes_;
+  std::string text;
+  for (int r = 0; r < comm_.size(); ++r)
+    text += fmt::format("memory/rank {}: peak resident {}, predicted {}\n", r,
+                        bytes_text(static_cast<double>(peaks[static_cast<size_t>(r)])),
+                        bytes_text(static_cast<double>(plan_rank_memory(in, r).peak())));
+  console_.print(text);
+}
+
 // One line per source of a mixture: its share of the rows and its tokens.
 std::string TrainingRun::describe_sources() const {
   double total = 0;
@@ -501,6 +519,7 @@ int TrainingRun::finish(double last_loss, double last_val, const RunCheckpoints&
       state_.best_val_step >= 0 ? fmt::format(" (best {:.4f} at step {})", state_.best_val_loss, state_.best_val_step)
                                 : std::string(),
       run_dir_.string()));
+  print_peak_memory_per_rank();
   if (const WeightShards* weights = trainer_->weight_shards(); weights && comm_.size() > 1)
     console_.print(fmt::format("shard: each training step all-gathered {} of FP32 weights into rank 0 (the whole "
                                "arena: {})\n",
