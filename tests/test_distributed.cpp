@@ -4,6 +4,7 @@
 // equality with one process, a tolerance for the row split, resume across rank counts, a rank that
 // dies, and an indivisible batch.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +29,7 @@
 #include "train/distributed.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
+#include "train/weight_shards.h"
 #include "support/cli.h"
 #include "support/random.h"
 #include "support/temp_dir.h"
@@ -249,7 +252,9 @@ TEST(OptimizerShards, SlicesChunkSumsAddUpToTheOneProcessSumOfSquares) {
 TEST(ShardMode, ParsesNoneAndOptimizerAndNamesTheRest) {
   EXPECT_EQ(train::parse_shard_mode("none"), train::ShardMode::none);
   EXPECT_EQ(train::parse_shard_mode("optimizer"), train::ShardMode::optimizer);
-  for (const char* later : {"gradients", "full"}) {
+  EXPECT_EQ(train::parse_shard_mode("full"), train::ShardMode::full);
+  EXPECT_EQ(train::to_string(train::ShardMode::full), "full");
+  for (const char* later : {"gradients"}) {
     try {
       train::parse_shard_mode(later);
       FAIL() << later;
@@ -272,6 +277,51 @@ TEST(ShardMode, OptimizerShardsOnAGpuAreRefusedNamingTheFix) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("use distributed.shard=none"), std::string::npos) << e.what();
   }
+}
+
+TEST(ShardMode, FullShardsOnAGpuAreRefusedNamingTheFix) {
+  train::TrainConfig c;
+  c.model.vocab = 64;
+  c.shard = train::ShardMode::full;
+  EXPECT_NO_THROW(c.validate());
+  c.device = ops::Device::cuda;
+  try {
+    c.validate();
+    FAIL() << "device=cuda with distributed.shard=full accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("distributed.shard=full runs on CPUs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use distributed.shard=none"), std::string::npos) << e.what();
+  }
+}
+
+// One process owns the whole arena: acquiring gathers nothing, releasing frees nothing, and a
+// trainer in this mode steps exactly as an unsharded one (the provider is in every phase's path).
+TEST(WeightShards, OneProcessOwnsEverythingAndTrainsAsUnsharded) {
+  train::TrainConfig c;
+  c.model.vocab = 65;
+  c.model.layers = 2;
+  c.model.width = 32;
+  c.model.heads = 2;
+  c.model.context = 16;
+  c.batch = 2;
+  c.grad_accum = 2;
+  c.eval_batches = 3;
+  c.recipe.quantization = Quantization::nvfp4;
+  std::vector<int32_t> corpus(4000);
+  for (size_t i = 0; i < corpus.size(); ++i) corpus[i] = static_cast<int32_t>((i * 7 + i / 13) % 65);
+  train::Trainer plain(c, corpus);
+  c.shard = train::ShardMode::full;
+  train::Trainer full(c, corpus);
+  ASSERT_NE(full.weight_shards(), nullptr);
+  EXPECT_EQ(plain.weight_shards(), nullptr);
+  for (int step = 0; step < 3; ++step) {
+    const train::StepResult a = plain.step(), b = full.step();
+    EXPECT_EQ(a.loss, b.loss) << step;
+    EXPECT_EQ(a.grad_norm, b.grad_norm) << step;
+  }
+  EXPECT_EQ(plain.evaluate(), full.evaluate());
+  EXPECT_EQ(plain.model().params().host_values(), full.model().params().host_values());
+  EXPECT_EQ(full.weight_shards()->gathered_bytes(), 0);
 }
 
 // ---- End to end through mpirun (only when nibble is built with MPI) ----
@@ -627,6 +677,88 @@ TEST_F(MpiTrain, OptimizerShardsOnMoreRanksThanSlicesAreRefused) {
   EXPECT_FALSE(fs::exists(run)) << "a refused run wrote its directory";
 }
 
+// ---- distributed.shard=full (ZeRO-3) ----
+
+// Each rank holds the weights and AdamW state of its slice; every phase's weights are all-gathered
+// (the owners' bits) before it runs, so 1, 2 and 4 ranks write one process's losses, weights and
+// optimizer state, for every quantization.
+TEST_F(MpiTrain, FullShardsTrainBitwiseLikeOneProcess) {
+  for (const std::string quantization : {"none", "bf16", "nvfp4"}) {
+    for (int ranks : {1, 2, 4}) {
+      const fs::path run = work_dir() / ("full-" + quantization + "-" + std::to_string(ranks));
+      const Result r = train_on(ranks, run, kShardModel + "quantization=" + quantization + " distributed.shard=full");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find("distributed.shard=full (ZeRO-3)"), std::string::npos) << r.output;
+      if (ranks > 1) {
+        EXPECT_NE(r.output.find("shard: each training step all-gathered"), std::string::npos) << r.output;
+      }
+      SCOPED_TRACE(quantization + " on " + std::to_string(ranks) + " ranks");
+      expect_same_run(run, one_process_run(quantization));
+    }
+  }
+}
+
+// A full-sharded run's checkpoint is the one whole state (weights gathered on rank 0): full on 2
+// ranks -> none on one process, optimizer on 2 ranks -> full on 4, full on 4 -> full on 2, each
+// bitwise the uninterrupted one-process run.
+TEST_F(MpiTrain, FullShardCheckpointsResumeAcrossModesAndRankCounts) {
+  const std::string nvfp4 = kShardModel + "quantization=nvfp4 ", full = " distributed.shard=full";
+  const fs::path& reference = one_process_run("nvfp4");
+  struct Leg {
+    const char* name;
+    int ranks_before;
+    std::string before, fault;
+    int ranks_after;
+    std::string after;
+  };
+  for (const Leg& leg : {Leg{"full-2-then-none-1", 2, full, "--fault rank_exits=1:3", 1, ""},
+                         Leg{"optimizer-2-then-full-4", 2, " distributed.shard=optimizer", "--fault rank_exits=1:5", 4, full},
+                         Leg{"full-4-then-full-2", 4, full, "--fault rank_exits=3:3", 2, full}}) {
+    SCOPED_TRACE(leg.name);
+    const fs::path run = work_dir() / leg.name;
+    const Result stopped = train_on(leg.ranks_before, run, nvfp4 + leg.before, leg.fault);
+    EXPECT_NE(stopped.exit_code, 0) << stopped.output;
+    const Result resumed = train_on(leg.ranks_after, run, nvfp4 + leg.after + " resume=true");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+    expect_same_run(run, reference);
+  }
+}
+
+// The end-of-run lines put every rank's peak resident memory (VmHWM) beside the plan's prediction
+// (run/memory_plan.h): within the 10% the plan promises (issue #29), on a 4 x 512 model whose
+// weights, gradients and AdamW dominate a rank (forgetting that `full` holds only the slice and one
+// gathered phase would be about 15% off on 4 ranks).
+TEST_F(MpiTrain, FullShardsPeakMemoryPerRankIsThePlans) {
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const fs::path run = work_dir() / ("full-memory-" + std::to_string(ranks));
+    const Result r = train_on(ranks, run, "model.width=512 model.heads=4 model.layers=4 grad_accum=4 steps=2 "
+                                          "distributed.shard=full");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::regex line(R"(memory/rank (\d+): peak resident ([0-9.]+) (GiB|MiB|KiB), predicted ([0-9.]+) (GiB|MiB|KiB))");
+    const auto bytes = [](const std::string& v, const std::string& unit) {
+      return std::stod(v) * (unit == "GiB" ? 1 << 30 : unit == "MiB" ? 1 << 20 : 1 << 10);
+    };
+    int seen = 0;
+    for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it, ++seen) {
+      const double measured = bytes((*it)[2], (*it)[3]), predicted = bytes((*it)[4], (*it)[5]);
+      EXPECT_NEAR(predicted, measured, 0.10 * measured) << (*it)[0];
+    }
+    EXPECT_EQ(seen, ranks) << r.output;
+  }
+}
+
+// More ranks than slices: refused on every rank with exit 2, nothing written.
+TEST_F(MpiTrain, FullShardsOnMoreRanksThanSlicesAreRefused) {
+  const fs::path run = work_dir() / "full-too-many-ranks";
+  const Result r = train_on(4, run, "grad_accum=4 distributed.shard=full");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("distributed.shard=full: the model's"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("so a rank would own nothing"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(run)) << "a refused run wrote its directory";
+}
+
 TEST_F(MpiTrain, AnIndivisibleGlobalBatchIsRefusedOnEveryRank) {
   const Result r = train_on(2, work_dir() / "indivisible", "batch=3 grad_accum=1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -780,5 +912,70 @@ TEST(MpiCollectives, ShardedAdamWStepsBitwiseLikeTheReplicatedOne) {
   const train::AdamWState again = resumed.gather_state();
   if (rank == 0) {
     EXPECT_EQ(again.first, whole.first);
+  }
+}
+
+namespace {
+// Whole pages inside [p, p + count) that are resident (mincore).
+int64_t resident_pages(const float* p, int64_t count) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p + count)) / page * page;
+  if (end <= begin) return 0;
+  std::vector<unsigned char> in_core((end - begin) / page);
+  EXPECT_EQ(::mincore(reinterpret_cast<void*>(begin), end - begin, in_core.data()), 0);
+  int64_t resident = 0;
+  for (unsigned char c : in_core) resident += c & 1;
+  return resident;
+}
+}  // namespace
+
+// ZeRO-3's gathers (train/weight_shards.h): each rank starts with its slice valid and the rest NaN;
+// acquiring any range gives every rank the owners' bits there and counts the bytes received;
+// releasing gives the whole pages outside the slice back (not resident), the slice untouched;
+// gather_to_root gives rank 0 the whole arena.
+TEST(MpiCollectives, WeightShardsGatherTheOwnersBitsAndReleaseTheRest) {
+  if (!train::launched_by_mpi()) GTEST_SKIP() << "not started by mpirun";
+  train::Communicator* comm = mpi_world();
+  const int ranks = comm->size(), rank = comm->rank();
+  model::ParamArena arena(ops::cpu());
+  arena.add("embedding", 1000, 77, false);
+  arena.add("matrix", 600, 257, true);
+  arena.add("norm", 1, 4099, false);
+  arena.add("tail", 123, 45, true);
+  arena.allocate();
+  const int64_t n = static_cast<int64_t>(arena.values().size());
+  const std::vector<float> whole = mixed_magnitude_floats(static_cast<size_t>(n), 5);
+  const train::ShardLayout layout = train::optimizer_shards(n, ranks, train::ShardMode::full);
+  const int64_t own_begin = layout.begin(rank), own_end = layout.end(rank);
+  float* values = arena.values().data();
+  for (int64_t i = 0; i < n; ++i) values[i] = i >= own_begin && i < own_end ? whole[i] : std::nanf("");
+  train::WeightShards shards(*comm, layout, arena, ops::cpu());
+  EXPECT_EQ(shards.owned_begin(), own_begin);
+  shards.drop_unowned();
+  EXPECT_EQ(resident_pages(values, own_begin), 0);
+  EXPECT_EQ(resident_pages(values + own_end, n - own_end), 0);
+  std::mt19937_64 rng(17);  // the same ranges on every rank: acquire is collective
+  int64_t expected_bytes = 0;
+  for (int k = 0; k < 8; ++k) {
+    const int64_t begin = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+    const int64_t end = k == 0 ? n : begin + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - begin));
+    shards.acquire(k == 0 ? 0 : begin, end);
+    const int64_t first = k == 0 ? 0 : begin;
+    EXPECT_EQ(std::vector<float>(values + first, values + end), std::vector<float>(whole.begin() + first, whole.begin() + end))
+        << "range " << k;
+    const int64_t own = std::max<int64_t>(0, std::min(end, own_end) - std::max(first, own_begin));
+    expected_bytes += 4 * (end - first - own);
+    shards.release(first, end);
+    EXPECT_EQ(resident_pages(values + first, std::max<int64_t>(0, std::min(end, own_begin) - first)), 0) << k;
+    EXPECT_EQ(resident_pages(values + std::max(first, own_end), std::max<int64_t>(0, end - std::max(first, own_end))), 0)
+        << k;
+  }
+  EXPECT_EQ(shards.gathered_bytes(), expected_bytes);
+  EXPECT_EQ(std::vector<float>(values + own_begin, values + own_end),
+            std::vector<float>(whole.begin() + own_begin, whole.begin() + own_end));
+  shards.gather_to_root();
+  if (rank == 0) {
+    EXPECT_EQ(std::vector<float>(values, values + n), whole);
   }
 }

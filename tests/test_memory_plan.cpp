@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -89,6 +90,33 @@ TEST(MemoryPlan, ShardModesDivideOnlyTheOptimizerState) {
   EXPECT_EQ(train::plan_rank_memory(small_job(2, train::ShardMode::none), 1).accumulation, 3 * 4 * n);
 }
 
+// distributed.shard=full: AdamW as ZeRO-1; the weights are the rank's slice plus the largest phase
+// the model acquires at once (a block here: larger than the 65 x 64 embedding), the whole arena only
+// at start-up (next to the gradients, before AdamW's state) and on rank 0 writing a checkpoint.
+TEST(MemoryPlan, FullShardsHoldTheSliceAndTheLargestGatheredPhase) {
+  const auto& c = small_job(1, train::ShardMode::none).train;
+  const int64_t n = model::arena_floats(c.model);
+  const model::Transformer model(c.model, ops::cpu(), 1);
+  const auto block = model.block_range(0), embedding = model.embedding_range(), head = model.final_range();
+  const int64_t largest = std::max({block.end - block.begin, embedding.end - embedding.begin,
+                                    head.end - head.begin + embedding.end - embedding.begin});
+  ASSERT_EQ(largest, block.end - block.begin);
+  const train::ShardLayout slices = train::optimizer_shards(n, 4);
+  for (int r = 0; r < 4; ++r) {
+    const train::RankMemory zero1 = train::plan_rank_memory(small_job(4, train::ShardMode::optimizer), r);
+    const train::RankMemory zero3 = train::plan_rank_memory(small_job(4, train::ShardMode::full), r);
+    EXPECT_EQ(zero3.weights, 4 * (slices.size(r) + largest)) << "rank " << r;
+    EXPECT_EQ(zero3.optimizer, zero1.optimizer);
+    EXPECT_EQ(zero3.gradients, zero1.gradients);
+    EXPECT_EQ(zero3.startup_weights, 4 * n);
+    EXPECT_EQ(zero3.startup(), 4 * n + zero3.gradients + zero3.process);
+    EXPECT_EQ(zero3.resident(), std::max(zero3.training(), zero3.startup()));
+    EXPECT_EQ(zero3.checkpoint, r == 0 ? zero1.checkpoint + 4 * n - zero3.weights : 0);
+    EXPECT_LT(zero3.training(), zero1.training());
+  }
+  EXPECT_EQ(train::plan_rank_memory(small_job(4, train::ShardMode::optimizer), 1).startup(), 0);
+}
+
 TEST(MemoryPlan, DeviceMemorySizesAndTheirRefusal) {
   EXPECT_EQ(train::parse_memory_size("141GB"), int64_t{141} * 1000 * 1000 * 1000);
   EXPECT_EQ(train::parse_memory_size("80GiB"), int64_t{80} << 30);
@@ -117,9 +145,10 @@ TEST(MemoryPlan, TheReportNamesTheModesThatFit) {
   };
   const int64_t between = (need(train::ShardMode::none) + need(train::ShardMode::optimizer)) / 2;
   ASSERT_LT(need(train::ShardMode::optimizer), between);
+  ASSERT_LT(need(train::ShardMode::full), between);
   const std::string report = train::memory_plan_report(in, between);
   EXPECT_NE(report.find("modes that fit in"), std::string::npos) << report;
-  EXPECT_NE(report.find(": optimizer\n"), std::string::npos) << report;
+  EXPECT_NE(report.find(": optimizer, full\n"), std::string::npos) << report;
   EXPECT_NE(report.find("does not fit"), std::string::npos) << report;
   in.train.model.layers = 1;
   in.train.model.width = 32;
@@ -193,8 +222,8 @@ TEST(MemoryPlanCli, PlanPrintsEveryModeForAnyRankCountAndRefusesBadInput) {
   const std::string config = (work_dir() / "plan.yaml").string();
   const auto r = cli_test::run("plan " + config + " --ranks 4 --device-memory 16GB");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* part : {"4 ranks", "shard=none", "shard=optimizer", "largest rank: weights", "AdamW",
-                           "modes that fit in 14.90 GiB: none, optimizer"})
+  for (const char* part : {"4 ranks", "shard=none", "shard=optimizer", "shard=full", "largest rank: weights", "AdamW",
+                           "at start-up the whole weights", "modes that fit in 14.90 GiB: none, optimizer, full"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   // The plan needs no data when model.vocab is given, and nothing is written anywhere.
   const auto vocab = cli_test::run("plan " + config + " model.vocab=50257 data.dir=/nonexistent --ranks 2");

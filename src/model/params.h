@@ -20,6 +20,18 @@ struct ParamInfo {
   int64_t size() const { return rows * cols; }
 };
 
+// Where the weights come from when a rank does not hold them all (distributed.shard=full, ZeRO-3:
+// train/weight_shards.h). The model asks for the arena range [begin, end) of the values just before a
+// phase reads it (a block's forward, its backward, the embedding, the head) and gives it back after:
+// between acquire and release the range holds the whole weights; outside, only what this rank owns
+// is guaranteed. Both are collective where the provider is (every rank calls them in the same order).
+class WeightProvider {
+ public:
+  virtual ~WeightProvider() = default;
+  virtual void acquire(int64_t begin, int64_t end) = 0;
+  virtual void release(int64_t begin, int64_t end) = 0;
+};
+
 class ParamArena {
  public:
   explicit ParamArena(ops::TensorOps& ops) : values_(ops), grads_(ops) {}

@@ -116,15 +116,30 @@ Transformer::Transformer(const ModelConfig& config, ops::Backend& backend, uint6
   final_norm_ = params_.add("final_norm", 1, d, false);
   head_ = config_.tied_embeddings ? embedding_ : params_.add("lm_head", config_.vocab, d, true);
   params_.allocate();
+  for (int64_t l = 0; l < config_.layers; ++l)  // a block's tensors were added one after another
+    block_ranges_.push_back({blocks_[l].norm1, l + 1 < config_.layers ? blocks_[l + 1].norm1 : final_norm_});
   init_weights(init_seed);
+}
+
+void Transformer::acquire_head() {
+  acquire(final_range());
+  if (config_.tied_embeddings) acquire(embedding_range());
+}
+
+void Transformer::release_head() {
+  if (config_.tied_embeddings) release(embedding_range());
+  release(final_range());
 }
 
 void Transformer::init_weights(uint64_t seed) {
   const float residual_std = config_.init_std / std::sqrt(2.0f * static_cast<float>(config_.layers));
-  std::vector<float> values(params_.values().size(), 0.0f);  // on the host, then to the backend
+  // One tensor at a time on the host, then to the backend (a host copy of the whole arena would be a
+  // start-up peak of memory above a sharded run's training); the padding stays allocate()'s zeros.
+  std::vector<float> values;
   uint64_t index = 0;
   for (const auto& p : params_.params()) {
-    float* v = values.data() + p.offset;
+    values.resize(static_cast<size_t>(p.size()));
+    float* v = values.data();
     const uint64_t tensor_seed = seed * 0x100000001B3ull + (++index) * 0x9E3779B97F4A7C15ull;
     if (p.rows == 1) {  // norm gains
       std::fill(v, v + p.size(), 1.0f);
@@ -132,8 +147,8 @@ void Transformer::init_weights(uint64_t seed) {
       bool residual = p.name.ends_with(".attn_out") || p.name.ends_with(".down");
       fill_normal(v, p.size(), residual ? residual_std : config_.init_std, tensor_seed);
     }
+    ops_.copy_from_host(v, params_.value(p.offset), values.size() * sizeof(float));
   }
-  params_.set_values(values);
 }
 
 ops::AttentionShape Transformer::attention_shape(int64_t batch, int64_t seq) const {
@@ -178,9 +193,16 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
   targets_.assign_from_host(targets.data(), targets.size());
   attention_bf16_ = step.recipe != nullptr && step.recipe->attention_bf16();
   head_bf16_ = step.recipe != nullptr && step.recipe->lm_head_bf16();
+  acquire(embedding_range());
   embed(N);
-  for (int64_t l = 0; l < config_.layers; ++l) block_forward(l, batch, seq, step, nullptr);
+  release(embedding_range());
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    acquire(block_range(l));
+    block_forward(l, batch, seq, step, nullptr);
+    release(block_range(l));
+  }
 
+  acquire_head();
   final_rstd_.resize(N);
   final_normed_.resize(nd);
   logits_.resize(static_cast<size_t>(N * V));
@@ -192,6 +214,7 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
     head_gemm(ops::DenseGemmShape::a_bt(N, V, d), final_normed_.data(), params_.value(head_), 0.0f, logits_.data());
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  release_head();
   double total = ops_.cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
   return total / static_cast<double>(N);
 }
@@ -291,11 +314,18 @@ std::span<const float> Transformer::decode(KvCache& cache, std::span<const int32
   backward_ready_ = false;
   attention_bf16_ = false;  // sampling computes in FP32 from the master weights
   tokens_.assign_from_host(tokens.data(), tokens.size());
+  acquire(embedding_range());
   embed(n);
+  release(embedding_range());
   ModelStep step;  // no recipe: FP32 GEMMs; nothing kept for backward
   step.training = false;
-  for (int64_t l = 0; l < config_.layers; ++l) block_forward(l, 1, n, step, &cache);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    acquire(block_range(l));
+    block_forward(l, 1, n, step, &cache);
+    release(block_range(l));
+  }
   cache.length += n;
+  acquire_head();
 
   // The logits of the last token only.
   final_rstd_.resize(1);
@@ -305,6 +335,7 @@ std::span<const float> Transformer::decode(KvCache& cache, std::span<const int32
                        config_.norm_eps, final_normed_.data(), final_rstd_.data());
   ops_.gemm_f32(ops::DenseGemmShape::a_bt(1, V, d), 1.0f, final_normed_.data(), params_.value(head_), 0.0f,
                 logits_.data());
+  release_head();
   decoded_logits_.resize(static_cast<size_t>(V));
   logits_.copy_to_host(decoded_logits_.data());
   return decoded_logits_;
@@ -326,6 +357,7 @@ void Transformer::backward(float scale) {
 
   // Loss and head. logits_ becomes dlogits in place (each row is read before it is written).
   float* dlogits = logits_.data();
+  acquire_head();
   ops_.cross_entropy_backward(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N), dlogits);
   {
     auto t0 = std::chrono::steady_clock::now();
@@ -335,11 +367,13 @@ void Transformer::backward(float scale) {
   }
   ops_.rmsnorm_backward({N, d}, residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(),
                         d_normed_.data(), d_res_.data(), params_.grad(final_norm_));
+  release_head();
 
   // d_res_ holds dL/d(output of block l) on entry to each iteration, dL/d(input of block l) on exit.
   for (int64_t l = config_.layers - 1; l >= 0; --l) {
     const BlockParams& p = blocks_[l];
     BlockActivations& a = acts_[l];
+    acquire(block_range(l));
     linear_(l, BlockLinear::down).backward(d_res_.data(), params_.value(p.down), d_mlp_act_.data(), params_.grad(p.down));
     ops_.swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
     linear_(l, BlockLinear::gate_up)
@@ -355,7 +389,9 @@ void Transformer::backward(float scale) {
     linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));
     ops_.rmsnorm_backward({N, d}, residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(),
                           d_res_.data(), params_.grad(p.norm1));
+    release(block_range(l));
   }
+  // The embedding's gradient reads no weights: nothing to acquire.
   ops_.embedding_backward(tokens_.data(), N, d_res_.data(), d, params_.grad(embedding_));
 }
 

@@ -113,6 +113,18 @@ class Transformer {
   std::span<const float> decode(KvCache& cache, std::span<const int32_t> tokens);
   ops::Backend& backend() { return ops_; }
   const ops::Backend& backend() const { return ops_; }
+  // distributed.shard=full: forward, backward and decode acquire each phase's weights from
+  // `provider` just before it and release them after (model/params.h); null (the default): the arena
+  // holds all of them. The provider outlives its use by this model.
+  void set_weight_provider(WeightProvider* provider) { weights_ = provider; }
+  // The arena ranges the phases acquire: [begin, end) of the values.
+  struct ArenaRange {
+    int64_t begin = 0, end = 0;
+  };
+  ArenaRange embedding_range() const { return {embedding_, block_ranges_.front().begin}; }
+  ArenaRange block_range(int64_t layer) const { return block_ranges_[static_cast<size_t>(layer)]; }
+  // The final norm and, untied, the LM head after it (tied, the head is embedding_range()).
+  ArenaRange final_range() const { return {final_norm_, static_cast<int64_t>(params_.values().size())}; }
 
   // Quantization telemetry of the last step that ran with collect_stats.
   std::vector<LinearTelemetry> telemetry() const;
@@ -143,12 +155,23 @@ class Transformer {
   void head_gemm(const ops::DenseGemmShape& shape, const float* a, const float* b, float beta, float* c);
   void block_forward(int64_t layer, int64_t batch, int64_t seq, const ModelStep& step, KvCache* cache);
   Linear& linear_(int layer, BlockLinear which) { return *linears_[layer * kLinearsPerBlock + static_cast<int>(which)]; }
+  void acquire(ArenaRange r) {
+    if (weights_) weights_->acquire(r.begin, r.end);
+  }
+  void release(ArenaRange r) {
+    if (weights_) weights_->release(r.begin, r.end);
+  }
+  // The LM head's weights: the final norm, and the head (the embedding when tied).
+  void acquire_head();
+  void release_head();
 
   ModelConfig config_;
   ops::Backend& ops_;
   ParamArena params_;
   int64_t embedding_ = 0, final_norm_ = 0, head_ = 0;
   std::vector<BlockParams> blocks_;
+  std::vector<ArenaRange> block_ranges_;  // each block's parameters, contiguous in the arena
+  WeightProvider* weights_ = nullptr;
   std::vector<std::unique_ptr<Linear>> linears_;
 
   // Forward state.

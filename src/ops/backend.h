@@ -114,6 +114,13 @@ class TensorOps {
   virtual void copy_to_host(const void* src, void* host_dst, size_t bytes) = 0;  // waits
   virtual void copy_from_host(const void* host_src, void* dst, size_t bytes) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;
+  // The contents of [p, p + bytes) are no longer needed: the backend may give that memory back to the
+  // system (the CPU the whole pages inside it) while the allocation stays valid; the bytes are
+  // unspecified until written again. distributed.shard=full drops the weights a rank does not own so.
+  virtual void discard(void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+  }
   virtual void synchronize() = 0;  // waits for every call made so far
 
   // ---- quantization: x is [rows, cols] FP32 row-major; the same bytes as nibble::ref ---------------

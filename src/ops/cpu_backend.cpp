@@ -1,6 +1,8 @@
 // The CPU backend: every op of the seam on kernels/cpu (SIMD variant chosen once from cpuid, capped
 // by NIBBLE_ISA; OpenMP threads). Host memory; calls run synchronously.
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +52,14 @@ class CpuBackend final : public Backend {
   void copy_to_host(const void* src, void* host_dst, size_t bytes) override { std::memcpy(host_dst, src, bytes); }
   void copy_from_host(const void* host_src, void* dst, size_t bytes) override { std::memcpy(dst, host_src, bytes); }
   void fill_zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  // MADV_DONTNEED on the whole pages inside: they leave the resident set and read as zeros when
+  // touched again. The partial pages at the ends stay (they may hold bytes of other arrays).
+  void discard(void* p, size_t bytes) override {
+    static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
   void synchronize() override {}
 
   std::unique_ptr<Quantized> new_quantized() override { return std::make_unique<HostQuantized>(); }

@@ -52,27 +52,46 @@ int64_t accumulation_arrays(int64_t slices) {
   return levels + 2;
 }
 
+// distributed.shard=full: the most arena floats one phase of the model acquires at once (the
+// embedding, a block, or the final norm with the LM head: model::Transformer's ranges).
+int64_t largest_gathered_floats(const model::ModelConfig& c) {
+  const auto padded = [](int64_t n) { return (n + 15) / 16 * 16; };  // ParamArena::add's alignment
+  int64_t block = 2 * padded(c.width);
+  for (const LinearShape& l : model::block_linear_shapes(c)) block += padded(l.in_features * l.out_features);
+  const int64_t table = padded(c.vocab * c.width);
+  return std::max({table, block, padded(c.width) + table});
+}
+
 }  // namespace
 
-int64_t resident_bytes_now() {
+namespace {
+// A "Key: N kB" line of /proc/self/status, bytes; 0 where /proc is missing.
+int64_t status_bytes(const std::string& wanted) {
   std::ifstream in("/proc/self/status");
   for (std::string key; in >> key;) {
     int64_t kib = 0;
-    if (key == "VmRSS:" && in >> kib) return kib * 1024;
+    if (key == wanted && in >> kib) return kib * 1024;
     in.ignore(1 << 20, '\n');
   }
   return 0;
 }
+}  // namespace
+
+int64_t resident_bytes_now() { return status_bytes("VmRSS:"); }
+
+int64_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
 
 RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   const TrainConfig& c = in.train;
   const DataParallelPlan plan(c.batch, c.grad_accum, rank, in.ranks);
   const int64_t n = model::arena_floats(c.model), seq = c.seq > 0 ? c.seq : c.model.context;
   RankMemory m;
-  m.weights = 4 * n;
+  const int64_t owned = in.shard == ShardMode::none ? n : optimizer_shards(n, in.ranks, in.shard).size(rank);
+  // full: the slice, and the phase in use gathered whole (its own part counted twice: a bound).
+  m.weights = in.shard == ShardMode::full ? 4 * std::min(n, owned + largest_gathered_floats(c.model)) : 4 * n;
+  if (in.shard == ShardMode::full) m.startup_weights = 4 * n;
   m.gradients = 4 * n;
   m.accumulation = 4 * n * accumulation_arrays(static_cast<int64_t>(plan.slices().size()));
-  const int64_t owned = in.shard == ShardMode::optimizer ? optimizer_shards(n, in.ranks).size(rank) : n;
   m.optimizer = 9 * owned;  // m and v in FP32, one decay flag byte
   // Training saves the activations of rows_per_slice rows; evaluation runs whole batches of `batch`.
   const Recipe recipe(c.recipe, static_cast<int>(c.model.layers), model::block_linear_shapes(c.model),
@@ -83,7 +102,8 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   m.process = in.process_bytes;
   // Rank 0 writes the whole state (run/checkpoint.cpp): the weights' host copy and its file image
   // (8 bytes a parameter), then the gathered moments (8), their tensors (8) and file image (8).
-  if (rank == 0) m.checkpoint = 24 * n;
+  // full: rank 0 first gathers the whole weights into its arena.
+  if (rank == 0) m.checkpoint = 24 * n + (in.shard == ShardMode::full ? 4 * n - m.weights : 0);
   return m;
 }
 
@@ -93,6 +113,9 @@ std::string describe_rank_memory(const RankMemory& m) {
                                  "buffers {}, program {}: {}",
                                  b(m.weights), b(m.gradients), b(m.accumulation), b(m.optimizer), b(m.activations),
                                  b(m.buffers), b(m.process), b(m.training()));
+  if (m.startup_weights > 0)
+    text += fmt::format("; at start-up the whole weights ({}) and the gradients: {}", b(m.startup_weights),
+                        b(m.startup()));
   if (m.checkpoint > 0) text += fmt::format("; writing a checkpoint +{} = {}", b(m.checkpoint), b(m.peak()));
   return text;
 }
@@ -102,7 +125,7 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
   std::string out = fmt::format("{} ranks, batch {} x grad_accum {}: memory per rank\n", in.ranks, in.train.batch,
                                 in.train.grad_accum);
   std::vector<std::string> fitting;
-  for (ShardMode mode : {ShardMode::none, ShardMode::optimizer}) {
+  for (ShardMode mode : {ShardMode::none, ShardMode::optimizer, ShardMode::full}) {
     MemoryPlanInput each = in;
     each.shard = mode;
     std::string refused;
@@ -111,7 +134,7 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
       root = plan_rank_memory(each, 0);
       for (int r = 0; r < in.ranks; ++r) {
         const RankMemory m = plan_rank_memory(each, r);
-        if (m.training() > largest.training()) largest = m;
+        if (m.resident() > largest.resident()) largest = m;
       }
     } catch (const UsageError& e) {
       refused = e.what();
@@ -122,7 +145,7 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
       continue;
     }
     out += "  largest rank: " + describe_rank_memory(largest) + "\n";
-    const int64_t need = std::max(largest.training(), root.peak());
+    const int64_t need = std::max(largest.resident(), root.peak());
     if (device_memory > 0) {
       const bool fits = need <= device_memory;
       out += fmt::format("  {} in {}: needs {} (rank 0 while checkpointing)\n", fits ? "fits" : "does not fit",

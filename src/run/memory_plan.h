@@ -16,7 +16,7 @@ namespace nibble::train {
 // holds before training (its code and libraries, MPI's buffers, the token data it has touched),
 // read from /proc/self/status where it runs.
 struct RankMemory {
-  int64_t weights = 0;       // the FP32 parameter arena (every rank the whole in these modes)
+  int64_t weights = 0;       // the FP32 parameter arena: the whole, or (full) the slice and the largest phase gathered
   int64_t gradients = 0;     // the FP32 gradient arena
   int64_t accumulation = 0;  // GradientSum's tree levels when a rank runs several micro-batches
   int64_t optimizer = 0;     // AdamW's two FP32 moments and 1-byte decay flags: whole, or its slice
@@ -26,10 +26,18 @@ struct RankMemory {
   // Rank 0 only, while it writes a checkpoint (or reads one to resume): the whole state as host
   // copies and serialized files, on top of the rest.
   int64_t checkpoint = 0;
+  // distributed.shard=full: the whole FP32 arena every rank holds while the model initialises it,
+  // next to the gradients, before AdamW's state exists (train/weight_shards.h); 0 in other modes.
+  int64_t startup_weights = 0;
   int64_t training() const {
     return weights + gradients + accumulation + optimizer + activations + buffers + process;
   }
-  int64_t peak() const { return training() + checkpoint; }
+  int64_t startup() const { return startup_weights > 0 ? startup_weights + gradients + process : 0; }
+  int64_t resident() const {
+    const int64_t t = training(), s = startup();
+    return t > s ? t : s;
+  }
+  int64_t peak() const { return resident() + checkpoint; }
 };
 
 // What MPI_Init adds to a rank's resident memory (Open MPI 4.1's shared-memory transport and its
@@ -51,11 +59,13 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank);
 
 // This process's resident memory now (VmRSS), bytes; 0 where /proc is missing.
 int64_t resident_bytes_now();
+// Its peak resident memory so far (VmHWM), bytes; 0 where /proc is missing.
+int64_t peak_resident_bytes();
 
 // "weights 324 MiB, gradients ..., total ... (rank 0 writing a checkpoint: ...)": the start-up line.
 std::string describe_rank_memory(const RankMemory& m);
 
-// `nibble plan`: per mode (none, optimizer), the largest rank's memory, rank 0's peak and whether
+// `nibble plan`: per mode (none, optimizer, full), the largest rank's memory, rank 0's peak and whether
 // they fit in `device_memory` bytes (0: not asked), with the modes that fit named last.
 std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory);
 

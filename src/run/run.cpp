@@ -80,10 +80,11 @@ class TrainingRun {
   void lock_and_inspect_directory();
   void open_directory();
   void start_ranks_alike();
-  void broadcast_weights();
+  void broadcast_weights(bool resumed);
   void report();
   std::string describe_sources() const;
   void print_memory_per_rank();
+  void print_peak_memory_per_rank();
   int train();
 
   void crash_if_planned() const;
@@ -245,7 +246,7 @@ void TrainingRun::start_ranks_alike() {
   if (comm_.size() > 1) {
     comm_.broadcast_values(std::span(&state_, 1), 0);
     comm_.broadcast_values(std::span(&resumed, 1), 0);
-    broadcast_weights();
+    broadcast_weights(resumed != 0);
   }
   // A sharded optimizer takes its slice of rank 0's state; at a new run every slice starts at zero.
   if (optimizer.sharded()) {
@@ -259,8 +260,14 @@ void TrainingRun::start_ranks_alike() {
 
 // Rank 0's weights to every rank: in place on the CPU (no host copy of the arena, which would be a
 // start-up peak of memory above the training's), through a host copy from a GPU.
-void TrainingRun::broadcast_weights() {
+void TrainingRun::broadcast_weights(bool resumed) {
   model::ParamArena& params = trainer_->model().params();
+  // distributed.shard=full: each rank keeps only its slice of what it initialised (from the same
+  // seed as rank 0: nothing to send), or receives its slice of rank 0's resumed checkpoint.
+  if (WeightShards* weights = trainer_->weight_shards()) {
+    if (resumed) weights->scatter_from_root();
+    return;
+  }
   if (trainer_->model().backend().device() == ops::Device::cpu) {
     comm_.broadcast_values(params.values(), 0);
     return;
@@ -289,11 +296,17 @@ void TrainingRun::report() {
     console_.print(fmt::format("parallel   {}: {}; MFU counts {} x the peak above\n", comm_.describe(),
                                trainer_->data_parallel().describe(seq_), comm_.size()));
   print_memory_per_rank();
-  if (const auto& shards = trainer_->optimizer().shards())
+  if (const auto& shards = trainer_->optimizer().shards(); shards && !trainer_->weight_shards())
     console_.print(fmt::format("shard      distributed.shard=optimizer (ZeRO-1): each rank holds the AdamW state of "
                                "its slice of the {} parameters (rank 0: [{}, {})); gradients reduce-scattered, "
                                "weights all-gathered\n",
                                shards->layout.total(), shards->layout.begin(0), shards->layout.end(0)));
+  if (const WeightShards* weights = trainer_->weight_shards())
+    console_.print(fmt::format("shard      distributed.shard=full (ZeRO-3): each rank holds the FP32 weights and "
+                               "AdamW state of its slice of the {} parameters (rank 0: [{}, {})); each block's "
+                               "weights all-gathered in FP32 before its forward and its backward and freed after; "
+                               "gradients reduce-scattered\n",
+                               weights->layout().total(), weights->owned_begin(), weights->owned_end()));
   // MFU over the whole job: every rank has the peak rank 0 measured (homogeneous hosts).
   job_peak_flops_ = peak * comm_.size();
 }
@@ -310,9 +323,26 @@ void TrainingRun::print_memory_per_rank() {
   if (comm_.size() == 1) return;
   RankMemory largest = plan_rank_memory(in, 1);
   for (int r = 2; r < comm_.size(); ++r)
-    if (const RankMemory m = plan_rank_memory(in, r); m.training() > largest.training()) largest = m;
+    if (const RankMemory m = plan_rank_memory(in, r); m.resident() > largest.resident()) largest = m;
   const std::string others = comm_.size() == 2 ? "1" : fmt::format("1-{} (the largest)", comm_.size() - 1);
   console_.print(fmt::format("memory/rank {}: {}\n", others, describe_rank_memory(largest)));
+}
+
+// At the end of a run: every rank's peak resident memory (VmHWM) beside the plan's prediction for
+// it (the start-up lines' figures: training, start-up, rank 0's checkpoint). Collective.
+void TrainingRun::print_peak_memory_per_rank() {
+  const std::vector<uint64_t> peaks = comm_.all_gather(static_cast<uint64_t>(peak_resident_bytes()));
+  MemoryPlanInput in;
+  in.train = config_.train;
+  in.ranks = comm_.size();
+  in.shard = config_.train.shard;
+  in.process_bytes = process_bytes_;
+  std::string text;
+  for (int r = 0; r < comm_.size(); ++r)
+    text += fmt::format("memory/rank {}: peak resident {}, predicted {}\n", r,
+                        bytes_text(static_cast<double>(peaks[static_cast<size_t>(r)])),
+                        bytes_text(static_cast<double>(plan_rank_memory(in, r).peak())));
+  console_.print(text);
 }
 
 // One line per source of a mixture: its share of the rows and its tokens.
@@ -423,7 +453,8 @@ int TrainingRun::stop_on_non_finite_loss(const StepResult& r, double seconds, St
 
 // Replicas must stay bitwise identical (same summed gradients, same AdamW): a cheap check.
 void TrainingRun::check_replicas(int64_t step) {
-  if (comm_.size() == 1) return;
+  // distributed.shard=full: each rank holds its slice of the weights only, so there is no replica.
+  if (comm_.size() == 1 || trainer_->weight_shards()) return;
   // On the CPU the arena is host memory, checksummed in place: a host copy at every logged step
   // would add the weights' size again to every rank's memory.
   const model::ParamArena& params = trainer_->model().params();
@@ -488,6 +519,12 @@ int TrainingRun::finish(double last_loss, double last_val, const RunCheckpoints&
       state_.best_val_step >= 0 ? fmt::format(" (best {:.4f} at step {})", state_.best_val_loss, state_.best_val_step)
                                 : std::string(),
       run_dir_.string()));
+  print_peak_memory_per_rank();
+  if (const WeightShards* weights = trainer_->weight_shards(); weights && comm_.size() > 1)
+    console_.print(fmt::format("shard: each training step all-gathered {} of FP32 weights into rank 0 (the whole "
+                               "arena: {})\n",
+                               bytes_text(trainer_->gathered_bytes_per_step()),
+                               bytes_text(static_cast<double>(weights->layout().total()) * sizeof(float))));
   if (step_seconds_ > 0)
     console_.print(fmt::format("data: {:.3g}s of {:.3g}s in training steps went to copying windows out of the token "
                                "files ({:.3g}%)\n",

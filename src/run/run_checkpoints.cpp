@@ -25,10 +25,15 @@ std::optional<fs::path> RunCheckpoints::write(const TrainingState& state, bool i
   const AdamW& optimizer = trainer_.optimizer();
   if (!root_ && !optimizer.sharded()) return std::nullopt;
   const AdamWState whole = optimizer.gather_state();
+  // distributed.shard=full: the weights too, on rank 0 while it writes them.
+  WeightShards* weights = trainer_.weight_shards();
+  if (weights) weights->gather_to_root();
   if (!root_) return std::nullopt;
   CheckpointOptions options = options_;
   if (in_spike) options.also_keep = last_good_;
-  return save_checkpoint_state(run_dir_, trainer_.model(), &whole, state, options);
+  std::optional<fs::path> written = save_checkpoint_state(run_dir_, trainer_.model(), &whole, state, options);
+  if (weights) weights->drop_unowned();
+  return written;
 }
 
 void RunCheckpoints::save_interval(TrainingState& state, double elapsed_s, bool in_spike, const Console& console) {

@@ -50,26 +50,34 @@ void SingleProcessCommunicator::abort(const std::string& message, int exit_code)
 void SingleProcessCommunicator::gather_shards_to_root(std::span<const std::byte> mine, std::span<std::byte> whole,
                                                       const ShardLayout& shards) {
   NIBBLE_CHECK(shards.ranks() == 1 && mine.size() == whole.size(), "one process: its shard is the whole");
-  std::copy(mine.begin(), mine.end(), whole.begin());
+  if (mine.data() != whole.data()) std::copy(mine.begin(), mine.end(), whole.begin());
 }
 
 void SingleProcessCommunicator::scatter_shards_from_root(std::span<const std::byte> whole, std::span<std::byte> mine,
                                                          const ShardLayout& shards) {
   NIBBLE_CHECK(shards.ranks() == 1 && mine.size() == whole.size(), "one process: its shard is the whole");
-  std::copy(whole.begin(), whole.end(), mine.begin());
+  if (mine.data() != whole.data()) std::copy(whole.begin(), whole.end(), mine.begin());
 }
 
 ShardMode parse_shard_mode(std::string_view s) {
   if (s == "none") return ShardMode::none;
   if (s == "optimizer") return ShardMode::optimizer;
-  if (s == "gradients" || s == "full")
-    throw UsageError("distributed.shard=" + std::string(s) +
-                     " (ZeRO-2/3) is not available in this version: use none (every rank the whole optimizer "
-                     "state) or optimizer (ZeRO-1: each rank the AdamW state of its slice of the parameters)");
-  throw UsageError("distributed.shard '" + std::string(s) + "' is unknown: use none or optimizer");
+  if (s == "full") return ShardMode::full;
+  if (s == "gradients")
+    throw UsageError("distributed.shard=gradients (ZeRO-2) is not available in this version: use none (every rank "
+                     "the whole optimizer state), optimizer (ZeRO-1: each rank the AdamW state of its slice of the "
+                     "parameters) or full (ZeRO-3: its slice of the weights too)");
+  throw UsageError("distributed.shard '" + std::string(s) + "' is unknown: use none, optimizer or full");
 }
 
-std::string_view to_string(ShardMode m) { return m == ShardMode::optimizer ? "optimizer" : "none"; }
+std::string_view to_string(ShardMode m) {
+  switch (m) {
+    case ShardMode::none: return "none";
+    case ShardMode::optimizer: return "optimizer";
+    case ShardMode::full: return "full";
+  }
+  return "none";
+}
 
 ShardLayout ShardLayout::scaled(int64_t scale) const {
   ShardLayout out;
@@ -77,11 +85,11 @@ ShardLayout ShardLayout::scaled(int64_t scale) const {
   return out;
 }
 
-ShardLayout optimizer_shards(int64_t n, int ranks) {
+ShardLayout optimizer_shards(int64_t n, int ranks, ShardMode mode) {
   NIBBLE_CHECK(n > 0 && ranks > 0, "optimizer_shards: a non-empty arena and at least one rank");
   const int64_t chunk = ops::kSumOfSquaresChunk, chunks = (n + chunk - 1) / chunk;
   if (chunks < ranks)
-    throw UsageError("distributed.shard=optimizer: the model's " + std::to_string(n) + " parameters make " +
+    throw UsageError("distributed.shard=" + std::string(to_string(mode)) + ": the model's " + std::to_string(n) + " parameters make " +
                      std::to_string(chunks) + " slices of " + std::to_string(chunk) +
                      " (the unit of the gradient norm's fixed-order sum), fewer than the " + std::to_string(ranks) +
                      " ranks, so a rank would own nothing: run on at most " + std::to_string(chunks) +

@@ -37,6 +37,7 @@ namespace nibble::train {
 enum class ShardMode : uint8_t {
   none,       // every rank the whole AdamW state (replicated)
   optimizer,  // ZeRO-1: each rank the moments of its slice of the arena (optimizer_shards)
+  full,       // ZeRO-3: the same slices of the moments and of the FP32 weights (train/weight_shards.h)
 };
 ShardMode parse_shard_mode(std::string_view s);  // UsageError naming the modes
 std::string_view to_string(ShardMode m);
@@ -57,7 +58,8 @@ struct ShardLayout {
 // elements (the gradient norm's summation unit, so that a rank's partial sums of squares are the
 // one-process ones), as evenly as whole chunks allow, the last chunk cut at n. UsageError when there
 // are fewer chunks than ranks (a rank would own nothing), naming both counts and the fixes.
-ShardLayout optimizer_shards(int64_t n, int ranks);
+// `mode` names the key in that message (optimizer and full slice alike).
+ShardLayout optimizer_shards(int64_t n, int ranks, ShardMode mode = ShardMode::optimizer);
 
 class Communicator {
  public:

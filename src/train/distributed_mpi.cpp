@@ -142,7 +142,8 @@ class MpiCommunicator final : public Communicator {
                  "gather_shards_to_root: this rank's shard");
     if (rank_ != 0) return send_bytes(mine, 0);
     NIBBLE_CHECK(static_cast<int64_t>(whole.size()) == shards.total(), "gather_shards_to_root: the whole on rank 0");
-    std::copy(mine.begin(), mine.end(), whole.begin() + shards.begin(0));
+    if (mine.data() != whole.data() + shards.begin(0))  // already in place when the caller gathers into its own array
+      std::copy(mine.begin(), mine.end(), whole.begin() + shards.begin(0));
     for (int r = 1; r < size_; ++r)
       receive_bytes(whole.subspan(static_cast<size_t>(shards.begin(r)), static_cast<size_t>(shards.size(r))), r);
   }
@@ -156,7 +157,7 @@ class MpiCommunicator final : public Communicator {
     for (int r = 1; r < size_; ++r)
       send_bytes(whole.subspan(static_cast<size_t>(shards.begin(r)), static_cast<size_t>(shards.size(r))), r);
     const auto own = whole.subspan(static_cast<size_t>(shards.begin(0)), mine.size());
-    std::copy(own.begin(), own.end(), mine.begin());
+    if (own.data() != mine.data()) std::copy(own.begin(), own.end(), mine.begin());  // in place: already there
   }
 
   void sum(std::span<double> values) override {

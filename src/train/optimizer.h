@@ -32,6 +32,9 @@ struct AdamWState {
 struct AdamWShards {
   Communicator* comm = nullptr;
   ShardLayout layout;
+  // ZeRO-1 all-gathers the updated weights after each step; ZeRO-3 (distributed.shard=full) does
+  // not: each rank keeps its slice and the model acquires the rest when it needs it.
+  bool gather_weights = true;
 };
 
 class AdamW {
@@ -44,7 +47,8 @@ class AdamW {
   // the global gradient norm before clipping. Deterministic for any thread count. Sharded
   // (collective): the gradients of this rank's slice must hold the sum over ranks (the rest are
   // not read); the norm adds every slice's chunk sums in the one-process order, each rank updates
-  // its slice, and the weights are all-gathered, so every rank ends with the same whole arena.
+  // its slice, and the weights are all-gathered (unless shards->gather_weights is false), so every
+  // rank ends with the same whole arena.
   double step(model::ParamArena& params, float lr);
   int64_t steps() const { return t_; }
   bool sharded() const { return shards_.has_value(); }

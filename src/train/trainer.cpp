@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <utility>
@@ -77,7 +78,19 @@ std::vector<double> normalised_weights(const std::vector<TrainSource>& sources) 
 std::optional<AdamWShards> optimizer_shards_of(const TrainConfig& c, const model::Transformer& model,
                                                Communicator& comm) {
   if (c.shard == ShardMode::none) return std::nullopt;
-  return AdamWShards{&comm, optimizer_shards(static_cast<int64_t>(model.params().values().size()), comm.size())};
+  return AdamWShards{&comm, optimizer_shards(static_cast<int64_t>(model.params().values().size()), comm.size(), c.shard),
+                     /*gather_weights=*/c.shard == ShardMode::optimizer};
+}
+
+// distributed.shard=full: this rank keeps the weights of its slice (AdamW's) and gathers the rest
+// per phase; the model asks for them.
+std::unique_ptr<WeightShards> weight_shards_of(const TrainConfig& c, model::Transformer& model, Communicator& comm) {
+  if (c.shard != ShardMode::full) return nullptr;
+  auto shards = std::make_unique<WeightShards>(
+      comm, optimizer_shards(static_cast<int64_t>(model.params().values().size()), comm.size(), c.shard),
+      model.params(), model.backend());
+  model.set_weight_provider(shards.get());
+  return shards;
 }
 
 // Rows of each micro-batch this process runs: the recipe's tokens per micro-batch follow from them.
@@ -118,6 +131,7 @@ Trainer::Trainer(const TrainConfig& config, std::vector<TrainSource> sources, Co
       seq_(config.seq > 0 ? config.seq : config.model.context),
       comm_(comm ? comm : &single_process_),
       model_(make_model(config, comm)),
+      weight_shards_(weight_shards_of(config, *model_, *comm_)),
       recipe_(std::make_unique<Recipe>(config.recipe, static_cast<int>(config.model.layers),
                                        model_->block_linear_shapes(), rows_per_slice(config, comm) * seq_,
                                        model_->backend())),
@@ -140,6 +154,7 @@ StepResult Trainer::step() {
   // sum does not depend on how the slices are spread over processes (train/distributed.h).
   const auto& slices = plan_.slices();
   const auto grads = model_->params().grads();
+  const int64_t gathered_before = weight_shards_ ? weight_shards_->gathered_bytes() : 0;
   std::vector<double> slice_losses(static_cast<size_t>(plan_.loss_slots()), 0.0);
   for (size_t i = 0; i < slices.size(); ++i) {
     const MicroBatchSlice& slice = slices[i];
@@ -177,6 +192,8 @@ StepResult Trainer::step() {
   r.grad_norm = optimizer_.step(model_->params(), r.lr);
   r.loss = loss / static_cast<double>(config_.grad_accum);
   r.step = optimizer_.steps();
+  ++steps_run_;
+  if (weight_shards_) step_gathered_bytes_ += weight_shards_->gathered_bytes() - gathered_before;
   return r;
 }
 
@@ -200,10 +217,15 @@ double Trainer::evaluate_source(size_t source, model::ModelStep& ms) {
   double total = 0;
   // Ranks take every ranks()-th validation batch; the per-batch losses are added in batch order.
   std::vector<double> batch_losses(static_cast<size_t>(config_.eval_batches), 0.0);
-  for (int64_t b = plan_.rank(); b < config_.eval_batches; b += plan_.ranks()) {
-    val_samplers_[source].sample(b, config_.batch, inputs_, targets_);
-    ms.micro_step = -1 - b;
-    batch_losses[static_cast<size_t>(b)] = model_->forward(inputs_, targets_, config_.batch, seq_, ms);
+  // With sharded weights every forward is collective (its gathers), so every rank runs as many: a
+  // rank past the last batch runs the last one again and keeps nothing of it.
+  const int64_t rounds = weight_shards_ ? (config_.eval_batches + plan_.ranks() - 1) / plan_.ranks() : 0;
+  for (int64_t b = plan_.rank(), round = 0; b < config_.eval_batches || round < rounds; b += plan_.ranks(), ++round) {
+    const int64_t batch = std::min(b, config_.eval_batches - 1);
+    val_samplers_[source].sample(batch, config_.batch, inputs_, targets_);
+    ms.micro_step = -1 - batch;
+    const double l = model_->forward(inputs_, targets_, config_.batch, seq_, ms);
+    if (b < config_.eval_batches) batch_losses[static_cast<size_t>(b)] = l;
   }
   comm_->sum(batch_losses);
   for (double l : batch_losses) total += l;

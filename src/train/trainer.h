@@ -14,6 +14,7 @@
 #include "data/mixture.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
+#include "train/weight_shards.h"
 
 namespace nibble::train {
 
@@ -29,7 +30,7 @@ struct TrainConfig {
   int64_t telemetry_interval = 0;  // 0: off; else collect quant_stats every N steps
   uint64_t seed = 1337;
   ops::Device device = ops::Device::cpu;  // where the model, its gradients and AdamW's state live
-  ShardMode shard = ShardMode::none;      // distributed.shard: what each rank keeps of AdamW's state
+  ShardMode shard = ShardMode::none;      // distributed.shard: what each rank keeps of AdamW's state (and weights)
   void validate() const;
 };
 
@@ -94,6 +95,14 @@ class Trainer {
   double data_seconds() const { return data_seconds_; }
   const DataParallelPlan& data_parallel() const { return plan_; }
   Communicator& communicator() { return *comm_; }
+  // distributed.shard=full: this rank's slice of the weights and the gathers of the rest (null in
+  // the other modes). Checkpoints gather the whole on rank 0 through it.
+  WeightShards* weight_shards() const { return weight_shards_.get(); }
+  // distributed.shard=full: weight bytes this rank received in the all-gathers of the training steps
+  // it ran (evaluation's excluded), per step; 0 in other modes or before a step.
+  double gathered_bytes_per_step() const {
+    return steps_run_ > 0 ? static_cast<double>(step_gathered_bytes_) / static_cast<double>(steps_run_) : 0.0;
+  }
 
  private:
   Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm);
@@ -106,6 +115,8 @@ class Trainer {
   SingleProcessCommunicator single_process_;
   Communicator* comm_;
   std::unique_ptr<model::Transformer> model_;
+  // Made right after the model, before AdamW's state: see WeightShards' constructor.
+  std::unique_ptr<WeightShards> weight_shards_;
   std::unique_ptr<Recipe> recipe_;
   AdamW optimizer_;
   MixtureSampler train_sampler_;
@@ -114,6 +125,7 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;
   std::vector<model::LinearTelemetry> telemetry_;
   double data_seconds_ = 0;
+  int64_t steps_run_ = 0, step_gathered_bytes_ = 0;
   // This rank's share of each step, and the fixed-order sum of its slices' gradients.
   DataParallelPlan plan_;
   GradientSum gradient_sum_;
