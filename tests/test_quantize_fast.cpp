@@ -551,6 +551,41 @@ TEST(QuantizeFast, BothOrientationsAtOnceMatchTheSeparateCalls) {
   }
 }
 
+TEST(QuantizeFast, BothOrientationsInOnePassMatchTheReferenceOnThreadedShapes) {
+  // quantize_both_into encodes the row-wise blocks in x^T's encode pass, chunk by chunk of x^T's
+  // panels (16 columns x 256 tokens) or strips (64 columns x 256 tokens). Shapes large enough to
+  // thread, whose token count is not a multiple of 256 and whose column groups do not divide into
+  // whole chunks (a chunk then spans two token batches), against the reference quantizer of each
+  // orientation, byte for byte, on every ISA with 1, 2 and 3 threads; row-wise Four Over Six too,
+  // and a stale, larger row-wise tensor whose buffers are reused.
+  std::mt19937_64 rng(test_seed() + 19);
+  QuantOptions x_row{.format = Format::nvfp4}, x_t{.format = Format::nvfp4, .rht = true};
+  QuantOptions dy_row{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 9, .offset = 5};
+  QuantOptions dy_t{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 10, .rht = true};
+  QuantOptions plain_t{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 3};
+  QuantOptions four_six{.format = Format::nvfp4, .four_over_six = true};
+  const std::pair<QuantOptions, QuantOptions> pairs[] = {{x_row, x_t}, {dy_row, dy_t}, {four_six, plain_t}};
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{528, 400}, {272, 272}, {784, 112}}) {
+    auto x = make_tensor(rng, rows, cols, Dist::student_t, random_scale(rng));
+    for (const auto& [row_opt, t_opt] : pairs) {
+      const QuantizedTensor want_row = ref::quantize(x, rows, cols, row_opt);
+      const QuantizedTensor want_t = ref::quantize_transposed(x, rows, cols, t_opt);
+      for (Variant v : variants()) {
+        for (int threads : {v.threads, 3}) {
+          if (threads == 3 && v.threads != 2) continue;  // one 3-thread run per ISA
+          v.threads = threads;
+          UseVariant use(v);
+          SCOPED_TRACE(v.name() + " [" + std::to_string(rows) + "x" + std::to_string(cols) + "] " + seed_note());
+          QuantizedTensor row = cpu::quantize(std::vector<float>(2 * rows * cols, 1.0f), 2 * rows, cols, x_row), t;
+          cpu::quantize_both_into(x, rows, cols, row_opt, row, t_opt, t);
+          ASSERT_TRUE(same_tensor(want_row, row));
+          ASSERT_TRUE(same_tensor(want_t, t));
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantizeFast, FourOverSixEveryMeasureCeilingAndRoute) {
   // Four Over Six through every CPU route (row-wise 1x16 blocks and 16x16 tiles, the transposed
   // copy: tile transpose, the strip path and the generic one, quantize_both_into) for both error

@@ -254,12 +254,46 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
   }
 }
 
-// NVFP4 1x16 blocks of x^T (x is [rows, cols]; q is [cols, rows]), the wgrad operands. Without
+// The row-wise NVFP4 quantization of x that quantize_both asks for alongside x^T's, made in x^T's
+// encode pass (see RowCompanion::fits): while the pass holds a stretch of x in cache for x^T's
+// blocks, the row-wise blocks of that stretch are encoded too, so x is read once less and the
+// threads meet at one barrier less. Its amax is max |x|, which x^T's amax pass yields.
+struct RowCompanion {
+  const QuantOptions* opt = nullptr;  // null: x^T alone
+  QuantizedTensor* q = nullptr;
+  bool done = false;  // set once the row-wise tensor is complete
+  Nvfp4Encoding e;
+
+  // Row-wise options whose amax is max |x| and whose blocks are 1x16 blocks of x's rows.
+  static bool fits(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
+    return o.format == Format::nvfp4 && !o.rht && !o.row_scaled && !o.tile_16x16 &&
+           shape_and_options_ok(x.size(), rows, cols, o);
+  }
+  // After the amax pass, before the encode pass: max |x| (finite) gives the global scale.
+  void prepare(std::span<const float> x, int64_t rows, int64_t cols, uint32_t max_abs_bits) {
+    if (!opt) return;
+    make_header(rows, cols, *opt, *q);
+    prepare_nvfp4(std::bit_cast<float>(max_abs_bits), false, *opt, *q, e);
+    e.job.x = x.data();
+  }
+  // Row-wise blocks of x's rows [row_begin, row_end), columns [col_begin, col_end) (multiples of 16).
+  void encode(const Kernels& k, int64_t cols, int64_t row_begin, int64_t row_end, int64_t col_begin,
+              int64_t col_end) const {
+    if (!opt) return;
+    const int64_t blocks_per_row = cols / 16;
+    for (int64_t r = row_begin; r < row_end; ++r)
+      k.nvfp4_blocks(e.job, r * blocks_per_row + col_begin / 16, r * blocks_per_row + col_end / 16);
+  }
+};
+
+// NVFP4 1x16 blocks of x^T (x is [rows, cols]; q is [cols, rows]), the wgrad operands, and with
+// `row` (its opt set) x's row-wise ones in the same encode pass. Without
 // direct kernels (AVX2, scalar), x^T is made tile by tile in a per-thread buffer (below). Writing the whole transposed copy to memory and
 // reading it back twice cost ~3x the row-wise quantize on training shapes. Returns false, having
 // written nothing, when x holds a non-finite value (the caller then takes the path that reports it).
 bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64_t rows, int64_t cols,
-                               const QuantOptions& o, QuantizedTensor& q, uint32_t* max_abs_bits_seen) {
+                               const QuantOptions& o, QuantizedTensor& q, uint32_t* max_abs_bits_seen,
+                               RowCompanion& row) {
   // Where the ISA has them, kernels that read 16x16 tiles of x and transpose them in registers make
   // no copy at all (see Kernels::nvfp4_transposed).
   if (k.nvfp4_transposed && cols % 16 == 0 && rows % 16 == 0 && !o.four_over_six) {
@@ -288,7 +322,19 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
     if (ok) {
       Nvfp4Encoding e;
       prepare_nvfp4(amax, o.rht, o, q, e);
-      parallel_ranges(panels, 1, n, [&](int64_t b, int64_t end) { k.nvfp4_transposed(e.job, x.data(), cols, b, end); });
+      row.prepare(x, rows, cols, *max_abs_bits_seen);
+      const int64_t column_groups = cols / 16;
+      parallel_ranges(panels, 1, n, [&](int64_t b, int64_t end) {
+        k.nvfp4_transposed(e.job, x.data(), cols, b, end);
+        // The same panels row-wise, one run of column groups per token batch (256 rows of x).
+        for (int64_t p = b; p < end;) {
+          const int64_t batch = p / column_groups, g0 = p % column_groups;
+          const int64_t g1 = std::min(column_groups, g0 + (end - p));
+          row.encode(k, cols, batch * 256, std::min(rows, batch * 256 + 256), g0 * 16, g1 * 16);
+          p += g1 - g0;
+        }
+      });
+      row.done = row.opt != nullptr;
       return true;
     }
   }
@@ -319,6 +365,7 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
   };
   float amax;
   bool rht_finite = false;
+  uint32_t input_bits;  // max |x|, finite
   if (o.rht) {
     RhtAmax m;
     parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t e) {
@@ -330,13 +377,15 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
     if (m.input_bits.load() >= kFloatExponentAllOnes) return false;
     amax = m.transformed_amax();
     rht_finite = m.input_bits.load() < kRhtFiniteInputBits;
+    input_bits = m.input_bits.load();
   } else {
-    const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);  // the same values in any order
-    if (bits >= kFloatExponentAllOnes) return false;
-    amax = std::bit_cast<float>(bits);
+    input_bits = parallel_max_abs_bits(k, x.data(), n);  // the same values in any order
+    if (input_bits >= kFloatExponentAllOnes) return false;
+    amax = std::bit_cast<float>(input_bits);
   }
   Nvfp4Encoding e;
   prepare_nvfp4(amax, rht_finite, o, q, e);
+  row.prepare(x, rows, cols, input_bits);
   const int64_t blocks_per_row = rows / 16;
   parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t end) {
     kernels::Nvfp4Job job = e.job;
@@ -349,8 +398,10 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
         job.x_first_block = (tile.c0 + c) * blocks_per_row + tile.t0 / 16;
         k.nvfp4_blocks(job, job.x_first_block, job.x_first_block + tile_blocks);
       }
+      row.encode(k, cols, tile.t0, tile.t0 + tile.tokens, tile.c0, tile.c0 + tile.width);
     }
   });
+  row.done = row.opt != nullptr;
   return true;
 }
 
@@ -467,9 +518,9 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
 
 namespace {
 // quantize_transposed_into; *max_abs_bits_seen gets max |x| (finite) when a pass computed it, else
-// is left alone.
+// is left alone. When a direct or strip pass makes x^T, it makes `row`'s row-wise tensor too.
 void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
-                              QuantizedTensor& out, uint32_t* max_abs_bits_seen) {
+                              QuantizedTensor& out, uint32_t* max_abs_bits_seen, RowCompanion& row) {
   if (opt.format == Format::nvfp4 && opt.tile_16x16 && !opt.rht) {
     // One amax and one scale per tile serve both orientations: the transposed copy is the exact
     // transpose. The reference validates everything before it checks the rows.
@@ -488,7 +539,7 @@ void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t co
   if (opt.format == Format::nvfp4 && !opt.tile_16x16 && !opt.row_scaled && shape_and_options_ok(x.size(), cols, rows, opt) &&
       rows > 0 && cols > 0) {
     make_header(cols, rows, opt, out);
-    if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out, max_abs_bits_seen)) return;
+    if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out, max_abs_bits_seen, row)) return;
   }
   // The transposed copy lives in a grow-only per-thread buffer: a fresh zero-filled vector per call
   // (two per linear layer and step in training) cost its memset and page faults every time.
@@ -503,14 +554,21 @@ void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t co
 void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
                               QuantizedTensor& out) {
   uint32_t unused = 0;
-  quantize_transposed_impl(x, rows, cols, opt, out, &unused);
+  RowCompanion none;
+  quantize_transposed_impl(x, rows, cols, opt, out, &unused, none);
 }
 
 void quantize_both_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
                         QuantizedTensor& row_out, const QuantOptions& t_opt, QuantizedTensor& t_out) {
   constexpr uint32_t kUnknown = 0xFFFFFFFFu;
   uint32_t bits = kUnknown;
-  quantize_transposed_impl(x, rows, cols, t_opt, t_out, &bits);
+  RowCompanion row;
+  if (RowCompanion::fits(x, rows, cols, row_opt)) {
+    row.opt = &row_opt;
+    row.q = &row_out;
+  }
+  quantize_transposed_impl(x, rows, cols, t_opt, t_out, &bits, row);
+  if (row.done) return;
   // max |x| serves the row-wise NVFP4 amax exactly when that takes no transform of its own.
   if (bits != kUnknown && bits < kFloatExponentAllOnes && row_opt.format == Format::nvfp4 && !row_opt.rht &&
       shape_and_options_ok(x.size(), rows, cols, row_opt)) {
