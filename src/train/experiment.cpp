@@ -10,6 +10,16 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+// Whether Linear's quantize_both makes this operand's row-wise copy (of `row_gemm`) and its
+// transposed one (of `t_gemm`) in one encode pass: both NVFP4 1x16 blocks, neither row-scaled, the
+// row-wise copy without the RHT (its amax is then max |x|, which the transposed copy's amax pass
+// yields). The CPU's quantize_both_into decides the same way (RowCompanion::fits).
+bool fused_pair(const GemmRecipe& row_gemm, const QuantOptions& row, const GemmRecipe& t_gemm, const QuantOptions& t) {
+  auto blocks_1x16 = [](const QuantOptions& o) { return o.format == Format::nvfp4 && !o.tile_16x16 && !o.row_scaled; };
+  return row_gemm.precision == GemmPrecision::quantized && t_gemm.precision == GemmPrecision::quantized &&
+         blocks_1x16(row) && blocks_1x16(t) && !row.rht;
+}
+
 }  // namespace
 
 double training_flops_per_token(const model::ModelConfig& m, int64_t seq) {
@@ -42,6 +52,12 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
           w.quantize_bytes += operands[g][0] * (4 + stored_bytes_per_element(gemms[g]->a.format)) +
                               operands[g][1] * (4 + stored_bytes_per_element(gemms[g]->b.format));
       }
+      // X (fprop a, wgrad b) and dY (dgrad a, wgrad a): 8 bytes read (amax pass, encode pass) plus
+      // both copies' codes and scales, as counted above.
+      if (fused_pair(lr.fprop, lr.fprop.a, lr.wgrad, lr.wgrad.b))
+        w.fused_quantize_bytes += T * in * (8 + 2 * stored_bytes_per_element(Format::nvfp4));
+      if (fused_pair(lr.dgrad, lr.dgrad.a, lr.wgrad, lr.wgrad.a))
+        w.fused_quantize_bytes += T * out * (8 + 2 * stored_bytes_per_element(Format::nvfp4));
     }
   }
   w.gemm_flops[static_cast<int>(recipe.lm_head_bf16() ? GemmPrecision::bf16 : GemmPrecision::fp32)] +=
