@@ -107,7 +107,22 @@ void Linear::run_gemm(const GemmRecipe& recipe, const DenseGemm& g, QuantizedGem
   }
 }
 
-void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y) {
+std::optional<SourceAmax> Linear::source_amax_request(const LinearStep& step, int64_t tokens) const {
+  const GemmRecipe& f = step.recipe.fprop;
+  const GemmRecipe& g = step.recipe.wgrad;
+  auto blocks_1x16 = [](const QuantOptions& o) { return o.format == Format::nvfp4 && !o.tile_16x16 && !o.row_scaled; };
+  // Gathering needs whole 16-column blocks and, with the RHT, whole 16-token blocks.
+  const bool shapes = in_ % 16 == 0 && (!g.b.rht || tokens % 16 == 0);
+  if (!step.save_for_backward || f.precision != GemmPrecision::quantized || g.precision != GemmPrecision::quantized ||
+      !blocks_1x16(f.a) || f.a.rht || !blocks_1x16(g.b) || !shapes)
+    return std::nullopt;
+  SourceAmax request;
+  request.rht = g.b.rht;
+  return request;
+}
+
+void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y,
+                     const SourceAmax* x_amax) {
   NIBBLE_CHECK(tokens > 0, "Linear::forward of %s with no tokens", name_.c_str());
   step_ = step;
   tokens_ = tokens;
@@ -116,7 +131,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   fprop_input_quantized_ = false;
   // Fprop: Y = X W^T.
   run_gemm(step.recipe.fprop, {ops::DenseGemmShape::a_bt(tokens, out_, in_), x, w, 0.0f, y},
-           [&] { fprop_quantized(x, w, y); });
+           [&] { fprop_quantized(x, w, y, x_amax); });
   saved_x_f32_.clear();
   saved_x_bf16_.clear();
   if (!step.save_for_backward) {
@@ -126,7 +141,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   save_for_wgrad(x);
 }
 
-void Linear::fprop_quantized(const float* x, const float* w, float* y) {
+void Linear::fprop_quantized(const float* x, const float* w, float* y, const SourceAmax* x_amax) {
   const LinearStep& step = step_;
   const GemmRecipe& f = step.recipe.fprop;
   const GemmRecipe& g = step.recipe.wgrad;
@@ -135,8 +150,12 @@ void Linear::fprop_quantized(const float* x, const float* w, float* y) {
     // When wgrad quantizes X^T too, both are made in one call (quantize_both reads X once less).
     ScopedTimer timer(times_.quantize_s);
     if (step.save_for_backward && g.precision == GemmPrecision::quantized) {
-      ops_.quantize_both(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
-                         seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_));
+      if (x_amax && x_amax->valid)
+        ops_.quantize_both_gathered(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
+                                    seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_), *x_amax);
+      else
+        ops_.quantize_both(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
+                           seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_));
       saved_xt_valid_ = true;
     } else {
       ops_.quantize(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/layers/vector_math.h"
+#include "kernels/cpu/quantize/gather_stripes.h"
 
 namespace nibble::cpu {
 
@@ -80,6 +81,16 @@ void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, floa
     float* __restrict ar = a + i * hidden;
     forward_row(g, u, exp_of_negated(g, hidden), hidden, ar);
   }
+}
+
+void swiglu_forward_gathering(const float* gate_up, int64_t n, int64_t hidden, float* a, SourceAmax& amax) {
+  for_stripes_gathering(n, hidden, amax, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* __restrict g = gate_up + i * 2 * hidden;
+      forward_row(g, g + hidden, exp_of_negated(g, hidden), hidden, a + i * hidden);
+    }
+    return a;
+  });
 }
 
 template <>
