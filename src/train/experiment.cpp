@@ -53,9 +53,17 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
                               operands[g][1] * (4 + stored_bytes_per_element(gemms[g]->b.format));
       }
       // X (fprop a, wgrad b) and dY (dgrad a, wgrad a): 8 bytes read (amax pass, encode pass) plus
-      // both copies' codes and scales, as counted above.
-      if (fused_pair(lr.fprop, lr.fprop.a, lr.wgrad, lr.wgrad.b))
-        w.fused_quantize_bytes += T * in * (8 + 2 * stored_bytes_per_element(Format::nvfp4));
+      // both copies' codes and scales, as counted above. The X of qkv, gate_up and down has its amax
+      // gathered by its producer (RMSNorm, SwiGLU) while that writes it: only the encode pass reads
+      // it (the producer's write is in other_bytes). So quantize_bytes drops by those 4 bytes.
+      // (attn_out's X comes from attention: its own pass; Linear::source_amax_request's shapes.)
+      const bool x_amax_gathered = linear != 1 && static_cast<int64_t>(in) % 16 == 0 &&
+                                   (!lr.wgrad.b.rht || (batch * seq) % 16 == 0);
+      if (fused_pair(lr.fprop, lr.fprop.a, lr.wgrad, lr.wgrad.b)) {
+        const double x_reads = x_amax_gathered ? 4 : 8;
+        w.fused_quantize_bytes += T * in * (x_reads + 2 * stored_bytes_per_element(Format::nvfp4));
+        w.quantize_bytes -= T * in * (8 - x_reads);
+      }
       if (fused_pair(lr.dgrad, lr.dgrad.a, lr.wgrad, lr.wgrad.a))
         w.fused_quantize_bytes += T * out * (8 + 2 * stored_bytes_per_element(Format::nvfp4));
     }
