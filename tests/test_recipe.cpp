@@ -507,9 +507,10 @@ TEST(Linear, ResultsDoNotDependOnTheThreadCount) {
 }
 
 TEST(Linear, ProducerGatheredAmaxIsAskedForOnlyWhereItServesAndChangesNoBit) {
-  // NVFP4 training: fprop X and wgrad X^T come from one quantize_both that can take x's amaxes from
-  // its producer (with the RHT amax, wgrad's X^T having the RHT). Given them, the linear's outputs
-  // and gradients are the bits it makes without; 1, 2 and 3 threads.
+  // NVFP4 training: fprop X and wgrad X^T (and in backward dgrad dY and wgrad dY^T) come from one
+  // quantize_both that can take the operand's amaxes from its producer (with the RHT amax, wgrad's
+  // copies having the RHT). Given them, the linear's outputs and gradients are the bits it makes
+  // without; 1, 2 and 3 threads.
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     std::vector<float> out[2];
@@ -519,10 +520,16 @@ TEST(Linear, ProducerGatheredAmaxIsAskedForOnlyWhereItServesAndChangesNoBit) {
       std::optional<SourceAmax> amax = lin.source_amax_request(c.step, c.tokens);
       ASSERT_TRUE(amax.has_value());
       EXPECT_TRUE(amax->rht);
+      EXPECT_FALSE(lin.gradient_amax_request().has_value());  // no forward yet
       if (with) cpu::gather_source_amax(c.x.data(), c.in, 0, c.tokens, *amax);
       std::vector<float> y(c.tokens * c.out), dx(c.tokens * c.in), dw(c.out * c.in, 0.0f);
       lin.forward(c.step, c.x.data(), c.tokens, c.w.data(), y.data(), with ? &*amax : nullptr);
-      lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data());
+      // dgrad's dY (SR) and wgrad's dY^T (RHT + SR): the gradient's request.
+      std::optional<SourceAmax> dy_amax = lin.gradient_amax_request();
+      ASSERT_TRUE(dy_amax.has_value());
+      EXPECT_TRUE(dy_amax->rht);
+      if (with) cpu::gather_source_amax(c.dy.data(), c.out, 0, c.tokens, *dy_amax);
+      lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data(), with ? &*dy_amax : nullptr);
       out[with] = y;
       out[with].insert(out[with].end(), dx.begin(), dx.end());
       out[with].insert(out[with].end(), dw.begin(), dw.end());
@@ -535,6 +542,13 @@ TEST(Linear, ProducerGatheredAmaxIsAskedForOnlyWhereItServesAndChangesNoBit) {
   LinearCase c = make_case(Quantization::nvfp4);
   Linear lin("test", c.in, c.out, ops::cpu());
   EXPECT_FALSE(lin.source_amax_request(c.step, 40).has_value());
+  for (Quantization q : {Quantization::bf16, Quantization::mxfp4}) {  // no gradient request either
+    LinearCase o = make_case(q);
+    Linear other("test", o.in, o.out, ops::cpu());
+    std::vector<float> y(o.tokens * o.out);
+    other.forward(o.step, o.x.data(), o.tokens, o.w.data(), y.data());
+    EXPECT_FALSE(other.gradient_amax_request().has_value()) << to_string(q);
+  }
   c.step.save_for_backward = false;
   EXPECT_FALSE(lin.source_amax_request(c.step, c.tokens).has_value());
   for (Quantization q : {Quantization::none, Quantization::bf16, Quantization::mxfp4, Quantization::fp8})

@@ -378,8 +378,8 @@ void print_ideal_steps(const std::vector<CpuRow>& rows, Peaks& peaks, double cop
                              best / 1e9);
   fmt::print("peaks (GFLOP/s): {}\n", peak_line);
   fmt::print("quant fused: operands whose row-wise and transposed NVFP4 copies one pass encodes (read twice: the amax\n"
-             "pass, then the encode pass, or once where RMSNorm or SwiGLU gathered the amax as they wrote it; both copies\n"
-             "written); quant other: every other quantized operand, read once.\n");
+             "pass, then the encode pass, or once where RMSNorm or SwiGLU (forward, backward) gathered the amax as they wrote\n"
+             "it; both copies written); quant other: every other quantized operand, read once.\n");
   fmt::print("{:<8} {:>9} {:>10} {:>12} {:>12} {:>12} {:>9} {:>8}\n", "recipe", "gemms", "attention", "quant fused",
              "quant other", "other bytes", "ideal ms", "reached");
   for (const auto& row : rows) {

@@ -362,9 +362,15 @@ void Transformer::backward(float scale) {
     const BlockParams& p = blocks_[l];
     BlockActivations& a = acts_[l];
     linear_(l, BlockLinear::down).backward(d_res_.data(), params_.value(p.down), d_mlp_act_.data(), params_.grad(p.down));
-    ops_.swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
+    // SwiGLU backward gathers the amax of d_gate_up for the gate_up linear's dY quantization.
+    std::optional<SourceAmax> dy_amax = linear_(l, BlockLinear::gate_up).gradient_amax_request();
+    if (dy_amax)
+      ops_.swiglu_backward_gathering(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data(), *dy_amax);
+    else
+      ops_.swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
     linear_(l, BlockLinear::gate_up)
-        .backward(d_gate_up_.data(), params_.value(p.gate_up), d_normed_.data(), params_.grad(p.gate_up));
+        .backward(d_gate_up_.data(), params_.value(p.gate_up), d_normed_.data(), params_.grad(p.gate_up),
+                  dy_amax ? &*dy_amax : nullptr);
     ops_.rmsnorm_backward({N, d}, a.x_mid.data(), params_.value(p.norm2), a.rstd2.data(), d_normed_.data(),
                           d_res_.data(), params_.grad(p.norm2));
 

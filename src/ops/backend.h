@@ -213,6 +213,12 @@ class LayerOps {
   }
   virtual void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden,
                                float* dgate_up) = 0;
+  // As swiglu_backward, and gathers dgate_up's SourceAmax (rmsnorm_forward_gathering).
+  virtual void swiglu_backward_gathering(const float* gate_up, const float* da, int64_t n, int64_t hidden,
+                                         float* dgate_up, SourceAmax& amax) {
+    swiglu_backward(gate_up, da, n, hidden, dgate_up);
+    amax.valid = false;
+  }
   // Per-token loss [N]; returns their sum in double, token order. Backward overwrites dlogits
   // (may alias logits) with scale * (softmax - onehot).
   virtual double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,

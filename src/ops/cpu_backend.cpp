@@ -159,6 +159,10 @@ class CpuBackend final : public Backend {
   void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) override {
     cpu::swiglu_backward(gate_up, da, n, hidden, dgate_up);
   }
+  void swiglu_backward_gathering(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up,
+                                 SourceAmax& amax) override {
+    cpu::swiglu_backward_gathering(gate_up, da, n, hidden, dgate_up, amax);
+  }
   double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                float* loss) override {
     return cpu::cross_entropy_forward(logits, targets, n, vocab, loss);

@@ -64,8 +64,14 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
         w.fused_quantize_bytes += T * in * (x_reads + 2 * stored_bytes_per_element(Format::nvfp4));
         w.quantize_bytes -= T * in * (8 - x_reads);
       }
-      if (fused_pair(lr.dgrad, lr.dgrad.a, lr.wgrad, lr.wgrad.a))
-        w.fused_quantize_bytes += T * out * (8 + 2 * stored_bytes_per_element(Format::nvfp4));
+      // gate_up's dY is SwiGLU backward's output, which gathers its amax likewise.
+      const bool dy_amax_gathered = linear == 2 && static_cast<int64_t>(out) % 16 == 0 &&
+                                    (!lr.wgrad.a.rht || (batch * seq) % 16 == 0);
+      if (fused_pair(lr.dgrad, lr.dgrad.a, lr.wgrad, lr.wgrad.a)) {
+        const double dy_reads = dy_amax_gathered ? 4 : 8;
+        w.fused_quantize_bytes += T * out * (dy_reads + 2 * stored_bytes_per_element(Format::nvfp4));
+        w.quantize_bytes -= T * out * (8 - dy_reads);
+      }
     }
   }
   w.gemm_flops[static_cast<int>(recipe.lm_head_bf16() ? GemmPrecision::bf16 : GemmPrecision::fp32)] +=

@@ -28,7 +28,8 @@ struct StepWork {
   // copy (fprop X, dgrad dY) and transposed one (wgrad X^T, dY^T) one quantize_both call makes, its
   // row-wise blocks encoded in the transposed copy's pass. That pair moves the FP32 tensor twice (the
   // amax pass the global scale needs first, then the one encode pass) and both codes and scales;
-  // once where the producer gathered the amax as it wrote the tensor (RMSNorm, SwiGLU outputs).
+  // once where the producer gathered the amax as it wrote the tensor (RMSNorm and SwiGLU outputs,
+  // SwiGLU backward's dgate_up).
   double fused_quantize_bytes = 0;
   double other_bytes = 0;      // norms, RoPE, SwiGLU, residual adds, attention's inputs and outputs,
                                // embedding, loss, gradient clipping, AdamW

@@ -106,6 +106,18 @@ void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, in
   }
 }
 
+void swiglu_backward_gathering(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up,
+                               SourceAmax& amax) {
+  for_stripes_gathering(n, 2 * hidden, amax, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* __restrict g = gate_up + i * 2 * hidden;
+      float* __restrict dg = dgate_up + i * 2 * hidden;
+      backward_row(g, g + hidden, exp_of_negated(g, hidden), da + i * hidden, hidden, dg, dg + hidden);
+    }
+    return dgate_up;
+  });
+}
+
 template void swiglu_forward<double>(const double*, int64_t, int64_t, double*);
 template void swiglu_backward<double>(const double*, const double*, int64_t, int64_t, double*);
 
