@@ -198,6 +198,26 @@ int main(int argc, char** argv) {
   fp8.format = Format::fp8_e4m3;
   quantize_case("fp8 e4m3 per tensor", fp8, fp8_bytes);
 
+  // The pairs Linear makes of an activation (fprop X rn, wgrad X^T rht) and of a gradient (dgrad dY
+  // sr, wgrad dY^T rht + sr): quantize_both_into, then the same pair as two separate calls. Each pair
+  // must move the input twice (amax pass, encode pass) and write both copies: 9.125 B/elem.
+  results.push_back({"-- Training pairs (row-wise + transposed), " + std::string(cpu::to_string(best_isa)) + ":", 0, 0});
+  const double pair_bytes = 4.0 + 4.0 + 2 * (0.5 + 1.0 / 16.0);
+  QuantizedTensor out_t;
+  const std::pair<QuantOptions, QuantOptions> pairs[] = {{{}, rht_rn}, {sr, rht_sr}};
+  const char* pair_names[] = {"X (rn) + X^T (rht)", "dY (sr) + dY^T (rht + sr)"};
+  for (int p = 0; p < 2; ++p) {
+    const auto& [row_opt, t_opt] = pairs[p];
+    results.push_back({std::string(pair_names[p]) + ", quantize_both_into",
+                       best_seconds(repeats, [&] { cpu::quantize_both_into(x, rows, cols, row_opt, out, t_opt, out_t); }),
+                       pair_bytes * n});
+    results.push_back({std::string(pair_names[p]) + ", two calls", best_seconds(repeats, [&] {
+                         cpu::quantize_into(x, rows, cols, row_opt, out);
+                         cpu::quantize_transposed_into(x, rows, cols, t_opt, out_t);
+                       }),
+                       pair_bytes * n});
+  }
+
   auto q = cpu::quantize(x, rows, cols, {});
   {
     double seconds = best_seconds(repeats, [&] { cpu::dequantize(q, y); });

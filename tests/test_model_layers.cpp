@@ -2,6 +2,7 @@
 // the layers are templated on the scalar type, so the check is not limited by FP32 rounding.
 // Each test probes L = sum(out * R) for a fixed random R, so dL/dout = R.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "kernels/cpu/layers/rmsnorm.h"
 #include "kernels/cpu/layers/rope.h"
 #include "kernels/cpu/layers/swiglu.h"
+#include "kernels/cpu/quantize/quantize.h"
 #include "support/random.h"
 
 using namespace nibble::cpu;
@@ -331,4 +333,63 @@ TEST(ModelLayers, FloatSwigluAgreesWithTheDoubleReference) {
   const double u = std::ldexp(1.0, -24);
   for (size_t i = 0; i < a_d.size(); ++i) ASSERT_NEAR(a_f[i], a_d[i], 16 * u * (1 + std::fabs(a_d[i])));
   for (size_t i = 0; i < dgu_d.size(); ++i) ASSERT_NEAR(dgu_f[i], dgu_d[i], 16 * u * (1 + std::fabs(dgu_d[i])) * 4);
+}
+
+// RMSNorm and SwiGLU (forward and backward) with the next quantization's amax gathered in their
+// epilogue: their outputs are
+// the plain ops' bits, and the gathered amaxes (with and without the RHT) those of one gather over
+// the whole output, on every ISA the quantize kernels dispatch to and with 1, 2 and 3 threads (the
+// stripes then fall to threads in any order). Shapes large enough to thread.
+TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
+  const int64_t n = 272, width = 400, hidden = 208;
+  auto xd = normal_doubles(n * width, 51, 2.0), gd = normal_doubles(width, 52), gud = normal_doubles(n * 2 * hidden, 53, 3.0);
+  const std::vector<float> x(xd.begin(), xd.end()), gain(gd.begin(), gd.end()), gate_up(gud.begin(), gud.end());
+  const auto dad = normal_doubles(n * hidden, 54);
+  const std::vector<float> da(dad.begin(), dad.end());
+  std::vector<float> y(n * width), rstd(n), a(n * hidden), dgu(n * 2 * hidden);
+  auto whole = [](const std::vector<float>& t, int64_t rows, int64_t cols, bool rht) {
+    nibble::SourceAmax s;
+    s.rht = rht;
+    gather_source_amax(t.data(), cols, 0, rows, s);
+    return s;
+  };
+  auto same = [](const nibble::SourceAmax& want, const nibble::SourceAmax& got) {
+    return got.valid && want.max_abs_bits == got.max_abs_bits && want.transposed_rht_amax == got.transposed_rht_amax;
+  };
+  const int default_threads = omp_get_max_threads();
+  const Isa default_isa = active_isa();
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (isa > detected_isa()) continue;
+    set_isa_limit(isa);
+    // The plain ops on this level (SwiGLU's vector exp is chosen by it).
+    rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5f, y.data(), rstd.data());
+    swiglu_forward(gate_up.data(), n, hidden, a.data());
+    swiglu_backward(gate_up.data(), da.data(), n, hidden, dgu.data());
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      SCOPED_TRACE(std::string(to_string(isa)) + ", " + std::to_string(threads) + " threads");
+      for (bool rht : {false, true}) {
+        std::vector<float> y2(y.size()), rstd2(n), a2(a.size());
+        nibble::SourceAmax norm_amax, act_amax;
+        norm_amax.rht = act_amax.rht = rht;
+        rmsnorm_forward_gathering(x.data(), gain.data(), n, width, 1e-5f, y2.data(), rstd2.data(), norm_amax);
+        swiglu_forward_gathering(gate_up.data(), n, hidden, a2.data(), act_amax);
+        std::vector<float> dgu2(dgu.size());
+        nibble::SourceAmax grad_amax;
+        grad_amax.rht = rht;
+        swiglu_backward_gathering(gate_up.data(), da.data(), n, hidden, dgu2.data(), grad_amax);
+        ASSERT_EQ(y, y2);
+        ASSERT_EQ(rstd, rstd2);
+        ASSERT_EQ(a, a2);
+        ASSERT_EQ(dgu, dgu2);
+        EXPECT_TRUE(same(whole(y, n, width, rht), norm_amax));
+        EXPECT_TRUE(same(whole(a, n, hidden, rht), act_amax));
+        EXPECT_TRUE(same(whole(dgu, n, 2 * hidden, rht), grad_amax));
+        EXPECT_GT(norm_amax.max_abs_bits, 0u);
+        if (rht) EXPECT_GT(norm_amax.transposed_rht_amax, 0.0f);
+      }
+    }
+  }
+  set_isa_limit(default_isa);
+  omp_set_num_threads(default_threads);
 }

@@ -551,6 +551,113 @@ TEST(QuantizeFast, BothOrientationsAtOnceMatchTheSeparateCalls) {
   }
 }
 
+TEST(QuantizeFast, BothOrientationsInOnePassMatchTheReferenceOnThreadedShapes) {
+  // quantize_both_into encodes the row-wise blocks in x^T's encode pass, chunk by chunk of x^T's
+  // panels (16 columns x 256 tokens) or strips (64 columns x 256 tokens). Shapes large enough to
+  // thread, whose token count is not a multiple of 256 and whose column groups do not divide into
+  // whole chunks (a chunk then spans two token batches), against the reference quantizer of each
+  // orientation, byte for byte, on every ISA with 1, 2 and 3 threads; row-wise Four Over Six too,
+  // and a stale, larger row-wise tensor whose buffers are reused.
+  std::mt19937_64 rng(test_seed() + 19);
+  QuantOptions x_row{.format = Format::nvfp4}, x_t{.format = Format::nvfp4, .rht = true};
+  QuantOptions dy_row{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 9, .offset = 5};
+  QuantOptions dy_t{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 10, .rht = true};
+  QuantOptions plain_t{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 3};
+  QuantOptions four_six{.format = Format::nvfp4, .four_over_six = true};
+  const std::pair<QuantOptions, QuantOptions> pairs[] = {{x_row, x_t}, {dy_row, dy_t}, {four_six, plain_t}};
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{528, 400}, {272, 272}, {784, 112}}) {
+    auto x = make_tensor(rng, rows, cols, Dist::student_t, random_scale(rng));
+    for (const auto& [row_opt, t_opt] : pairs) {
+      const QuantizedTensor want_row = ref::quantize(x, rows, cols, row_opt);
+      const QuantizedTensor want_t = ref::quantize_transposed(x, rows, cols, t_opt);
+      for (Variant v : variants()) {
+        for (int threads : {v.threads, 3}) {
+          if (threads == 3 && v.threads != 2) continue;  // one 3-thread run per ISA
+          v.threads = threads;
+          UseVariant use(v);
+          SCOPED_TRACE(v.name() + " [" + std::to_string(rows) + "x" + std::to_string(cols) + "] " + seed_note());
+          QuantizedTensor row = cpu::quantize(std::vector<float>(2 * rows * cols, 1.0f), 2 * rows, cols, x_row), t;
+          cpu::quantize_both_into(x, rows, cols, row_opt, row, t_opt, t);
+          ASSERT_TRUE(same_tensor(want_row, row));
+          ASSERT_TRUE(same_tensor(want_t, t));
+        }
+      }
+    }
+  }
+}
+
+// A producer's gather (gather_source_amax), 16-row stripes in a shuffled order folded into a few
+// parts and merged, as the threads of RMSNorm or SwiGLU would.
+SourceAmax gather_in_shuffled_stripes(const std::vector<float>& x, int64_t rows, int64_t cols, bool rht,
+                                      std::mt19937_64& rng) {
+  std::vector<int64_t> stripes;
+  for (int64_t r = 0; r < rows; r += 16) stripes.push_back(r);
+  std::shuffle(stripes.begin(), stripes.end(), rng);
+  SourceAmax parts[3], all;
+  all.rht = rht;
+  for (SourceAmax& p : parts) p.rht = rht;
+  for (size_t i = 0; i < stripes.size(); ++i)
+    cpu::gather_source_amax(x.data(), cols, stripes[i], std::min(rows, stripes[i] + 16), parts[i % 3]);
+  for (const SourceAmax& p : parts) cpu::merge_source_amax(p, all);
+  return all;
+}
+
+TEST(QuantizeFast, ProducerGatheredAmaxGivesTheReferenceBytes) {
+  // quantize_both_into with the amaxes a producer gathered (16-row stripes in any order, any
+  // thread) skips its amax pass and must still give the reference's bytes of both copies, on every
+  // ISA with 1, 2 and 3 threads. The gathered values are the ones it encodes with: doubled, the
+  // bytes change (so the test would see a gather the quantizer ignored, or one it misread). A
+  // non-finite input is reported as without a gather.
+  std::mt19937_64 rng(test_seed() + 29);
+  QuantOptions x_row{.format = Format::nvfp4}, x_t{.format = Format::nvfp4, .rht = true};
+  QuantOptions dy_row{.format = Format::nvfp4, .rounding = Rounding::stochastic, .seed = 9};
+  QuantOptions plain_t{.format = Format::nvfp4};
+  const std::pair<QuantOptions, QuantOptions> pairs[] = {{x_row, x_t}, {dy_row, plain_t}};
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{528, 400}, {64, 96}}) {
+    auto x = make_tensor(rng, rows, cols, Dist::student_t, random_scale(rng));
+    for (const auto& [row_opt, t_opt] : pairs) {
+      const QuantizedTensor want_row = ref::quantize(x, rows, cols, row_opt);
+      const QuantizedTensor want_t = ref::quantize_transposed(x, rows, cols, t_opt);
+      for (Variant v : variants()) {
+        for (int threads : {v.threads, 3}) {
+          if (threads == 3 && v.threads != 2) continue;
+          v.threads = threads;
+          UseVariant use(v);
+          SCOPED_TRACE(v.name() + " [" + std::to_string(rows) + "x" + std::to_string(cols) + "] " + seed_note());
+          const SourceAmax known = gather_in_shuffled_stripes(x, rows, cols, t_opt.rht, rng);
+          ASSERT_TRUE(known.valid);
+          QuantizedTensor row, t;
+          cpu::quantize_both_into(x, rows, cols, row_opt, row, t_opt, t, &known);
+          ASSERT_TRUE(same_tensor(want_row, row));
+          ASSERT_TRUE(same_tensor(want_t, t));
+          SourceAmax doubled = known;
+          doubled.max_abs_bits += 0x00800000u;  // x2: one more in the exponent
+          doubled.transposed_rht_amax *= 2;
+          cpu::quantize_both_into(x, rows, cols, row_opt, row, t_opt, t, &doubled);
+          EXPECT_NE(want_row.scales, row.scales);
+          EXPECT_NE(want_t.scales, t.scales);
+        }
+      }
+    }
+  }
+  // An Inf: the gather says so, and quantize_both reports it as it does without one.
+  auto x = make_tensor(rng, 64, 96, Dist::normal, 1.0f);
+  x[777] = std::numeric_limits<float>::infinity();
+  const SourceAmax known = gather_in_shuffled_stripes(x, 64, 96, true, rng);
+  EXPECT_GE(known.max_abs_bits, 0x7F800000u);
+  auto message_of = [&](const SourceAmax* k) {
+    QuantizedTensor row, t;
+    try {
+      cpu::quantize_both_into(x, 64, 96, x_row, row, x_t, t, k);
+    } catch (const NumericalError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no NumericalError");
+  };
+  EXPECT_EQ(message_of(nullptr), message_of(&known));
+  EXPECT_NE(message_of(nullptr), "no NumericalError");
+}
+
 TEST(QuantizeFast, FourOverSixEveryMeasureCeilingAndRoute) {
   // Four Over Six through every CPU route (row-wise 1x16 blocks and 16x16 tiles, the transposed
   // copy: tile transpose, the strip path and the generic one, quantize_both_into) for both error

@@ -11,6 +11,7 @@
 #include "format/codecs.h"
 #include "format/quantize.h"
 #include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/quantize/quantize.h"
 #include "recipe/linear.h"
 #include "recipe/recipe.h"
 #include "support/random.h"
@@ -503,6 +504,65 @@ TEST(Linear, ResultsDoNotDependOnTheThreadCount) {
     omp_set_num_threads(2);
     EXPECT_EQ(out[0], out[1]) << to_string(q);
   }
+}
+
+TEST(Linear, ProducerGatheredAmaxIsAskedForOnlyWhereItServesAndChangesNoBit) {
+  // NVFP4 training: fprop X and wgrad X^T (and in backward dgrad dY and wgrad dY^T) come from one
+  // quantize_both that can take the operand's amaxes from its producer (with the RHT amax, wgrad's
+  // copies having the RHT). Given them, the linear's outputs and gradients are the bits it makes
+  // without; 1, 2 and 3 threads.
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> out[2];
+    for (int with : {0, 1}) {
+      LinearCase c = make_case(Quantization::nvfp4);
+      Linear lin("test", c.in, c.out, ops::cpu());
+      std::optional<SourceAmax> amax = lin.source_amax_request(c.step, c.tokens);
+      ASSERT_TRUE(amax.has_value());
+      EXPECT_TRUE(amax->rht);
+      EXPECT_FALSE(lin.gradient_amax_request().has_value());  // no forward yet
+      if (with) cpu::gather_source_amax(c.x.data(), c.in, 0, c.tokens, *amax);
+      std::vector<float> y(c.tokens * c.out), dx(c.tokens * c.in), dw(c.out * c.in, 0.0f);
+      lin.forward(c.step, c.x.data(), c.tokens, c.w.data(), y.data(), with ? &*amax : nullptr);
+      // dgrad's dY (SR) and wgrad's dY^T (RHT + SR): the gradient's request.
+      std::optional<SourceAmax> dy_amax = lin.gradient_amax_request();
+      ASSERT_TRUE(dy_amax.has_value());
+      EXPECT_TRUE(dy_amax->rht);
+      if (with) cpu::gather_source_amax(c.dy.data(), c.out, 0, c.tokens, *dy_amax);
+      lin.backward(c.dy.data(), c.w.data(), dx.data(), dw.data(), with ? &*dy_amax : nullptr);
+      out[with] = y;
+      out[with].insert(out[with].end(), dx.begin(), dx.end());
+      out[with].insert(out[with].end(), dw.begin(), dw.end());
+    }
+    EXPECT_EQ(out[0], out[1]) << threads << " threads";
+  }
+  omp_set_num_threads(2);
+  // Not asked for: evaluation (nothing saved for wgrad), other formats, row-scaled activations,
+  // a token count the RHT's 16-token blocks do not divide.
+  LinearCase c = make_case(Quantization::nvfp4);
+  Linear lin("test", c.in, c.out, ops::cpu());
+  EXPECT_FALSE(lin.source_amax_request(c.step, 40).has_value());
+  for (Quantization q : {Quantization::bf16, Quantization::mxfp4}) {  // no gradient request either
+    LinearCase o = make_case(q);
+    Linear other("test", o.in, o.out, ops::cpu());
+    std::vector<float> y(o.tokens * o.out);
+    other.forward(o.step, o.x.data(), o.tokens, o.w.data(), y.data());
+    EXPECT_FALSE(other.gradient_amax_request().has_value()) << to_string(q);
+  }
+  c.step.save_for_backward = false;
+  EXPECT_FALSE(lin.source_amax_request(c.step, c.tokens).has_value());
+  for (Quantization q : {Quantization::none, Quantization::bf16, Quantization::mxfp4, Quantization::fp8})
+    EXPECT_FALSE(lin.source_amax_request(make_case(q).step, c.tokens).has_value()) << to_string(q);
+  Nvfp4Knobs row_scaled;
+  row_scaled.rht = false, row_scaled.row_scaled_activations = true;
+  LinearCase r = make_case(Quantization::nvfp4);
+  r.step.recipe = Recipe::operands(Quantization::nvfp4, row_scaled);
+  EXPECT_FALSE(lin.source_amax_request(r.step, r.tokens).has_value());
+  Nvfp4Knobs no_rht;
+  no_rht.rht = false;
+  r.step.recipe = Recipe::operands(Quantization::nvfp4, no_rht);
+  ASSERT_TRUE(lin.source_amax_request(r.step, 40).has_value());  // without the RHT any token count
+  EXPECT_FALSE(lin.source_amax_request(r.step, 40)->rht);
 }
 
 // ---- precision_map ------------------------------------------------------------------------------

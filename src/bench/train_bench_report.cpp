@@ -288,15 +288,17 @@ struct CpuRow {
   double contended_step_s = 0;  // --contended: the step with a busy process per thread beside it
 };
 
-std::array<double, 4> ideal_parts(const CpuRow& row, const Peaks& peaks, double copy_bandwidth) {
+// Parts: GEMMs, attention, quantization in fused passes (quantize_both), the other quantizations,
+// other bytes.
+std::array<double, 5> ideal_parts(const CpuRow& row, const Peaks& peaks, double copy_bandwidth) {
   const train::StepWork& w = row.work;
-  return std::array<double, 4>{
+  return std::array<double, 5>{
       w.gemm_flops[0] / peaks.fp32() + w.gemm_flops[1] / peaks.bf16() + w.gemm_flops[2] / peaks.of(row.quantization),
-      w.attention_flops / (w.attention_bf16 ? peaks.bf16() : peaks.fp32()), w.quantize_bytes / copy_bandwidth,
-      w.other_bytes / copy_bandwidth};
+      w.attention_flops / (w.attention_bf16 ? peaks.bf16() : peaks.fp32()), w.fused_quantize_bytes / copy_bandwidth,
+      (w.quantize_bytes - w.fused_quantize_bytes) / copy_bandwidth, w.other_bytes / copy_bandwidth};
 }
 
-double sum(const std::array<double, 4>& parts) { return parts[0] + parts[1] + parts[2] + parts[3]; }
+double sum(const std::array<double, 5>& parts) { return parts[0] + parts[1] + parts[2] + parts[3] + parts[4]; }
 
 // The run's first lines on the CPU: the model, the measured peaks and bandwidth, the kernels each
 // kind of GEMM runs. Returns the memcpy bandwidth.
@@ -375,12 +377,16 @@ void print_ideal_steps(const std::vector<CpuRow>& rows, Peaks& peaks, double cop
     peak_line += fmt::format("{}{} {:.1f}", peak_line.empty() ? "" : ", ", q == Quantization::none ? "fp32" : to_string(q),
                              best / 1e9);
   fmt::print("peaks (GFLOP/s): {}\n", peak_line);
-  fmt::print("{:<8} {:>9} {:>10} {:>12} {:>12} {:>9} {:>8}\n", "recipe", "gemms", "attention", "quant bytes", "other bytes",
-             "ideal ms", "reached");
+  fmt::print("quant fused: operands whose row-wise and transposed NVFP4 copies one pass encodes (read twice: the amax\n"
+             "pass, then the encode pass, or once where RMSNorm or SwiGLU (forward, backward) gathered the amax as they wrote\n"
+             "it; both copies written); quant other: every other quantized operand, read once.\n");
+  fmt::print("{:<8} {:>9} {:>10} {:>12} {:>12} {:>12} {:>9} {:>8}\n", "recipe", "gemms", "attention", "quant fused",
+             "quant other", "other bytes", "ideal ms", "reached");
   for (const auto& row : rows) {
     const auto parts = ideal_parts(row, peaks, copy_bandwidth);
-    fmt::print("{:<8} {:>9.1f} {:>10.1f} {:>12.1f} {:>12.1f} {:>9.1f} {:>7.0f}%\n", row.name, 1e3 * parts[0], 1e3 * parts[1],
-               1e3 * parts[2], 1e3 * parts[3], 1e3 * sum(parts), 100 * sum(parts) / row.step_s);
+    fmt::print("{:<8} {:>9.1f} {:>10.1f} {:>12.1f} {:>12.1f} {:>12.1f} {:>9.1f} {:>7.0f}%\n", row.name, 1e3 * parts[0],
+               1e3 * parts[1], 1e3 * parts[2], 1e3 * parts[3], 1e3 * parts[4], 1e3 * sum(parts),
+               100 * sum(parts) / row.step_s);
   }
 }
 

@@ -269,9 +269,19 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
     return s;
   };
   const float* x = residual_[l].data();
+  // The producers of the qkv, gate_up and down inputs (the RMSNorms, SwiGLU) gather the amaxes of
+  // what they write when the linear reading it asks (Linear::source_amax_request): its
+  // quantization then skips its own amax pass. The same bits either way.
+  auto gathered = [](std::optional<SourceAmax>& amax) { return amax ? &*amax : nullptr; };
 
-  ops_.rmsnorm_forward({N, d}, x, params_.value(p.norm1), config_.norm_eps, normed_.data(), a.rstd1.data());
-  linear_(l, BlockLinear::qkv).forward(linear_step(BlockLinear::qkv), normed_.data(), N, params_.value(p.qkv), a.qkv.data());
+  const LinearStep qkv_step = linear_step(BlockLinear::qkv);
+  std::optional<SourceAmax> amax = linear_(l, BlockLinear::qkv).source_amax_request(qkv_step, N);
+  if (amax)
+    ops_.rmsnorm_forward_gathering({N, d}, x, params_.value(p.norm1), config_.norm_eps, normed_.data(), a.rstd1.data(),
+                                   *amax);
+  else
+    ops_.rmsnorm_forward({N, d}, x, params_.value(p.norm1), config_.norm_eps, normed_.data(), a.rstd1.data());
+  linear_(l, BlockLinear::qkv).forward(qkv_step, normed_.data(), N, params_.value(p.qkv), a.qkv.data(), gathered(amax));
   const QkvRope rope = qkv_rope(shape, config_.rope_theta);
   ops_.rope_forward(a.qkv.data(), rope.query, first_position);
   ops_.rope_forward(a.qkv.data(), rope.key, first_position);
@@ -284,12 +294,23 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
       .forward(linear_step(BlockLinear::attn_out), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
   ops_.add(a.x_mid.data(), x, N * d);
 
-  ops_.rmsnorm_forward({N, d}, a.x_mid.data(), params_.value(p.norm2), config_.norm_eps, normed_.data(), a.rstd2.data());
+  const LinearStep gate_up_step = linear_step(BlockLinear::gate_up);
+  amax = linear_(l, BlockLinear::gate_up).source_amax_request(gate_up_step, N);
+  if (amax)
+    ops_.rmsnorm_forward_gathering({N, d}, a.x_mid.data(), params_.value(p.norm2), config_.norm_eps, normed_.data(),
+                                   a.rstd2.data(), *amax);
+  else
+    ops_.rmsnorm_forward({N, d}, a.x_mid.data(), params_.value(p.norm2), config_.norm_eps, normed_.data(), a.rstd2.data());
   linear_(l, BlockLinear::gate_up)
-      .forward(linear_step(BlockLinear::gate_up), normed_.data(), N, params_.value(p.gate_up), a.gate_up.data());
-  ops_.swiglu_forward(a.gate_up.data(), N, f, mlp_act_.data());
+      .forward(gate_up_step, normed_.data(), N, params_.value(p.gate_up), a.gate_up.data(), gathered(amax));
+  const LinearStep down_step = linear_step(BlockLinear::down);
+  amax = linear_(l, BlockLinear::down).source_amax_request(down_step, N);
+  if (amax)
+    ops_.swiglu_forward_gathering(a.gate_up.data(), N, f, mlp_act_.data(), *amax);
+  else
+    ops_.swiglu_forward(a.gate_up.data(), N, f, mlp_act_.data());
   float* out = residual_[l + 1].data();
-  linear_(l, BlockLinear::down).forward(linear_step(BlockLinear::down), mlp_act_.data(), N, params_.value(p.down), out);
+  linear_(l, BlockLinear::down).forward(down_step, mlp_act_.data(), N, params_.value(p.down), out, gathered(amax));
   ops_.add(out, a.x_mid.data(), N * d);
 }
 
@@ -375,9 +396,15 @@ void Transformer::backward(float scale) {
     BlockActivations& a = acts_[l];
     acquire(block_range(l));
     linear_(l, BlockLinear::down).backward(d_res_.data(), params_.value(p.down), d_mlp_act_.data(), params_.grad(p.down));
-    ops_.swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
+    // SwiGLU backward gathers the amax of d_gate_up for the gate_up linear's dY quantization.
+    std::optional<SourceAmax> dy_amax = linear_(l, BlockLinear::gate_up).gradient_amax_request();
+    if (dy_amax)
+      ops_.swiglu_backward_gathering(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data(), *dy_amax);
+    else
+      ops_.swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
     linear_(l, BlockLinear::gate_up)
-        .backward(d_gate_up_.data(), params_.value(p.gate_up), d_normed_.data(), params_.grad(p.gate_up));
+        .backward(d_gate_up_.data(), params_.value(p.gate_up), d_normed_.data(), params_.grad(p.gate_up),
+                  dy_amax ? &*dy_amax : nullptr);
     ops_.rmsnorm_backward({N, d}, a.x_mid.data(), params_.value(p.norm2), a.rstd2.data(), d_normed_.data(),
                           d_res_.data(), params_.grad(p.norm2));
 

@@ -29,6 +29,7 @@
 #include "format/codecs.h"
 #include "format/gemm_rules.h"
 #include "format/quantized_tensor.h"
+#include "format/source_amax.h"
 
 namespace nibble::ops {
 
@@ -135,6 +136,15 @@ class TensorOps {
   // two calls above (a backend reads x once less).
   virtual void quantize_both(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
                              Quantized& row_out, const QuantOptions& t_opt, Quantized& t_out) = 0;
+  // As quantize_both, with x's amaxes as its producer gathered them (LayerOps' *_gathering ops): the
+  // quantizer then skips its own amax pass. The same bytes whatever `known` holds (an invalid or
+  // unusable one is ignored). A backend without gathering producers takes the plain call.
+  virtual void quantize_both_gathered(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                                      Quantized& row_out, const QuantOptions& t_opt, Quantized& t_out,
+                                      const SourceAmax& known) {
+    (void)known;
+    quantize_both(x, rows, cols, row_opt, row_out, t_opt, t_out);
+  }
   // The exact transpose of a 16x16-tile NVFP4 tensor (ref::transpose_tiles): a weight's column-wise
   // copy without quantizing it again. UsageError for other blocks.
   virtual void transpose_tiles(const Quantized& q, Quantized& out) = 0;
@@ -178,6 +188,14 @@ class LayerOps {
   // y[N, d] = x * rstd * gain over s = {N, d}, rstd[N] saved; backward adds into dx and dgain.
   virtual void rmsnorm_forward(const RowsShape& s, const float* x, const float* gain, float eps, float* y,
                                float* rstd) = 0;
+  // As rmsnorm_forward, and gathers y's SourceAmax for the quantize_both_gathered that reads y next
+  // (amax.rht: with x^T's RHT amax; s.cols % 16 == 0, with the RHT s.rows % 16 == 0). A backend that
+  // does not fuse it leaves amax.valid false.
+  virtual void rmsnorm_forward_gathering(const RowsShape& s, const float* x, const float* gain, float eps, float* y,
+                                         float* rstd, SourceAmax& amax) {
+    rmsnorm_forward(s, x, gain, eps, y, rstd);
+    amax.valid = false;
+  }
   virtual void rmsnorm_backward(const RowsShape& s, const float* x, const float* gain, const float* rstd,
                                 const float* dy, float* dx, float* dgain) = 0;
   // Half-split RoPE in place (RopeShape); token t at position first_position + t % s.seq. The backend
@@ -195,8 +213,19 @@ class LayerOps {
                                 float* v_cache, float* out) = 0;
   // a[N, f] = silu(gate) * up of gate_up [N, 2f]; backward overwrites dgate_up.
   virtual void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) = 0;
+  // As swiglu_forward, and gathers a's SourceAmax (rmsnorm_forward_gathering).
+  virtual void swiglu_forward_gathering(const float* gate_up, int64_t n, int64_t hidden, float* a, SourceAmax& amax) {
+    swiglu_forward(gate_up, n, hidden, a);
+    amax.valid = false;
+  }
   virtual void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden,
                                float* dgate_up) = 0;
+  // As swiglu_backward, and gathers dgate_up's SourceAmax (rmsnorm_forward_gathering).
+  virtual void swiglu_backward_gathering(const float* gate_up, const float* da, int64_t n, int64_t hidden,
+                                         float* dgate_up, SourceAmax& amax) {
+    swiglu_backward(gate_up, da, n, hidden, dgate_up);
+    amax.valid = false;
+  }
   // Per-token loss [N]; returns their sum in double, token order. Backward overwrites dlogits
   // (may alias logits) with scale * (softmax - onehot).
   virtual double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,

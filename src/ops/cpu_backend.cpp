@@ -74,6 +74,11 @@ class CpuBackend final : public Backend {
                      const QuantOptions& t_opt, Quantized& t_out) override {
     cpu::quantize_both_into(span(x, rows, cols), rows, cols, row_opt, host(row_out), t_opt, host(t_out));
   }
+  void quantize_both_gathered(const float* x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
+                              Quantized& row_out, const QuantOptions& t_opt, Quantized& t_out,
+                              const SourceAmax& known) override {
+    cpu::quantize_both_into(span(x, rows, cols), rows, cols, row_opt, host(row_out), t_opt, host(t_out), &known);
+  }
   void transpose_tiles(const Quantized& q, Quantized& out) override { host(out) = cpu::transpose_tiles(host(q)); }
   void dequantize(const Quantized& q, float* out) override {
     const QuantizedLayout& l = q.layout();
@@ -129,6 +134,10 @@ class CpuBackend final : public Backend {
                        float* rstd) override {
     cpu::rmsnorm_forward(x, gain, s.rows, s.cols, eps, y, rstd);
   }
+  void rmsnorm_forward_gathering(const RowsShape& s, const float* x, const float* gain, float eps, float* y,
+                                 float* rstd, SourceAmax& amax) override {
+    cpu::rmsnorm_forward_gathering(x, gain, s.rows, s.cols, eps, y, rstd, amax);
+  }
   void rmsnorm_backward(const RowsShape& s, const float* x, const float* gain, const float* rstd, const float* dy,
                         float* dx, float* dgain) override {
     cpu::rmsnorm_backward(x, gain, rstd, dy, s.rows, s.cols, dx, dgain);
@@ -154,8 +163,15 @@ class CpuBackend final : public Backend {
   void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a) override {
     cpu::swiglu_forward(gate_up, n, hidden, a);
   }
+  void swiglu_forward_gathering(const float* gate_up, int64_t n, int64_t hidden, float* a, SourceAmax& amax) override {
+    cpu::swiglu_forward_gathering(gate_up, n, hidden, a, amax);
+  }
   void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) override {
     cpu::swiglu_backward(gate_up, da, n, hidden, dgate_up);
+  }
+  void swiglu_backward_gathering(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up,
+                                 SourceAmax& amax) override {
+    cpu::swiglu_backward_gathering(gate_up, da, n, hidden, dgate_up, amax);
   }
   double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                float* loss) override {

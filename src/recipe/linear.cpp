@@ -107,7 +107,35 @@ void Linear::run_gemm(const GemmRecipe& recipe, const DenseGemm& g, QuantizedGem
   }
 }
 
-void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y) {
+namespace {
+// The request for an operand whose row-wise copy (`row`, of `row_gemm`) and transposed one (`t`, of
+// wgrad) quantize_both makes in one pass; cols of the operand, tokens its rows. Gathering needs
+// whole 16-column blocks and, with the RHT, whole 16-token blocks.
+std::optional<SourceAmax> pair_request(const GemmRecipe& row_gemm, const QuantOptions& row, const GemmRecipe& wgrad,
+                                       const QuantOptions& t, int64_t cols, int64_t tokens) {
+  auto blocks_1x16 = [](const QuantOptions& o) { return o.format == Format::nvfp4 && !o.tile_16x16 && !o.row_scaled; };
+  const bool shapes = cols % 16 == 0 && (!t.rht || tokens % 16 == 0);
+  if (row_gemm.precision != GemmPrecision::quantized || wgrad.precision != GemmPrecision::quantized ||
+      !blocks_1x16(row) || row.rht || !blocks_1x16(t) || !shapes)
+    return std::nullopt;
+  SourceAmax request;
+  request.rht = t.rht;
+  return request;
+}
+}  // namespace
+
+std::optional<SourceAmax> Linear::source_amax_request(const LinearStep& step, int64_t tokens) const {
+  if (!step.save_for_backward) return std::nullopt;
+  return pair_request(step.recipe.fprop, step.recipe.fprop.a, step.recipe.wgrad, step.recipe.wgrad.b, in_, tokens);
+}
+
+std::optional<SourceAmax> Linear::gradient_amax_request() const {
+  if (tokens_ <= 0) return std::nullopt;
+  return pair_request(step_.recipe.dgrad, step_.recipe.dgrad.a, step_.recipe.wgrad, step_.recipe.wgrad.a, out_, tokens_);
+}
+
+void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y,
+                     const SourceAmax* x_amax) {
   NIBBLE_CHECK(tokens > 0, "Linear::forward of %s with no tokens", name_.c_str());
   step_ = step;
   tokens_ = tokens;
@@ -116,7 +144,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   fprop_input_quantized_ = false;
   // Fprop: Y = X W^T.
   run_gemm(step.recipe.fprop, {ops::DenseGemmShape::a_bt(tokens, out_, in_), x, w, 0.0f, y},
-           [&] { fprop_quantized(x, w, y); });
+           [&] { fprop_quantized(x, w, y, x_amax); });
   saved_x_f32_.clear();
   saved_x_bf16_.clear();
   if (!step.save_for_backward) {
@@ -126,7 +154,7 @@ void Linear::forward(const LinearStep& step, const float* x, int64_t tokens, con
   save_for_wgrad(x);
 }
 
-void Linear::fprop_quantized(const float* x, const float* w, float* y) {
+void Linear::fprop_quantized(const float* x, const float* w, float* y, const SourceAmax* x_amax) {
   const LinearStep& step = step_;
   const GemmRecipe& f = step.recipe.fprop;
   const GemmRecipe& g = step.recipe.wgrad;
@@ -135,8 +163,12 @@ void Linear::fprop_quantized(const float* x, const float* w, float* y) {
     // When wgrad quantizes X^T too, both are made in one call (quantize_both reads X once less).
     ScopedTimer timer(times_.quantize_s);
     if (step.save_for_backward && g.precision == GemmPrecision::quantized) {
-      ops_.quantize_both(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
-                         seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_));
+      if (x_amax && x_amax->valid)
+        ops_.quantize_both_gathered(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
+                                    seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_), *x_amax);
+      else
+        ops_.quantize_both(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq,
+                           seeded(g.b, step, GemmRole::wgrad, 1), slot(saved_xt_q_));
       saved_xt_valid_ = true;
     } else {
       ops_.quantize(x, tokens_, in_, seeded(f.a, step, GemmRole::fprop, 0), xq);
@@ -188,14 +220,14 @@ void Linear::save_for_wgrad(const float* x) {
   }
 }
 
-void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
+void Linear::backward(const float* dy, const float* w, float* dx, float* dw, const SourceAmax* dy_amax) {
   NIBBLE_CHECK(tokens_ > 0, "Linear::backward of %s without a forward before it", name_.c_str());
   const int64_t tokens = tokens_;
   const LinearRecipe& r = step_.recipe;
   grad_t_valid_ = false;
   // Dgrad: dX = dY W.
   run_gemm(r.dgrad, {ops::DenseGemmShape::a_b(tokens, in_, out_), dy, w, 0.0f, dx},
-           [&] { dgrad_quantized(dy, w, dx); });
+           [&] { dgrad_quantized(dy, w, dx, dy_amax); });
   // Wgrad: dW += dY^T X, with X as forward saved it (BF16 widened back to FP32 for gemm_bf16).
   const float* x = saved_x_f32_.data();
   if (r.wgrad.precision == GemmPrecision::bf16) {
@@ -213,15 +245,19 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw) {
   tokens_ = 0;
 }
 
-void Linear::dgrad_quantized(const float* dy, const float* w, float* dx) {
+void Linear::dgrad_quantized(const float* dy, const float* w, float* dx, const SourceAmax* dy_amax) {
   const LinearStep& step = step_;
   const GemmRecipe& d = step.recipe.dgrad;
   ops::Quantized& dyq = slot(grad_q_);
   {
     ScopedTimer timer(times_.quantize_s);
     if (step.recipe.wgrad.precision == GemmPrecision::quantized) {
-      ops_.quantize_both(dy, tokens_, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq,
-                         seeded(step.recipe.wgrad.a, step, GemmRole::wgrad, 0), slot(grad_t_q_));
+      if (dy_amax && dy_amax->valid)
+        ops_.quantize_both_gathered(dy, tokens_, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq,
+                                    seeded(step.recipe.wgrad.a, step, GemmRole::wgrad, 0), slot(grad_t_q_), *dy_amax);
+      else
+        ops_.quantize_both(dy, tokens_, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq,
+                           seeded(step.recipe.wgrad.a, step, GemmRole::wgrad, 0), slot(grad_t_q_));
       grad_t_valid_ = true;
     } else {
       ops_.quantize(dy, tokens_, out_, seeded(d.a, step, GemmRole::dgrad, 0), dyq);

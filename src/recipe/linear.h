@@ -51,11 +51,21 @@ class Linear {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
 
-  // x: [tokens, in], w: [out, in] -> y: [tokens, out] (overwritten).
-  void forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y);
+  // x: [tokens, in], w: [out, in] -> y: [tokens, out] (overwritten). x_amax: x's amaxes as its
+  // producer gathered them (source_amax_request), or null.
+  void forward(const LinearStep& step, const float* x, int64_t tokens, const float* w, float* y,
+               const SourceAmax* x_amax = nullptr);
+  // What forward(step, x of `tokens` rows) would take from x's producer: a SourceAmax to gather
+  // (its rht set) when fprop's X and wgrad's X^T are made in one quantize_both pass that can use
+  // it, else nullopt (the producer then runs its plain op).
+  std::optional<SourceAmax> source_amax_request(const LinearStep& step, int64_t tokens) const;
   // dy: [tokens, out] -> dx: [tokens, in] (overwritten); dw: [out, in] (accumulated). w must be the
   // weight forward saw. Releases what forward saved.
-  void backward(const float* dy, const float* w, float* dx, float* dw);
+  // dy_amax: dY's amaxes as its producer gathered them (gradient_amax_request), or null.
+  void backward(const float* dy, const float* w, float* dx, float* dw, const SourceAmax* dy_amax = nullptr);
+  // As source_amax_request, for the dY the next backward takes: when dgrad's dY and wgrad's dY^T are
+  // made in one quantize_both pass that can use it (after a training forward).
+  std::optional<SourceAmax> gradient_amax_request() const;
 
   // Telemetry of the last forward/backward that ran with collect_stats.
   const std::vector<OperandStats>& stats() const { return stats_; }
@@ -91,8 +101,8 @@ class Linear {
   template <typename QuantizedGemm>
   void run_gemm(const GemmRecipe& recipe, const DenseGemm& dense, QuantizedGemm&& quantized);
   // The quantized GEMMs of fprop, dgrad and wgrad, with their operands' quantization and telemetry.
-  void fprop_quantized(const float* x, const float* w, float* y);
-  void dgrad_quantized(const float* dy, const float* w, float* dx);
+  void fprop_quantized(const float* x, const float* w, float* y, const SourceAmax* x_amax);
+  void dgrad_quantized(const float* dy, const float* w, float* dx, const SourceAmax* dy_amax);
   void wgrad_quantized(const float* dy, float* dw);
   // Keeps what wgrad needs of X (forward, when training).
   void save_for_wgrad(const float* x);

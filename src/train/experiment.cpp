@@ -10,6 +10,16 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+// Whether Linear's quantize_both makes this operand's row-wise copy (of `row_gemm`) and its
+// transposed one (of `t_gemm`) in one encode pass: both NVFP4 1x16 blocks, neither row-scaled, the
+// row-wise copy without the RHT (its amax is then max |x|, which the transposed copy's amax pass
+// yields). The CPU's quantize_both_into decides the same way (RowCompanion::fits).
+bool fused_pair(const GemmRecipe& row_gemm, const QuantOptions& row, const GemmRecipe& t_gemm, const QuantOptions& t) {
+  auto blocks_1x16 = [](const QuantOptions& o) { return o.format == Format::nvfp4 && !o.tile_16x16 && !o.row_scaled; };
+  return row_gemm.precision == GemmPrecision::quantized && t_gemm.precision == GemmPrecision::quantized &&
+         blocks_1x16(row) && blocks_1x16(t) && !row.rht;
+}
+
 }  // namespace
 
 double training_flops_per_token(const model::ModelConfig& m, int64_t seq) {
@@ -41,6 +51,26 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
         if (gemms[g]->precision == GemmPrecision::quantized)
           w.quantize_bytes += operands[g][0] * (4 + stored_bytes_per_element(gemms[g]->a.format)) +
                               operands[g][1] * (4 + stored_bytes_per_element(gemms[g]->b.format));
+      }
+      // X (fprop a, wgrad b) and dY (dgrad a, wgrad a): 8 bytes read (amax pass, encode pass) plus
+      // both copies' codes and scales, as counted above. The X of qkv, gate_up and down has its amax
+      // gathered by its producer (RMSNorm, SwiGLU) while that writes it: only the encode pass reads
+      // it (the producer's write is in other_bytes). So quantize_bytes drops by those 4 bytes.
+      // (attn_out's X comes from attention: its own pass; Linear::source_amax_request's shapes.)
+      const bool x_amax_gathered = linear != 1 && static_cast<int64_t>(in) % 16 == 0 &&
+                                   (!lr.wgrad.b.rht || (batch * seq) % 16 == 0);
+      if (fused_pair(lr.fprop, lr.fprop.a, lr.wgrad, lr.wgrad.b)) {
+        const double x_reads = x_amax_gathered ? 4 : 8;
+        w.fused_quantize_bytes += T * in * (x_reads + 2 * stored_bytes_per_element(Format::nvfp4));
+        w.quantize_bytes -= T * in * (8 - x_reads);
+      }
+      // gate_up's dY is SwiGLU backward's output, which gathers its amax likewise.
+      const bool dy_amax_gathered = linear == 2 && static_cast<int64_t>(out) % 16 == 0 &&
+                                    (!lr.wgrad.a.rht || (batch * seq) % 16 == 0);
+      if (fused_pair(lr.dgrad, lr.dgrad.a, lr.wgrad, lr.wgrad.a)) {
+        const double dy_reads = dy_amax_gathered ? 4 : 8;
+        w.fused_quantize_bytes += T * out * (dy_reads + 2 * stored_bytes_per_element(Format::nvfp4));
+        w.quantize_bytes -= T * out * (8 - dy_reads);
       }
     }
   }

@@ -24,6 +24,13 @@ struct StepWork {
   double attention_flops = 0;  // causal: QK^T and PV forward, the four products of backward
   bool attention_bf16 = false;
   double quantize_bytes = 0;   // each quantized GEMM operand read in FP32, its codes and scales written
+  // The part of quantize_bytes made by fused passes: an activation or gradient whose row-wise NVFP4
+  // copy (fprop X, dgrad dY) and transposed one (wgrad X^T, dY^T) one quantize_both call makes, its
+  // row-wise blocks encoded in the transposed copy's pass. That pair moves the FP32 tensor twice (the
+  // amax pass the global scale needs first, then the one encode pass) and both codes and scales;
+  // once where the producer gathered the amax as it wrote the tensor (RMSNorm and SwiGLU outputs,
+  // SwiGLU backward's dgate_up).
+  double fused_quantize_bytes = 0;
   double other_bytes = 0;      // norms, RoPE, SwiGLU, residual adds, attention's inputs and outputs,
                                // embedding, loss, gradient clipping, AdamW
 };

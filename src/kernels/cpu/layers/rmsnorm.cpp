@@ -2,6 +2,7 @@
 #include "kernels/cpu/common/parallel.h"
 #include "kernels/cpu/common/simd_clones.h"
 #include "kernels/cpu/layers/rmsnorm.h"
+#include "kernels/cpu/quantize/gather_stripes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -61,6 +62,14 @@ void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int
     gain_gradient_block(x + c0, dy + c0, rstd, n, width, cols, s);
     for (int64_t c = 0; c < cols; ++c) dgain[c0 + c] += s[c];
   }
+}
+
+void rmsnorm_forward_gathering(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
+                               float* rstd, SourceAmax& amax) {
+  for_stripes_gathering(n, width, amax, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) forward_row(x + i * width, gain, width, eps, y + i * width, rstd + i);
+    return y;
+  });
 }
 
 template void rmsnorm_forward<float>(const float*, const float*, int64_t, int64_t, float, float*, float*);

@@ -2,11 +2,18 @@
 #pragma once
 #include <cstdint>
 
+#include "format/source_amax.h"
+
 namespace nibble::cpu {
 
 // x, y: [N, width]; gain: [width]; rstd: [N] (saved for backward).
 template <typename T>
 void rmsnorm_forward(const T* x, const T* gain, int64_t n, int64_t width, T eps, T* y, T* rstd);
+// As rmsnorm_forward<float>, with the quantization of y that reads it next in its epilogue: y's
+// SourceAmax (amax.rht set by the caller) gathered 16 rows at a time while they are in cache.
+// width % 16 == 0; with amax.rht, N % 16 == 0. y and rstd are rmsnorm_forward's bits.
+void rmsnorm_forward_gathering(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
+                               float* rstd, SourceAmax& amax);
 // dx[N, width] += dL/dx; dgain[width] += dL/dgain.
 //   xhat = x * rstd;  dxhat = dy * gain;  dx = rstd * (dxhat - xhat * mean(dxhat * xhat))
 template <typename T>

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/layers/vector_math.h"
+#include "kernels/cpu/quantize/gather_stripes.h"
 
 namespace nibble::cpu {
 
@@ -82,6 +83,16 @@ void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, floa
   }
 }
 
+void swiglu_forward_gathering(const float* gate_up, int64_t n, int64_t hidden, float* a, SourceAmax& amax) {
+  for_stripes_gathering(n, hidden, amax, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* __restrict g = gate_up + i * 2 * hidden;
+      forward_row(g, g + hidden, exp_of_negated(g, hidden), hidden, a + i * hidden);
+    }
+    return a;
+  });
+}
+
 template <>
 void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up) {
 #pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * hidden * 8 >= kMinParallelWork)
@@ -93,6 +104,18 @@ void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, in
     float* __restrict du = dg + hidden;
     backward_row(g, u, exp_of_negated(g, hidden), dar, hidden, dg, du);
   }
+}
+
+void swiglu_backward_gathering(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up,
+                               SourceAmax& amax) {
+  for_stripes_gathering(n, 2 * hidden, amax, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* __restrict g = gate_up + i * 2 * hidden;
+      float* __restrict dg = dgate_up + i * 2 * hidden;
+      backward_row(g, g + hidden, exp_of_negated(g, hidden), da + i * hidden, hidden, dg, dg + hidden);
+    }
+    return dgate_up;
+  });
 }
 
 template void swiglu_forward<double>(const double*, int64_t, int64_t, double*);

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "format/source_amax.h"
+
 namespace nibble::cpu {
 
 // gate_up: [N, 2*hidden] (gate in columns [0, hidden), up in [hidden, 2*hidden)); a: [N, hidden].
@@ -17,6 +19,13 @@ void swiglu_backward(const T* gate_up, const T* da, int64_t n, int64_t hidden, T
 // loops that the finite-difference tests check. Tests check that the two agree.
 template <>
 void swiglu_forward<float>(const float* gate_up, int64_t n, int64_t hidden, float* a);
+// As swiglu_forward<float>, with a's SourceAmax (amax.rht set by the caller) gathered 16 rows at a
+// time in the same pass (rmsnorm_forward_gathering). hidden % 16 == 0; with amax.rht, N % 16 == 0.
+void swiglu_forward_gathering(const float* gate_up, int64_t n, int64_t hidden, float* a, SourceAmax& amax);
+// As swiglu_backward<float>, with dgate_up's SourceAmax ([N, 2*hidden]) gathered in the same pass,
+// for the gate_up linear's backward quantization of its dY.
+void swiglu_backward_gathering(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up,
+                               SourceAmax& amax);
 template <>
 void swiglu_backward<float>(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up);
 

@@ -254,12 +254,55 @@ void quantize_nvfp4(const Kernels& k, std::span<const float> x, const QuantOptio
   }
 }
 
-// NVFP4 1x16 blocks of x^T (x is [rows, cols]; q is [cols, rows]), the wgrad operands. Without
+// The producer's amaxes when they serve x^T's quantization (`rht`: with the RHT): gathered, with the
+// transposed RHT amax when it is needed, and from an input small enough that it means what the
+// passes below would compute. Otherwise those passes run (and report a non-finite input).
+const SourceAmax* usable(const SourceAmax* known, bool rht) {
+  if (!known || !known->valid || (rht && !known->rht)) return nullptr;
+  return known->max_abs_bits < (rht ? kRhtFiniteInputBits : kFloatExponentAllOnes) ? known : nullptr;
+}
+
+// The row-wise NVFP4 quantization of x that quantize_both asks for alongside x^T's, made in x^T's
+// encode pass (see RowCompanion::fits): while the pass holds a stretch of x in cache for x^T's
+// blocks, the row-wise blocks of that stretch are encoded too, so x is read once less and the
+// threads meet at one barrier less. Its amax is max |x|, which x^T's amax pass yields.
+struct RowCompanion {
+  const QuantOptions* opt = nullptr;  // null: x^T alone
+  QuantizedTensor* q = nullptr;
+  bool done = false;  // set once the row-wise tensor is complete
+  Nvfp4Encoding e;
+
+  // Row-wise options whose amax is max |x| and whose blocks are 1x16 blocks of x's rows.
+  static bool fits(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& o) {
+    return o.format == Format::nvfp4 && !o.rht && !o.row_scaled && !o.tile_16x16 &&
+           shape_and_options_ok(x.size(), rows, cols, o);
+  }
+  // After the amax pass, before the encode pass: max |x| (finite) gives the global scale.
+  void prepare(std::span<const float> x, int64_t rows, int64_t cols, uint32_t max_abs_bits) {
+    if (!opt) return;
+    make_header(rows, cols, *opt, *q);
+    prepare_nvfp4(std::bit_cast<float>(max_abs_bits), false, *opt, *q, e);
+    e.job.x = x.data();
+  }
+  // Row-wise blocks of x's rows [row_begin, row_end), columns [col_begin, col_end) (multiples of 16).
+  void encode(const Kernels& k, int64_t cols, int64_t row_begin, int64_t row_end, int64_t col_begin,
+              int64_t col_end) const {
+    if (!opt) return;
+    const int64_t blocks_per_row = cols / 16;
+    for (int64_t r = row_begin; r < row_end; ++r)
+      k.nvfp4_blocks(e.job, r * blocks_per_row + col_begin / 16, r * blocks_per_row + col_end / 16);
+  }
+};
+
+// NVFP4 1x16 blocks of x^T (x is [rows, cols]; q is [cols, rows]), the wgrad operands, and with
+// `row` (its opt set) x's row-wise ones in the same encode pass. Without
 // direct kernels (AVX2, scalar), x^T is made tile by tile in a per-thread buffer (below). Writing the whole transposed copy to memory and
 // reading it back twice cost ~3x the row-wise quantize on training shapes. Returns false, having
 // written nothing, when x holds a non-finite value (the caller then takes the path that reports it).
 bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64_t rows, int64_t cols,
-                               const QuantOptions& o, QuantizedTensor& q, uint32_t* max_abs_bits_seen) {
+                               const QuantOptions& o, QuantizedTensor& q, uint32_t* max_abs_bits_seen,
+                               RowCompanion& row, const SourceAmax* known) {
+  const SourceAmax* gathered = usable(known, o.rht);
   // Where the ISA has them, kernels that read 16x16 tiles of x and transpose them in registers make
   // no copy at all (see Kernels::nvfp4_transposed).
   if (k.nvfp4_transposed && cols % 16 == 0 && rows % 16 == 0 && !o.four_over_six) {
@@ -267,7 +310,10 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
     const int64_t panels = (rows / 16 + 15) / 16 * (cols / 16);
     float amax = 0.0f;
     bool ok = true;
-    if (o.rht) {
+    if (gathered) {
+      amax = o.rht ? gathered->transposed_rht_amax : std::bit_cast<float>(gathered->max_abs_bits);
+      *max_abs_bits_seen = gathered->max_abs_bits;
+    } else if (o.rht) {
       RhtAmax m;
       parallel_ranges(panels, 1, n, [&](int64_t b, int64_t e) {
         uint32_t bits;
@@ -288,7 +334,19 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
     if (ok) {
       Nvfp4Encoding e;
       prepare_nvfp4(amax, o.rht, o, q, e);
-      parallel_ranges(panels, 1, n, [&](int64_t b, int64_t end) { k.nvfp4_transposed(e.job, x.data(), cols, b, end); });
+      row.prepare(x, rows, cols, *max_abs_bits_seen);
+      const int64_t column_groups = cols / 16;
+      parallel_ranges(panels, 1, n, [&](int64_t b, int64_t end) {
+        k.nvfp4_transposed(e.job, x.data(), cols, b, end);
+        // The same panels row-wise, one run of column groups per token batch (256 rows of x).
+        for (int64_t p = b; p < end;) {
+          const int64_t batch = p / column_groups, g0 = p % column_groups;
+          const int64_t g1 = std::min(column_groups, g0 + (end - p));
+          row.encode(k, cols, batch * 256, std::min(rows, batch * 256 + 256), g0 * 16, g1 * 16);
+          p += g1 - g0;
+        }
+      });
+      row.done = row.opt != nullptr;
       return true;
     }
   }
@@ -319,7 +377,12 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
   };
   float amax;
   bool rht_finite = false;
-  if (o.rht) {
+  uint32_t input_bits;  // max |x|, finite
+  if (gathered) {
+    input_bits = gathered->max_abs_bits;
+    amax = o.rht ? gathered->transposed_rht_amax : std::bit_cast<float>(input_bits);
+    rht_finite = o.rht;  // usable() checked max |x| < 2^122
+  } else if (o.rht) {
     RhtAmax m;
     parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
@@ -330,13 +393,15 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
     if (m.input_bits.load() >= kFloatExponentAllOnes) return false;
     amax = m.transformed_amax();
     rht_finite = m.input_bits.load() < kRhtFiniteInputBits;
+    input_bits = m.input_bits.load();
   } else {
-    const uint32_t bits = parallel_max_abs_bits(k, x.data(), n);  // the same values in any order
-    if (bits >= kFloatExponentAllOnes) return false;
-    amax = std::bit_cast<float>(bits);
+    input_bits = parallel_max_abs_bits(k, x.data(), n);  // the same values in any order
+    if (input_bits >= kFloatExponentAllOnes) return false;
+    amax = std::bit_cast<float>(input_bits);
   }
   Nvfp4Encoding e;
   prepare_nvfp4(amax, rht_finite, o, q, e);
+  row.prepare(x, rows, cols, input_bits);
   const int64_t blocks_per_row = rows / 16;
   parallel_ranges(tiles, 1, n, [&](int64_t b, int64_t end) {
     kernels::Nvfp4Job job = e.job;
@@ -349,8 +414,10 @@ bool quantize_nvfp4_transposed(const Kernels& k, std::span<const float> x, int64
         job.x_first_block = (tile.c0 + c) * blocks_per_row + tile.t0 / 16;
         k.nvfp4_blocks(job, job.x_first_block, job.x_first_block + tile_blocks);
       }
+      row.encode(k, cols, tile.t0, tile.t0 + tile.tokens, tile.c0, tile.c0 + tile.width);
     }
   });
+  row.done = row.opt != nullptr;
   return true;
 }
 
@@ -467,9 +534,10 @@ QuantizedTensor quantize_transposed(std::span<const float> x, int64_t rows, int6
 
 namespace {
 // quantize_transposed_into; *max_abs_bits_seen gets max |x| (finite) when a pass computed it, else
-// is left alone.
+// is left alone. When a direct or strip pass makes x^T, it makes `row`'s row-wise tensor too.
 void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
-                              QuantizedTensor& out, uint32_t* max_abs_bits_seen) {
+                              QuantizedTensor& out, uint32_t* max_abs_bits_seen, RowCompanion& row,
+                              const SourceAmax* known) {
   if (opt.format == Format::nvfp4 && opt.tile_16x16 && !opt.rht) {
     // One amax and one scale per tile serve both orientations: the transposed copy is the exact
     // transpose. The reference validates everything before it checks the rows.
@@ -488,7 +556,7 @@ void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t co
   if (opt.format == Format::nvfp4 && !opt.tile_16x16 && !opt.row_scaled && shape_and_options_ok(x.size(), cols, rows, opt) &&
       rows > 0 && cols > 0) {
     make_header(cols, rows, opt, out);
-    if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out, max_abs_bits_seen)) return;
+    if (quantize_nvfp4_transposed(k, x, rows, cols, opt, out, max_abs_bits_seen, row, known)) return;
   }
   // The transposed copy lives in a grow-only per-thread buffer: a fresh zero-filled vector per call
   // (two per linear layer and step in training) cost its memset and page faults every time.
@@ -503,14 +571,22 @@ void quantize_transposed_impl(std::span<const float> x, int64_t rows, int64_t co
 void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
                               QuantizedTensor& out) {
   uint32_t unused = 0;
-  quantize_transposed_impl(x, rows, cols, opt, out, &unused);
+  RowCompanion none;
+  quantize_transposed_impl(x, rows, cols, opt, out, &unused, none, nullptr);
 }
 
 void quantize_both_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
-                        QuantizedTensor& row_out, const QuantOptions& t_opt, QuantizedTensor& t_out) {
+                        QuantizedTensor& row_out, const QuantOptions& t_opt, QuantizedTensor& t_out,
+                        const SourceAmax* known) {
   constexpr uint32_t kUnknown = 0xFFFFFFFFu;
   uint32_t bits = kUnknown;
-  quantize_transposed_impl(x, rows, cols, t_opt, t_out, &bits);
+  RowCompanion row;
+  if (RowCompanion::fits(x, rows, cols, row_opt)) {
+    row.opt = &row_opt;
+    row.q = &row_out;
+  }
+  quantize_transposed_impl(x, rows, cols, t_opt, t_out, &bits, row, known);
+  if (row.done) return;
   // max |x| serves the row-wise NVFP4 amax exactly when that takes no transform of its own.
   if (bits != kUnknown && bits < kFloatExponentAllOnes && row_opt.format == Format::nvfp4 && !row_opt.rht &&
       shape_and_options_ok(x.size(), rows, cols, row_opt)) {
@@ -519,6 +595,47 @@ void quantize_both_into(std::span<const float> x, int64_t rows, int64_t cols, co
     return;
   }
   quantize_into(x, rows, cols, row_opt, row_out);
+}
+
+void gather_source_amax(const float* x, int64_t cols, int64_t row_begin, int64_t row_end, SourceAmax& into) {
+  NIBBLE_CHECK(cols % 16 == 0 && (!into.rht || (row_begin % 16 == 0 && (row_end - row_begin) % 16 == 0)),
+               "gather_source_amax: 16-column blocks and, with the RHT, whole 16-row token blocks");
+  const Kernels& k = active_kernels();
+  const float* stripe = x + row_begin * cols;
+  const int64_t rows = row_end - row_begin;
+  SourceAmax part;
+  part.rht = into.rht;
+  part.valid = true;
+  if (!into.rht) {
+    part.max_abs_bits = k.max_abs_bits(stripe, rows * cols);
+  } else if (k.rht_amax_transposed) {  // the quantizer's own amax pass, on these rows' panels
+    const int64_t panels = (rows / 16 + 15) / 16 * (cols / 16);  // as Kernels::nvfp4_transposed numbers them
+    k.rht_amax_transposed(stripe, cols, rows, cols, 0, panels, &part.max_abs_bits, &part.transposed_rht_amax);
+  } else {
+    // 16 rows at a time, transposed into a per-thread buffer ([cols][16]: each column's 16 tokens,
+    // one block of x^T), then the row-wise RHT amax over its blocks, as the strip path does.
+    static thread_local Workspace gather_workspace;
+    float* buf = reinterpret_cast<float*>(gather_workspace.get(static_cast<size_t>(16 * cols) * sizeof(float)));
+    for (int64_t r = 0; r < rows; r += 16) {
+      k.transpose(stripe + r * cols, cols, 16, cols, buf, 0, 16);
+      uint32_t bits;
+      float t_amax;
+      k.rht_amax(buf, 16 * cols, &bits, &t_amax);
+      part.max_abs_bits = std::max(part.max_abs_bits, bits);
+      part.transposed_rht_amax = std::max(part.transposed_rht_amax, t_amax);
+    }
+  }
+  merge_source_amax(part, into);
+}
+
+void merge_source_amax(const SourceAmax& part, SourceAmax& into) {
+  if (!part.valid) return;
+  into.valid = true;
+  into.max_abs_bits = std::max(into.max_abs_bits, part.max_abs_bits);
+  // Non-negative floats order like their bit patterns; a NaN (only from a huge input, whose gather
+  // usable() discards) must not make the result depend on the order of the merges.
+  into.transposed_rht_amax = std::bit_cast<float>(std::max(std::bit_cast<uint32_t>(into.transposed_rht_amax),
+                                                           std::bit_cast<uint32_t>(part.transposed_rht_amax)));
 }
 
 QuantizedTensor transpose_tiles(const QuantizedTensor& q) {

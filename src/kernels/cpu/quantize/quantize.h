@@ -7,6 +7,7 @@
 #include <span>
 
 #include "format/quantize.h"
+#include "format/source_amax.h"
 
 namespace nibble::cpu {
 
@@ -24,8 +25,17 @@ void quantize_transposed_into(std::span<const float> x, int64_t rows, int64_t co
 // row_out and x^T (wgrad's) into t_out; the same bytes as quantize_into + quantize_transposed_into.
 // x^T first: its amax pass also yields max |x|, which is the row-wise NVFP4 amax, so x is read once
 // less. A non-finite x is reported by the x^T quantization (indices of x^T).
+// known: x's amaxes gathered by its producer (gather_source_amax); used when valid and when its rht
+// matches t_opt's (and x is finite and small enough for the RHT), else the pass is made here.
 void quantize_both_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& row_opt,
-                        QuantizedTensor& row_out, const QuantOptions& t_opt, QuantizedTensor& t_out);
+                        QuantizedTensor& row_out, const QuantOptions& t_opt, QuantizedTensor& t_out,
+                        const SourceAmax* known = nullptr);
+// A producer's epilogue: folds the amaxes of rows [row_begin, row_end) of x ([*, cols], just
+// written) into `into` (a maximum; sets into.valid). cols % 16 == 0; with into.rht the stripe is
+// whole 16-row token blocks (row_begin % 16 == 0, (row_end - row_begin) % 16 == 0). One thread.
+void gather_source_amax(const float* x, int64_t cols, int64_t row_begin, int64_t row_end, SourceAmax& into);
+// Folds `part` (a thread's gather) into `into`.
+void merge_source_amax(const SourceAmax& part, SourceAmax& into);
 void dequantize(const QuantizedTensor& q, std::span<float> out);
 // The exact transpose of a 16x16-tile NVFP4 tensor (ref::transpose_tiles, threaded): the column-wise
 // copy of a weight without quantizing it again. UsageError for other blocks or rows % 16 != 0.
