@@ -358,8 +358,9 @@ void add_run_keys(std::vector<KeyEntry>& t) {
   t.push_back(std::move(device));
   KeyEntry shard = parsed_key<ShardMode>(
       "distributed.shard",
-      "what each MPI rank keeps of the AdamW state: none (all of it), or optimizer (ZeRO-1: the moments of its "
-      "slice of the parameters; trains bitwise as none)",
+      "what each MPI rank keeps of the AdamW state: none (all of it), optimizer (ZeRO-1: the moments of its "
+      "slice of the parameters) or gradients (ZeRO-2: that, and of the summed gradient only its slice, reduced "
+      "during the backward pass); every mode trains bitwise as none",
       parse_shard_mode, [](C& c) -> ShardMode& { return c.train.shard; },
       [](const C& c) { return std::string(to_string(c.train.shard)); });
   // Written to a run's config.yaml only when not the default, so unsharded runs read as before.
