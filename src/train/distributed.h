@@ -4,7 +4,10 @@
 // with distributed.shard=optimizer (ZeRO-1, ShardMode below) each rank keeps the AdamW moments of a
 // contiguous slice of the parameter arena only: the gradients are reduce-scattered in the tree
 // order of the sum below (each rank receives the summed gradients of its slice), each rank steps
-// its slice, and the updated weights are all-gathered. Per optimizer step the global batch, i.e.
+// its slice, and the updated weights are all-gathered; with distributed.shard=gradients (ZeRO-2)
+// the same, but the last micro-batch's gradients are reduce-scattered bucket by bucket while its
+// backward pass runs, and each rank keeps of the summed gradient only its slice (the pages of the
+// rest go back to the system). Per optimizer step the global batch, i.e.
 // grad_accum micro-batches of `batch` sequences drawn from (seed, micro-batch index, row) exactly
 // as on one process, is divided between the ranks without overlap (DataParallelPlan):
 //   - split micro-batches, when grad_accum is a multiple of the rank count: rank r runs micro-batches

@@ -20,7 +20,11 @@ ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
 
 std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, Communicator* comm) {
   c.validate();
-  return std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
+  auto model = std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
+  // ZeRO-2: the arena's zeroed gradients would otherwise stay resident from allocation until the
+  // first step, under the optimizer's state: a start-up peak above the training's.
+  if (c.shard == ShardMode::gradients) release_to_zero(model->params().grads());
+  return model;
 }
 
 // The corpus's 90/10 split (data/data.h) as two streams owning their tokens.
