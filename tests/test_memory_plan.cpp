@@ -155,6 +155,9 @@ TEST(MemoryPlan, TheReportNamesTheModesThatFit) {
   EXPECT_NE(report.find("modes that fit in"), std::string::npos) << report;
   EXPECT_NE(report.find(": optimizer, gradients\n"), std::string::npos) << report;
   EXPECT_NE(report.find("does not fit"), std::string::npos) << report;
+  // Nothing fits: said as no mode, never as the mode named none.
+  EXPECT_NE(train::memory_plan_report(in, 1024).find("modes that fit in 1.0 KiB: no mode\n"), std::string::npos)
+      << train::memory_plan_report(in, 1024);
   in.train.model.layers = 1;
   in.train.model.width = 32;
   in.ranks = 64;

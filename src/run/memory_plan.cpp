@@ -186,7 +186,7 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
   if (device_memory > 0) {
     std::string names;
     for (const auto& f : fitting) names += (names.empty() ? "" : ", ") + f;
-    out += fmt::format("modes that fit in {}: {}\n", b(device_memory), names.empty() ? "none" : names);
+    out += fmt::format("modes that fit in {}: {}\n", b(device_memory), names.empty() ? "no mode" : names);
   }
   return out;
 }
