@@ -121,10 +121,14 @@ Transformer::Transformer(const ModelConfig& config, ops::Backend& backend, uint6
 
 void Transformer::init_weights(uint64_t seed) {
   const float residual_std = config_.init_std / std::sqrt(2.0f * static_cast<float>(config_.layers));
-  std::vector<float> values(params_.values().size(), 0.0f);  // on the host, then to the backend
+  // On the CPU in place (a whole host copy would be a start-up peak of memory above ZeRO-2's
+  // training); a GPU's values are made on the host, then copied. The padding stays zero either way.
+  const bool in_place = ops_.device() == ops::Device::cpu;
+  std::vector<float> host(in_place ? 0 : params_.values().size(), 0.0f);
+  float* values = in_place ? params_.values().data() : host.data();
   uint64_t index = 0;
   for (const auto& p : params_.params()) {
-    float* v = values.data() + p.offset;
+    float* v = values + p.offset;
     const uint64_t tensor_seed = seed * 0x100000001B3ull + (++index) * 0x9E3779B97F4A7C15ull;
     if (p.rows == 1) {  // norm gains
       std::fill(v, v + p.size(), 1.0f);
@@ -133,7 +137,7 @@ void Transformer::init_weights(uint64_t seed) {
       fill_normal(v, p.size(), residual ? residual_std : config_.init_std, tensor_seed);
     }
   }
-  params_.set_values(values);
+  if (!in_place) params_.set_values(host);
 }
 
 ops::AttentionShape Transformer::attention_shape(int64_t batch, int64_t seq) const {
