@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,6 +27,7 @@
 #include "common/error.h"
 #include "data/data.h"
 #include "model/params.h"
+#include "model/transformer.h"
 #include "ops/backend.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
@@ -141,6 +144,81 @@ TEST(GradientSum, SingleLeafAndUnevenCountsAndReuse) {
   EXPECT_EQ(sum.leaves(), 0);
 }
 
+// ZeRO-2 finishes the last micro-batch's tree sum piece by piece as the backward pass completes
+// them: every leaf count (landing levels 0-3, uneven trees), pieces of uneven lengths in backward
+// order, each the bits of add(last) + finish(last); the sum is reusable afterwards.
+TEST(GradientSum, PiecewiseFinishWithTheLastLeafIsTheWholeFinishBitwise) {
+  constexpr size_t kN = 1031;
+  for (uint32_t count = 1; count <= 9; ++count) {
+    std::vector<std::vector<float>> leaves;
+    for (uint32_t i = 0; i < count; ++i) leaves.push_back(mixed_magnitude_floats(kN, 40 * count + i));
+    train::GradientSum whole(ops::cpu()), pieces(ops::cpu());
+    for (const auto& leaf : leaves) whole.add(leaf);
+    std::vector<float> expected(kN);
+    whole.finish(expected);
+    for (int round = 0; round < 2; ++round) {  // the second round reuses the state start_over left
+      for (uint32_t i = 0; i + 1 < count; ++i) pieces.add(leaves[i]);
+      std::vector<float> last = leaves.back();
+      for (int64_t end = kN, first; end > 0; end = first) {
+        first = std::max<int64_t>(0, end - 1 - (end * 7919) % 300);
+        pieces.finish_piece_with_last(last, first, end);
+      }
+      pieces.start_over();
+      EXPECT_EQ(last, expected) << count << " leaves, round " << round;
+      EXPECT_EQ(pieces.leaves(), 0);
+    }
+  }
+}
+
+// release_to_zero: zeros in place, the neighbours of an unaligned span untouched.
+TEST(GradientSum, ReleasedMemoryReadsAsZerosAndSparesItsNeighbours) {
+  std::vector<float> v = mixed_magnitude_floats(50000, 8);
+  const std::vector<float> before = v;
+  train::release_to_zero(std::span(v).subspan(777, 30001));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i >= 777 && i < 777 + 30001) ASSERT_EQ(v[i], 0.0f) << i;
+    else ASSERT_EQ(v[i], before[i]) << i;
+  }
+  train::release_to_zero(std::span(v).subspan(3, 5));  // no whole page inside
+  for (size_t i = 3; i < 8; ++i) EXPECT_EQ(v[i], 0.0f);
+  EXPECT_EQ(v[2], before[2]);
+  EXPECT_EQ(v[8], before[8]);
+}
+
+// The backward pass announces completed suffixes of the arena at the points the config predicts,
+// and a suffix announced complete already holds its final gradients (tied and untied heads).
+TEST(GradientSum, BackwardAnnouncesCompletedSuffixesOfTheArena) {
+  for (bool tied : {true, false}) {
+    model::ModelConfig c;
+    c.vocab = 61;
+    c.layers = 3;
+    c.heads = 2;
+    c.width = 32;
+    c.context = 16;
+    c.tied_embeddings = tied;
+    model::Transformer m(c, ops::cpu(), 5);
+    std::vector<int32_t> tokens(2 * 16), targets(2 * 16);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>((i * 7) % 61);
+      targets[i] = static_cast<int32_t>((i * 11 + 3) % 61);
+    }
+    model::ModelStep ms;
+    m.params().zero_grads();
+    m.forward(tokens, targets, 2, 16, ms);
+    std::vector<int64_t> points;
+    std::vector<std::vector<float>> suffixes;
+    m.backward(1.0f, [&](int64_t first) {
+      points.push_back(first);
+      suffixes.emplace_back(m.params().grads().begin() + first, m.params().grads().end());
+    });
+    EXPECT_EQ(points, model::Transformer::gradient_completion_points(c)) << "tied " << tied;
+    ASSERT_EQ(points.back(), 0);
+    for (size_t i = 0; i < points.size(); ++i)
+      EXPECT_EQ(suffixes[i], std::vector<float>(m.params().grads().begin() + points[i], m.params().grads().end()))
+          << "tied " << tied << ", the suffix from " << points[i] << " changed after it was announced";
+  }
+}
+
 // device=cuda under mpirun: one GPU per rank, chosen from the rank's place on its host.
 TEST(GpuPerRank, EachRankOnAHostTakesItsOwnGpu) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(train::gpu_of_rank(r, 4, 8, "node1"), r);
@@ -249,18 +327,18 @@ TEST(OptimizerShards, SlicesChunkSumsAddUpToTheOneProcessSumOfSquares) {
   EXPECT_NE(sums_of(shifted), whole);
 }
 
-TEST(ShardMode, ParsesNoneAndOptimizerAndNamesTheRest) {
+TEST(ShardMode, ParsesNoneOptimizerGradientsAndNamesTheRest) {
   EXPECT_EQ(train::parse_shard_mode("none"), train::ShardMode::none);
   EXPECT_EQ(train::parse_shard_mode("optimizer"), train::ShardMode::optimizer);
+  EXPECT_EQ(train::parse_shard_mode("gradients"), train::ShardMode::gradients);
   EXPECT_EQ(train::parse_shard_mode("full"), train::ShardMode::full);
-  EXPECT_EQ(train::to_string(train::ShardMode::full), "full");
-  for (const char* later : {"gradients"}) {
-    try {
-      train::parse_shard_mode(later);
-      FAIL() << later;
-    } catch (const UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find("not available in this version"), std::string::npos) << e.what();
-    }
+  for (auto mode : {train::ShardMode::none, train::ShardMode::optimizer, train::ShardMode::gradients, train::ShardMode::full})
+    EXPECT_EQ(train::parse_shard_mode(train::to_string(mode)), mode);
+  try {
+    train::parse_shard_mode("zero3");
+    FAIL() << "zero3";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("use none, optimizer, gradients or full"), std::string::npos) << e.what();
   }
   EXPECT_THROW(train::parse_shard_mode("zero1"), UsageError);
 }
@@ -268,14 +346,17 @@ TEST(ShardMode, ParsesNoneAndOptimizerAndNamesTheRest) {
 TEST(ShardMode, OptimizerShardsOnAGpuAreRefusedNamingTheFix) {
   train::TrainConfig c;
   c.model.vocab = 64;
-  c.shard = train::ShardMode::optimizer;
-  EXPECT_NO_THROW(c.validate());
-  c.device = ops::Device::cuda;
-  try {
-    c.validate();
-    FAIL() << "device=cuda with distributed.shard=optimizer accepted";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("use distributed.shard=none"), std::string::npos) << e.what();
+  for (auto mode : {train::ShardMode::optimizer, train::ShardMode::gradients}) {
+    c.shard = mode;
+    c.device = ops::Device::cpu;
+    EXPECT_NO_THROW(c.validate());
+    c.device = ops::Device::cuda;
+    try {
+      c.validate();
+      FAIL() << "device=cuda with distributed.shard=" << train::to_string(mode) << " accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("use distributed.shard=none"), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -324,6 +405,36 @@ TEST(WeightShards, OneProcessOwnsEverythingAndTrainsAsUnsharded) {
   EXPECT_EQ(full.weight_shards()->gathered_bytes(), 0);
 }
 
+// Host-first: equal power-of-two blocks of consecutive ranks per host keep the tree's first levels
+// inside hosts; any other placement is named with the fix (the bits are the same either way).
+TEST(HostPlacement, ConsecutivePowerOfTwoBlocksSumWithinHostsFirst) {
+  const auto place = [](std::vector<std::string> hosts) { return train::group_ranks_by_host(hosts); };
+  EXPECT_TRUE(place({"a", "a", "a", "a"}).host_first);
+  EXPECT_EQ(place({"a", "a", "a", "a"}).hosts, 1);
+  EXPECT_TRUE(place({"a", "a", "a", "a"}).text.empty());
+  const train::HostPlacement two = place({"a", "a", "b", "b"});
+  EXPECT_TRUE(two.host_first);
+  EXPECT_EQ(two.hosts, 2);
+  EXPECT_EQ(two.ranks_per_host, 2);
+  EXPECT_NE(two.text.find("2 hosts x 2 consecutive ranks"), std::string::npos) << two.text;
+  EXPECT_TRUE(place({"a", "b", "c", "d"}).host_first);  // one rank per host: every level crosses
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {"a", "b", "a", "b"}, {"a", "a", "a", "b"}, {"a", "a", "b", "b", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "b"}}) {
+    const train::HostPlacement p = place(bad);
+    EXPECT_FALSE(p.host_first) << p.text;
+    EXPECT_NE(p.text.find("warning"), std::string::npos) << p.text;
+    EXPECT_NE(p.text.find("--map-by ppr:K:node"), std::string::npos) << p.text;
+  }
+}
+
+TEST(HostPlacement, SimulatedHostNamesNeedOneNamePerRank) {
+  ::setenv("NIBBLE_SIMULATED_HOSTS", "x,x,y", 1);
+  EXPECT_EQ(train::simulated_host_name(2, 3), "y");
+  EXPECT_THROW(train::simulated_host_name(0, 4), UsageError);
+  ::unsetenv("NIBBLE_SIMULATED_HOSTS");
+  EXPECT_EQ(train::simulated_host_name(0, 4), "");
+}
+
 // ---- End to end through mpirun (only when nibble is built with MPI) ----
 
 #if defined(NIBBLE_HAVE_MPI) && defined(NIBBLE_MPIEXEC)
@@ -360,9 +471,11 @@ Result train_on(int ranks, const fs::path& run_dir, const std::string& overrides
   if (ranks == 1) return shell("timeout -k 5 120 " + program + args);
   // Each rank one thread: the 2-core test machine runs both ranks at once. Root in containers
   // needs --allow-run-as-root.
+  const bool simulated_hosts = std::getenv("NIBBLE_SIMULATED_HOSTS") != nullptr;
   return shell("timeout -k 5 120 env OMP_NUM_THREADS=1 " + std::string(NIBBLE_MPIEXEC) +
                " --oversubscribe --bind-to none -np " + std::to_string(ranks) + (::geteuid() == 0 ? " --allow-run-as-root" : "") +
-               " -x OMP_NUM_THREADS " + program + args + " threads=1");
+               " -x OMP_NUM_THREADS " + (simulated_hosts ? "-x NIBBLE_SIMULATED_HOSTS " : "") + program + args +
+               " threads=1");
 }
 
 using cli_test::file_bytes;
@@ -640,10 +753,28 @@ TEST_F(MpiTrain, OptimizerShardsTrainBitwiseLikeOneProcess) {
   }
 }
 
+// ZeRO-2: the buckets reduce-scattered during the backward pass add in the same tree order, on 2
+// ranks (two micro-batches each: the tree sum finished piece by piece) and 4 (one each), and on one
+// process (the mode alone), for every quantization: one process's losses, weights, optimizer state.
+TEST_F(MpiTrain, GradientShardsTrainBitwiseLikeOneProcess) {
+  for (const std::string quantization : {"none", "bf16", "nvfp4"}) {
+    for (int ranks : {1, 2, 4}) {
+      const fs::path run = work_dir() / ("zero2-" + quantization + "-" + std::to_string(ranks));
+      const Result r = train_on(ranks, run, kShardModel + "quantization=" + quantization + " distributed.shard=gradients");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      if (ranks > 1) EXPECT_NE(r.output.find("distributed.shard=gradients (ZeRO-2)"), std::string::npos) << r.output;
+      SCOPED_TRACE(quantization + " on " + std::to_string(ranks) + " ranks");
+      expect_same_run(run, one_process_run(quantization));
+    }
+  }
+}
+
 // A checkpoint is one whole state whichever mode wrote it (gathered on rank 0): none -> optimizer,
-// optimizer on 2 ranks -> 4 ranks, optimizer -> one process, each bitwise the uninterrupted run.
+// optimizer on 2 ranks -> 4 ranks, optimizer -> one process, and the same for gradients (ZeRO-2)
+// and back to none, each bitwise the uninterrupted run.
 TEST_F(MpiTrain, OptimizerShardCheckpointsResumeAcrossModesAndRankCounts) {
-  const std::string nvfp4 = kShardModel + "quantization=nvfp4 ", shard = " distributed.shard=optimizer";
+  const std::string nvfp4 = kShardModel + "quantization=nvfp4 ", shard = " distributed.shard=optimizer",
+                    zero2 = " distributed.shard=gradients";
   const fs::path& reference = one_process_run("nvfp4");
   struct Leg {
     const char* name;
@@ -654,7 +785,10 @@ TEST_F(MpiTrain, OptimizerShardCheckpointsResumeAcrossModesAndRankCounts) {
   };
   for (const Leg& leg : {Leg{"none-then-optimizer", 2, "", "--fault rank_exits=1:3", 2, shard},
                          Leg{"optimizer-2-then-4", 2, shard, "--fault rank_exits=1:5", 4, shard},
-                         Leg{"optimizer-then-one", 4, shard, "--fault rank_exits=2:3", 1, ""}}) {
+                         Leg{"optimizer-then-one", 4, shard, "--fault rank_exits=2:3", 1, ""},
+                         Leg{"none-then-gradients", 2, "", "--fault rank_exits=1:3", 2, zero2},
+                         Leg{"gradients-2-then-4", 2, zero2, "--fault rank_exits=1:5", 4, zero2},
+                         Leg{"gradients-then-none", 4, zero2, "--fault rank_exits=2:3", 2, ""}}) {
     SCOPED_TRACE(leg.name);
     const fs::path run = work_dir() / leg.name;
     const Result stopped = train_on(leg.ranks_before, run, nvfp4 + leg.before, leg.fault);
@@ -665,6 +799,32 @@ TEST_F(MpiTrain, OptimizerShardCheckpointsResumeAcrossModesAndRankCounts) {
     EXPECT_EQ(resumed.output.find("note: resuming with distributed.shard"), std::string::npos) << resumed.output;
     expect_same_run(run, reference);
   }
+}
+
+// Ranks on simulated hosts (NIBBLE_SIMULATED_HOSTS): placed host by host, the report says the tree
+// sums within hosts first (and the all-reduce of shard=none becomes reduce-scatter + all-gather);
+// interleaved, it warns with the fix. Both train one process's bits, none and gradients alike.
+TEST_F(MpiTrain, SimulatedHostsKeepTheBitsAndNameTheirPlacement) {
+  struct Case {
+    const char* hosts;
+    const char* expected;
+  };
+  for (const Case& c : {Case{"a,a,b,b", "2 hosts x 2 consecutive ranks"}, Case{"a,b,a,b", "warning: the ranks"}}) {
+    ::setenv("NIBBLE_SIMULATED_HOSTS", c.hosts, 1);
+    for (const std::string mode : {"none", "gradients"}) {
+      SCOPED_TRACE(std::string(c.hosts) + " " + mode);
+      const fs::path run = work_dir() / ("hosts-" + std::string(c.hosts) + "-" + mode);
+      const Result r = train_on(4, run, kShardModel + "quantization=nvfp4 distributed.shard=" + mode);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+      expect_same_run(run, one_process_run("nvfp4"));
+    }
+  }
+  ::setenv("NIBBLE_SIMULATED_HOSTS", "a,b,c", 1);  // not one name per rank: refused on every rank
+  const Result bad = train_on(2, work_dir() / "hosts-bad", "");
+  ::unsetenv("NIBBLE_SIMULATED_HOSTS");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("give one host name per rank"), std::string::npos) << bad.output;
 }
 
 // More ranks than slices of the gradient norm's unit (the tiny model has fewer than 4): refused on
@@ -856,6 +1016,34 @@ TEST(MpiCollectives, ReduceScatterGivesEachRankTheGradientSumOfItsSlice) {
   comm->scatter_shards_from_root(std::as_bytes(std::span(whole)), std::as_writable_bytes(std::span(back)),
                                  layout.scaled(sizeof(float)));
   EXPECT_EQ(back, own);
+}
+
+// ZeRO-2's overlapped reduce-scatter: buckets of uneven lengths (some inside one rank's slice, some
+// across slice edges, an empty one), started in backward order and polled between starts with at
+// most one or three left in flight, give each rank bitwise reduce_scatter_gradients' slice.
+TEST(MpiCollectives, BucketedReduceScatterIsTheWholeReduceScatterBitwise) {
+  if (!train::launched_by_mpi()) GTEST_SKIP() << "not started by mpirun";
+  train::Communicator* comm = mpi_world();
+  const int ranks = comm->size(), rank = comm->rank();
+  const int64_t n = 6 * ops::kSumOfSquaresChunk + 1234;
+  const train::ShardLayout layout = train::optimizer_shards(n, ranks);
+  const auto mine = mixed_magnitude_floats(static_cast<size_t>(n), 700 + static_cast<uint32_t>(rank));
+  std::vector<float> whole = mine;
+  comm->reduce_scatter_gradients(whole, layout);
+  for (size_t keep_in_flight : {1, 3}) {  // 3: later buckets' levels may be posted before earlier ones'
+    std::vector<float> bucketed = mine;
+    std::vector<std::pair<int64_t, int64_t>> started, finished;
+    int64_t end = n;
+    for (int64_t first : {n - 5000, n - 5000, n - 40000, int64_t{20000}, int64_t{19999}, int64_t{0}}) {
+      comm->start_reduce_scatter(bucketed, first, end, layout);
+      started.emplace_back(first, end);
+      end = first;
+      for (const auto& f : comm->poll_reduce_scatters(keep_in_flight)) finished.push_back(f);
+    }
+    for (const auto& f : comm->poll_reduce_scatters(0)) finished.push_back(f);
+    EXPECT_EQ(finished, started);
+    EXPECT_EQ(slice_of(bucketed, layout, rank), slice_of(whole, layout, rank)) << keep_in_flight << " in flight";
+  }
 }
 
 // A sharded AdamW (each rank its slice's moments, the norm from gathered chunk sums, weights

@@ -117,6 +117,40 @@ TEST(MemoryPlan, FullShardsHoldTheSliceAndTheLargestGatheredPhase) {
   EXPECT_EQ(train::plan_rank_memory(small_job(4, train::ShardMode::optimizer), 1).startup(), 0);
 }
 
+// ZeRO-2 keeps the optimizer's slice of ZeRO-1 and, with one micro-batch per rank, of the gradient
+// only the pages its slice and the buckets in flight touch: below the whole arena, above the slice,
+// and the slices' receive buffers counted; with several micro-batches per rank the tree sum needs
+// whole gradients (plus one bucket of scratch), as ZeRO-1.
+TEST(MemoryPlan, GradientShardsHoldTheSlicePlusTheBucketsInFlight) {
+  auto job = small_job(4, train::ShardMode::gradients);
+  job.train.model.layers = 8;
+  const int64_t n = model::arena_floats(job.train.model);
+  const train::ShardLayout slices = train::optimizer_shards(n, 4);
+  const std::vector<int64_t> points = model::Transformer::gradient_completion_points(job.train.model);
+  const int64_t block = points[1] - points[2], embedding = points[points.size() - 2];  // tied: no head
+  ASSERT_GT(block, embedding);
+  for (int r = 0; r < 4; ++r) {
+    const train::RankMemory zero2 = train::plan_rank_memory(job, r);
+    auto zero1_job = job;
+    zero1_job.shard = train::ShardMode::optimizer;
+    const train::RankMemory zero1 = train::plan_rank_memory(zero1_job, r);
+    EXPECT_EQ(zero2.optimizer, zero1.optimizer);
+    EXPECT_LT(zero2.gradients, zero1.gradients) << "rank " << r;
+    EXPECT_GE(zero2.gradients, 4 * slices.size(r)) << "rank " << r;
+    // At most the slice, the tied embedding and 2 blocks beyond it (in flight and being written).
+    EXPECT_LE(zero2.gradients, 4 * (slices.size(r) + embedding + 2 * block))
+        << "rank " << r;
+    EXPECT_GT(zero2.buffers, zero1.buffers);
+  }
+  auto two = job;
+  two.ranks = 2;  // 2 micro-batches per rank
+  auto two_zero1 = two;
+  two_zero1.shard = train::ShardMode::optimizer;
+  EXPECT_EQ(train::plan_rank_memory(two, 1).gradients, 4 * n);
+  EXPECT_EQ(train::plan_rank_memory(two, 1).accumulation,
+            train::plan_rank_memory(two_zero1, 1).accumulation + 4 * block);  // the largest bucket
+}
+
 TEST(MemoryPlan, DeviceMemorySizesAndTheirRefusal) {
   EXPECT_EQ(train::parse_memory_size("141GB"), int64_t{141} * 1000 * 1000 * 1000);
   EXPECT_EQ(train::parse_memory_size("80GiB"), int64_t{80} << 30);
@@ -148,8 +182,12 @@ TEST(MemoryPlan, TheReportNamesTheModesThatFit) {
   ASSERT_LT(need(train::ShardMode::full), between);
   const std::string report = train::memory_plan_report(in, between);
   EXPECT_NE(report.find("modes that fit in"), std::string::npos) << report;
-  EXPECT_NE(report.find(": optimizer, full\n"), std::string::npos) << report;
+  ASSERT_LT(need(train::ShardMode::gradients), between);
+  EXPECT_NE(report.find(": optimizer, gradients, full\n"), std::string::npos) << report;
   EXPECT_NE(report.find("does not fit"), std::string::npos) << report;
+  // Nothing fits: said as no mode, never as the mode named none.
+  EXPECT_NE(train::memory_plan_report(in, 1024).find("modes that fit in 1.0 KiB: no mode\n"), std::string::npos)
+      << train::memory_plan_report(in, 1024);
   in.train.model.layers = 1;
   in.train.model.width = 32;
   in.ranks = 64;
@@ -222,8 +260,9 @@ TEST(MemoryPlanCli, PlanPrintsEveryModeForAnyRankCountAndRefusesBadInput) {
   const std::string config = (work_dir() / "plan.yaml").string();
   const auto r = cli_test::run("plan " + config + " --ranks 4 --device-memory 16GB");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* part : {"4 ranks", "shard=none", "shard=optimizer", "shard=full", "largest rank: weights", "AdamW",
-                           "at start-up the whole weights", "modes that fit in 14.90 GiB: none, optimizer, full"})
+  for (const char* part : {"4 ranks", "shard=none", "shard=optimizer", "shard=gradients", "shard=full",
+                           "largest rank: weights", "AdamW", "at start-up the whole weights",
+                           "modes that fit in 14.90 GiB: none, optimizer, gradients, full"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   // The plan needs no data when model.vocab is given, and nothing is written anywhere.
   const auto vocab = cli_test::run("plan " + config + " model.vocab=50257 data.dir=/nonexistent --ranks 2");

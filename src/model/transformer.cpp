@@ -362,7 +362,24 @@ std::span<const float> Transformer::decode(KvCache& cache, std::span<const int32
   return decoded_logits_;
 }
 
-void Transformer::backward(float scale) {
+// The arena is laid out embedding, block 0 .. block L-1, final norm, untied head (the constructor),
+// and backward runs from the end: a suffix of the arena is complete after each stage. A tied head's
+// gradient lands in the embedding, which the last stage completes.
+std::vector<int64_t> Transformer::gradient_completion_points(const ModelConfig& c) {
+  const auto padded = [](int64_t n) { return (n + 15) / 16 * 16; };  // ParamArena::add's alignment
+  int64_t block = 2 * padded(c.width);
+  for (const LinearShape& l : model::block_linear_shapes(c)) block += padded(l.in_features * l.out_features);
+  const int64_t blocks_begin = padded(c.vocab * c.width);
+  std::vector<int64_t> points{blocks_begin + c.layers * block};  // the final norm's offset
+  for (int64_t l = c.layers - 1; l >= 0; --l) points.push_back(blocks_begin + l * block);
+  points.push_back(0);
+  return points;
+}
+
+void Transformer::backward(float scale, const std::function<void(int64_t first)>& on_complete) {
+  const auto complete = [&](int64_t first) {
+    if (on_complete) on_complete(first);
+  };
   NIBBLE_CHECK(batch_ > 0 && backward_ready_, "Transformer::backward without a training forward before it");
   backward_ready_ = false;
   const int64_t N = batch_ * seq_, d = config_.width, V = config_.vocab, f = config_.hidden();
@@ -389,6 +406,7 @@ void Transformer::backward(float scale) {
   ops_.rmsnorm_backward({N, d}, residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(),
                         d_normed_.data(), d_res_.data(), params_.grad(final_norm_));
   release_head();
+  complete(final_norm_);
 
   // d_res_ holds dL/d(output of block l) on entry to each iteration, dL/d(input of block l) on exit.
   for (int64_t l = config_.layers - 1; l >= 0; --l) {
@@ -417,9 +435,11 @@ void Transformer::backward(float scale) {
     ops_.rmsnorm_backward({N, d}, residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(),
                           d_res_.data(), params_.grad(p.norm1));
     release(block_range(l));
+    complete(p.norm1);  // the block's first parameter
   }
   // The embedding's gradient reads no weights: nothing to acquire.
   ops_.embedding_backward(tokens_.data(), N, d_res_.data(), d, params_.grad(embedding_));
+  complete(0);
 }
 
 std::vector<LinearTelemetry> Transformer::telemetry() const {

@@ -14,6 +14,7 @@
 // backend's memory.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -102,8 +103,13 @@ class Transformer {
   // tokens; keeps what backward needs.
   double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch, int64_t seq,
                  const ModelStep& step);
-  // Accumulates d(scale * mean loss)/d(parameters) into params().grads().
-  void backward(float scale);
+  // Accumulates d(scale * mean loss)/d(parameters) into params().grads(). `on_complete(first)`,
+  // when given, is called each time the gradients of arena [first, end) are complete, with `first`
+  // decreasing: after the LM head and final norm, after each block (last to first), 0 after the
+  // embedding. Data parallelism reduces a completed stretch while the backward pass goes on.
+  void backward(float scale, const std::function<void(int64_t first)>& on_complete = {});
+  // The `first` values backward passes to on_complete, in its order (from the config alone).
+  static std::vector<int64_t> gradient_completion_points(const ModelConfig& c);
 
   // Sampling: the same blocks as forward (FP32 GEMMs from the master weights, FP32 attention) on
   // `tokens`, which continue the sequence in `cache` at position cache.length; extends the cache and

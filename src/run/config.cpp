@@ -358,9 +358,10 @@ void add_run_keys(std::vector<KeyEntry>& t) {
   t.push_back(std::move(device));
   KeyEntry shard = parsed_key<ShardMode>(
       "distributed.shard",
-      "what each MPI rank keeps of the AdamW state and weights: none (all of it), optimizer (ZeRO-1: the moments of "
-      "its slice of the parameters) or full (ZeRO-3: the weights of its slice too, each block's gathered around its "
-      "use); all train bitwise as none",
+      "what each MPI rank keeps of the AdamW state, gradients and weights: none (all of it), optimizer (ZeRO-1: the "
+      "moments of its slice of the parameters), gradients (ZeRO-2: that, and of the summed gradient only its slice, "
+      "reduced during the backward pass) or full (ZeRO-3: the weights of its slice too, each block's gathered around "
+      "its use); every mode trains bitwise as none",
       parse_shard_mode, [](C& c) -> ShardMode& { return c.train.shard; },
       [](const C& c) { return std::string(to_string(c.train.shard)); });
   // Written to a run's config.yaml only when not the default, so unsharded runs read as before.

@@ -62,6 +62,50 @@ int64_t largest_gathered_floats(const model::ModelConfig& c) {
   return std::max({table, block, padded(c.width) + table});
 }
 
+// ZeRO-2's gradient memory over the last backward pass (Trainer::backward_reducing_buckets), in
+// floats: a bucket is whole from when the backward pass writes it until its reduce-scatter
+// finishes, then only its part in this rank's slice; at most kGradientBucketsInFlight + 1 are
+// unfinished at once, each with a receive buffer of its largest recursive-halving level (the first:
+// the pieces of every rank whose low bit is this one's). A tied LM head writes the embedding's
+// gradient first, and it stays whole until the end.
+struct Zero2Peak {
+  int64_t gradients = 0, receive = 0, largest_bucket = 0;
+};
+Zero2Peak zero2_peak(const model::ModelConfig& c, const ShardLayout& shards, int rank) {
+  const std::vector<int64_t> points = model::Transformer::gradient_completion_points(c);
+  const auto overlap = [](int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+    return std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
+  };
+  struct Bucket {
+    int64_t size, owned, receive;
+  };
+  std::vector<Bucket> buckets;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const int64_t begin = points[i], end = i == 0 ? shards.total() : points[i - 1];
+    Bucket b{end - begin, overlap(begin, end, shards.begin(rank), shards.end(rank)), 0};
+    for (int r = 0; r < shards.ranks(); ++r)
+      if (shards.ranks() > 1 && (r & 1) == (rank & 1)) b.receive += overlap(begin, end, shards.begin(r), shards.end(r));
+    buckets.push_back(b);
+  }
+  const int64_t tied_embedding = c.tied_embeddings ? buckets.back().size : 0;
+  Zero2Peak peak;
+  int64_t kept = 0;  // the owned parts of the finished buckets
+  const size_t window = kGradientBucketsInFlight + 1;
+  for (size_t j = 0; j < buckets.size(); ++j) {
+    if (j >= window) kept += buckets[j - window].owned;
+    int64_t whole = 0, receive = 0;
+    for (size_t i = j + 1 > window ? j + 1 - window : 0; i <= j; ++i) {
+      whole += buckets[i].size;
+      receive += buckets[i].receive;
+    }
+    const bool embedding_in_window = j + window >= buckets.size();
+    peak.gradients = std::max(peak.gradients, kept + whole + (embedding_in_window ? 0 : tied_embedding));
+    peak.receive = std::max(peak.receive, receive);
+    peak.largest_bucket = std::max(peak.largest_bucket, buckets[j].size);
+  }
+  return peak;
+}
+
 }  // namespace
 
 namespace {
@@ -86,19 +130,28 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   const DataParallelPlan plan(c.batch, c.grad_accum, rank, in.ranks);
   const int64_t n = model::arena_floats(c.model), seq = c.seq > 0 ? c.seq : c.model.context;
   RankMemory m;
+  const int64_t slices = static_cast<int64_t>(plan.slices().size());
   const int64_t owned = in.shard == ShardMode::none ? n : optimizer_shards(n, in.ranks, in.shard).size(rank);
   // full: the slice, and the phase in use gathered whole (its own part counted twice: a bound).
   m.weights = in.shard == ShardMode::full ? 4 * std::min(n, owned + largest_gathered_floats(c.model)) : 4 * n;
   if (in.shard == ShardMode::full) m.startup_weights = 4 * n;
   m.gradients = 4 * n;
-  m.accumulation = 4 * n * accumulation_arrays(static_cast<int64_t>(plan.slices().size()));
+  m.accumulation = 4 * n * accumulation_arrays(slices);
+  m.buffers = in.ranks > 1 ? kExchangeBucketBytes : 0;
+  if (in.shard == ShardMode::gradients) {
+    // With several micro-batches a rank writes whole gradients before the last one (the tree sum
+    // of its micro-batches needs them) and finishes the sum piecewise (one bucket of scratch).
+    const Zero2Peak z = zero2_peak(c.model, optimizer_shards(n, in.ranks, in.shard), rank);
+    if (slices == 1) m.gradients = 4 * z.gradients;
+    else m.accumulation += 4 * z.largest_bucket;
+    m.buffers += 4 * z.receive;
+  }
   m.optimizer = 9 * owned;  // m and v in FP32, one decay flag byte
   // Training saves the activations of rows_per_slice rows; evaluation runs whole batches of `batch`.
   const Recipe recipe(c.recipe, static_cast<int>(c.model.layers), model::block_linear_shapes(c.model),
                       plan.rows_per_slice() * seq, ops::cpu());
   m.activations = estimate_memory(c.model, &recipe, c.batch, seq).activations_recipe +
                   quantized_weight_bytes(c.model, recipe);
-  m.buffers = in.ranks > 1 ? kExchangeBucketBytes : 0;
   m.process = in.process_bytes;
   // Rank 0 writes the whole state (run/checkpoint.cpp): the weights' host copy and its file image
   // (8 bytes a parameter), then the gathered moments (8), their tensors (8) and file image (8).
@@ -125,7 +178,7 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
   std::string out = fmt::format("{} ranks, batch {} x grad_accum {}: memory per rank\n", in.ranks, in.train.batch,
                                 in.train.grad_accum);
   std::vector<std::string> fitting;
-  for (ShardMode mode : {ShardMode::none, ShardMode::optimizer, ShardMode::full}) {
+  for (ShardMode mode : {ShardMode::none, ShardMode::optimizer, ShardMode::gradients, ShardMode::full}) {
     MemoryPlanInput each = in;
     each.shard = mode;
     std::string refused;
@@ -156,7 +209,7 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
   if (device_memory > 0) {
     std::string names;
     for (const auto& f : fitting) names += (names.empty() ? "" : ", ") + f;
-    out += fmt::format("modes that fit in {}: {}\n", b(device_memory), names.empty() ? "none" : names);
+    out += fmt::format("modes that fit in {}: {}\n", b(device_memory), names.empty() ? "no mode" : names);
   }
   return out;
 }

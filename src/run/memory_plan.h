@@ -17,11 +17,11 @@ namespace nibble::train {
 // read from /proc/self/status where it runs.
 struct RankMemory {
   int64_t weights = 0;       // the FP32 parameter arena: the whole, or (full) the slice and the largest phase gathered
-  int64_t gradients = 0;     // the FP32 gradient arena
+  int64_t gradients = 0;     // the FP32 gradient arena (ZeRO-2: the pages its slice and the buckets in flight touch)
   int64_t accumulation = 0;  // GradientSum's tree levels when a rank runs several micro-batches
   int64_t optimizer = 0;     // AdamW's two FP32 moments and 1-byte decay flags: whole, or its slice
   int64_t activations = 0;   // one micro-batch's saved activations and the recipe's quantized weights
-  int64_t buffers = 0;       // communication scratch (the gradient exchange's bucket)
+  int64_t buffers = 0;       // communication scratch (the exchange bucket; ZeRO-2: receive buffers in flight)
   int64_t process = 0;
   // Rank 0 only, while it writes a checkpoint (or reads one to resume): the whole state as host
   // copies and serialized files, on top of the rest.
@@ -65,7 +65,7 @@ int64_t peak_resident_bytes();
 // "weights 324 MiB, gradients ..., total ... (rank 0 writing a checkpoint: ...)": the start-up line.
 std::string describe_rank_memory(const RankMemory& m);
 
-// `nibble plan`: per mode (none, optimizer, full), the largest rank's memory, rank 0's peak and whether
+// `nibble plan`: per mode (none, optimizer, gradients, full), the largest rank's memory, rank 0's peak and whether
 // they fit in `device_memory` bytes (0: not asked), with the modes that fit named last.
 std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory);
 

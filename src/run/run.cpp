@@ -295,12 +295,18 @@ void TrainingRun::report() {
   if (comm_.size() > 1)
     console_.print(fmt::format("parallel   {}: {}; MFU counts {} x the peak above\n", comm_.describe(),
                                trainer_->data_parallel().describe(seq_), comm_.size()));
+  if (!comm_.host_placement().empty()) console_.print("hosts      " + comm_.host_placement() + "\n");
   print_memory_per_rank();
-  if (const auto& shards = trainer_->optimizer().shards(); shards && !trainer_->weight_shards())
-    console_.print(fmt::format("shard      distributed.shard=optimizer (ZeRO-1): each rank holds the AdamW state of "
-                               "its slice of the {} parameters (rank 0: [{}, {})); gradients reduce-scattered, "
-                               "weights all-gathered\n",
-                               shards->layout.total(), shards->layout.begin(0), shards->layout.end(0)));
+  if (const auto& shards = trainer_->optimizer().shards(); shards && !trainer_->weight_shards()) {
+    const bool zero2 = config_.train.shard == ShardMode::gradients;
+    console_.print(fmt::format("shard      distributed.shard={} ({}): each rank holds the AdamW state of its slice of "
+                               "the {} parameters (rank 0: [{}, {})){}; weights all-gathered\n",
+                               to_string(config_.train.shard), zero2 ? "ZeRO-2" : "ZeRO-1", shards->layout.total(),
+                               shards->layout.begin(0), shards->layout.end(0),
+                               zero2 ? " and of the summed gradient only that slice: each block's gradients "
+                                       "reduce-scattered as the backward pass completes them"
+                                     : "; gradients reduce-scattered after the backward pass"));
+  }
   if (const WeightShards* weights = trainer_->weight_shards())
     console_.print(fmt::format("shard      distributed.shard=full (ZeRO-3): each rank holds the FP32 weights and "
                                "AdamW state of its slice of the {} parameters (rank 0: [{}, {})); each block's "

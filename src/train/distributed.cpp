@@ -1,5 +1,6 @@
 #include "train/distributed.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,18 +63,16 @@ void SingleProcessCommunicator::scatter_shards_from_root(std::span<const std::by
 ShardMode parse_shard_mode(std::string_view s) {
   if (s == "none") return ShardMode::none;
   if (s == "optimizer") return ShardMode::optimizer;
+  if (s == "gradients") return ShardMode::gradients;
   if (s == "full") return ShardMode::full;
-  if (s == "gradients")
-    throw UsageError("distributed.shard=gradients (ZeRO-2) is not available in this version: use none (every rank "
-                     "the whole optimizer state), optimizer (ZeRO-1: each rank the AdamW state of its slice of the "
-                     "parameters) or full (ZeRO-3: its slice of the weights too)");
-  throw UsageError("distributed.shard '" + std::string(s) + "' is unknown: use none, optimizer or full");
+  throw UsageError("distributed.shard '" + std::string(s) + "' is unknown: use none, optimizer, gradients or full");
 }
 
 std::string_view to_string(ShardMode m) {
   switch (m) {
     case ShardMode::none: return "none";
     case ShardMode::optimizer: return "optimizer";
+    case ShardMode::gradients: return "gradients";
     case ShardMode::full: return "full";
   }
   return "none";
@@ -98,6 +97,53 @@ ShardLayout optimizer_shards(int64_t n, int ranks, ShardMode mode) {
   // Rank r owns chunks [r C / R, (r + 1) C / R): sizes differ by one chunk at most.
   for (int r = 0; r <= ranks; ++r) layout.bounds.push_back(std::min(n, chunks * r / ranks * chunk));
   return layout;
+}
+
+HostPlacement group_ranks_by_host(const std::vector<std::string>& hosts) {
+  HostPlacement p;
+  const int ranks = static_cast<int>(hosts.size());
+  std::vector<std::string> order;  // hosts in order of first rank
+  for (const std::string& h : hosts)
+    if (std::find(order.begin(), order.end(), h) == order.end()) order.push_back(h);
+  p.hosts = static_cast<int>(order.size());
+  if (p.hosts <= 1) {
+    p.ranks_per_host = ranks;
+    return p;
+  }
+  // Host-first: equal blocks of consecutive ranks, a power of two each (aligned, as they are equal).
+  const int k = ranks / p.hosts;
+  p.host_first = ranks % p.hosts == 0 && is_power_of_two(k) && is_power_of_two(ranks);
+  for (int r = 0; p.host_first && r < ranks; ++r)
+    p.host_first = hosts[static_cast<size_t>(r)] == order[static_cast<size_t>(r / k)];
+  if (p.host_first) {
+    p.ranks_per_host = k;
+    p.text = std::to_string(p.hosts) + " hosts x " + std::to_string(k) +
+             " consecutive ranks: the gradient tree sums within each host first, then across hosts";
+    return p;
+  }
+  p.ranks_per_host = 0;
+  std::string where;
+  for (int r = 0; r < ranks && r < 8; ++r) where += (r ? ", " : "") + std::to_string(r) + ":" + hosts[static_cast<size_t>(r)];
+  if (ranks > 8) where += ", ...";
+  p.text = "warning: the ranks are not placed in equal power-of-two blocks of consecutive ranks per host (" + where +
+           "), so the gradient tree (fixed by rank order, the same bits either way) adds across hosts before within "
+           "them and the slow links carry more than one partial sum per host: start the same power-of-two number "
+           "of ranks on every host, host by host (mpirun --map-by ppr:K:node, Slurm's block distribution)";
+  return p;
+}
+
+std::string simulated_host_name(int rank, int ranks) {
+  const char* list = std::getenv("NIBBLE_SIMULATED_HOSTS");
+  if (!list || !*list) return {};
+  std::vector<std::string> names(1);
+  for (const char* c = list; *c; ++c) {
+    if (*c == ',') names.emplace_back();
+    else names.back() += *c;
+  }
+  if (static_cast<int>(names.size()) != ranks)
+    throw UsageError("NIBBLE_SIMULATED_HOSTS='" + std::string(list) + "' names " + std::to_string(names.size()) +
+                     " hosts for " + std::to_string(ranks) + " ranks: give one host name per rank, comma-separated");
+  return names[static_cast<size_t>(rank)];
 }
 
 bool launched_by_mpi() { return launcher_rank_count() > 0; }
@@ -244,6 +290,53 @@ void GradientSum::finish(std::span<float> out) {
     full_[level] = false;
   }
   leaves_ = 0;
+}
+
+void GradientSum::finish_piece_with_last(std::span<float> last, int64_t begin, int64_t end) {
+  NIBBLE_CHECK(begin >= 0 && begin <= end && end <= static_cast<int64_t>(last.size()), "a piece of the last leaf");
+  if (begin == end) return;
+  const int64_t count = end - begin;
+  // add(last): the carry absorbs the full levels below the first empty one (the binary counter's
+  // trailing ones) and lands there.
+  size_t landing = 0;
+  piece_carry_.bind(*ops_);
+  piece_carry_.assign_copy(last.data() + begin, static_cast<size_t>(count));
+  for (; landing < levels_.size() && full_[landing]; ++landing)
+    ops_->add(piece_carry_.data(), levels_[landing].data() + begin, count);
+  // finish(): the full levels from the top down, the carry in its landing level's place.
+  float* out = last.data() + begin;
+  bool first = true;
+  for (size_t level = std::max(levels_.size(), landing + 1); level-- > 0;) {
+    const float* part = nullptr;
+    if (level == landing) part = piece_carry_.data();
+    else if (level > landing && level < levels_.size() && full_[level]) part = levels_[level].data() + begin;
+    if (!part) continue;
+    if (first) ops_->copy(part, out, static_cast<size_t>(count) * sizeof(float));
+    else ops_->add(out, part, count);
+    first = false;
+  }
+}
+
+void GradientSum::start_over() {
+  std::fill(full_.begin(), full_.end(), false);
+  leaves_ = 0;
+}
+
+void release_to_zero(std::span<float> values) {
+  if (values.empty()) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(values.data());
+  const uintptr_t last = first + values.size_bytes();
+  const uintptr_t inner_first = (first + page - 1) / page * page, inner_last = last / page * page;
+  if (inner_first >= inner_last) {  // no whole page inside
+    std::fill(values.begin(), values.end(), 0.0f);
+    return;
+  }
+  // The partial pages at the edges are shared with neighbouring data: zeroed, kept.
+  std::memset(values.data(), 0, inner_first - first);
+  std::memset(reinterpret_cast<void*>(inner_last), 0, last - inner_last);
+  if (::madvise(reinterpret_cast<void*>(inner_first), inner_last - inner_first, MADV_DONTNEED) != 0)
+    std::memset(reinterpret_cast<void*>(inner_first), 0, inner_last - inner_first);  // memory kept, still zero
 }
 
 uint64_t weights_checksum(std::span<const float> values) {

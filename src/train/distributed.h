@@ -4,7 +4,10 @@
 // with distributed.shard=optimizer (ZeRO-1, ShardMode below) each rank keeps the AdamW moments of a
 // contiguous slice of the parameter arena only: the gradients are reduce-scattered in the tree
 // order of the sum below (each rank receives the summed gradients of its slice), each rank steps
-// its slice, and the updated weights are all-gathered. Per optimizer step the global batch, i.e.
+// its slice, and the updated weights are all-gathered; with distributed.shard=gradients (ZeRO-2)
+// the same, but the last micro-batch's gradients are reduce-scattered bucket by bucket while its
+// backward pass runs, and each rank keeps of the summed gradient only its slice (the pages of the
+// rest go back to the system). Per optimizer step the global batch, i.e.
 // grad_accum micro-batches of `batch` sequences drawn from (seed, micro-batch index, row) exactly
 // as on one process, is divided between the ranks without overlap (DataParallelPlan):
 //   - split micro-batches, when grad_accum is a multiple of the rank count: rank r runs micro-batches
@@ -27,6 +30,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ops/backend.h"
@@ -38,6 +42,8 @@ enum class ShardMode : uint8_t {
   none,       // every rank the whole AdamW state (replicated)
   optimizer,  // ZeRO-1: each rank the moments of its slice of the arena (optimizer_shards)
   full,       // ZeRO-3: the same slices of the moments and of the FP32 weights (train/weight_shards.h)
+  gradients,  // ZeRO-2: the same slices, and of the summed gradient only its slice (buckets reduce-
+              // scattered during the backward pass, GradientBuckets below)
 };
 ShardMode parse_shard_mode(std::string_view s);  // UsageError naming the modes
 std::string_view to_string(ShardMode m);
@@ -86,6 +92,20 @@ class Communicator {
   // count: recursive halving with the partners of sum_gradients' recursive doubling, in the same
   // order; otherwise sum_gradients itself). The rest of `values` is left unspecified. Host memory.
   virtual void reduce_scatter_gradients(std::span<float> values, const ShardLayout& shards) = 0;
+  // ZeRO-2's overlapped reduction, one bucket [begin, end) of `values` at a time (a stretch of the
+  // arena whose gradients the backward pass has just completed), started here without waiting.
+  // When a bucket is finished, its part inside this rank's shard holds bitwise what
+  // reduce_scatter_gradients leaves there (the same partners in the same order, element by
+  // element); the rest is unspecified. Every rank starts the same buckets in the same order;
+  // `values` and `shards` stay alive until they are finished. Host memory.
+  virtual void start_reduce_scatter(std::span<float> values, int64_t begin, int64_t end, const ShardLayout& shards) = 0;
+  // Advances every started bucket as far as the messages that arrived allow (MPI progresses them
+  // only inside its calls), then waits for the oldest until at most `keep_in_flight` are unfinished
+  // (0: all finished, once the bucket starting at 0 is started). Returns the buckets finished since
+  // the last call ({begin, end}), in the order they were started. With a rank count that is not a
+  // power of two, buckets are summed as sum_gradients' messages (MPI_Allreduce's order depends on
+  // them), each once the started buckets cover it: a bucket may then wait for the next ones.
+  virtual std::vector<std::pair<int64_t, int64_t>> poll_reduce_scatters(size_t keep_in_flight) = 0;
   // Every rank's bytes [shards.begin(r), shards.end(r)) of `whole` reach every rank (byte offsets;
   // a copy: no arithmetic, so the bits are the owner's). Host memory.
   virtual void all_gather_shards(std::span<std::byte> whole, const ShardLayout& shards) = 0;
@@ -106,6 +126,10 @@ class Communicator {
   // job with exit_code (MPI_Abort), so no rank is left waiting in a collective.
   [[noreturn]] virtual void abort(const std::string& message, int exit_code) = 0;
 
+  // Where the ranks run (group_ranks_by_host below): "" on one host; otherwise a line for the
+  // start-up report, a warning when the placement makes the gradient tree cross hosts early.
+  const std::string& host_placement() const { return host_placement_; }
+
   // Wall time spent inside sum_gradients, reduce_scatter_gradients and all_gather_shards since
   // construction (communication plus waiting for the slowest rank): the step-time share that data
   // parallelism costs.
@@ -118,6 +142,7 @@ class Communicator {
 
  protected:
   double gradient_sum_seconds_ = 0;
+  std::string host_placement_;
 };
 
 // One process, no MPI: the collectives are identities.
@@ -133,6 +158,10 @@ class SingleProcessCommunicator final : public Communicator {
   void sum_gradients(std::span<float>) override {}
   void reduce_scatter_gradients(std::span<float>, const ShardLayout&) override {}
   void all_gather_shards(std::span<std::byte>, const ShardLayout&) override {}
+  void start_reduce_scatter(std::span<float>, int64_t begin, int64_t end, const ShardLayout&) override {
+    finished_.emplace_back(begin, end);  // one rank: the bucket is its own sum
+  }
+  std::vector<std::pair<int64_t, int64_t>> poll_reduce_scatters(size_t) override { return std::exchange(finished_, {}); }
   void gather_shards_to_root(std::span<const std::byte> mine, std::span<std::byte> whole, const ShardLayout&) override;
   void scatter_shards_from_root(std::span<const std::byte> whole, std::span<std::byte> mine,
                                 const ShardLayout&) override;
@@ -141,7 +170,28 @@ class SingleProcessCommunicator final : public Communicator {
   std::vector<uint64_t> all_gather(uint64_t value) override { return {value}; }
   void barrier() override {}
   [[noreturn]] void abort(const std::string& message, int exit_code) override;
+
+ private:
+  std::vector<std::pair<int64_t, int64_t>> finished_;
 };
+
+// ---- hosts ----------------------------------------------------------------------------------------
+// The gradient tree over ranks is fixed by rank order (the bitwise promise): ranks 2i and 2i+1
+// first, then pairs of pairs. When every host runs an aligned block of k consecutive ranks, k a
+// power of two, its first log2(k) levels stay inside hosts and only host partial sums cross the
+// slower links (the reduce-scatter sends each rank's share of its host's partial sum: one partial
+// sum per host in all). Any other placement trains to the same bits but crosses hosts earlier.
+struct HostPlacement {
+  int hosts = 1;
+  int ranks_per_host = 1;   // when host_first
+  bool host_first = true;   // the tree sums within each host before across hosts
+  std::string text;         // for the start-up report: the grouping, or the warning and its fix
+};
+// hosts: each rank's host name, in rank order.
+HostPlacement group_ranks_by_host(const std::vector<std::string>& hosts);
+// NIBBLE_SIMULATED_HOSTS=a,a,b,b (tests): rank r's host name is the r-th; UsageError when the
+// list does not have one name per rank. Empty when unset.
+std::string simulated_host_name(int rank, int ranks);
 
 // True when this process was started by an MPI launcher (mpirun/mpiexec of Open MPI or MPICH,
 // srun with PMI/PMIx), judged from the variables those launchers set.
@@ -224,15 +274,27 @@ class GradientSum {
   void add(std::span<const float> leaf);
   // Writes the total into `out` and starts over. Precondition: at least one leaf.
   void finish(std::span<float> out);
+  // ZeRO-2's piecewise finish: with `last` the final leaf, writes into last[begin, end) what
+  // add(last) then finish(last) would leave there (the same additions element by element, so the
+  // same bits), without changing the sum; start_over() once every piece is done. The last leaf is
+  // thus never copied whole: each piece can be reduced across ranks as soon as the backward pass
+  // completes it. Scratch: one array of the longest piece.
+  void finish_piece_with_last(std::span<float> last, int64_t begin, int64_t end);
+  void start_over();
   int64_t leaves() const { return leaves_; }
 
  private:
   ops::TensorOps* ops_;
   std::vector<ops::Array<float>> levels_;  // levels_[l]: the sum of 2^l leaves while full_[l]
-  ops::Array<float> carry_;
+  ops::Array<float> carry_, piece_carry_;
   std::vector<bool> full_;
   int64_t leaves_ = 0;
 };
+
+// Zeroes `values` (host memory) and returns the whole pages inside it to the operating system
+// (madvise MADV_DONTNEED: they read as zeros and take memory again only when written), so that a
+// rank's resident memory holds only the gradient it keeps (ZeRO-2).
+void release_to_zero(std::span<float> values);
 
 // A 64-bit checksum (FNV-1a over the bytes) of the weights, equal exactly when the bytes are.
 uint64_t weights_checksum(std::span<const float> values);

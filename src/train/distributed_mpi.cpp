@@ -1,17 +1,18 @@
 // The MPI Communicator (built only when CMake finds MPI).
 //
-// Gradient sums are not overlapped with the backward pass: the model's backward is one call over
-// all layers (model/transformer.h) with no per-layer hook, and Open MPI without a progress thread
-// advances non-blocking transfers only inside MPI calls, so overlap would need both a hook in the
-// model and polling from it. On the CPU the reduction of a small model is a few percent of a step
-// (the startup/step lines report the share as "comm"), so the sum runs after the last backward,
-// in buckets that bound the scratch memory.
+// sum_gradients and reduce_scatter_gradients run after the last backward, in buckets that bound
+// the scratch memory. ZeRO-2's reduce-scatter (start_reduce_scatter) is overlapped instead: the
+// trainer starts a bucket when the backward pass has completed it (model::Transformer::backward's
+// callback, once per block) and polls at every later block, because Open MPI without a progress
+// thread advances non-blocking transfers only inside MPI calls; each poll moves every started
+// bucket as far as its received messages allow (one recursive-halving level per exchange).
 #include <mpi.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -29,7 +30,7 @@ constexpr size_t kBucketFloats = size_t{1} << 20;
 // The largest count one MPI call takes (an int), in bytes for broadcasts.
 constexpr size_t kMaxMessage = size_t{1} << 30;
 // The tag of checkpoint gathers and scatters: the largest MPI guarantees (the gradient exchanges
-// are tagged with their distance, a power of two below the rank count).
+// are tagged with their distance, a power of two below the rank count, ZeRO-2's below 32000).
 constexpr int kShardTag = 32767;
 
 void check(int code, const char* what) {
@@ -63,6 +64,7 @@ class MpiCommunicator final : public Communicator {
     int length = 0;
     MPI_Get_processor_name(name, &length);
     host_.assign(name, static_cast<size_t>(length));
+    if (std::string simulated = simulated_host_name(rank_, size_); !simulated.empty()) host_ = simulated;
     char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
     MPI_Get_library_version(version, &length);
     library_.assign(version, static_cast<size_t>(length));
@@ -76,6 +78,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_rank(host_comm, &local_rank_);
     MPI_Comm_size(host_comm, &local_size_);
     MPI_Comm_free(&host_comm);
+    const HostPlacement placement = group_ranks_by_host(all_host_names());
+    host_placement_ = placement.text;
+    hosts_ = placement.hosts;
   }
 
   ~MpiCommunicator() override {
@@ -125,6 +130,51 @@ class MpiCommunicator final : public Communicator {
     else
       sum_on_host(values);  // MPI_Allreduce's order, as sum_gradients: the same bits in every slice
     gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  void start_reduce_scatter(std::span<float> values, int64_t begin, int64_t end, const ShardLayout& shards) override {
+    NIBBLE_CHECK(!device_sum_, "ZeRO shards are reduced in host memory (the trainer refuses device=cuda)");
+    NIBBLE_CHECK(shards.ranks() == size_ && shards.total() == static_cast<int64_t>(values.size()) && 0 <= begin &&
+                     begin <= end && end <= shards.total(),
+                 "start_reduce_scatter: one shard per rank covering the values, a bucket inside them");
+    const auto start = std::chrono::steady_clock::now();
+    in_flight_.push_back(Bucket{values, begin, end, &shards});
+    in_flight_.back().serial = next_serial_++;
+    if ((size_ & (size_ - 1)) == 0) {
+      post_level(in_flight_.back());
+    } else {
+      // MPI_Allreduce's bits depend on the count and the place in the message, so the same
+      // kBucketFloats-aligned messages as sum_on_host's, each once the buckets cover it.
+      if (end == static_cast<int64_t>(values.size())) allreduced_from_ = end;  // a new reduction
+      while (allreduced_from_ > 0) {
+        const int64_t message = (allreduced_from_ - 1) / static_cast<int64_t>(kBucketFloats) *
+                                static_cast<int64_t>(kBucketFloats);
+        if (message < begin) break;
+        sum_on_host(values.subspan(static_cast<size_t>(message), static_cast<size_t>(allreduced_from_ - message)));
+        allreduced_from_ = message;
+      }
+      for (Bucket& b : in_flight_)
+        if (allreduced_from_ <= b.begin) b.distance = size_;
+    }
+    gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  std::vector<std::pair<int64_t, int64_t>> poll_reduce_scatters(size_t keep_in_flight) override {
+    const auto start = std::chrono::steady_clock::now();
+    for (Bucket& b : in_flight_) advance(b, false);
+    // Reported in the order started: a later bucket finished first waits for the earlier ones.
+    std::vector<std::pair<int64_t, int64_t>> finished;
+    // (With a rank count not a power of two, a bucket waits for later ones to fill its messages.)
+    const bool can_wait = (size_ & (size_ - 1)) == 0;
+    while (!in_flight_.empty() &&
+           ((can_wait && in_flight_.size() > keep_in_flight) || in_flight_.front().distance >= size_)) {
+      advance(in_flight_.front(), true);
+      finished.emplace_back(in_flight_.front().begin, in_flight_.front().end);
+      in_flight_.pop_front();
+    }
+    NIBBLE_CHECK(keep_in_flight > 0 || in_flight_.empty(), "poll_reduce_scatters(0) after the bucket at 0");
+    gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return finished;
   }
 
   void all_gather_shards(std::span<std::byte> whole, const ShardLayout& shards) override {
@@ -192,6 +242,19 @@ class MpiCommunicator final : public Communicator {
  private:
   void sum_on_host(std::span<float> values) {
     const bool butterfly = (size_ & (size_ - 1)) == 0;
+    if (butterfly && hosts_ > 1) {
+      // Across hosts recursive doubling would send every rank's whole host sum over the slow links;
+      // the reduce-scatter (the same tree, element by element) sends each rank's share once, and
+      // the all-gather only copies.
+      ShardLayout even;
+      for (int r = 0; r <= size_; ++r) even.bounds.push_back(static_cast<int64_t>(values.size()) * r / size_);
+      reduce_scatter_on_host(values, even);
+      const ShardLayout bytes = even.scaled(sizeof(float));
+      const std::span<std::byte> whole = std::as_writable_bytes(values);
+      for (int r = 0; r < size_; ++r)
+        broadcast(whole.subspan(static_cast<size_t>(bytes.begin(r)), static_cast<size_t>(bytes.size(r))), r);
+      return;
+    }
     for (size_t first = 0; first < values.size(); first += kBucketFloats) {
       const size_t count = std::min(kBucketFloats, values.size() - first);
       float* bucket = values.data() + first;
@@ -248,6 +311,96 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // One bucket of ZeRO-2's overlapped reduce-scatter: reduce_scatter_on_host's recursive halving on
+  // values[begin, end) only (each rank's shard cut to the bucket), one level in flight at a time.
+  struct Bucket {
+    std::span<float> values;
+    int64_t begin = 0, end = 0;
+    const ShardLayout* shards = nullptr;
+    int distance = 1;                    // the level in flight; size_ when finished
+    int64_t serial = 0;                  // its place among the buckets started, for its tags
+    std::vector<MPI_Request> requests;   // its sends and receives
+    std::vector<float> received;         // what the partner sent, kept piece after kept piece
+    std::vector<std::span<float>> kept;  // where each received piece is added
+  };
+
+  // Shard r of the bucket: its part of [begin, end).
+  static std::span<float> piece_of(const Bucket& b, int r) {
+    const int64_t first = std::max(b.begin, b.shards->begin(r)), last = std::min(b.end, b.shards->end(r));
+    if (first >= last) return {};
+    return b.values.subspan(static_cast<size_t>(first), static_cast<size_t>(last - first));
+  }
+
+  // Posts level b.distance: the pairs (kept, given) of reduce_scatter_on_host, in its order, so that
+  // both partners post their messages in the same order (MPI matches them in order per pair and tag).
+  void post_level(Bucket& b) {
+    const int d = b.distance, partner = rank_ ^ d;
+    // A later bucket's level may be posted before an earlier one's (its messages came first), so
+    // each bucket and level has its own tag: serial mod 1000 (never that many in flight), level.
+    int level = 0;
+    while ((1 << level) < d) ++level;
+    const int tag = static_cast<int>(b.serial % 1000) * 32 + level;
+    b.kept.clear();
+    std::vector<std::span<float>> given;
+    size_t receive = 0;
+    for (int kept = 0; kept < size_; ++kept) {
+      if ((kept & (2 * d - 1)) != (rank_ & (2 * d - 1))) continue;
+      b.kept.push_back(piece_of(b, kept));
+      given.push_back(piece_of(b, kept ^ d));
+      receive += b.kept.back().size();
+    }
+    b.received.resize(receive);
+    b.requests.assign(2 * given.size(), MPI_REQUEST_NULL);
+    size_t at = 0;
+    for (size_t i = 0; i < given.size(); ++i) {
+      NIBBLE_CHECK(b.kept[i].size() < kMaxMessage && given[i].size() < kMaxMessage, "a gradient bucket fits one message");
+      check(MPI_Irecv(b.received.data() + at, static_cast<int>(b.kept[i].size()), MPI_FLOAT, partner, tag,
+                      MPI_COMM_WORLD, &b.requests[2 * i]),
+            "MPI_Irecv of a gradient bucket");
+      check(MPI_Isend(given[i].data(), static_cast<int>(given[i].size()), MPI_FLOAT, partner, tag, MPI_COMM_WORLD,
+                      &b.requests[2 * i + 1]),
+            "MPI_Isend of a gradient bucket");
+      at += b.kept[i].size();
+    }
+  }
+
+  // Completes levels of `b` while their messages have arrived (all of them with `wait`): each adds
+  // the partner's sums into the kept pieces (mine + partner's, as the blocking path) and posts the
+  // next level.
+  void advance(Bucket& b, bool wait) {
+    if ((size_ & (size_ - 1)) != 0) return;  // summed by start_reduce_scatter as its messages fill
+    while (b.distance < size_) {
+      int done = 1;
+      if (wait)
+        check(MPI_Waitall(static_cast<int>(b.requests.size()), b.requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+      else
+        check(MPI_Testall(static_cast<int>(b.requests.size()), b.requests.data(), &done, MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+      if (!done) return;
+      const float* from = b.received.data();
+      for (std::span<float> piece : b.kept) {
+        for (size_t i = 0; i < piece.size(); ++i) piece[i] = piece[i] + from[i];
+        from += piece.size();
+      }
+      b.distance *= 2;
+      if (b.distance < size_) post_level(b);
+    }
+    b.received = {};  // its memory back: only the buckets in flight hold a receive buffer
+    b.requests.clear();
+  }
+
+  // Every rank's host name, in rank order (names padded to MPI_MAX_PROCESSOR_NAME).
+  std::vector<std::string> all_host_names() {
+    std::vector<char> mine(MPI_MAX_PROCESSOR_NAME, '\0'), all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
+    std::copy_n(host_.begin(), std::min(host_.size(), mine.size() - 1), mine.begin());
+    check(MPI_Allgather(mine.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                        MPI_COMM_WORLD),
+          "MPI_Allgather of host names");
+    std::vector<std::string> names;
+    for (int r = 0; r < size_; ++r) names.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    return names;
+  }
+
   // Point-to-point in messages of at most kMaxMessage bytes (one MPI count is an int).
   void send_bytes(std::span<const std::byte> bytes, int to) {
     for (size_t first = 0; first < bytes.size(); first += kMaxMessage) {
@@ -270,6 +423,10 @@ class MpiCommunicator final : public Communicator {
   bool owns_init_ = false;
   std::string host_, library_;
   std::vector<float> scratch_;
+  std::deque<Bucket> in_flight_;  // ZeRO-2's started buckets, in start order
+  int64_t allreduced_from_ = 0;
+  int64_t next_serial_ = 0;
+  int hosts_ = 1;  // distinct host names among the ranks   // without the butterfly: [this, end) of the values is summed
 };
 
 }  // namespace

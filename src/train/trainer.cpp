@@ -20,7 +20,11 @@ ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
 
 std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, Communicator* comm) {
   c.validate();
-  return std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
+  auto model = std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
+  // ZeRO-2: the arena's zeroed gradients would otherwise stay resident from allocation until the
+  // first step, under the optimizer's state: a start-up peak above the training's.
+  if (c.shard == ShardMode::gradients) release_to_zero(model->params().grads());
+  return model;
 }
 
 // The corpus's 90/10 split (data/data.h) as two streams owning their tokens.
@@ -155,6 +159,7 @@ StepResult Trainer::step() {
   const auto& slices = plan_.slices();
   const auto grads = model_->params().grads();
   const int64_t gathered_before = weight_shards_ ? weight_shards_->gathered_bytes() : 0;
+  const bool zero2 = config_.shard == ShardMode::gradients;
   std::vector<double> slice_losses(static_cast<size_t>(plan_.loss_slots()), 0.0);
   for (size_t i = 0; i < slices.size(); ++i) {
     const MicroBatchSlice& slice = slices[i];
@@ -163,7 +168,10 @@ StepResult Trainer::step() {
     const auto sampling = std::chrono::steady_clock::now();
     train_sampler_.sample_rows(micro_step, slice.first_row, slice.rows, inputs_, targets_);
     data_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling).count();
-    model_->params().zero_grads();
+    if (zero2)
+      release_to_zero(grads);  // pages come back as the backward pass writes them
+    else
+      model_->params().zero_grads();
     model::ModelStep ms;
     ms.recipe = recipe_.get();
     ms.progress = progress();
@@ -173,16 +181,22 @@ StepResult Trainer::step() {
     ms.collect_stats = stats && micro == 0;
     slice_losses[static_cast<size_t>(slice.loss_slot)] =
         model_->forward(inputs_, targets_, slice.rows, seq_, ms) * plan_.loss_weight();
-    model_->backward(plan_.gradient_scale());
+    if (zero2 && i + 1 == slices.size()) {
+      backward_reducing_buckets();
+    } else {
+      model_->backward(plan_.gradient_scale());
+      if (slices.size() > 1) gradient_sum_.add(grads);
+    }
     if (ms.collect_stats) telemetry_ = model_->telemetry();
-    if (slices.size() > 1) gradient_sum_.add(grads);
   }
-  if (slices.size() > 1) gradient_sum_.finish(grads);
-  // ZeRO-1: only this rank's slice of the sum is needed (AdamW::step all-gathers the weights).
-  if (optimizer_.sharded())
-    comm_->reduce_scatter_gradients(grads, optimizer_.shards()->layout);
-  else
-    comm_->sum_gradients(grads);
+  if (!zero2) {
+    if (slices.size() > 1) gradient_sum_.finish(grads);
+    // ZeRO-1: only this rank's slice of the sum is needed (AdamW::step all-gathers the weights).
+    if (optimizer_.sharded())
+      comm_->reduce_scatter_gradients(grads, optimizer_.shards()->layout);
+    else
+      comm_->sum_gradients(grads);
+  }
   // Every slot has one writer, so the sum over ranks is exact and the loss is added in global order.
   comm_->sum(slice_losses);
   double loss = 0;
@@ -195,6 +209,34 @@ StepResult Trainer::step() {
   ++steps_run_;
   if (weight_shards_) step_gathered_bytes_ += weight_shards_->gathered_bytes() - gathered_before;
   return r;
+}
+
+// ZeRO-2: the last micro-batch's backward pass, each completed stretch of the arena (a block, the
+// head, the embedding) finished with the earlier micro-batches' tree sum and reduce-scattered at
+// once, while the backward pass goes on. A finished bucket keeps only this rank's slice: the rest
+// of its pages go back to the system, so the gradient held is the slice plus the buckets in flight.
+void Trainer::backward_reducing_buckets() {
+  const auto grads = model_->params().grads();
+  const ShardLayout& layout = optimizer_.shards()->layout;
+  const int64_t own_begin = layout.begin(comm_->rank()), own_end = layout.end(comm_->rank());
+  const auto release_finished = [&](size_t keep_in_flight) {
+    for (const auto& [begin, end] : comm_->poll_reduce_scatters(keep_in_flight)) {
+      release_to_zero(grads.subspan(static_cast<size_t>(begin),
+                                    static_cast<size_t>(std::max(begin, std::min(end, own_begin)) - begin)));
+      const int64_t after = std::max(begin, own_end);
+      if (after < end) release_to_zero(grads.subspan(static_cast<size_t>(after), static_cast<size_t>(end - after)));
+    }
+  };
+  const bool several = plan_.slices().size() > 1;
+  int64_t end = static_cast<int64_t>(grads.size());
+  model_->backward(plan_.gradient_scale(), [&](int64_t first) {
+    if (several) gradient_sum_.finish_piece_with_last(grads, first, end);
+    comm_->start_reduce_scatter(grads, first, end, layout);
+    end = first;
+    release_finished(kGradientBucketsInFlight);
+  });
+  if (several) gradient_sum_.start_over();
+  release_finished(0);
 }
 
 Validation Trainer::evaluate_sources() {

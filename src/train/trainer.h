@@ -18,6 +18,11 @@
 
 namespace nibble::train {
 
+// ZeRO-2: gradient buckets whose reduce-scatter may still be unfinished when the backward pass
+// completes the next one (beyond it, the trainer waits for the oldest): what the memory plan
+// counts, with the bucket being written, on top of a rank's slice.
+inline constexpr size_t kGradientBucketsInFlight = 1;
+
 struct TrainConfig {
   model::ModelConfig model;
   RecipeConfig recipe;
@@ -108,6 +113,7 @@ class Trainer {
   Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm);
   double progress() const;
   double evaluate_source(size_t source, model::ModelStep& ms);
+  void backward_reducing_buckets();
 
   TrainConfig config_;
   int64_t seq_;
