@@ -206,6 +206,6 @@ uint64_t sr_seed(uint64_t run_seed, int64_t step, int layer, int linear, GemmRol
 // argument: sr_seed = sr_seed_of(sr_step_hash(run_seed, step), sr_salt(layer, linear, role, operand)).
 uint64_t sr_step_hash(uint64_t run_seed, int64_t step);
 uint64_t sr_salt(int layer, int linear, GemmRole role, int operand);
-inline uint64_t sr_seed_of(uint64_t step_hash, uint64_t salt) { return mix64(step_hash ^ salt); }
+// sr_seed_of(step_hash, salt): common/hash.h (the GPU's quantize kernels call it too).
 
 }  // namespace nibble

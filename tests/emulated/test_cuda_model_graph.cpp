@@ -7,10 +7,13 @@
 // the list of what keeps nibble's step out of a graph today comes from these.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/hash.h"
+#include "format/quantize.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
@@ -201,4 +204,69 @@ TEST(CudaModelGraph, HostReadsAllocationsPageableCopiesAndTheLegacyStreamBreakAC
   ASSERT_EQ(cudaStreamIsCapturing(ctx.stream(), &status), cudaSuccess);
   EXPECT_EQ(status, cudaStreamCaptureStatusNone);
   EXPECT_EQ(x.download().size(), 64u * 64u);
+}
+
+namespace {
+bool same_quantized(const QuantizedTensor& a, const QuantizedTensor& b) {
+  return a.codes == b.codes && a.scales == b.scales && std::bit_cast<uint32_t>(a.amax) == std::bit_cast<uint32_t>(b.amax) &&
+         std::bit_cast<uint32_t>(a.decode_scale) == std::bit_cast<uint32_t>(b.decode_scale);
+}
+QuantOptions with_seed(QuantOptions o, uint64_t seed) {
+  o.seed = seed;
+  return o;
+}
+}  // namespace
+
+// KernelOptions::sr_step_hash: the kernels combine the micro-step's hash, read from device memory
+// when they run, with the quantization's salt (opt.seed): the bits of the reference quantized with
+// the host's seed sr_seed_of(hash, salt), for each SR path (NVFP4 1x16 row-wise, the fused pair with
+// a 1x16 column-wise copy with RHT, 16x16 tiles, the transposed copy alone, MXFP4), and a new hash
+// written into the buffer (a pinned copy, as before a graph replay) gives the next micro-step's bits.
+TEST(CudaModelGraph, SrSeedsFromADeviceStepHashAndASaltAreTheHostSeedsBits) {
+  const int64_t rows = 32, cols = 64;
+  const auto x = nibble_test::floats_with_outliers(rows * cols, 91);
+  QuantOptions row, col, tile, mx;
+  row.rounding = col.rounding = tile.rounding = mx.rounding = Rounding::stochastic;
+  row.seed = 0x0102;  // salts, as recipe's sr_salt makes them
+  col.seed = 0x0107;
+  col.rht = true;
+  tile.tile_16x16 = true;
+  tile.seed = 0x0200;
+  mx.format = Format::mxfp4;
+  mx.seed = 0x0301;
+  cuda::Context ctx;
+  auto dx = cuda::DeviceBuffer<float>::from_host(x, ctx.stream());
+  Pinned<uint64_t> staged(1);
+  cuda::DeviceBuffer<uint64_t> step_hash(1, ctx.stream());
+  cuda::KernelOptions kopt;
+  kopt.sr_step_hash = step_hash.data();
+  for (int64_t step = 0; step < 3; ++step) {
+    const uint64_t h = mix64(mix64(2024) ^ static_cast<uint64_t>(step));
+    staged.data[0] = h;
+    ASSERT_EQ(cudaMemcpyAsync(step_hash.data(), staged.data, sizeof(uint64_t), cudaMemcpyHostToDevice, ctx.stream()),
+              cudaSuccess);
+    const auto seeded = [&](const QuantOptions& o) { return with_seed(o, sr_seed_of(h, o.seed)); };
+    const std::string at = "step " + std::to_string(step);
+    EXPECT_TRUE(same_quantized(cuda::to_host(cuda::quantize(dx.data(), rows, cols, row, ctx, kopt)),
+                               ref::quantize(x, rows, cols, seeded(row))))
+        << at;
+    const cuda::QuantizedPair pair = cuda::quantize_both(dx.data(), rows, cols, row, col, ctx, kopt);
+    EXPECT_TRUE(same_quantized(cuda::to_host(pair.rowwise), ref::quantize(x, rows, cols, seeded(row)))) << at;
+    EXPECT_TRUE(same_quantized(cuda::to_host(pair.columnwise), ref::quantize_transposed(x, rows, cols, seeded(col))))
+        << at;
+    const cuda::QuantizedPair tiles = cuda::quantize_both(dx.data(), rows, cols, tile, tile, ctx, kopt);
+    EXPECT_TRUE(same_quantized(cuda::to_host(tiles.rowwise), ref::quantize(x, rows, cols, seeded(tile)))) << at;
+    EXPECT_TRUE(same_quantized(cuda::to_host(tiles.columnwise), ref::quantize_transposed(x, rows, cols, seeded(tile))))
+        << at;
+    EXPECT_TRUE(same_quantized(cuda::to_host(cuda::quantize_transposed(dx.data(), rows, cols, col, ctx, kopt)),
+                               ref::quantize_transposed(x, rows, cols, seeded(col))))
+        << at;
+    EXPECT_TRUE(same_quantized(cuda::to_host(cuda::quantize(dx.data(), rows, cols, mx, ctx, kopt)),
+                               ref::quantize(x, rows, cols, seeded(mx))))
+        << at;
+    // Not the salt alone, nor the hash alone: both enter the seed.
+    EXPECT_FALSE(same_quantized(cuda::to_host(cuda::quantize(dx.data(), rows, cols, row, ctx, kopt)),
+                                ref::quantize(x, rows, cols, row)))
+        << at;
+  }
 }
