@@ -19,6 +19,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layers.h"
 #include "kernels/cuda/quantize.h"
+#include "kernels/cuda/step_graph.h"
 #include "support/check.h"
 #include "support/random.h"
 
@@ -269,4 +270,45 @@ TEST(CudaModelGraph, SrSeedsFromADeviceStepHashAndASaltAreTheHostSeedsBits) {
                                 ref::quantize(x, rows, cols, row)))
         << at;
   }
+}
+
+// cuda::StepGraph: one capture per key, replays that are the eager steps' bits, a new key (other
+// buffers) captured again, and work that cannot be captured (a quantization allocates its outputs)
+// run eagerly with the reason, without a new capture attempt for the same key.
+TEST(CudaModelGraph, AStepGraphCapturesOncePerKeyReplaysBitwiseAndFallsBackEagerlyWithAReason) {
+  Pinned<int32_t> staged(TinyStep::n);
+  cuda::Context eager_ctx, graph_ctx;
+  TinyStep eager(eager_ctx), graphed(graph_ctx), eager_b(eager_ctx), graphed_b(graph_ctx);
+  cuda::StepGraph graph;
+  const auto key_of = [](const TinyStep& s) {
+    return cuda::StepGraph::Key{TinyStep::n, reinterpret_cast<uintptr_t>(s.tokens.data()),
+                                reinterpret_cast<uintptr_t>(s.w.data())};
+  };
+  for (int step = 0; step < 4; ++step) {
+    staged.set(tokens_of(step));
+    eager.run(staged.data, kArgs);
+    EXPECT_TRUE(graph.run(graph_ctx, key_of(graphed), [&] { graphed.run(staged.data, kArgs); }))
+        << graph.fallback_reason();
+    EXPECT_TRUE(same_bits(graphed.w.download(), eager.w.download())) << "step " << step;
+    EXPECT_TRUE(same_bits(graphed.y.download(), eager.y.download())) << "step " << step;
+  }
+  EXPECT_EQ(graph.captures(), 1);
+  staged.set(tokens_of(9));
+  eager_b.run(staged.data, kArgs);
+  EXPECT_TRUE(graph.run(graph_ctx, key_of(graphed_b), [&] { graphed_b.run(staged.data, kArgs); }));
+  EXPECT_EQ(graph.captures(), 2);
+  EXPECT_TRUE(same_bits(graphed_b.w.download(), eager_b.w.download()));
+
+  const int64_t rows = 32, cols = 64;
+  const auto x = normal_floats(rows * cols, 17);
+  auto dx = cuda::DeviceBuffer<float>::from_host(x, graph_ctx.stream());
+  cuda::StepGraph eager_only;
+  for (int run = 0; run < 2; ++run) {
+    cuda::DeviceQuantized q;
+    EXPECT_FALSE(eager_only.run(graph_ctx, {1}, [&] { q = cuda::quantize(dx.data(), rows, cols, QuantOptions{}, graph_ctx); }));
+    EXPECT_NE(eager_only.fallback_reason().find("cudaMallocAsync"), std::string::npos) << eager_only.fallback_reason();
+    EXPECT_TRUE(same_quantized(cuda::to_host(q), ref::quantize(x, rows, cols, QuantOptions{})));
+  }
+  EXPECT_EQ(eager_only.captures(), 1);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
