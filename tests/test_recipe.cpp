@@ -298,6 +298,26 @@ TEST(Recipe, SrSeedsDifferPerStepLayerRoleAndOperand) {
   EXPECT_NE(base, sr_seed(1, 10, 2, 1, GemmRole::dgrad, 1));
 }
 
+// The split a captured step uses (per-micro-step hash in device memory, per-quantization salt as a
+// kernel argument) gives the seeds of the formula the runs so far were trained and checkpointed with:
+// mix64(mix64(mix64(run_seed) ^ step) ^ (layer << 16 | linear << 8 | role << 2 | operand)).
+TEST(Recipe, SrSeedSplitIntoStepHashAndSaltGivesTheSameSeeds) {
+  std::mt19937_64 rng(77);
+  for (int i = 0; i < 200; ++i) {
+    const uint64_t run_seed = rng();
+    const int64_t step = static_cast<int64_t>(rng() % 100000);
+    const int layer = static_cast<int>(rng() % 96), linear = static_cast<int>(rng() % 7);
+    const GemmRole role = kGemmRoles[rng() % 3];
+    const int operand = static_cast<int>(rng() % 2);
+    const uint64_t salt = static_cast<uint64_t>(layer) << 16 | static_cast<uint64_t>(linear) << 8 |
+                          static_cast<uint64_t>(role) << 2 | static_cast<uint64_t>(operand);
+    const uint64_t formula = mix64(mix64(mix64(run_seed) ^ static_cast<uint64_t>(step)) ^ salt);
+    EXPECT_EQ(sr_seed(run_seed, step, layer, linear, role, operand), formula);
+    EXPECT_EQ(sr_salt(layer, linear, role, operand), salt);
+    EXPECT_EQ(sr_seed_of(sr_step_hash(run_seed, step), salt), formula);
+  }
+}
+
 // ---- The Linear against the reference composition. ----
 
 namespace {

@@ -585,12 +585,15 @@ std::string describe_kernels(const Recipe& recipe) {
   return s;
 }
 
+uint64_t sr_step_hash(uint64_t run_seed, int64_t step) { return mix64(mix64(run_seed) ^ static_cast<uint64_t>(step)); }
+
+uint64_t sr_salt(int layer, int linear, GemmRole role, int operand) {
+  return static_cast<uint64_t>(layer) << 16 | static_cast<uint64_t>(linear) << 8 | static_cast<uint64_t>(role) << 2 |
+         static_cast<uint64_t>(operand);
+}
+
 uint64_t sr_seed(uint64_t run_seed, int64_t step, int layer, int linear, GemmRole role, int operand) {
-  uint64_t h = mix64(run_seed);
-  h = mix64(h ^ static_cast<uint64_t>(step));
-  h = mix64(h ^ (static_cast<uint64_t>(layer) << 16 | static_cast<uint64_t>(linear) << 8 |
-                 static_cast<uint64_t>(role) << 2 | static_cast<uint64_t>(operand)));
-  return h;
+  return sr_seed_of(sr_step_hash(run_seed, step), sr_salt(layer, linear, role, operand));
 }
 
 }  // namespace nibble

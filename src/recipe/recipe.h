@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/hash.h"
 #include "format/quantized_tensor.h"
 #include "ops/backend.h"
 #include "recipe/precision_map.h"
@@ -200,5 +201,11 @@ class Recipe {
 // Stochastic-rounding seed of one quantization: a hash of (run seed, step, layer, role, operand),
 // so training is deterministic and no two quantizations share a random stream.
 uint64_t sr_seed(uint64_t run_seed, int64_t step, int layer, int linear, GemmRole role, int operand);
+// The same seed in two parts, so that a captured step (a CUDA graph, replayed every micro-step) can
+// keep the per-micro-step part in device memory and the per-quantization part as a fixed kernel
+// argument: sr_seed = sr_seed_of(sr_step_hash(run_seed, step), sr_salt(layer, linear, role, operand)).
+uint64_t sr_step_hash(uint64_t run_seed, int64_t step);
+uint64_t sr_salt(int layer, int linear, GemmRole role, int operand);
+// sr_seed_of(step_hash, salt): common/hash.h (the GPU's quantize kernels call it too).
 
 }  // namespace nibble

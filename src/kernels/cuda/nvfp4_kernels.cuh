@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "common/hash.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/launch.h"
 
@@ -44,9 +45,15 @@ struct Nvfp4Side {
   bool stochastic = false;
   dm::FourOverSix four_over_six = dm::FourOverSix::off;  // with its error measure when on
   float numerator = 2688.0f;  // of S_enc: dm::nvfp4_global_numerator(four_over_six, e4m3_max)
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // the SR seed, or its salt when step_hash is set
   uint64_t offset = 0;
+  const uint64_t* step_hash = nullptr;  // device: KernelOptions::sr_step_hash
 };
+
+// The side's SR seed (KernelOptions::sr_step_hash).
+__device__ __forceinline__ uint64_t side_sr_seed(const Nvfp4Side& side) {
+  return side.step_hash ? sr_seed_of(*side.step_hash, side.seed) : side.seed;
+}
 
 struct Nvfp4TileParams {
   const void* x = nullptr;
@@ -112,9 +119,9 @@ template <EncoderSet kSet, class F>
 __device__ __forceinline__ auto with_encoder(const Nvfp4Side& side, uint64_t first_index, F&& f) {
   if (side.stochastic) {
     if constexpr (kSet == EncoderSet::hardware_rn_and_sr)
-      return f(HardwareSr{side.seed, first_index});
+      return f(HardwareSr{side_sr_seed(side), first_index});
     else
-      return f(dm::ReferenceSr{side.seed, first_index});
+      return f(dm::ReferenceSr{side_sr_seed(side), first_index});
   }
   if constexpr (kSet == EncoderSet::reference)
     return f(dm::ReferenceRn{});

@@ -166,8 +166,8 @@ __global__ void __launch_bounds__(kThreads) row_amax_kernel(const InT* x, int64_
 // ------------------------------------------------------------------ MX and FP8 ---------------------
 template <typename InT>
 __global__ void __launch_bounds__(kThreads) mx_kernel(const InT* x, int64_t n, bool fp4, bool stochastic,
-                                                      uint64_t seed, uint64_t offset, uint8_t* codes,
-                                                      uint8_t* scales, float* globals) {
+                                                      uint64_t seed, const uint64_t* step_hash, uint64_t offset,
+                                                      uint8_t* codes, uint8_t* scales, float* globals) {
   if (blockIdx.x == 0 && threadIdx.x == 0) globals[1] = 1.0f;  // MX has no tensor-wide scale
   const float max_rcp = fp4 ? 1.0f / 6.0f : 1.0f / 448.0f;
   const int64_t blocks = n / 32;
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) mx_kernel(const InT* x, int64_t n, b
     scales[blk] = e;
     if (fp4) {
       uint8_t c[16];
-      dm::PhiloxStream stream(seed);
+      dm::PhiloxStream stream(step_hash ? sr_seed_of(*step_hash, seed) : seed);
       for (int half = 0; half < 2; ++half) {
         for (int k = 0; k < 16; ++k) {
           const int64_t idx = first + 16 * half + k;
@@ -416,7 +416,7 @@ void launch_amax(const InT* x, int64_t rows, int64_t cols, AmaxOver over, float*
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
-Nvfp4Side side_for(DeviceQuantized& q, const QuantOptions& o) {
+Nvfp4Side side_for(DeviceQuantized& q, const QuantOptions& o, const KernelOptions& kopt) {
   Nvfp4Side s;
   s.codes = q.codes.data();
   s.scales = q.scales.data();
@@ -431,6 +431,7 @@ Nvfp4Side side_for(DeviceQuantized& q, const QuantOptions& o) {
   s.numerator = dm::nvfp4_global_numerator(o.four_over_six, o.four_over_six_e4m3_max);
   s.seed = o.seed;
   s.offset = o.offset;
+  s.step_hash = kopt.sr_step_hash;
   return s;
 }
 
@@ -479,7 +480,7 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
       p.rows = rows;
       p.cols = cols;
       p.row_tile16 = o.tile_16x16;
-      p.row = side_for(q, o);
+      p.row = side_for(q, o, kopt);
       if (o.row_scaled) {
         p.row.row_amax = q.row_globals.data();
         p.row.row_decode_out = q.row_globals.data() + rows;
@@ -491,7 +492,7 @@ DeviceQuantized quantize_rowwise(const InT* x, int64_t rows, int64_t cols, const
     case Format::mxfp4:
     case Format::mxfp8: {
       NIBBLE_LAUNCH(grid_for(n / 32, ctx), kThreads, 0, ctx.stream(), mx_kernel<InT>)(
-          x, n, o.format == Format::mxfp4, o.rounding == Rounding::stochastic, o.seed, o.offset, q.codes.data(),
+          x, n, o.format == Format::mxfp4, o.rounding == Rounding::stochastic, o.seed, kopt.sr_step_hash, o.offset, q.codes.data(),
           q.scales.data(), q.globals.data());
       NIBBLE_CUDA_CHECK_LAUNCH();
       break;
@@ -568,9 +569,9 @@ QuantizedPair quantize_pair(const InT* x, int64_t rows, int64_t cols, const Quan
   p.row_tile16 = row_opt.tile_16x16;
   if (p.row_enabled) {
     out.rowwise = make_header(rows, cols, row_opt, ctx, want_rows && kopt.write_bf16_operand);
-    p.row = side_for(out.rowwise, row_opt);
+    p.row = side_for(out.rowwise, row_opt, kopt);
   }
-  p.col = side_for(out.columnwise, col_opt);
+  p.col = side_for(out.columnwise, col_opt, kopt);
   p.col_mode = tile_transpose ? ColumnMode::tile_transpose : ColumnMode::independent;
   // The amax passes, reading x as few times as the transforms allow.
   float* row_amax = p.row_enabled ? out.rowwise.globals.data() : nullptr;

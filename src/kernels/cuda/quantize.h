@@ -59,6 +59,11 @@ struct KernelOptions {
   // tensor cores (Hopper): the GEMM then runs no dequantize pass (one read of the codes and one
   // write of 2 bytes a value fewer per operand; the tensor holds the BF16 copy until it dies).
   bool write_bf16_operand = false;
+  // Stochastic rounding only: a device pointer to the per-micro-step part of the seed (recipe.h,
+  // sr_step_hash). When set, every SR seed of the call is sr_seed_of(*sr_step_hash, opt.seed), opt.seed
+  // then being the quantization's salt (sr_salt): the kernels read the hash when they run, so a
+  // captured step (a CUDA graph) replays with the hash its buffer holds then, not a frozen argument.
+  const uint64_t* sr_step_hash = nullptr;
 };
 
 // Device pointers, row-major [rows, cols], 16-byte aligned. Throws UsageError for the shapes and

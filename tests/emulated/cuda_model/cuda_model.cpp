@@ -79,6 +79,14 @@ struct Engine {
   // Device allocations: start -> bytes (the guard zone follows them). Each is a mapping of its own,
   // inaccessible to the host except while a kernel or a copy uses it (Access below).
   std::map<const uint8_t*, size_t> allocations;
+  // Pinned host allocations (cudaMallocHost): start -> bytes.
+  std::map<const uint8_t*, size_t> pinned;
+  // The capturing stream (one at a time), the nodes recorded so far, and why it broke, if it did.
+  void* capturing = nullptr;
+  bool capture_invalidated = false;
+  std::vector<std::function<void()>> nodes;
+  std::string invalidation_reason;
+  cudaError_t capture_error = cudaSuccess;  // what the last operation a capture took returns
 };
 
 // $NIBBLE_CUDA_MODEL_SEED shifts every seed, so a sweep of it reruns the tests under other schedules.
@@ -104,7 +112,7 @@ std::string hex(unsigned mask) {
 }
 
 void fiber_main() {
-  Engine& e = engine();
+  auto& e = engine();
   try {
     (*e.body)();
   } catch (...) {
@@ -116,7 +124,7 @@ void fiber_main() {
 
 // From a kernel thread back to the scheduler.
 void yield() {
-  Engine& e = engine();
+  auto& e = engine();
   Fiber* self = e.current;
   swapcontext(&self->context, &e.scheduler);
 }
@@ -181,7 +189,7 @@ void multiply_fragments(const std::vector<Fiber*>& lanes) {
 // result and releases them. Throws for masks that name absent or exited lanes and for lanes of one
 // mask at different operations.
 void try_complete_warp(const Fiber& arrived) {
-  Engine& e = engine();
+  auto& e = engine();
   const int threads = static_cast<int>(e.fibers.size());
   const int first = arrived.warp * kWarp;
   std::vector<Fiber*> lanes;
@@ -236,7 +244,7 @@ void try_complete_warp(const Fiber& arrived) {
 }
 
 std::string deadlock_report() {
-  Engine& e = engine();
+  auto& e = engine();
   int barrier = 0, warp = 0, done = 0;
   for (const Fiber& f : e.fibers) {
     barrier += f.state == State::at_barrier;
@@ -252,7 +260,7 @@ std::string deadlock_report() {
 // Every live thread waits at a barrier (exited ones do not count, as on sm_70+): releases them, if it
 // is the same __syncthreads for all.
 void release_barrier() {
-  Engine& e = engine();
+  auto& e = engine();
   const Fiber* first = nullptr;
   for (Fiber& f : e.fibers) {
     if (f.state != State::at_barrier) continue;
@@ -272,7 +280,7 @@ void release_barrier() {
 // up to the next barrier, as a warp that is scheduled first can on the GPU (this exposes a missing
 // barrier between two uses of the same shared memory).
 void run_block(std::mt19937_64& rng) {
-  Engine& e = engine();
+  auto& e = engine();
   const size_t n = e.fibers.size();
   for (size_t t = 0; t < n; ++t) {
     Fiber& f = e.fibers[t];
@@ -411,7 +419,53 @@ bool in_device_memory(const void* p, size_t bytes) {
   return u >= it->first && u + bytes <= it->first + it->second;
 }
 
+// Breaks the running capture (its end returns cudaErrorStreamCaptureInvalidated) and makes the
+// breaking call's error sticky, as CUDA does; the reason names the operation, for the tests.
+cudaError_t invalidate_capture(cudaError_t error, const std::string& operation) {
+  auto& e = engine();
+  if (!e.capture_invalidated) e.invalidation_reason = operation + " while a stream captures";
+  e.capture_invalidated = true;
+  e.sticky_error = error;
+  e.capture_error = error;
+  return error;
+}
+
+// [p, p + bytes) inside one pinned host allocation.
+bool pinned_host(const void* p, size_t bytes) {
+  const auto* u = static_cast<const uint8_t*>(p);
+  auto& a = engine().pinned;
+  auto it = a.upper_bound(u);
+  if (it == a.begin()) return false;
+  --it;
+  return u >= it->first && u + bytes <= it->first + it->second;
+}
+
 }  // namespace
+
+bool valid_launch(const LaunchConfig& c) { return !bad_configuration(c.grid, c.block) && c.shared_bytes <= 48 * 1024; }
+
+const std::string& capture_invalidation_reason() { return engine().invalidation_reason; }
+
+bool captured(void* stream, std::function<void()> node, const char* what, bool valid) {
+  auto& e = engine();
+  if (e.capturing == nullptr) return false;
+  if (stream == nullptr) {  // the legacy stream synchronises with the capturing one: CUDA refuses it
+    invalidate_capture(cudaErrorStreamCaptureImplicit, std::string(what) + " on the legacy (null) stream");
+    return true;
+  }
+  if (stream != e.capturing) return false;  // another stream runs its work at once
+  if (e.capture_invalidated) {
+    e.sticky_error = e.capture_error = cudaErrorStreamCaptureInvalidated;
+    return true;
+  }
+  if (!valid) {
+    invalidate_capture(cudaErrorInvalidConfiguration, std::string("a bad launch configuration of ") + what);
+    return true;
+  }
+  e.nodes.push_back(std::move(node));
+  e.capture_error = cudaSuccess;
+  return true;
+}
 
 void check_kernel_pointer(const void* p, int argument, const char* kernel_name) {
   if (p != nullptr && !in_device_memory(p, 1))
@@ -468,7 +522,7 @@ void mma_bf16_m16n8k16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
 }
 
 void run_grid(const LaunchConfig& c, const std::function<void()>& body) {
-  Engine& e = engine();
+  auto& e = engine();
   if (e.current != nullptr) throw ModelError("cuda model: a kernel launched from inside a kernel");
   if (bad_configuration(c.grid, c.block) || c.shared_bytes > 48 * 1024) {
     e.sticky_error = cudaErrorInvalidConfiguration;
@@ -529,6 +583,9 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
   }
   return "cudaErrorUnknown";
 }
@@ -540,6 +597,9 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
   }
   return "unknown error";
 }
@@ -573,7 +633,10 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
   return record(device == 0 ? cudaSuccess : cudaErrorInvalidDevice);
 }
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  if (engine().capturing) return cuda_model::invalidate_capture(cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize");
+  return cudaSuccess;
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   *stream = reinterpret_cast<cudaStream_t>(new ModelStream);
@@ -584,9 +647,19 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete reinterpret_cast<ModelStream*>(stream);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // its work ran at submission
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {  // its work ran at submission
+  const void* c = engine().capturing;
+  if (c && (stream == c || stream == nullptr))
+    return cuda_model::invalidate_capture(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize (a host read)");
+  return cudaSuccess;
+}
 
-cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) {
+cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t stream) {
+  const void* c = engine().capturing;
+  if (c && (stream == c || stream == nullptr))
+    return cuda_model::invalidate_capture(cudaErrorStreamCaptureUnsupported,
+                                          "an allocation of " + std::to_string(bytes) +
+                                              " bytes (allocate the step's buffers before capture)");
   cuda_model::install_segfault_handler();
   void* mapping = mmap(nullptr, cuda_model::mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapping == MAP_FAILED) return record(cudaErrorMemoryAllocation);
@@ -602,7 +675,10 @@ cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void** ptr, size_t bytes) { return cudaMallocAsync(ptr, bytes, nullptr); }
-cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) {
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  const void* c = engine().capturing;
+  if (c && (stream == c || stream == nullptr))
+    return cuda_model::invalidate_capture(cudaErrorStreamCaptureUnsupported, "a device free (keep the step's buffers)");
   auto& a = engine().allocations;
   const auto it = a.find(static_cast<const uint8_t*>(ptr));
   if (it == a.end()) return record(cudaErrorInvalidValue);
@@ -612,26 +688,125 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) {
 }
 cudaError_t cudaFree(void* ptr) { return cudaFreeAsync(ptr, nullptr); }
 // Copies check that the device side lies inside one allocation (the host side cannot be checked).
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   const bool dst_ok = host_side(kind, true) || kind == cudaMemcpyDefault || cuda_model::in_device_memory(dst, bytes);
   const bool src_ok = host_side(kind, false) || kind == cudaMemcpyDefault || cuda_model::in_device_memory(src, bytes);
   if (!dst_ok || !src_ok) return record(cudaErrorInvalidValue);
-  const cuda_model::Access copy({dst, src});
-  std::memmove(dst, src, bytes);
+  if (stream != nullptr && stream == engine().capturing && !engine().capture_invalidated) {
+    // The node copies from and to these addresses at every replay: host memory must be pinned.
+    const bool dst_pinned = cuda_model::in_device_memory(dst, bytes) || cuda_model::pinned_host(dst, bytes);
+    const bool src_pinned = cuda_model::in_device_memory(src, bytes) || cuda_model::pinned_host(src, bytes);
+    if (!dst_pinned || !src_pinned)
+      return cuda_model::invalidate_capture(cudaErrorStreamCaptureUnsupported,
+                                            "cudaMemcpyAsync with pageable host memory");
+  }
+  const auto copy = [=] {
+    const cuda_model::Access open({dst, src});
+    std::memmove(dst, src, bytes);
+  };
+  if (cuda_model::captured(stream, copy, "cudaMemcpyAsync")) return engine().capture_error;
+  copy();
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (!cuda_model::in_device_memory(ptr, bytes)) return record(cudaErrorInvalidValue);
-  const cuda_model::Access set({ptr});
-  std::memset(ptr, value, bytes);
+  const auto set = [=] {
+    const cuda_model::Access open({ptr});
+    std::memset(ptr, value, bytes);
+  };
+  if (cuda_model::captured(stream, set, "cudaMemsetAsync")) return engine().capture_error;
+  set();
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) { return cudaMemsetAsync(ptr, value, bytes, nullptr); }
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+  if (engine().capturing) return cuda_model::invalidate_capture(cudaErrorStreamCaptureUnsupported, "cudaMallocHost");
+  auto* raw = static_cast<uint8_t*>(std::malloc(bytes == 0 ? 1 : bytes));
+  if (raw == nullptr) return record(cudaErrorMemoryAllocation);
+  engine().pinned[raw] = bytes;
+  *ptr = raw;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  auto& p = engine().pinned;
+  const auto it = p.find(static_cast<const uint8_t*>(ptr));
+  if (it == p.end()) return record(cudaErrorInvalidValue);
+  std::free(ptr);
+  p.erase(it);
+  return cudaSuccess;
+}
+
+// ------------------------------------------------------------------ stream capture and graphs ------
+struct CUgraph_st {
+  std::vector<std::function<void()>> nodes;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> nodes;
+};
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  auto& e = engine();
+  if (stream == nullptr) return record(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot capture
+  if (e.capturing) return record(cudaErrorInvalidValue);  // the model captures one stream at a time
+  e.capturing = stream;
+  e.capture_invalidated = false;
+  e.invalidation_reason.clear();
+  e.nodes.clear();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  auto& e = engine();
+  if (stream == nullptr || stream != e.capturing) return record(cudaErrorInvalidValue);
+  e.capturing = nullptr;
+  *graph = nullptr;
+  if (e.capture_invalidated) {
+    e.nodes.clear();
+    return record(cudaErrorStreamCaptureInvalidated);
+  }
+  *graph = new CUgraph_st{std::exchange(e.nodes, {})};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  const auto& e = engine();
+  *status = stream == nullptr || stream != e.capturing ? cudaStreamCaptureStatusNone
+            : e.capture_invalidated                    ? cudaStreamCaptureStatusInvalidated
+                                                       : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (graph == nullptr) return record(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->nodes};
+  return cudaSuccess;
+}
+// The nodes run in capture order (a valid schedule of a graph captured from one stream).
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return record(cudaErrorInvalidValue);
+  const auto run = [nodes = exec->nodes] {
+    for (const auto& node : nodes) node();
+  };
+  if (cuda_model::captured(stream, run, "cudaGraphLaunch")) return engine().capture_error;
+  run();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, void* nodes, size_t* count) {
+  if (graph == nullptr || nodes != nullptr) return record(cudaErrorInvalidValue);
+  *count = graph->nodes.size();
+  return cudaSuccess;
+}
 
 // ------------------------------------------------------------------ cuBLASLt handles ---------------
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
@@ -756,11 +931,49 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   return CUBLAS_STATUS_SUCCESS;
 }
 // D = alpha op(A) op(B) + beta C, column-major; C is not read when beta is 0 (cuBLAS's rule).
+namespace {
+cublasStatus_t run_matmul(cublasLtMatmulDesc_t desc, const void* alpha, const void* a, cublasLtMatrixLayout_t la,
+                          const void* b, cublasLtMatrixLayout_t lb, const void* beta, const void* c,
+                          cublasLtMatrixLayout_t lc, void* d, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo,
+                          void* workspace, size_t workspace_bytes);
+}  // namespace
+
+// Under capture the node keeps the descriptors' contents and, in host pointer mode, alpha and beta's
+// values (cuBLASLt reads host scalars at the call): a replay uses those, whatever the host holds then.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* a,
                               cublasLtMatrixLayout_t la, const void* b, cublasLtMatrixLayout_t lb, const void* beta,
                               const void* c, cublasLtMatrixLayout_t lc, void* d, cublasLtMatrixLayout_t ld,
-                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, CUstream_st*) {
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                              CUstream_st* stream) {
   if (!modelled_types(la, lb, ld) || algo == nullptr) return CUBLAS_STATUS_NOT_SUPPORTED;
+  struct Frozen {
+    cublasLtMatmulDescOpaque desc;
+    cublasLtMatrixLayoutOpaque la, lb, lc, ld;
+    cublasLtMatmulAlgo_t algo;
+    float alpha, beta;
+  };
+  auto f = std::make_shared<Frozen>(Frozen{*desc, *la, *lb, *lc, *ld, *algo, 0.0f, 0.0f});
+  const bool host_scalars = desc->pointer_mode != CUBLASLT_POINTER_MODE_DEVICE;
+  if (host_scalars) {
+    f->alpha = *static_cast<const float*>(alpha);
+    f->beta = *static_cast<const float*>(beta);
+  }
+  const auto node = [=] {
+    const cublasStatus_t status =
+        run_matmul(&f->desc, host_scalars ? &f->alpha : alpha, a, &f->la, b, &f->lb, host_scalars ? &f->beta : beta, c,
+                   &f->lc, d, &f->ld, &f->algo, workspace, workspace_bytes);
+    if (status != CUBLAS_STATUS_SUCCESS) throw cuda_model::ModelError("cuda model: a captured cublasLtMatmul failed at replay");
+  };
+  if (cuda_model::captured(stream, node, "cublasLtMatmul"))
+    return engine().capture_error == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+  return run_matmul(desc, alpha, a, la, b, lb, beta, c, lc, d, ld, algo, workspace, workspace_bytes);
+}
+
+namespace {
+cublasStatus_t run_matmul(cublasLtMatmulDesc_t desc, const void* alpha, const void* a, cublasLtMatrixLayout_t la,
+                          const void* b, cublasLtMatrixLayout_t lb, const void* beta, const void* c,
+                          cublasLtMatrixLayout_t lc, void* d, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo,
+                          void* workspace, size_t workspace_bytes) {
   const cuda_model::Access open;  // the whole device memory, as a kernel has it
   cuda_model::LtMatmulCall call{desc->transa,  desc->transb,  desc->pointer_mode, desc->a_scale_mode,
                                 desc->b_scale_mode, desc->a_scales, desc->b_scales, la->layout,
@@ -795,3 +1008,4 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   cuda_model::lt_record().calls.push_back(call);
   return CUBLAS_STATUS_SUCCESS;
 }
+}  // namespace

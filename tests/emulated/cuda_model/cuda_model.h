@@ -113,6 +113,19 @@ struct LaunchConfig {
 // nothing and becomes the launch error that cudaGetLastError returns, as on the GPU.
 void run_grid(const LaunchConfig& config, const std::function<void()>& body);
 
+// Stream capture (CUDA graphs, cuda_runtime.h): while a stream captures, its kernel launches, async
+// copies, memsets and cuBLASLt GEMMs are recorded as nodes instead of running; a graph launch runs a
+// graph's nodes in capture order. A node keeps what CUDA's keeps: the kernel's arguments by value
+// (a host-derived argument is frozen at capture), pointers (a copy reads its source at replay).
+// Returns whether the operation on `stream` was taken by a capture (recorded, or refused because the
+// capture is invalidated: the caller then returns capture_status()).
+// A launch with a bad configuration (valid false) invalidates the capture with the launch's error.
+bool captured(void* stream, std::function<void()> node, const char* what, bool valid = true);
+// The reason the last capture was invalidated (empty while none was): the operation that broke it.
+const std::string& capture_invalidation_reason();
+// Whether run_grid would accept the configuration (else cudaErrorInvalidConfiguration).
+bool valid_launch(const LaunchConfig& config);
+
 // Throws unless p is null or points into a live device allocation: a kernel given a host pointer
 // faults on the GPU (argument: its position, for the message).
 void check_kernel_pointer(const void* p, int argument, const char* kernel_name);
@@ -127,6 +140,9 @@ struct Launcher {
     // Kernel parameters are copied at the launch, converted to the parameter types.
     const std::tuple<std::decay_t<Params>...> params(static_cast<std::decay_t<Params>>(std::forward<Args>(args))...);
     std::apply([&](const auto&... p) { check_pointers(p...); }, params);
+    if (captured(config.stream, [c = config, k = kernel, params] { run_grid(c, [&] { std::apply(k, params); }); },
+                 config.kernel_name, valid_launch(config)))
+      return;
     run_grid(config, [&] { std::apply(kernel, params); });  // each thread gets its own copy
   }
   template <class... P>

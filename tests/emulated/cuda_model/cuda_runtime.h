@@ -14,6 +14,9 @@ enum cudaError_t : int {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorStreamCaptureUnsupported = 900,  // an operation a capture cannot record (a sync, an allocation)
+  cudaErrorStreamCaptureInvalidated = 901,  // the capture was broken by an earlier operation
+  cudaErrorStreamCaptureImplicit = 906,     // the legacy (null) stream used while a stream captures
 };
 enum cudaMemcpyKind : int {
   cudaMemcpyHostToHost = 0,
@@ -71,3 +74,36 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream);
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
+
+// Pinned host memory: the only host memory a captured copy may read or write (the node copies from
+// the address at every replay; a pageable copy is staged synchronously, which a capture refuses).
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+cudaError_t cudaFreeHost(void* ptr);
+
+// Stream capture and graphs (cuda_model.h, captured): one capturing stream at a time, in the
+// global mode: while it captures, the legacy stream, cudaMalloc/cudaFree, cudaDeviceSynchronize
+// and a synchronisation of the capturing stream invalidate the capture. A captured cudaMallocAsync
+// or cudaFreeAsync (a memory node on a GPU) is refused too: the step's buffers are allocated before
+// capture and reused, so an allocation inside it is a mistake the model names.
+enum cudaStreamCaptureMode : int {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2
+};
+enum cudaStreamCaptureStatus : int {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2
+};
+struct CUgraph_st;
+typedef CUgraph_st* cudaGraph_t;
+struct CUgraphExec_st;
+typedef CUgraphExec_st* cudaGraphExec_t;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, void* nodes, size_t* count);  // nodes must be null (count only)
