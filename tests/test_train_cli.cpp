@@ -914,7 +914,7 @@ TEST_F(TrainCli, BenchTrainVsTorchPrintsTheIdealStepAndTheRatiosToPytorch) {
                        " --vs-torch --torch-python /usr/bin/python3 --torch-modes fp32");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* part : {"ideal ms", "reached", "With the best of the whole run", "peaks (GFLOP/s): fp32 ",
-                           "quant bytes", "vs torch best (fp32)", "torch ", "1 layers x width 64 x 2 heads, context 16, batch 2"})
+                           "quant fused", "quant other", "vs torch best (fp32)", "torch ", "1 layers x width 64 x 2 heads, context 16, batch 2"})
     EXPECT_TRUE(contains(r.output, part)) << part << "\n" << r.output;
   // One ratio line per recipe: "<recipe> <tokens/s> - <ratio>x" (no bf16 mode ran: that column is "-").
   for (const char* recipe : {"none", "nvfp4"}) {

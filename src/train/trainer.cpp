@@ -83,7 +83,7 @@ std::optional<AdamWShards> optimizer_shards_of(const TrainConfig& c, const model
                                                Communicator& comm) {
   if (c.shard == ShardMode::none) return std::nullopt;
   return AdamWShards{&comm, optimizer_shards(static_cast<int64_t>(model.params().values().size()), comm.size(), c.shard),
-                     /*gather_weights=*/c.shard == ShardMode::optimizer};
+                     /*gather_weights=*/c.shard != ShardMode::full};
 }
 
 // distributed.shard=full: this rank keeps the weights of its slice (AdamW's) and gathers the rest
