@@ -1,14 +1,13 @@
 // The CPU backend: every op of the seam on kernels/cpu (SIMD variant chosen once from cpuid, capped
 // by NIBBLE_ISA; OpenMP threads). Host memory; calls run synchronously.
 #include <omp.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 
+#include "common/pages.h"
 #include "kernels/cpu/common/cpu_features.h"
 #include "kernels/cpu/common/parallel.h"
 #include "kernels/cpu/gemm/gemm.h"
@@ -54,12 +53,7 @@ class CpuBackend final : public Backend {
   void fill_zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
   // MADV_DONTNEED on the whole pages inside: they leave the resident set and read as zeros when
   // touched again. The partial pages at the ends stay (they may hold bytes of other arrays).
-  void discard(void* p, size_t bytes) override {
-    static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
-    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-  }
+  void discard(void* p, size_t bytes) override { release_whole_pages(p, bytes); }  // refused: the bytes stay
   void synchronize() override {}
 
   std::unique_ptr<Quantized> new_quantized() override { return std::make_unique<HostQuantized>(); }

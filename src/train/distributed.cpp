@@ -1,6 +1,5 @@
 #include "train/distributed.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/pages.h"
 
 namespace nibble::train {
 
@@ -324,19 +324,17 @@ void GradientSum::start_over() {
 
 void release_to_zero(std::span<float> values) {
   if (values.empty()) return;
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto first = reinterpret_cast<uintptr_t>(values.data());
-  const uintptr_t last = first + values.size_bytes();
-  const uintptr_t inner_first = (first + page - 1) / page * page, inner_last = last / page * page;
-  if (inner_first >= inner_last) {  // no whole page inside
+  const PageRange inner = whole_pages_inside(values.data(), values.size_bytes());
+  if (inner.begin >= inner.end) {  // no whole page inside
     std::fill(values.begin(), values.end(), 0.0f);
     return;
   }
   // The partial pages at the edges are shared with neighbouring data: zeroed, kept.
-  std::memset(values.data(), 0, inner_first - first);
-  std::memset(reinterpret_cast<void*>(inner_last), 0, last - inner_last);
-  if (::madvise(reinterpret_cast<void*>(inner_first), inner_last - inner_first, MADV_DONTNEED) != 0)
-    std::memset(reinterpret_cast<void*>(inner_first), 0, inner_last - inner_first);  // memory kept, still zero
+  const auto first = reinterpret_cast<uintptr_t>(values.data()), last = first + values.size_bytes();
+  std::memset(values.data(), 0, inner.begin - first);
+  std::memset(reinterpret_cast<void*>(inner.end), 0, last - inner.end);
+  if (!release_whole_pages(reinterpret_cast<void*>(inner.begin), inner.end - inner.begin))
+    std::memset(reinterpret_cast<void*>(inner.begin), 0, inner.end - inner.begin);  // memory kept, still zero
 }
 
 uint64_t weights_checksum(std::span<const float> values) {
