@@ -53,13 +53,14 @@ int64_t accumulation_arrays(int64_t slices) {
 }
 
 // distributed.shard=full: the most arena floats one phase of the model acquires at once (the
-// embedding, a block, or the final norm with the LM head: model::Transformer's ranges).
+// embedding, a block, or the final norm with the LM head: model::Transformer's ranges), read off the
+// arena's layout as the backward pass completes it (the final norm's offset, each block's first
+// offset from the last block down, then 0): the embedding ends where block 0 begins.
 int64_t largest_gathered_floats(const model::ModelConfig& c) {
-  const auto padded = [](int64_t n) { return (n + 15) / 16 * 16; };  // ParamArena::add's alignment
-  int64_t block = 2 * padded(c.width);
-  for (const LinearShape& l : model::block_linear_shapes(c)) block += padded(l.in_features * l.out_features);
-  const int64_t table = padded(c.vocab * c.width);
-  return std::max({table, block, padded(c.width) + table});
+  const std::vector<int64_t> points = model::Transformer::gradient_completion_points(c);
+  const int64_t table = points[points.size() - 2], block = points.size() > 2 ? points[0] - points[1] : 0;
+  const int64_t final_norm = model::arena_floats(c) - points[0] - (c.tied_embeddings ? 0 : table);
+  return std::max({table, block, final_norm + table});
 }
 
 // ZeRO-2's gradient memory over the last backward pass (Trainer::backward_reducing_buckets), in
