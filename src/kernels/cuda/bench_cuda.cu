@@ -211,20 +211,7 @@ int run_cuda_gemm_bench(const CudaBenchOptions& options) {
                          "the quantized height a multiple of 16\n");
     return 2;
   }
-  const DeviceAvailability a = probe_devices();
-  if (!a.available) {
-    std::fprintf(stderr, "nibble: error: %s\n", a.reason.c_str());
-    return 2;
-  }
-  try {
-    return run(options);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "nibble: error: %s\n", e.what());
-    return 2;
-  } catch (const CudaError& e) {
-    std::fprintf(stderr, "nibble: error: %s\n", e.what());
-    return 1;
-  }
+  return run_on_device([&] { return run(options); });
 }
 
 }  // namespace nibble::cuda

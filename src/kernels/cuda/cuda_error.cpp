@@ -1,6 +1,9 @@
 #include "kernels/cuda/cuda_error.h"
 
+#include <cstdio>
 #include <string>
+
+#include "common/error.h"
 
 namespace nibble::cuda {
 
@@ -37,6 +40,23 @@ DeviceAvailability probe_devices() {
 void require_device() {
   DeviceAvailability a = probe_devices();
   if (!a.available) throw CudaError(a.reason);
+}
+
+int run_on_device(const std::function<int()>& body) {
+  const DeviceAvailability a = probe_devices();
+  if (!a.available) {
+    std::fprintf(stderr, "nibble: error: %s\n", a.reason.c_str());
+    return 2;
+  }
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "nibble: error: %s\n", e.what());
+    return 2;
+  } catch (const CudaError& e) {
+    std::fprintf(stderr, "nibble: error: %s\n", e.what());
+    return 1;
+  }
 }
 
 }  // namespace nibble::cuda

@@ -3,6 +3,7 @@
 // machine without a usable GPU is not a crash: probe_devices() says why, require_device() throws a
 // CudaError that says so in plain words.
 #pragma once
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -27,6 +28,10 @@ struct DeviceAvailability {
 DeviceAvailability probe_devices();
 // Throws CudaError with probe_devices().reason when no device can be used.
 void require_device();
+// A device program's body (the GEMM benchmark, the profile) run when a device is usable, its errors
+// turned into exit statuses: the body's own; 2 with "nibble: error: ..." on stderr without a usable
+// device or for a UsageError; 1 for a CudaError.
+int run_on_device(const std::function<int()>& body);
 
 }  // namespace nibble::cuda
 

@@ -197,20 +197,7 @@ int run_cuda_profile(const ProfileOptions& o) {
                          "batch x context a multiple of 16, every size positive\n");
     return 2;
   }
-  const DeviceAvailability a = probe_devices();
-  if (!a.available) {
-    std::fprintf(stderr, "nibble: error: %s\n", a.reason.c_str());
-    return 2;
-  }
-  try {
-    return run(o);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "nibble: error: %s\n", e.what());
-    return 2;
-  } catch (const CudaError& e) {
-    std::fprintf(stderr, "nibble: error: %s\n", e.what());
-    return 1;
-  }
+  return run_on_device([&] { return run(o); });
 }
 
 }  // namespace nibble::cuda
