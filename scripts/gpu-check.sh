@@ -22,6 +22,7 @@
 #       timeout_s=540): one call, eight files back; the rehearsal (scripts/rehearse-gpu-check.sh)
 #   took 84 s on 2 cores up to where the GPU is needed.
 # Environment: BUILD (build folder, default build-gpu), JOBS (default nproc), BENCH_SIZE (8192),
+#   GPU_CHECK_DEADLINE (seconds, default 1500: later steps are cut short or skipped, named in summary.txt),
 #   NIBBLE_CUDA_ARCHS (e.g. 90; default from the GPU's compute capability),
 #   NIBBLE_GPU_CHECK_NO_GPU=1: a rehearsal on a machine without a GPU (scripts/rehearse-gpu-check.sh,
 #   the offline_cuda_build test): GPU tests that skip and a benchmark that finds no device are
@@ -34,6 +35,7 @@ BUILD="${BUILD:-build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 BENCH_SIZE="${BENCH_SIZE:-8192}"
 NO_GPU="${NIBBLE_GPU_CHECK_NO_GPU:-0}"
+DEADLINE="${GPU_CHECK_DEADLINE:-1500}"
 mkdir -p "$OUT" || { echo "gpu-check: cannot create the output folder '$OUT'" >&2; exit 2; }
 summary="$OUT/summary.txt"
 : > "$summary"
@@ -42,6 +44,14 @@ note() { echo "$*" | tee -a "$summary"; }
 step() {  # step NAME TIMEOUT_SECONDS LOG COMMAND...: runs (output appended to LOG), records the status
   local name="$1" limit="$2" log="$3"
   shift 3
+  # The device lease is short: no step may run past the check's own deadline (GPU_CHECK_DEADLINE
+  # seconds from the start), so that a hung kernel still leaves time for summary.txt to be written.
+  local left=$((DEADLINE - (SECONDS - started)))
+  if [ "$left" -le 5 ]; then
+    printf '%-20s rc=%-3s %4ss  %s\n' "$name" "skip" 0 "past the ${DEADLINE}s deadline (GPU_CHECK_DEADLINE)" | tee -a "$summary"
+    return 124
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   local start=$SECONDS
   echo "### $name: $*" >> "$log"
   timeout "$limit" "$@" >> "$log" 2>&1
@@ -149,7 +159,7 @@ for t in test_cuda_host test_cuda_quantize test_cuda_gemm test_cuda_backend test
     continue
   fi
   before=$(wc -l < "$OUT/tests.log")
-  step "$t" 300 "$OUT/tests.log" "$BUILD/tests/$t" || status=1
+  step "$t" 150 "$OUT/tests.log" "$BUILD/tests/$t" || status=1
   verdicts="$(tail -n +"$((before + 1))" "$OUT/tests.log" | grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test|^\[  FAILED  \] [A-Za-z]')"
   [ -n "$verdicts" ] && echo "$verdicts" | sed "s/^/  $t /" | tee -a "$summary"
 done
