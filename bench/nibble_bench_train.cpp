@@ -44,7 +44,7 @@ void write_json(const std::string& path, const train::TrainConfig& c, const std:
 int run(int argc, char** argv) {
   bench::TrainBenchOptions o = bench::standalone_defaults();
   if (!bench::parse_standalone_args(argc, argv, o)) return 0;
-  const train::TrainConfig base = bench::speed_config(o, bench::kCharVocab);
+  const train::TrainConfig base = bench::speed_config(o, o.vocab > 0 ? o.vocab : bench::kCharVocab);
   (void)ops::backend(base.device);  // no usable GPU: the fix, before anything is printed
   const auto recipes = bench::resolve_recipes(o);
   std::mt19937 rng(1337);

@@ -8,7 +8,7 @@
 #   env.txt        date, host, nvidia-smi, nvcc, cmake, compiler, GoogleTest used, cmake flags
 #   configure.log  build.log  tests.log (the five test programs, one after another)  bench.log
 #   train-bench.log  nibble_bench_train --device cuda (none, bf16, nvfp4) and bench/torch_train.py --device
-#                  cuda on the same model, with the ratios
+#                  cuda on the same model, with the ratios; then the same at the GPT-2-small shape
 #   profile.txt    nibble_profile_cuda: CUDA-event time per kernel kind at the bench shape and attention
 #                  forward/backward at contexts 256, 1024, 2048 (compare with nibble bench train --predict)
 #   summary.txt    one line per step with its exit status and seconds, each test program's verdict,
@@ -210,6 +210,21 @@ else
       --vs-nibble "$train_json" || status=1
   else
     note "torch-train: $python has no CUDA build of PyTorch here; nibble's rates only"
+  fi
+fi
+# The GPT-2-small shape (12 x 768, 12 heads, context 1024, batch 8, vocab 50304), where the GEMMs
+# dominate: the quantized recipes with the LM head in BF16 (PyTorch's autocast runs it in BF16 too),
+# then nvfp4 with nibble's default FP32 head; FP32 (none) is left out (its attention is the per-row kernel).
+if [ $train_rc -eq 0 ]; then
+  gpt2=(--layers 12 --width 768 --heads 12 --context 1024 --batch 8 --vocab 50304)
+  gpt2_json="$BUILD/nibble-train-bench-gpt2.json"
+  step train-gpt2 300 "$OUT/train-bench.log" "$BUILD/nibble_bench_train" --device cuda "${gpt2[@]}" \
+    --recipes bf16,nvfp4 --set precision_map=lm_head=bf16 --json "$gpt2_json" || status=1
+  step train-gpt2-fp32head 300 "$OUT/train-bench.log" "$BUILD/nibble_bench_train" --device cuda "${gpt2[@]}" \
+    --recipes nvfp4 || status=1
+  if [ -f "$gpt2_json" ] && "${PYTHON:-python3}" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+    step torch-gpt2 300 "$OUT/train-bench.log" "${PYTHON:-python3}" bench/torch_train.py --device cuda --modes fp32,bf16 \
+      --vs-nibble "$gpt2_json" || status=1
   fi
 fi
 cat "$OUT/train-bench.log"

@@ -111,11 +111,14 @@ std::vector<OptionSpec> make_options() {
                   "BF16) instead of training; needs no GPU",
                   &O::predict, "", false),
       text_option("--gpu", "--predict: the GPU modelled (h200, b200)", &O::gpu, "NAME", true),
-      count_option("--vocab", "--predict: vocabulary size (default 65, the character corpus's)", &O::vocab, false, 1,
-                   positive),
+      count_option("--vocab",
+                   "--predict's vocabulary size, and nibble_bench_train's (random tokens; default 65, the character "
+                   "corpus's)",
+                   &O::vocab, false, 1, positive),
   };
-  static const std::vector<std::string> standalone = {"--device", "--recipes", "--layers",      "--width", "--heads",
-                                                      "--context", "--batch",  "--timed-steps", "--warmup", "--json"};
+  static const std::vector<std::string> standalone = {"--device",      "--recipes", "--layers", "--width",
+                                                      "--heads",       "--context", "--batch",  "--vocab",
+                                                      "--timed-steps", "--warmup",  "--set",    "--json"};
   for (auto& spec : v) {
     spec.in_standalone = std::find(standalone.begin(), standalone.end(), spec.flag) != standalone.end();
     spec.in_nibble = spec.flag != "--json";
@@ -134,6 +137,8 @@ void assign(const OptionSpec& spec, std::string_view value, TrainBenchOptions& o
     o.**count = v;
   } else if (const auto str = std::get_if<std::string TrainBenchOptions::*>(&spec.target)) {
     o.**str = value;
+  } else if (const auto list = std::get_if<std::vector<std::string> TrainBenchOptions::*>(&spec.target)) {
+    (o.**list).emplace_back(value);  // --set, once per knob
   } else {
     throw UsageError(spec.flag + " is not an option of nibble_bench_train: " + standalone_usage());
   }
