@@ -18,7 +18,6 @@
 namespace nibble::cuda {
 namespace {
 
-constexpr int64_t kLayers = 6;  // the bench model's blocks: the "per step" column's multiplier
 
 DeviceBuffer<float> random_floats(int64_t n, uint64_t seed, Context& ctx) {
   DeviceBuffer<float> x(static_cast<size_t>(n), ctx.stream());
@@ -92,11 +91,11 @@ void profile_linears(const ProfileOptions& o, Profile& p, Context& ctx) {
            [&] { (void)quantize_both(dy.data(), n, out, rows, wgrad, ctx, backend); });
     const DeviceQuantized xq = quantize(x.data(), n, in, rows, ctx, backend), wq = quantize(w.data(), out, in, rows, ctx, backend);
     p.time(std::string("GEMM NVFP4 (") + (backend.write_bf16_operand ? "emulated" : "native") + ")",
-           dims({n, out, in}), 3 * kLayers, [&] { (void)gemm(xq, wq, y.data(), out, 1.0f, Output::overwrite, ctx); });
+           dims({n, out, in}), 3 * o.layers, [&] { (void)gemm(xq, wq, y.data(), out, 1.0f, Output::overwrite, ctx); });
     DeviceBuffer<uint16_t> x16(static_cast<size_t>(n * in), ctx.stream()), w16(static_cast<size_t>(out * in), ctx.stream());
     round_to_bf16(x.data(), x16.data(), n * in, ctx);
     round_to_bf16(w.data(), w16.data(), out * in, ctx);
-    p.time("GEMM BF16", dims({n, out, in}), 3 * kLayers, [&] {
+    p.time("GEMM BF16", dims({n, out, in}), 3 * o.layers, [&] {
       gemm_bf16(Trans::no, Trans::yes, n, out, in, 1.0f, x16.data(), in, w16.data(), in, 0.0f, y.data(), out, ctx);
     });
   }
@@ -116,15 +115,15 @@ void profile_layers(const ProfileOptions& o, Profile& p, Context& ctx) {
       dgate_up(static_cast<size_t>(n * 2 * f), ctx.stream()), loss(static_cast<size_t>(n), ctx.stream()),
       dlogits(static_cast<size_t>(n * v), ctx.stream()), dtable(static_cast<size_t>(v * d), ctx.stream());
   const DeviceBuffer<int32_t> tokens = tokens_below(n, v, ctx);
-  const double norms = 2 * kLayers + 1;
+  const double norms = 2 * o.layers + 1;
   p.time("RMSNorm forward", dims({n, d}), norms, [&] { rmsnorm_forward(x.data(), gain.data(), n, d, 1e-5f, y.data(), rstd.data(), ctx); });
   p.time("RMSNorm backward", dims({n, d}), norms,
          [&] { rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), n, d, dx.data(), dgain.data(), ctx); });
-  p.time("RoPE (q and k)", dims({n, 2 * o.heads, hd}), 2 * kLayers, [&] {
+  p.time("RoPE (q and k)", dims({n, 2 * o.heads, hd}), 2 * o.layers, [&] {
     rope(qkv.data(), n, o.context, 3 * d, 0, 2 * o.heads, hd, trig.data(), trig.data(), 0, 1.0f, ctx);
   });
-  p.time("SwiGLU forward", dims({n, f}), kLayers, [&] { swiglu_forward(gate_up.data(), n, f, a.data(), ctx); });
-  p.time("SwiGLU backward", dims({n, f}), kLayers,
+  p.time("SwiGLU forward", dims({n, f}), o.layers, [&] { swiglu_forward(gate_up.data(), n, f, a.data(), ctx); });
+  p.time("SwiGLU backward", dims({n, f}), o.layers,
          [&] { swiglu_backward(gate_up.data(), da.data(), n, f, dgate_up.data(), ctx); });
   p.time("LM head GEMM (FP32)", dims({n, v, d}), 3, [&] {
     gemm_f32(Trans::no, Trans::yes, n, v, d, 1.0f, x.data(), d, table.data(), d, 0.0f, dlogits.data(), v, ctx);
@@ -135,7 +134,7 @@ void profile_layers(const ProfileOptions& o, Profile& p, Context& ctx) {
          [&] { cross_entropy_backward(logits.data(), tokens.data(), n, v, 1.0f / static_cast<float>(n), dlogits.data(), ctx); });
   p.time("embedding forward", dims({n, d}), 1, [&] { embedding_forward(tokens.data(), n, table.data(), d, y.data(), ctx); });
   p.time("embedding backward", dims({n, d}), 1, [&] { embedding_backward(tokens.data(), n, dy.data(), d, dtable.data(), ctx); });
-  const int64_t params = o.params > 0 ? o.params : kLayers * (d * 3 * d + d * d + 3 * d * f + 2 * d) + v * d + d;
+  const int64_t params = o.params > 0 ? o.params : o.layers * (d * 3 * d + d * d + 3 * d * f + 2 * d) + v * d + d;
   const DeviceBuffer<float> g = random_floats(params, 13, ctx);
   DeviceBuffer<float> m(static_cast<size_t>(params), ctx.stream()), vv(static_cast<size_t>(params), ctx.stream()),
       w = random_floats(params, 14, ctx);
@@ -163,7 +162,7 @@ void profile_attention(const ProfileOptions& o, Profile& p, Context& ctx) {
     DeviceBuffer<float> out(static_cast<size_t>(n * s.out_width()), ctx.stream()),
         stats(static_cast<size_t>(s.softmax_stats_size()), ctx.stream()), dqkv(static_cast<size_t>(n * s.qkv_stride()), ctx.stream());
     const std::string shape = "batch " + std::to_string(s.batch) + " x context " + std::to_string(context);
-    const double per_step = context == o.context ? kLayers : 0;
+    const double per_step = context == o.context ? o.layers : 0;
     p.time("attention forward", shape, per_step, [&] { attention_forward(s, qkv.data(), out.data(), stats.data(), ctx); });
     p.time("attention backward", shape, per_step,
            [&] { attention_backward(s, qkv.data(), stats.data(), dout.data(), dqkv.data(), ctx); });
@@ -175,7 +174,7 @@ int run(const ProfileOptions& o) {
   const DeviceInfo& dev = ctx.device();
   std::printf("nibble CUDA profile on %s (sm_%d, %d SMs): CUDA-event time per call of each kernel kind, run alone;\n"
               "shape: %lld blocks x width %lld, %lld heads, hidden %lld, context %lld, batch %lld, vocab %lld\n",
-              dev.name.c_str(), dev.compute_capability(), dev.sm_count, static_cast<long long>(kLayers),
+              dev.name.c_str(), dev.compute_capability(), dev.sm_count, static_cast<long long>(o.layers),
               static_cast<long long>(o.width), static_cast<long long>(o.heads), static_cast<long long>(o.hidden),
               static_cast<long long>(o.context), static_cast<long long>(o.batch), static_cast<long long>(o.vocab));
   Profile p(ctx, o.seconds_per_kind);
@@ -191,7 +190,7 @@ int run(const ProfileOptions& o) {
 }  // namespace
 
 int run_cuda_profile(const ProfileOptions& o) {
-  if (o.width <= 0 || o.heads <= 0 || o.width % o.heads != 0 || o.width % 32 != 0 || o.hidden % 16 != 0 ||
+  if (o.layers <= 0 || o.width <= 0 || o.heads <= 0 || o.width % o.heads != 0 || o.width % 32 != 0 || o.hidden % 16 != 0 ||
       o.context <= 0 || o.batch <= 0 || o.vocab <= 0 || (o.batch * o.context) % 16 != 0 || o.seconds_per_kind <= 0) {
     std::fprintf(stderr, "nibble: error: profile shape: width a multiple of 32 and of heads, hidden a multiple of 16, "
                          "batch x context a multiple of 16, every size positive\n");
