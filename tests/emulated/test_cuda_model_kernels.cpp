@@ -252,13 +252,14 @@ TEST(CudaModelLayers, ElementwiseBf16AndTileTransposeAreExact) {
 }
 
 // Shapes of the row and column kernels: n tokens of `width` over a vocabulary of `vocab`. The first
-// fits one gain tile and one column block; the second has a ragged last half-warp row group, three
-// column blocks (the last partial), three token tiles of the gain (the last partial) and token
-// repeats more than 32 positions apart (the embedding backward's ballot windows).
+// fits one gain token tile; the second has a ragged last half-warp row group, column blocks of the
+// gain (8 columns) with the last partial, and token repeats more than 32 positions apart (the
+// embedding backward's ballot windows); the third three token tiles of the gain (256 tokens, the
+// last partial), so both of its staging buffers are reused.
 struct RowShape {
   int64_t n, width, vocab;
 };
-constexpr RowShape kRowShapes[] = {{37, 45, 11}, {151, 70, 40}};
+constexpr RowShape kRowShapes[] = {{37, 45, 11}, {151, 70, 40}, {600, 21, 50}};
 
 TEST(CudaModelLayers, EmbeddingRmsnormAndRopeAreTheCpuKernelsBits) {
   for (const RowShape& shape : kRowShapes) {

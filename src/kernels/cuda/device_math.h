@@ -19,11 +19,15 @@
 #else
 #define NIBBLE_HD inline
 #endif
-// Full unrolling of fixed 16-element loops in device code (the host compilers do not know the pragma).
+// Full unrolling of fixed 16-element loops in device code (the host compilers do not know the pragma);
+// NIBBLE_UNROLL_BY(n): a runtime-bounded loop unrolled n times (independent loads issued together).
 #if defined(__CUDA_ARCH__)
 #define NIBBLE_UNROLL _Pragma("unroll")
+#define NIBBLE_PRAGMA(x) _Pragma(#x)
+#define NIBBLE_UNROLL_BY(n) NIBBLE_PRAGMA(unroll n)
 #else
 #define NIBBLE_UNROLL
+#define NIBBLE_UNROLL_BY(n)
 #endif
 
 namespace nibble::cuda::dm {

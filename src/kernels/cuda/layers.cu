@@ -168,23 +168,31 @@ __global__ void rmsnorm_backward_rows_kernel(const float* x, const float* gain, 
 }
 
 // The gain gradient dgain[c] += sum over tokens i in order of dy[i][c] x[i][c] rstd[i]: the CPU adds
-// each column in token order, a serial chain the GPU keeps. A block per 32 columns: warps 1-7 stage the
-// products of the next 64 tokens (coalesced rows) in shared memory while warp 0 adds the current
-// ones, lane c's column in token order; the two buffers swap at each barrier.
-constexpr int kGainColumns = kWarp;
-constexpr int kGainTokens = 64;
+// each column in token order, a serial chain the GPU keeps. That chain is short (an add per token);
+// what costs is reading x and dy with enough loads in flight, so a block takes only 8 columns (a
+// 32-byte sector of each row; width / 8 blocks keep most SMs reading) and stages 256 tokens at a
+// time: warps 1-7 load the next tile's products, each thread ten independent loads at once, while
+// lanes 0-7 of warp 0 add the current tile's, lane c its column in token order; the two tiles swap
+// at each barrier.
+constexpr int kGainColumns = 8;
+constexpr int kGainTokens = 256;
+constexpr int kGainStagers = kThreads - kWarp;  // warps 1-7
+constexpr int kGainLoadsPerStager = (kGainTokens * kGainColumns + kGainStagers - 1) / kGainStagers;
 __device__ void stage_gain_products(const float* x, const float* rstd, const float* dy, int64_t n, int64_t width,
                                     int64_t c0, int64_t i0, float (*tile)[kGainColumns + 1]) {
-  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
-  const int64_t c = c0 + lane;
-  for (int r = warp - 1; r < kGainTokens; r += kWarpsPerBlock - 1) {
-    const int64_t i = i0 + r;
-    tile[r][lane] = i < n && c < width ? dm::nb_mul(dm::nb_mul(dy[i * width + c], x[i * width + c]), rstd[i]) : 0.0f;
+  const int stager = static_cast<int>(threadIdx.x) - kWarp;
+  NIBBLE_UNROLL
+  for (int k = 0; k < kGainLoadsPerStager; ++k) {
+    const int e = stager + k * kGainStagers;  // consecutive threads: a row's 8 columns, then the next row
+    if (e >= kGainTokens * kGainColumns) break;
+    const int r = e / kGainColumns, c = e % kGainColumns;
+    const int64_t i = i0 + r, col = c0 + c;
+    tile[r][c] = i < n && col < width ? dm::nb_mul(dm::nb_mul(dy[i * width + col], x[i * width + col]), rstd[i]) : 0.0f;
   }
 }
 __global__ void __launch_bounds__(kThreads) rmsnorm_gain_kernel(const float* x, const float* rstd, const float* dy,
                                                                 int64_t n, int64_t width, float* dgain) {
-  __shared__ float tiles[2][kGainTokens][kGainColumns + 1];  // +1: a column's walk down the tile hits every bank
+  __shared__ float tiles[2][kGainTokens][kGainColumns + 1];  // +1: the stagers' rows start on other banks
   const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
   for (int64_t c0 = blockIdx.x * static_cast<int64_t>(kGainColumns); c0 < width;
        c0 += static_cast<int64_t>(gridDim.x) * kGainColumns) {
@@ -193,13 +201,14 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_gain_kernel(const float* x, 
     float s = 0.0f;
     for (int64_t i0 = 0, t = 0; i0 < n; i0 += kGainTokens, t ^= 1) {
       if (warp > 0 && i0 + kGainTokens < n) stage_gain_products(x, rstd, dy, n, width, c0, i0 + kGainTokens, tiles[t ^ 1]);
-      if (warp == 0) {
+      if (warp == 0 && lane < kGainColumns) {
         const int64_t rows = n - i0 < kGainTokens ? n - i0 : kGainTokens;
+        NIBBLE_UNROLL_BY(8)
         for (int64_t r = 0; r < rows; ++r) s = dm::nb_add(s, tiles[t][r][lane]);
       }
       __syncthreads();  // tile t is restaged two turns on; tile t ^ 1 is complete
     }
-    if (warp == 0 && c0 + lane < width) dgain[c0 + lane] = dm::nb_add(dgain[c0 + lane], s);
+    if (warp == 0 && lane < kGainColumns && c0 + lane < width) dgain[c0 + lane] = dm::nb_add(dgain[c0 + lane], s);
   }
 }
 
