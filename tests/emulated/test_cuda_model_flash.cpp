@@ -160,4 +160,28 @@ TEST_F(CudaModelFlash, ForwardAndBackwardAreWithinTheBf16BoundsOfTheCpuAndTheSam
   }
 }
 
+// The tiles are staged four floats at a time from 16-byte-aligned rows, else one at a time: a qkv
+// and dO one float past an aligned address take the scalar staging and give the same bits.
+TEST_F(CudaModelFlash, UnalignedOperandsAreStagedOneFloatAtATimeToTheSameBits) {
+  const AttentionShape a{1, 70, 2, 1, 64, true};
+  const auto qkv = normal_floats(a.seq * a.qkv_stride(), 401), dout = normal_floats(a.seq * a.out_width(), 402);
+  cuda::Context ctx(0);
+  std::vector<std::vector<float>> results[2];
+  for (int offset = 0; offset < 2; ++offset) {
+    std::vector<float> padded_qkv(offset, 0.0f), padded_dout(offset, 0.0f);
+    padded_qkv.insert(padded_qkv.end(), qkv.begin(), qkv.end());
+    padded_dout.insert(padded_dout.end(), dout.begin(), dout.end());
+    auto dq = cuda::DeviceBuffer<float>::from_host(padded_qkv, ctx.stream());
+    auto ddo = cuda::DeviceBuffer<float>::from_host(padded_dout, ctx.stream());
+    cuda::DeviceBuffer<float> out(dout.size(), ctx.stream()), stats(a.softmax_stats_size(), ctx.stream()),
+        dqkv(qkv.size(), ctx.stream());
+    cuda::attention_forward(a, dq.data() + offset, out.data(), stats.data(), ctx);
+    cuda::attention_backward(a, dq.data() + offset, stats.data(), ddo.data() + offset, dqkv.data(), ctx);
+    results[offset] = {out.download(), stats.download(), dqkv.download()};
+  }
+  EXPECT_TRUE(same_bits(results[0][0], results[1][0])) << "O";
+  EXPECT_TRUE(same_bits(results[0][1], results[1][1])) << "softmax stats";
+  EXPECT_TRUE(same_bits(results[0][2], results[1][2])) << "dqkv";
+}
+
 }  // namespace

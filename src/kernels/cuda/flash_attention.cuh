@@ -49,14 +49,41 @@ NIBBLE_HD int64_t tiles(const AttentionShape& s) { return (s.seq + kTile - 1) / 
 
 // Rows [row0, row0 + 64) of the head_dim columns at `src` (a [rows, stride] FP32 matrix) as BF16 into
 // `rows` ([64][HD + 8]) and/or transposed into `cols` ([HD][64 + 8]); rows past `count` as zeros.
-// Consecutive threads read consecutive columns (coalesced).
+// Consecutive threads read consecutive columns (coalesced), four at a time (one 16-byte load, two
+// conversions of a BF16 pair, one 8-byte store) where `src` and `stride` allow, which is the usual
+// case (qkv's columns are whole heads): the staging's instructions, not the tensor cores, bound
+// these kernels.
+struct alignas(16) FourFloats {
+  float v[4];
+};
 template <int HD>
 __device__ void stage_tile(const float* src, int64_t stride, int64_t row0, int64_t count, uint16_t* rows, uint16_t* cols) {
-  for (int i = static_cast<int>(threadIdx.x); i < kTile * HD; i += kThreads) {
-    const int r = i / HD, c = i % HD;
-    const uint16_t v = dm::bf16_bits_rn(row0 + r < count ? src[(row0 + r) * stride + c] : 0.0f);
-    if (rows != nullptr) rows[r * (HD + kPad) + c] = v;
-    if (cols != nullptr) cols[c * kColumnRow + r] = v;
+  if (reinterpret_cast<uintptr_t>(src) % 16 != 0 || stride % 4 != 0) {
+    for (int i = static_cast<int>(threadIdx.x); i < kTile * HD; i += kThreads) {
+      const int r = i / HD, c = i % HD;
+      const uint16_t v = dm::bf16_bits_rn(row0 + r < count ? src[(row0 + r) * stride + c] : 0.0f);
+      if (rows != nullptr) rows[r * (HD + kPad) + c] = v;
+      if (cols != nullptr) cols[c * kColumnRow + r] = v;
+    }
+    return;
+  }
+  NIBBLE_UNROLL
+  for (int i = static_cast<int>(threadIdx.x); i < kTile * HD / 4; i += kThreads) {
+    const int r = i / (HD / 4), c = 4 * (i % (HD / 4));
+    FourFloats f = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    if (row0 + r < count) f = *reinterpret_cast<const FourFloats*>(src + (row0 + r) * stride + c);
+    const uint32_t lo = mma::pack_bf16(f.v[0], f.v[1]), hi = mma::pack_bf16(f.v[2], f.v[3]);
+    if (rows != nullptr) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(rows + r * (HD + kPad) + c);  // 8-byte aligned: c % 4 == 0
+      dst[0] = lo;
+      dst[1] = hi;
+    }
+    if (cols != nullptr) {
+      cols[c * kColumnRow + r] = static_cast<uint16_t>(lo);
+      cols[(c + 1) * kColumnRow + r] = static_cast<uint16_t>(lo >> 16);
+      cols[(c + 2) * kColumnRow + r] = static_cast<uint16_t>(hi);
+      cols[(c + 3) * kColumnRow + r] = static_cast<uint16_t>(hi >> 16);
+    }
   }
 }
 

@@ -34,9 +34,17 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float c[4], const uint32_t a[4]
 #endif
 }
 
-// Two values rounded to BF16 (round to nearest even) in one register: lo in the low half.
+// Two values rounded to BF16 (round to nearest even) in one register: lo in the low half. On the GPU
+// one conversion instruction for the pair (the same bits as dm::bf16_bits_rn for every non-NaN
+// value; a NaN stays a NaN, with the hardware's payload).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+#if !defined(NIBBLE_CUDA_MODEL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));  // the first source is the high half
+  return packed;
+#else
   return static_cast<uint32_t>(dm::bf16_bits_rn(lo)) | static_cast<uint32_t>(dm::bf16_bits_rn(hi)) << 16;
+#endif
 }
 
 }  // namespace nibble::cuda::mma
