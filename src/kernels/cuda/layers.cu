@@ -270,12 +270,14 @@ __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t
   NIBBLE_HALF_WARP_ROWS(row, lane, valid, n) {
     const float* l = logits + row * vocab;
     float* d = dlogits + row * vocab;
+    // exp(l - m) is computed twice (for the sum, then for the output) rather than written and read
+    // back: three passes over the row instead of five, the same values.
     const float m = half_warp_row_max(l, vocab, lane, valid);
-    if (valid)
-      for (int64_t c = lane; c < vocab; c += kRowLanes) d[c] = lm::nb_exp(dm::nb_sub(l[c], m));
-    const float inv = dm::nb_div(1.0f, half_warp_lane_sum16(vocab, lane, valid, [=](int64_t c) { return d[c]; }));
+    const float inv = dm::nb_div(
+        1.0f, half_warp_lane_sum16(vocab, lane, valid, [=](int64_t c) { return lm::nb_exp(dm::nb_sub(l[c], m)); }));
     if (!valid) continue;
-    for (int64_t c = lane; c < vocab; c += kRowLanes) d[c] = dm::nb_mul(dm::nb_mul(d[c], inv), scale);
+    for (int64_t c = lane; c < vocab; c += kRowLanes)
+      d[c] = dm::nb_mul(dm::nb_mul(lm::nb_exp(dm::nb_sub(l[c], m)), inv), scale);
     const int32_t target = targets[row];
     if (target % kRowLanes == lane) d[target] = dm::nb_sub(d[target], scale);
   }
