@@ -93,8 +93,10 @@ int grid_of(int64_t items, int64_t per_block, const Context& ctx) {
 template <class Term>
 __device__ float half_warp_lane_sum16(int64_t width, int lane, bool valid, Term term) {
   float s = 0.0f;
-  if (valid)
+  if (valid) {
+    NIBBLE_UNROLL_BY(4)  // the terms' loads issued ahead of the chain of adds
     for (int64_t c = lane; c < width; c += kRowLanes) s = dm::nb_add(s, term(c));
+  }
   for (int half = kRowLanes / 2; half >= 1; half /= 2) s = dm::nb_add(s, __shfl_down_sync(kFullWarp, s, half, kRowLanes));
   return __shfl_sync(kFullWarp, s, 0, kRowLanes);
 }
@@ -150,8 +152,11 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int64_
   }
 }
 // A half-warp per row: dx += r (dy gain - x r mean(dy gain x r)) (lm::rmsnorm_row_backward's order).
-__global__ void rmsnorm_backward_rows_kernel(const float* x, const float* gain, const float* rstd, const float* dy,
-                                             int64_t n, int64_t width, float* dx) {
+// __restrict__ and the unrolled loops let each lane's loads run ahead of its stores to dx (without
+// them every load waited for the previous store: the kernel was latency-bound).
+__global__ void rmsnorm_backward_rows_kernel(const float* __restrict__ x, const float* __restrict__ gain,
+                                             const float* __restrict__ rstd, const float* __restrict__ dy,
+                                             int64_t n, int64_t width, float* __restrict__ dx) {
   NIBBLE_HALF_WARP_ROWS(row, lane, valid, n) {
     const float* xr = x + row * width;
     const float* dyr = dy + row * width;
@@ -162,6 +167,7 @@ __global__ void rmsnorm_backward_rows_kernel(const float* x, const float* gain, 
     if (!valid) continue;
     const float mean_dot = dm::nb_div(dot, static_cast<float>(width));
     float* dxr = dx + row * width;
+    NIBBLE_UNROLL_BY(4)
     for (int64_t c = lane; c < width; c += kRowLanes)
       dxr[c] = dm::nb_add(dxr[c], dm::nb_mul(r, dm::nb_sub(dm::nb_mul(dyr[c], gain[c]), dm::nb_mul(dm::nb_mul(xr[c], r), mean_dot))));
   }
