@@ -36,8 +36,8 @@ double threaded_s(double threads, double steps, const GpuSpec& g) {
 
 // A serial chain of `steps` dependent FP32 adds (~4 cycles each: Hopper's add latency), run by
 // `chains` warps side by side, one warp per SM: RMSNorm's gain gradient keeps the CPU's token order,
-// one add per token per column, 32 columns per block (its other warps stage the next tokens' terms
-// meanwhile, two 128-byte lines per token, within an SM's ~64 bytes a cycle from L2).
+// one add per token per column, 8 columns per block (its other warps stage the next tokens' terms
+// meanwhile, two 32-byte sectors per token, within an SM's ~64 bytes a cycle from L2).
 double serial_chain_s(double chains, double steps, const GpuSpec& g) {
   if (chains <= 0) return 0;
   return std::ceil(chains / g.sms) * steps * 4.0 / g.clock_hz;
@@ -212,8 +212,8 @@ void add_elementwise(Builder& b, const Shapes& s, const GpuSpec& g) {
   Builder::written_threads(nf, 16 * s.N, 2 * s.d / 16 * (2 * s.L + 1), g, "a half-warp per row");
   KernelKindTime& nb = b.add("RMSNorm backward", "HBM", 2 * (2 * s.L + 1), 0, 0, (2 * s.L + 1) * 20 * s.N * s.d);
   nb.written_s = std::max(nb.written_s, threaded_s(16 * s.N, 3 * s.d / 16 * (2 * s.L + 1), g) +
-                                            (2 * s.L + 1) * serial_chain_s(std::ceil(s.d / 32), s.N, g));
-  nb.written_note = "gain gradient: a warp per 32 columns, every token in order";
+                                            (2 * s.L + 1) * serial_chain_s(std::ceil(s.d / 8), s.N, g));
+  nb.written_note = "gain gradient: a block per 8 columns, every token in order";
   b.add("RoPE", "HBM", 4 * s.L, 0, 0, 2 * s.L * 8 * s.N * (s.H + s.kv) * s.hd);
   b.add("residual adds", "HBM", 2 * s.L, 0, 0, 2 * s.L * 12 * s.N * s.d);
   b.add("SwiGLU", "HBM", 2 * s.L, 0, 0, s.L * 32 * s.N * s.f);
