@@ -355,6 +355,27 @@ TEST_F(CudaModelExpLayers, AttentionForwardBackwardAndDecodeAreTheCpuKernelsBits
       EXPECT_TRUE(same_bits(ddq.download(), dqkv)) << "bf16 " << bf16 << ", " << sc.name();
     }
   }
+  // FP32 at head_dim 32 and 64 (attention_fp32.cuh): two 128-row tiles of a ragged 150-token sequence
+  // with GQA groups of 2, a sequence shorter than a tile with a group of 3; the CPU's bits again.
+  for (const AttentionShape& f : {AttentionShape{2, 150, 4, 2, 64, false}, AttentionShape{1, 40, 3, 1, 32, false}}) {
+    const auto fqkv = normal_floats(f.batch * f.seq * f.qkv_stride(), 63);
+    const auto fdout = normal_floats(f.batch * f.seq * f.out_width(), 64);
+    std::vector<float> fout(fdout.size()), fstats(f.softmax_stats_size()), fdqkv(fqkv.size());
+    cpu::attention_forward(f, fqkv.data(), fout.data(), fstats.data());
+    cpu::attention_backward(f, fqkv.data(), fstats.data(), fdout.data(), fdqkv.data());
+    for (const auto& s : kSchedules) {
+      Schedule sc(s);
+      auto dq = sc.up(fqkv), ddo = sc.up(fdout), dout_ = sc.fresh<float>(fout.size()), dst = sc.fresh<float>(fstats.size());
+      auto ddq = sc.fresh<float>(fqkv.size());
+      cuda::attention_forward(f, dq.data(), dout_.data(), dst.data(), sc.ctx);
+      EXPECT_NE(cuda_model::last_kernel_name().find("fp32_attention::forward_kernel<"), std::string::npos)
+          << cuda_model::last_kernel_name();
+      cuda::attention_backward(f, dq.data(), dst.data(), ddo.data(), ddq.data(), sc.ctx);
+      const std::string shape = "seq " + std::to_string(f.seq) + ", head_dim " + std::to_string(f.head_dim);
+      EXPECT_TRUE(same_bits(dout_.download(), fout) && same_bits(dst.download(), fstats)) << shape << ", " << sc.name();
+      EXPECT_TRUE(same_bits(ddq.download(), fdqkv)) << shape << ", " << sc.name();
+    }
+  }
   // KV-cache decoding: 3 prompt tokens, then 2 more, into a cache of 8 positions.
   const AttentionShape s3{1, 3, 4, 2, 8, false}, s2{1, 2, 4, 2, 8, false};
   const int64_t kv_width = 2 * 8, capacity = 8;

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/attention_fp32.cuh"
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/layer_math.h"
 #include "kernels/cuda/launch.h"
@@ -378,8 +379,9 @@ void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_c
          first_position, direction);
 }
 // Shapes with BF16 products and head_dim 32 or 64: the tiled tensor-core kernels (flash_attention.cuh);
-// the others (FP32 attention, other head dims, GPUs before sm_80): a thread per row, the CPU's bits
-// (layer_math.h).
+// FP32 at head_dim 32 or 64: row-per-thread kernels over staged tiles (attention_fp32.cuh, the CPU's
+// bits); the others (other head dims, BF16 before sm_80): a thread per row reading global memory, the
+// CPU's bits (layer_math.h).
 template <int HD>
 void flash_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
   NIBBLE_LAUNCH(flash_blocks(s, s.heads), flash::kThreads, 0, ctx.stream(), flash::forward_kernel<HD, false>)(
@@ -402,10 +404,44 @@ void flash_backward(const AttentionShape& s, const float* qkv, const float* soft
   NIBBLE_CUDA_CHECK(cudaGetLastError());
 }
 
+// FP32 attention at head_dim 32 or 64: the CPU's bits from row-per-thread kernels that stage the other
+// side's rows in shared memory (attention_fp32.cuh).
+int fp32_attention_blocks(const AttentionShape& s, int64_t heads) {
+  const int64_t blocks = fp32_attention::tiles(s) * heads * s.batch;
+  NIBBLE_CHECK(blocks <= 0x7FFFFFFF, "attention: more than 2^31 - 1 tiles of 128 rows (batch x heads x seq / 128)");
+  return static_cast<int>(blocks);
+}
+template <int HD>
+void fp32_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
+  NIBBLE_LAUNCH(fp32_attention_blocks(s, s.heads), fp32_attention::kRows, 0, ctx.stream(),
+                fp32_attention::forward_kernel<HD>)(s, qkv, out, softmax_stats, attention_scale(s));
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+}
+template <int HD>
+void fp32_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
+                   float* dqkv, Context& ctx) {
+  DeviceBuffer<float> row_dot(static_cast<size_t>(s.batch * s.heads * s.seq), ctx.stream());
+  const float scale = attention_scale(s);
+  NIBBLE_LAUNCH(fp32_attention_blocks(s, s.heads), fp32_attention::kRows, 0, ctx.stream(),
+                fp32_attention::backward_query_kernel<HD>)(s, qkv, softmax_stats, dout, dqkv, row_dot.data(), scale);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+  const float* dots = row_dot.data();
+  NIBBLE_LAUNCH(fp32_attention_blocks(s, s.kv_heads), fp32_attention::kRows, 0, ctx.stream(),
+                fp32_attention::backward_key_kernel<HD, false>)(s, qkv, softmax_stats, dout, dots, dqkv, scale);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+  NIBBLE_LAUNCH(fp32_attention_blocks(s, s.kv_heads), fp32_attention::kRows, 0, ctx.stream(),
+                fp32_attention::backward_key_kernel<HD, true>)(s, qkv, softmax_stats, dout, dots, dqkv, scale);
+  NIBBLE_CUDA_CHECK(cudaGetLastError());
+}
+
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
   if (flash::supports(checked(s), ctx.device().cc_major)) {
     if (s.head_dim == 64) return flash_forward<64>(s, qkv, out, softmax_stats, ctx);
     return flash_forward<32>(s, qkv, out, softmax_stats, ctx);
+  }
+  if (fp32_attention::supports(s)) {
+    if (s.head_dim == 64) return fp32_forward<64>(s, qkv, out, softmax_stats, ctx);
+    return fp32_forward<32>(s, qkv, out, softmax_stats, ctx);
   }
   launch(s.batch * s.heads * s.seq, ctx, attention_forward_kernel, s, qkv, out, softmax_stats, attention_scale(s));
 }
@@ -414,6 +450,10 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
   if (flash::supports(checked(s), ctx.device().cc_major)) {
     if (s.head_dim == 64) return flash_backward<64>(s, qkv, softmax_stats, dout, dqkv, ctx);
     return flash_backward<32>(s, qkv, softmax_stats, dout, dqkv, ctx);
+  }
+  if (fp32_attention::supports(s)) {
+    if (s.head_dim == 64) return fp32_backward<64>(s, qkv, softmax_stats, dout, dqkv, ctx);
+    return fp32_backward<32>(s, qkv, softmax_stats, dout, dqkv, ctx);
   }
   DeviceBuffer<float> row_dot(static_cast<size_t>(s.batch * s.heads * s.seq), ctx.stream());
   launch(s.batch * s.heads * s.seq, ctx, attention_backward_query_kernel, s, qkv, softmax_stats, dout, dqkv,
