@@ -172,7 +172,8 @@ void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpe
 // differs is the work: backward runs nine products (the D pre-pass recomputes O, and the dK/dV and
 // dQ passes each recompute S and dP) in three launches per block. The FP32 K/V tiles that each query
 // tile reads again stay in L2 at these shapes, so HBM bytes are the design's. Otherwise (FP32
-// attention, other head dims) one thread per query row, then per key row, on the FP32 cores.
+// attention, other head dims) one thread per query row, then per key row, on the FP32 cores (at
+// head_dim 32/64 over tiles staged in shared memory; the model counts them as the plain per-row ones).
 void add_attention(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpec& g) {
   const double product = 2 * s.B * s.H * (s.S * s.S / 2) * s.hd * s.L;  // one causal product's FLOPs, every block
   const double io = 4 * s.N * (s.qkv + s.H * s.hd) * s.L;

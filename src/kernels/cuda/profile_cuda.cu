@@ -147,24 +147,29 @@ void profile_layers(const ProfileOptions& o, Profile& p, Context& ctx) {
   p.time("AdamW", dims({params}), 1, [&] { adamw_update(args, g.data(), m.data(), vv.data(), w.data(), decay.data(), params, ctx); });
 }
 
-// Attention forward and backward at each context length, batch * context tokens held at the bench's.
+// Attention forward and backward at each context length, batch * context tokens held at the bench's;
+// FP32 attention (recipe none) at the model's context.
 void profile_attention(const ProfileOptions& o, Profile& p, Context& ctx) {
   const int64_t tokens = o.batch * o.context, hd = o.width / o.heads;
-  for (int64_t context : o.attention_contexts) {
+  std::vector<std::pair<int64_t, bool>> runs;
+  for (int64_t context : o.attention_contexts) runs.push_back({context, true});
+  runs.push_back({o.context, false});
+  for (const auto& [context, bf16] : runs) {
     AttentionShape s;
     s.batch = std::max<int64_t>(1, tokens / context);
     s.seq = context;
     s.heads = s.kv_heads = o.heads;
     s.head_dim = hd;
-    s.bf16_matmuls = true;
+    s.bf16_matmuls = bf16;
     const int64_t n = s.batch * s.seq;
     const DeviceBuffer<float> qkv = random_floats(n * s.qkv_stride(), 15, ctx), dout = random_floats(n * s.out_width(), 16, ctx);
     DeviceBuffer<float> out(static_cast<size_t>(n * s.out_width()), ctx.stream()),
         stats(static_cast<size_t>(s.softmax_stats_size()), ctx.stream()), dqkv(static_cast<size_t>(n * s.qkv_stride()), ctx.stream());
     const std::string shape = "batch " + std::to_string(s.batch) + " x context " + std::to_string(context);
     const double per_step = context == o.context ? o.layers : 0;
-    p.time("attention forward", shape, per_step, [&] { attention_forward(s, qkv.data(), out.data(), stats.data(), ctx); });
-    p.time("attention backward", shape, per_step,
+    const std::string kind = bf16 ? "attention" : "attention FP32";
+    p.time(kind + " forward", shape, per_step, [&] { attention_forward(s, qkv.data(), out.data(), stats.data(), ctx); });
+    p.time(kind + " backward", shape, per_step,
            [&] { attention_backward(s, qkv.data(), stats.data(), dout.data(), dqkv.data(), ctx); });
   }
 }
