@@ -98,6 +98,12 @@ TEST(CudaDeviceMath, E2M1AndE8M0AndBf16MatchReference) {
       EXPECT_EQ(dm::e2m1_encode_rn(x), e2m1_encode_rn(x)) << x;
       EXPECT_EQ(dm::e2m1_encode_sr(x, 0.5f), e2m1_encode_sr(x, 0.5f)) << x;
     }
+  // Stochastic rounding's own break points (the E2M1 values, where the gap changes) and their
+  // neighbours, at thresholds on both sides of the fraction there.
+  for (float t : {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f})
+    for (float x : {t, std::nextafter(t, 0.0f), std::nextafter(t, 10.0f), -t})
+      for (float uniform : {0.0f, 1e-7f, 0.25f, 0.5f, 0.75f, 0.99999994f})
+        EXPECT_EQ(dm::e2m1_encode_sr(x, uniform), e2m1_encode_sr(x, uniform)) << x << " " << uniform;
 }
 
 TEST(CudaDeviceMath, PhiloxMatchesReference) {

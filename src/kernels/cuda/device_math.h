@@ -132,15 +132,12 @@ NIBBLE_HD float e2m1_value(uint8_t code) {
   const float v = static_cast<float>(twice) * 0.5f;
   return (code & 8u) ? -v : v;
 }
+// The code's magnitude is the number of midpoints a is past (ties to even: past 0.25, 1.25, 2.5 and
+// 5 strictly, at or past 0.75, 1.75 and 3.5). The midpoints increase, so the comparisons add up
+// without branches; a NaN passes none (code 0, as the reference's first test).
 NIBBLE_HD uint8_t e2m1_magnitude_rn(float a) {
-  if (!(a > 0.25f)) return 0;
-  if (a < 0.75f) return 1;
-  if (a <= 1.25f) return 2;
-  if (a < 1.75f) return 3;
-  if (a <= 2.5f) return 4;
-  if (a < 3.5f) return 5;
-  if (a <= 5.0f) return 6;
-  return 7;
+  return static_cast<uint8_t>((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) +
+                              (a > 5.0f));
 }
 NIBBLE_HD uint8_t e2m1_encode_rn(float x) {
   if (is_nan_f(x)) return 7;
@@ -152,10 +149,13 @@ NIBBLE_HD uint8_t e2m1_encode_sr(float x, float u) {
   const uint8_t sign = (float_bits(x) >> 31) ? 8 : 0;
   const float a = abs_f(x);
   if (!(a < 6.0f)) return sign | 7;
-  uint8_t lo = 0;
-  while (lo < 7 && e2m1_value(static_cast<uint8_t>(lo + 1)) <= a) ++lo;
-  const float lo_v = e2m1_value(lo), hi_v = e2m1_value(static_cast<uint8_t>(lo + 1));
-  const float frac = nb_div(nb_sub(a, lo_v), nb_sub(hi_v, lo_v));
+  // lo: the largest code whose value is <= a, i.e. how many of 0.5, 1, 1.5, 2, 3, 4 a reaches (they
+  // increase). The gap to the next value is 0.5, 1 or 2, a power of two, so the reference's division
+  // by it is the multiplication by its exact reciprocal, rounded the same.
+  const uint8_t lo = static_cast<uint8_t>((a >= 0.5f) + (a >= 1.0f) + (a >= 1.5f) + (a >= 2.0f) + (a >= 3.0f) +
+                                          (a >= 4.0f));
+  const float inverse_gap = lo < 4 ? 2.0f : (lo < 6 ? 1.0f : 0.5f);
+  const float frac = nb_mul(nb_sub(a, e2m1_value(lo)), inverse_gap);
   return sign | static_cast<uint8_t>(u < frac ? lo + 1 : lo);
 }
 
