@@ -68,6 +68,24 @@ __device__ __forceinline__ RowBlock row_block(const AttentionShape& s, int64_t h
   return {item / n / heads, item / n % heads, longest_last ? n - 1 - item % n : item % n};
 }
 
+// This thread's query row t of its block's (sequence b, head h), the block's last row (its keys run
+// 0..last), the row's index in stats and row_dot, and where the sequence's rows and its key and
+// value head start.
+struct QueryRow {
+  int64_t b, h, t, last, row;
+  bool valid;
+  const float *base, *keys, *values;
+};
+template <int HD>
+__device__ __forceinline__ QueryRow query_row(const AttentionShape& s, const float* qkv) {
+  const RowBlock rb = row_block(s, s.heads, true);
+  const int64_t S = s.seq, kv = rb.h / s.group(), end = (rb.tile + 1) * kRows < S ? (rb.tile + 1) * kRows : S;
+  const int64_t t = rb.tile * kRows + threadIdx.x;
+  const float* base = qkv + rb.b * S * s.qkv_stride();
+  return {rb.b,     rb.h, t, end - 1, (rb.b * s.heads + rb.h) * S + t, t < S, base, base + (s.heads + kv) * HD,
+          base + (s.heads + s.kv_heads + kv) * HD};
+}
+
 // ------------------------------------------------------------------ forward -----------------------
 // attention_forward_row for rows t = 128 tile + threadIdx.x of (b, h): the max over its scores, their
 // exp's sum in lane_sum16's order, then O = sum_j P_tj V_j; three walks over the keys 0..t.
@@ -75,15 +93,12 @@ template <int HD>
 __global__ void __launch_bounds__(kRows) forward_kernel(AttentionShape s, const float* qkv, float* out, float* stats,
                                                         float scale) {
   __shared__ float keys[kStaged][HD], values[kStaged][HD];
-  const RowBlock rb = row_block(s, s.heads, true);
-  const int64_t S = s.seq, stride = s.qkv_stride(), kv = rb.h / s.group();
-  const int64_t t = rb.tile * kRows + threadIdx.x, last = (rb.tile + 1) * kRows < S ? (rb.tile + 1) * kRows - 1 : S - 1;
-  const bool valid = t < S;
-  const float* base = qkv + rb.b * S * stride;
-  const float* kcol = base + (s.heads + kv) * HD;
-  const float* vcol = base + (s.heads + s.kv_heads + kv) * HD;
+  const QueryRow r = query_row<HD>(s, qkv);
+  const int64_t S = s.seq, stride = s.qkv_stride(), t = r.t, last = r.last;
+  const bool valid = r.valid;
+  const float *kcol = r.keys, *vcol = r.values;
   float q[HD];
-  load_row(base + t * stride + rb.h * HD, valid, q);
+  load_row(r.base + t * stride + r.h * HD, valid, q);
   float maxv = -INFINITY;
   for (int64_t k0 = 0; k0 <= last; k0 += kStaged) {
     __syncthreads();  // the previous tile is read
@@ -118,12 +133,11 @@ __global__ void __launch_bounds__(kRows) forward_kernel(AttentionShape s, const 
     }
   }
   if (!valid) return;
-  float* orow = out + (rb.b * S + t) * s.out_width() + rb.h * HD;
+  float* orow = out + (r.b * S + t) * s.out_width() + r.h * HD;
   NIBBLE_UNROLL
   for (int i = 0; i < HD; ++i) orow[i] = o[i];
-  const int64_t row = (rb.b * s.heads + rb.h) * S + t;
-  stats[2 * row] = maxv;
-  stats[2 * row + 1] = inverse;
+  stats[2 * r.row] = maxv;
+  stats[2 * r.row + 1] = inverse;
 }
 
 // ------------------------------------------------------------------ backward ----------------------
@@ -134,17 +148,13 @@ __global__ void __launch_bounds__(kRows) backward_query_kernel(AttentionShape s,
                                                                const float* dout, float* dqkv, float* row_dot,
                                                                float scale) {
   __shared__ float keys[kStaged][HD], values[kStaged][HD];
-  const RowBlock rb = row_block(s, s.heads, true);
-  const int64_t S = s.seq, stride = s.qkv_stride(), kv = rb.h / s.group();
-  const int64_t t = rb.tile * kRows + threadIdx.x, last = (rb.tile + 1) * kRows < S ? (rb.tile + 1) * kRows - 1 : S - 1;
-  const bool valid = t < S;
-  const float* base = qkv + rb.b * S * stride;
-  const float* kcol = base + (s.heads + kv) * HD;
-  const float* vcol = base + (s.heads + s.kv_heads + kv) * HD;
-  const int64_t row = (rb.b * s.heads + rb.h) * S + t;
+  const QueryRow r = query_row<HD>(s, qkv);
+  const int64_t S = s.seq, stride = s.qkv_stride(), t = r.t, last = r.last, row = r.row;
+  const bool valid = r.valid;
+  const float *kcol = r.keys, *vcol = r.values;
   float q[HD], dO[HD];
-  load_row(base + t * stride + rb.h * HD, valid, q);
-  load_row(dout + (rb.b * S + t) * s.out_width() + rb.h * HD, valid, dO);
+  load_row(r.base + t * stride + r.h * HD, valid, q);
+  load_row(dout + (r.b * S + t) * s.out_width() + r.h * HD, valid, dO);
   const float row_max = valid ? stats[2 * row] : 0.0f, row_inverse = valid ? stats[2 * row + 1] : 0.0f;
   const auto p_of = [&](const float* k) {
     return dm::nb_mul(lm::nb_exp(dm::nb_sub(dm::nb_mul(dot(q, k), scale), row_max)), row_inverse);
@@ -176,7 +186,7 @@ __global__ void __launch_bounds__(kRows) backward_query_kernel(AttentionShape s,
   }
   if (!valid) return;
   row_dot[row] = d;
-  float* dqrow = dqkv + (rb.b * S + t) * stride + rb.h * HD;
+  float* dqrow = dqkv + (r.b * S + t) * stride + r.h * HD;
   NIBBLE_UNROLL
   for (int i = 0; i < HD; ++i) dqrow[i] = dq[i];
 }
