@@ -36,6 +36,16 @@ __device__ void stage(const float* src, int64_t stride, int64_t r0, int64_t coun
     tile[r][c] = r0 + r < count ? src[(r0 + r) * stride + c] : 0.0f;
   }
 }
+// The keys (and values, when `values` is given) of rows [k0, k0 + 32), once every row of the block is
+// done with the previous tile.
+template <int HD>
+__device__ void restage(const float* kcol, const float* vcol, int64_t stride, int64_t k0, int64_t count,
+                        float (*keys)[HD], float (*values)[HD]) {
+  __syncthreads();  // every row is done with the previous tile
+  stage<HD>(kcol, stride, k0, count, keys);
+  if (values != nullptr) stage<HD>(vcol, stride, k0, count, values);
+  __syncthreads();
+}
 template <int HD>
 __device__ void load_row(const float* src, bool valid, float (&row)[HD]) {
   NIBBLE_UNROLL
@@ -101,17 +111,13 @@ __global__ void __launch_bounds__(kRows) forward_kernel(AttentionShape s, const 
   load_row(r.base + t * stride + r.h * HD, valid, q);
   float maxv = -INFINITY;
   for (int64_t k0 = 0; k0 <= last; k0 += kStaged) {
-    __syncthreads();  // the previous tile is read
-    stage<HD>(kcol, stride, k0, S, keys);
-    __syncthreads();
+    restage<HD>(kcol, vcol, stride, k0, S, keys, nullptr);
     for (int jj = 0; jj < kStaged; ++jj)
       if (valid && k0 + jj <= t) maxv = dm::max_f(maxv, dm::nb_mul(dot(q, keys[jj]), scale));
   }
   float lanes[16] = {};
   for (int64_t k0 = 0; k0 <= last; k0 += kStaged) {
-    __syncthreads();
-    stage<HD>(kcol, stride, k0, S, keys);
-    __syncthreads();
+    restage<HD>(kcol, vcol, stride, k0, S, keys, nullptr);
     NIBBLE_UNROLL
     for (int jj = 0; jj < kStaged; ++jj)
       if (valid && k0 + jj <= t)
@@ -120,10 +126,7 @@ __global__ void __launch_bounds__(kRows) forward_kernel(AttentionShape s, const 
   const float inverse = dm::nb_div(1.0f, fold16(lanes));
   float o[HD] = {};
   for (int64_t k0 = 0; k0 <= last; k0 += kStaged) {
-    __syncthreads();
-    stage<HD>(kcol, stride, k0, S, keys);
-    stage<HD>(vcol, stride, k0, S, values);
-    __syncthreads();
+    restage<HD>(kcol, vcol, stride, k0, S, keys, values);
     for (int jj = 0; jj < kStaged; ++jj) {
       if (!valid || k0 + jj > t) continue;
       const float p =
@@ -161,10 +164,7 @@ __global__ void __launch_bounds__(kRows) backward_query_kernel(AttentionShape s,
   };
   float lanes[16] = {};
   for (int64_t k0 = 0; k0 <= last; k0 += kStaged) {
-    __syncthreads();
-    stage<HD>(kcol, stride, k0, S, keys);
-    stage<HD>(vcol, stride, k0, S, values);
-    __syncthreads();
+    restage<HD>(kcol, vcol, stride, k0, S, keys, values);
     NIBBLE_UNROLL
     for (int jj = 0; jj < kStaged; ++jj)
       if (valid && k0 + jj <= t)
@@ -173,10 +173,7 @@ __global__ void __launch_bounds__(kRows) backward_query_kernel(AttentionShape s,
   const float d = fold16(lanes);
   float dq[HD] = {};
   for (int64_t k0 = 0; k0 <= last; k0 += kStaged) {
-    __syncthreads();
-    stage<HD>(kcol, stride, k0, S, keys);
-    stage<HD>(vcol, stride, k0, S, values);
-    __syncthreads();
+    restage<HD>(kcol, vcol, stride, k0, S, keys, values);
     for (int jj = 0; jj < kStaged; ++jj) {
       if (!valid || k0 + jj > t) continue;
       const float ds = dm::nb_mul(dm::nb_mul(p_of(keys[jj]), dm::nb_sub(dot(dO, values[jj]), d)), scale);
