@@ -762,7 +762,9 @@ TEST_F(MpiTrain, GradientShardsTrainBitwiseLikeOneProcess) {
       const fs::path run = work_dir() / ("zero2-" + quantization + "-" + std::to_string(ranks));
       const Result r = train_on(ranks, run, kShardModel + "quantization=" + quantization + " distributed.shard=gradients");
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      if (ranks > 1) EXPECT_NE(r.output.find("distributed.shard=gradients (ZeRO-2)"), std::string::npos) << r.output;
+      if (ranks > 1) {
+        EXPECT_NE(r.output.find("distributed.shard=gradients (ZeRO-2)"), std::string::npos) << r.output;
+      }
       SCOPED_TRACE(quantization + " on " + std::to_string(ranks) + " ranks");
       expect_same_run(run, one_process_run(quantization));
     }

@@ -24,6 +24,7 @@
 // steps are bitwise those of one process, in either shard mode. Weights are replicated, so their
 // amax and quantized copies agree on every rank; replicas_identical() checks that with a checksum.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,6 +59,14 @@ struct ShardLayout {
   int64_t total() const { return bounds.back(); }
   // The same ranges in units `scale` times smaller or larger (elements -> bytes: scale = sizeof).
   ShardLayout scaled(int64_t scale) const;
+  // f(b, e) for each non-empty part of [begin, end) outside rank r's slice: the part before the
+  // slice, then the part after it (what a rank gives back of a range it held whole).
+  template <class F>
+  void for_each_unowned(int r, int64_t begin, int64_t end, F&& f) const {
+    const int64_t before_end = std::min(end, this->begin(r)), after_begin = std::max(begin, this->end(r));
+    if (before_end > begin) f(begin, before_end);
+    if (end > after_begin) f(after_begin, end);
+  }
 };
 
 // ZeRO-1's slices of an arena of n parameters over `ranks`: whole chunks of ops::kSumOfSquaresChunk

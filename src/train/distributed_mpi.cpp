@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -138,8 +139,13 @@ class MpiCommunicator final : public Communicator {
                      begin <= end && end <= shards.total(),
                  "start_reduce_scatter: one shard per rank covering the values, a bucket inside them");
     const auto start = std::chrono::steady_clock::now();
-    in_flight_.push_back(Bucket{values, begin, end, &shards});
-    in_flight_.back().serial = next_serial_++;
+    Bucket bucket;
+    bucket.values = values;
+    bucket.begin = begin;
+    bucket.end = end;
+    bucket.shards = &shards;
+    bucket.serial = next_serial_++;
+    in_flight_.push_back(std::move(bucket));
     if ((size_ & (size_ - 1)) == 0) {
       post_level(in_flight_.back());
     } else {

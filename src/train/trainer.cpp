@@ -218,14 +218,11 @@ StepResult Trainer::step() {
 void Trainer::backward_reducing_buckets() {
   const auto grads = model_->params().grads();
   const ShardLayout& layout = optimizer_.shards()->layout;
-  const int64_t own_begin = layout.begin(comm_->rank()), own_end = layout.end(comm_->rank());
   const auto release_finished = [&](size_t keep_in_flight) {
-    for (const auto& [begin, end] : comm_->poll_reduce_scatters(keep_in_flight)) {
-      release_to_zero(grads.subspan(static_cast<size_t>(begin),
-                                    static_cast<size_t>(std::max(begin, std::min(end, own_begin)) - begin)));
-      const int64_t after = std::max(begin, own_end);
-      if (after < end) release_to_zero(grads.subspan(static_cast<size_t>(after), static_cast<size_t>(end - after)));
-    }
+    for (const auto& [begin, end] : comm_->poll_reduce_scatters(keep_in_flight))
+      layout.for_each_unowned(comm_->rank(), begin, end, [&](int64_t b, int64_t e) {
+        release_to_zero(grads.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
+      });
   };
   const bool several = plan_.slices().size() > 1;
   int64_t end = static_cast<int64_t>(grads.size());

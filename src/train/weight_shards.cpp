@@ -28,10 +28,9 @@ void WeightShards::acquire(int64_t begin, int64_t end) {
 
 void WeightShards::release(int64_t begin, int64_t end) {
   float* values = params_.values().data();
-  // [begin, end) minus [owned_begin, owned_end): the part before the slice and the part after it.
-  const int64_t before_end = std::min(end, owned_begin()), after_begin = std::max(begin, owned_end());
-  if (before_end > begin) ops_.discard(values + begin, static_cast<size_t>(before_end - begin) * sizeof(float));
-  if (end > after_begin) ops_.discard(values + after_begin, static_cast<size_t>(end - after_begin) * sizeof(float));
+  layout_.for_each_unowned(rank_, begin, end, [&](int64_t b, int64_t e) {
+    ops_.discard(values + b, static_cast<size_t>(e - b) * sizeof(float));
+  });
 }
 
 namespace {
