@@ -332,11 +332,19 @@ AttentionShape checked(const AttentionShape& s) {
   return s;
 }
 float attention_scale(const AttentionShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.head_dim)); }
-// Blocks of the tiled kernels: a block per 64-row tile of each (sequence, head) of `heads`.
-int flash_blocks(const AttentionShape& s, int64_t heads) {
-  const int64_t blocks = flash::tiles(s) * heads * s.batch;
-  NIBBLE_CHECK(blocks <= 0x7FFFFFFF, "attention: more than 2^31 - 1 tiles of 64 rows (batch x heads x seq / 64)");
+// Blocks of the tiled attention kernels: a block per tile of `rows` rows (`tiles` of them a sequence)
+// of each (sequence, head) of `heads`.
+int attention_tile_blocks(const AttentionShape& s, int64_t tiles, int64_t heads, int rows) {
+  const int64_t blocks = tiles * heads * s.batch;
+  NIBBLE_CHECK(blocks <= 0x7FFFFFFF, "attention: more than 2^31 - 1 tiles of %d rows (batch x heads x seq / %d)", rows,
+               rows);
   return static_cast<int>(blocks);
+}
+int flash_blocks(const AttentionShape& s, int64_t heads) {
+  return attention_tile_blocks(s, flash::tiles(s), heads, flash::kTile);
+}
+int fp32_attention_blocks(const AttentionShape& s, int64_t heads) {
+  return attention_tile_blocks(s, fp32_attention::tiles(s), heads, fp32_attention::kRows);
 }
 
 }  // namespace
@@ -406,11 +414,6 @@ void flash_backward(const AttentionShape& s, const float* qkv, const float* soft
 
 // FP32 attention at head_dim 32 or 64: the CPU's bits from row-per-thread kernels that stage the other
 // side's rows in shared memory (attention_fp32.cuh).
-int fp32_attention_blocks(const AttentionShape& s, int64_t heads) {
-  const int64_t blocks = fp32_attention::tiles(s) * heads * s.batch;
-  NIBBLE_CHECK(blocks <= 0x7FFFFFFF, "attention: more than 2^31 - 1 tiles of 128 rows (batch x heads x seq / 128)");
-  return static_cast<int>(blocks);
-}
 template <int HD>
 void fp32_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats, Context& ctx) {
   NIBBLE_LAUNCH(fp32_attention_blocks(s, s.heads), fp32_attention::kRows, 0, ctx.stream(),

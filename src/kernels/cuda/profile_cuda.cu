@@ -18,7 +18,6 @@
 namespace nibble::cuda {
 namespace {
 
-
 DeviceBuffer<float> random_floats(int64_t n, uint64_t seed, Context& ctx) {
   DeviceBuffer<float> x(static_cast<size_t>(n), ctx.stream());
   NIBBLE_LAUNCH(1024, 256, 0, ctx.stream(), bench_kernels::fill_random_kernel)(x.data(), n, seed);
