@@ -26,6 +26,7 @@
 
 #include "common/error.h"
 #include "data/data.h"
+#include "kernels/cpu/quantize/quantize.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "ops/backend.h"
@@ -723,6 +724,18 @@ namespace {
 // slice, and grad_accum 4: the micro-batch split on 1, 2 and 4 ranks.
 const std::string kShardModel = "model.width=64 model.heads=4 grad_accum=4 ";
 
+// A full-sharded run's end line: bytes all-gathered into rank 0 per step, and of them the quantized
+// linear weights'.
+std::pair<double, double> gathered_per_step(const std::string& output) {
+  const std::regex line(R"(all-gathered ([0-9.]+) (GiB|MiB|KiB|B) of weights into rank 0, ([0-9.]+) (GiB|MiB|KiB|B) of them)");
+  std::smatch m;
+  if (!std::regex_search(output, m, line)) return {-1, -1};
+  const auto bytes = [](const std::string& v, const std::string& unit) {
+    return std::stod(v) * (unit == "GiB" ? 1 << 30 : unit == "MiB" ? 1 << 20 : unit == "KiB" ? 1 << 10 : 1);
+  };
+  return {bytes(m[1], m[2]), bytes(m[3], m[4])};
+}
+
 // The one-process run of these settings, trained once per suite and quantization.
 const fs::path& one_process_run(const std::string& quantization) {
   static std::map<std::string, fs::path> runs;
@@ -853,11 +866,29 @@ TEST_F(MpiTrain, FullShardsTrainBitwiseLikeOneProcess) {
       EXPECT_NE(r.output.find("distributed.shard=full (ZeRO-3)"), std::string::npos) << r.output;
       if (ranks > 1) {
         EXPECT_NE(r.output.find("shard: each training step all-gathered"), std::string::npos) << r.output;
+        // Only nvfp4's 16x16-tile weights are gathered quantized (distributed.fp4_param_gather).
+        EXPECT_EQ(gathered_per_step(r.output).second > 0, quantization == "nvfp4") << r.output;
       }
       SCOPED_TRACE(quantization + " on " + std::to_string(ranks) + " ranks");
       expect_same_run(run, one_process_run(quantization));
     }
   }
+}
+
+// distributed.fp4_param_gather=false gathers the same weights in FP32: the same run, more bytes.
+TEST_F(MpiTrain, Fp4ParamGatherMovesFewerBytesForTheSameRun) {
+  const fs::path run = work_dir() / "full-nvfp4-fp32-gather";
+  const Result r = train_on(2, run, kShardModel + "quantization=nvfp4 distributed.shard=full distributed.fp4_param_gather=false");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("in FP32 (distributed.fp4_param_gather=false)"), std::string::npos) << r.output;
+  expect_same_run(run, one_process_run("nvfp4"));
+  const Result q = train_on(2, work_dir() / "full-nvfp4-fp4-gather", kShardModel + "quantization=nvfp4 distributed.shard=full");
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  const auto [fp32_total, fp32_quantized] = gathered_per_step(r.output);
+  const auto [fp4_total, fp4_quantized] = gathered_per_step(q.output);
+  EXPECT_EQ(fp32_quantized, 0.0);
+  EXPECT_GT(fp4_quantized, 0.0);
+  EXPECT_LT(fp4_total, fp32_total);
 }
 
 // A full-sharded run's checkpoint is the one whole state (weights gathered on rank 0): full on 2
@@ -1119,6 +1150,81 @@ int64_t resident_pages(const float* p, int64_t count) {
   return resident;
 }
 }  // namespace
+
+// distributed.fp4_param_gather: a linear's NVFP4 weight (16x16 tiles) gathered from the ranks' pieces
+// is byte for byte the quantization of the whole weight, also where a slice boundary cuts a 16-row
+// band (qkv at 2 and 4 ranks, down at 3, wide at 4) and where the amax sits in another rank's part.
+// Within a weight version the pieces are kept (only codes and scales move); a new version quantizes
+// again; the rank keeps no FP32 page outside its slice afterwards; a NaN in one rank's part is a
+// NumericalError naming the weight on every rank.
+TEST(MpiCollectives, QuantizedWeightGatherIsTheWholeWeightsQuantization) {
+  if (!train::launched_by_mpi()) GTEST_SKIP() << "not started by mpirun";
+  train::Communicator* comm = mpi_world();
+  const int ranks = comm->size(), rank = comm->rank();
+  model::ParamArena arena(ops::cpu());
+  arena.add("embedding", 1000, 77, false);
+  arena.add("qkv", 96, 64, true);
+  arena.add("down", 64, 336, true);
+  arena.add("wide", 48, 1024, true);
+  arena.allocate();
+  const int64_t n = static_cast<int64_t>(arena.values().size());
+  std::vector<float> whole = mixed_magnitude_floats(static_cast<size_t>(n), 23);
+  const model::ParamInfo& wide = arena.find("wide");
+  whole[static_cast<size_t>(wide.offset + wide.size() - 1)] = 4096.0f;  // the last rank's part holds its amax
+  const train::ShardLayout layout = train::optimizer_shards(n, ranks, train::ShardMode::full);
+  const int64_t own_begin = layout.begin(rank), own_end = layout.end(rank);
+  float* values = arena.values().data();
+  for (int64_t i = 0; i < n; ++i) values[i] = i >= own_begin && i < own_end ? whole[i] : std::nanf("");
+  train::WeightShards shards(*comm, layout, arena, ops::cpu());
+  QuantOptions o;
+  o.format = Format::nvfp4;
+  o.tile_16x16 = true;
+  ASSERT_TRUE(shards.provides_quantized(o));
+  QuantOptions rht = o;
+  rht.rht = true;
+  EXPECT_FALSE(shards.provides_quantized(rht));
+  std::unique_ptr<ops::Quantized> q = ops::cpu().new_quantized();
+  const auto expect_whole_quantization = [&](const model::ParamInfo& w, int64_t version) {
+    SCOPED_TRACE(w.name + " version " + std::to_string(version));
+    shards.acquire_quantized(w, o, version, *q);
+    const QuantizedTensor got = q->to_host();
+    const QuantizedTensor want = cpu::quantize(
+        std::span<const float>(whole.data() + w.offset, static_cast<size_t>(w.size())), w.rows, w.cols, o);
+    EXPECT_EQ(got.rows, want.rows);
+    EXPECT_EQ(got.cols, want.cols);
+    EXPECT_EQ(got.block, BlockShape::tile_16x16);
+    EXPECT_EQ(got.codes, want.codes);
+    EXPECT_EQ(got.scales, want.scales);
+    EXPECT_EQ(got.amax, want.amax);
+    EXPECT_EQ(got.decode_scale, want.decode_scale);
+    // The bands cut by slice boundaries came whole and went back; only the pages they share with
+    // their neighbours (which a phase may hold) can stay: two at most for each of the ranks - 1 cuts.
+    EXPECT_LE(resident_pages(values, own_begin) + resident_pages(values + own_end, n - own_end), 2 * (ranks - 1));
+  };
+  for (const char* name : {"qkv", "down", "wide"}) expect_whole_quantization(arena.find(name), 0);
+  // The same version again: the codes and scales of the others' bands, nothing more.
+  const model::ParamInfo& down = arena.find("down");
+  const int64_t before = shards.gathered_quantized_bytes();
+  expect_whole_quantization(down, 0);
+  const int64_t bands = down.rows / 16;
+  const int64_t own_bands = std::clamp((own_end - down.offset + 16 * down.cols - 1) / (16 * down.cols), int64_t{0}, bands) -
+                            std::clamp((own_begin - down.offset + 16 * down.cols - 1) / (16 * down.cols), int64_t{0}, bands);
+  EXPECT_EQ(shards.gathered_quantized_bytes() - before, (bands - own_bands) * 16 * (down.cols / 2 + down.cols / 16));
+  // New weights, new version: quantized again from them.
+  for (int64_t i = own_begin; i < own_end; ++i) values[i] *= -2.0f;
+  for (float& v : whole) v *= -2.0f;
+  for (const char* name : {"qkv", "down", "wide"}) expect_whole_quantization(arena.find(name), 1);
+  // A NaN in the last rank's part of `wide`: every rank refuses, naming the weight.
+  if (rank == ranks - 1) values[wide.offset + wide.size() - 1] = std::nanf("");
+  try {
+    shards.acquire_quantized(wide, o, 2, *q);
+    ADD_FAILURE() << "a NaN weight was gathered";
+  } catch (const NumericalError& e) {
+    EXPECT_NE(std::string(e.what()).find("weight wide holds a non-finite value in rank " + std::to_string(ranks - 1)),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 // ZeRO-3's gathers (train/weight_shards.h): each rank starts with its slice valid and the rest NaN;
 // acquiring any range gives every rank the owners' bits there and counts the bytes received;

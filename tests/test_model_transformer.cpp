@@ -174,6 +174,78 @@ TEST(Model, Nvfp4StaysCloseToFp32AndSavesActivationMemory) {
   EXPECT_EQ(nvfp4.telemetry().size(), size_t{3 * 4 * 6});
 }
 
+namespace {
+// One process's stand-in for distributed.shard=full's provider: it holds the whole arena, records
+// what the model acquires, and hands a linear its quantized weight made from a clean copy after
+// setting the arena's FP32 values of that weight to NaN, so a Linear that read them anyway would
+// turn the loss or the gradients NaN.
+class PoisoningProvider final : public WeightProvider {
+ public:
+  explicit PoisoningProvider(ParamArena& params) : params_(params), clean_(params.host_values()) {}
+  void acquire(int64_t begin, int64_t end) override { fp32.emplace_back(begin, end); }
+  void release(int64_t, int64_t) override {}
+  bool provides_quantized(const QuantOptions& o) const override { return o.tile_16x16; }
+  void acquire_quantized(const ParamInfo& w, const QuantOptions& o, int64_t, ops::Quantized& out) override {
+    quantized.push_back(w.name);
+    quantized_ranges.emplace_back(w.offset, w.offset + w.size());
+    ops::cpu().quantize(clean_.data() + w.offset, w.rows, w.cols, o, out);
+    std::fill(params_.value(w.offset), params_.value(w.offset) + w.size(), std::nanf(""));
+  }
+  std::vector<std::pair<int64_t, int64_t>> fp32, quantized_ranges;
+  std::vector<std::string> quantized;
+
+ private:
+  ParamArena& params_;
+  std::vector<float> clean_;
+};
+}  // namespace
+
+// distributed.shard=full's NVFP4 weight gather, seen from the model: the linears whose weights are
+// 16x16 NVFP4 tiles in fprop and dgrad (block 0; block 1 is BF16 by bf16_last_layers) take their
+// quantized weight from the provider in forward and again in backward and never read the FP32 one;
+// the rest comes in FP32 ranges that leave those weights out; loss and gradients are bitwise the
+// unprovided model's. A step with telemetry (which reads the FP32 weights) takes FP32 only.
+TEST(Model, ProvidedQuantizedWeightsServeFpropAndDgradBitwise) {
+  const ModelConfig c = tiny_config(false, 2);
+  Transformer plain(c, ops::cpu()), provided(c, ops::cpu());
+  plain.init_weights(4);
+  provided.init_weights(4);
+  PoisoningProvider provider(provided.params());
+  provided.set_weight_provider(&provider);
+  std::vector<int32_t> tokens, targets;
+  random_tokens(tokens, 32, c.vocab, 7);
+  random_tokens(targets, 32, c.vocab, 8);
+  RecipeConfig rc;
+  rc.quantization = Quantization::nvfp4;
+  rc.nvfp4.bf16_last_layers = 1;
+  Recipe recipe(rc, 2, plain.block_linear_shapes(), 32, plain.backend());
+  ModelStep step;
+  step.recipe = &recipe;
+  step.weight_version = 0;
+  plain.params().zero_grads();
+  provided.params().zero_grads();
+  const double want = plain.forward(tokens, targets, 4, 8, step);
+  const double got = provided.forward(tokens, targets, 4, 8, step);
+  EXPECT_EQ(got, want);
+  plain.backward(1.0f);
+  provided.backward(1.0f);
+  const std::vector<float> want_grads = plain.params().host_grads(), got_grads = provided.params().host_grads();
+  EXPECT_EQ(got_grads, want_grads);
+  const std::vector<std::string> block0{"block0.qkv", "block0.attn_out", "block0.gate_up", "block0.down"};
+  std::vector<std::string> twice = block0;
+  twice.insert(twice.end(), block0.begin(), block0.end());
+  EXPECT_EQ(provider.quantized, twice);
+  for (const auto& [b, e] : provider.fp32)
+    for (const auto& [qb, qe] : provider.quantized_ranges)
+      EXPECT_TRUE(e <= qb || b >= qe) << "FP32 range [" << b << ", " << e << ") overlaps a provided weight";
+  provider.quantized.clear();
+  provided.params().set_values(plain.params().host_values());  // the poisoned weights clean again
+  step.collect_stats = true;
+  step.weight_version = 1;
+  provided.forward(tokens, targets, 4, 8, step);
+  EXPECT_TRUE(provider.quantized.empty());
+}
+
 TEST(Model, RejectsBadConfigAndTokens) {
   ModelConfig c = tiny_config(true, 4);
   c.width = 18;

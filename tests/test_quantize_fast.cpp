@@ -527,6 +527,50 @@ TEST(QuantizeFast, TransposedCopyMatchesReference) {
   }
 }
 
+// distributed.fp4_param_gather's pieces: rows [16 a, 16 b) of a weight quantized with the whole
+// weight's amax are the whole quantization's codes and scales of those rows (16x16 tiles and 1x16
+// blocks, every kernel variant), including a last band of fewer than 16 rows; options whose bytes
+// depend on more than the global amax are refused, and so is an amax below the rows' own.
+TEST(QuantizeFast, RowsOfATensorWithItsAmaxAreThatTensorsBytes) {
+  std::mt19937_64 rng(test_seed() + 11);
+  const std::pair<int64_t, int64_t> shapes[] = {{64, 64}, {96, 160}, {40, 32}, {48, 1024}};
+  for (auto [rows, cols] : shapes) {
+    const auto x = make_tensor(rng, rows, cols, kDists[rng() % std::size(kDists)], random_scale(rng));
+    for (bool tiles : {true, false}) {
+      QuantOptions o;
+      o.tile_16x16 = tiles;
+      const QuantizedTensor whole = ref::quantize(x, rows, cols, o);
+      const int64_t bands = (rows + 15) / 16, a = static_cast<int64_t>(rng() % bands);
+      const int64_t b = a + 1 + static_cast<int64_t>(rng() % (bands - a));
+      const int64_t r0 = 16 * a, r1 = std::min(rows, 16 * b);
+      SCOPED_TRACE("[" + std::to_string(rows) + "x" + std::to_string(cols) + "] rows [" + std::to_string(r0) + ", " +
+                   std::to_string(r1) + ") " + (tiles ? "16x16" : "1x16") + " " + seed_note());
+      for (const Variant& v : variants()) {
+        UseVariant use(v);
+        QuantizedTensor part;
+        cpu::quantize_rows_of_into(std::span<const float>(x).subspan(static_cast<size_t>(r0 * cols),
+                                                                     static_cast<size_t>((r1 - r0) * cols)),
+                                   r1 - r0, cols, o,
+                                   whole.amax, part);
+        ASSERT_EQ(part.rows, r1 - r0) << v.name();
+        ASSERT_EQ(part.amax, whole.amax) << v.name();
+        ASSERT_EQ(part.decode_scale, whole.decode_scale) << v.name();
+        ASSERT_TRUE(std::equal(part.codes.begin(), part.codes.end(), whole.codes.begin() + r0 * cols / 2)) << v.name();
+        ASSERT_TRUE(std::equal(part.scales.begin(), part.scales.end(), whole.scales.begin() + r0 * cols / 16)) << v.name();
+      }
+    }
+  }
+  const std::vector<float> x(32 * 32, 0.5f);
+  QuantizedTensor q;
+  QuantOptions rht;
+  rht.rht = true;
+  EXPECT_THROW(cpu::quantize_rows_of_into(x, 32, 32, rht, 0.5f, q), UsageError);
+  QuantOptions sr;
+  sr.rounding = Rounding::stochastic;
+  EXPECT_THROW(cpu::quantize_rows_of_into(x, 32, 32, sr, 0.5f, q), UsageError);
+  EXPECT_DEATH(cpu::quantize_rows_of_into(x, 32, 32, QuantOptions{}, 0.25f, q), "above the tensor amax");
+}
+
 TEST(QuantizeFast, BothOrientationsAtOnceMatchTheSeparateCalls) {
   // quantize_both_into takes the row-wise NVFP4 amax from the x^T pass: the bytes must be those of
   // the two separate quantizations, for the recipe's pairs (fprop X / wgrad X^T, dgrad dY / wgrad dY^T)

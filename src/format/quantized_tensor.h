@@ -35,6 +35,8 @@ struct QuantOptions {
   // `row_scaled_nvfp4` / recipe `row_scaled_activation`, spec section 4b): row r's S_enc is the
   // per-tensor formula on that row's amax. 1x16 blocks, no RHT, no SR, no Four Over Six, as TE.
   bool row_scaled = false;
+
+  bool operator==(const QuantOptions&) const = default;
 };
 
 // What a quantized tensor is, wherever its bytes live: the one description shared by the host

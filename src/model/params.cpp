@@ -9,6 +9,10 @@
 
 namespace nibble::model {
 
+void WeightProvider::acquire_quantized(const ParamInfo& w, const QuantOptions&, int64_t, ops::Quantized&) {
+  NIBBLE_CHECK(false, "WeightProvider: %s was asked for quantized although provides_quantized said no", w.name.c_str());
+}
+
 int64_t ParamArena::add(std::string name, int64_t rows, int64_t cols, bool weight_decay) {
   NIBBLE_CHECK(values_.empty() && rows > 0 && cols > 0,
                "ParamArena::add(%s, %lld x %lld): parameters are added before allocate(), with a non-empty shape",

@@ -30,6 +30,16 @@ class WeightProvider {
   virtual ~WeightProvider() = default;
   virtual void acquire(int64_t begin, int64_t end) = 0;
   virtual void release(int64_t begin, int64_t end) = 0;
+  // Instead of a linear's FP32 weight `w`, its NVFP4 quantization with options `o` (16x16 tiles, as
+  // Linear::providable_weight gives them), made from the ranks' pieces and byte for byte the
+  // quantization of the whole weight, into `out`: when provides_quantized says so (else the model
+  // acquires the FP32 values). `version`: the weights' optimizer step (pieces made for it may be
+  // kept until it changes). Collective as acquire; what it fills, the model frees after the phase.
+  virtual bool provides_quantized(const QuantOptions& o) const {
+    (void)o;
+    return false;
+  }
+  virtual void acquire_quantized(const ParamInfo& w, const QuantOptions& o, int64_t version, ops::Quantized& out);
 };
 
 class ParamArena {

@@ -121,6 +121,61 @@ Transformer::Transformer(const ModelConfig& config, ops::Backend& backend, uint6
   init_weights(init_seed);
 }
 
+LinearStep Transformer::linear_step(int64_t l, BlockLinear which, const ModelStep& step) const {
+  LinearStep s;
+  s.recipe = step.recipe ? step.recipe->for_linear(static_cast<int>(l), static_cast<int>(which), step.progress)
+                         : Recipe::operands(Quantization::none, {});
+  s.run_seed = step.run_seed;
+  s.micro_step = step.micro_step;
+  s.layer = static_cast<int>(l);
+  s.linear = static_cast<int>(which);
+  s.weight_version = step.weight_version;
+  s.collect_stats = step.collect_stats;
+  s.save_for_backward = step.training;
+  return s;
+}
+
+Transformer::BlockSteps Transformer::block_steps(int64_t l, const ModelStep& step) const {
+  BlockSteps steps;
+  for (int i = 0; i < kLinearsPerBlock; ++i) steps[i] = linear_step(l, static_cast<BlockLinear>(i), step);
+  return steps;
+}
+
+void Transformer::acquire_block(int64_t l, const BlockSteps& steps) {
+  provided_.fill(false);
+  if (!weights_) return;
+  std::array<std::optional<QuantOptions>, kLinearsPerBlock> quantized;
+  for (int i = 0; i < kLinearsPerBlock; ++i) {
+    quantized[i] = linear_(static_cast<int>(l), static_cast<BlockLinear>(i)).providable_weight(steps[i]);
+    provided_[i] = quantized[i] && weights_->provides_quantized(*quantized[i]);
+  }
+  // FP32: the block's range without the provided weights (the linears' tensors in arena order).
+  const BlockParams& p = blocks_[l];
+  const std::array<int64_t, kLinearsPerBlock> offsets{p.qkv, p.attn_out, p.gate_up, p.down};
+  int64_t from = block_range(l).begin;
+  for (int i = 0; i < kLinearsPerBlock; ++i) {
+    if (!provided_[i]) continue;
+    const Linear& linear = *linears_[l * kLinearsPerBlock + i];
+    if (offsets[i] > from) weights_->acquire(from, offsets[i]);
+    from = offsets[i] + linear.in_features() * linear.out_features();
+  }
+  if (block_range(l).end > from) weights_->acquire(from, block_range(l).end);
+  for (int i = 0; i < kLinearsPerBlock; ++i) {
+    if (!provided_[i]) continue;
+    Linear& linear = linear_(static_cast<int>(l), static_cast<BlockLinear>(i));
+    const ParamInfo w{linear.name(), offsets[i], linear.out_features(), linear.in_features(), true};
+    weights_->acquire_quantized(w, *quantized[i], steps[i].weight_version, linear.weight_to_provide());
+    linear.weight_provided(steps[i], *quantized[i]);
+  }
+}
+
+void Transformer::release_block(int64_t l) {
+  release(block_range(l));
+  for (int i = 0; i < kLinearsPerBlock; ++i)
+    if (provided_[i]) linear_(static_cast<int>(l), static_cast<BlockLinear>(i)).drop_quantized_weights();
+  provided_.fill(false);
+}
+
 void Transformer::acquire_head() {
   acquire(final_range());
   if (config_.tied_embeddings) acquire(embedding_range());
@@ -197,9 +252,9 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
   embed(N);
   release(embedding_range());
   for (int64_t l = 0; l < config_.layers; ++l) {
-    acquire(block_range(l));
+    acquire_block(l, block_steps(l, step));
     block_forward(l, batch, seq, step, nullptr);
-    release(block_range(l));
+    release_block(l);
   }
 
   acquire_head();
@@ -255,26 +310,13 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
   a.qkv.resize(static_cast<size_t>(N * shape.qkv_stride()));
   a.softmax_stats.resize(static_cast<size_t>(shape.softmax_stats_size()));
   a.gate_up.resize(static_cast<size_t>(N * 2 * f));
-  auto linear_step = [&](BlockLinear which) {
-    LinearStep s;
-    s.recipe = step.recipe ? step.recipe->for_linear(static_cast<int>(l), static_cast<int>(which), step.progress)
-                           : Recipe::operands(Quantization::none, {});
-    s.run_seed = step.run_seed;
-    s.micro_step = step.micro_step;
-    s.layer = static_cast<int>(l);
-    s.linear = static_cast<int>(which);
-    s.weight_version = step.weight_version;
-    s.collect_stats = step.collect_stats;
-    s.save_for_backward = step.training;
-    return s;
-  };
   const float* x = residual_[l].data();
   // The producers of the qkv, gate_up and down inputs (the RMSNorms, SwiGLU) gather the amaxes of
   // what they write when the linear reading it asks (Linear::source_amax_request): its
   // quantization then skips its own amax pass. The same bits either way.
   auto gathered = [](std::optional<SourceAmax>& amax) { return amax ? &*amax : nullptr; };
 
-  const LinearStep qkv_step = linear_step(BlockLinear::qkv);
+  const LinearStep qkv_step = linear_step(l, BlockLinear::qkv, step);
   std::optional<SourceAmax> amax = linear_(l, BlockLinear::qkv).source_amax_request(qkv_step, N);
   if (amax)
     ops_.rmsnorm_forward_gathering({N, d}, x, params_.value(p.norm1), config_.norm_eps, normed_.data(), a.rstd1.data(),
@@ -291,10 +333,10 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
   else
     ops_.attention_forward(shape, a.qkv.data(), attn_.data(), a.softmax_stats.data());
   linear_(l, BlockLinear::attn_out)
-      .forward(linear_step(BlockLinear::attn_out), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
+      .forward(linear_step(l, BlockLinear::attn_out, step), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
   ops_.add(a.x_mid.data(), x, N * d);
 
-  const LinearStep gate_up_step = linear_step(BlockLinear::gate_up);
+  const LinearStep gate_up_step = linear_step(l, BlockLinear::gate_up, step);
   amax = linear_(l, BlockLinear::gate_up).source_amax_request(gate_up_step, N);
   if (amax)
     ops_.rmsnorm_forward_gathering({N, d}, a.x_mid.data(), params_.value(p.norm2), config_.norm_eps, normed_.data(),
@@ -303,7 +345,7 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
     ops_.rmsnorm_forward({N, d}, a.x_mid.data(), params_.value(p.norm2), config_.norm_eps, normed_.data(), a.rstd2.data());
   linear_(l, BlockLinear::gate_up)
       .forward(gate_up_step, normed_.data(), N, params_.value(p.gate_up), a.gate_up.data(), gathered(amax));
-  const LinearStep down_step = linear_step(BlockLinear::down);
+  const LinearStep down_step = linear_step(l, BlockLinear::down, step);
   amax = linear_(l, BlockLinear::down).source_amax_request(down_step, N);
   if (amax)
     ops_.swiglu_forward_gathering(a.gate_up.data(), N, f, mlp_act_.data(), *amax);
@@ -341,9 +383,9 @@ std::span<const float> Transformer::decode(KvCache& cache, std::span<const int32
   ModelStep step;  // no recipe: FP32 GEMMs; nothing kept for backward
   step.training = false;
   for (int64_t l = 0; l < config_.layers; ++l) {
-    acquire(block_range(l));
+    acquire_block(l, block_steps(l, step));
     block_forward(l, 1, n, step, &cache);
-    release(block_range(l));
+    release_block(l);
   }
   cache.length += n;
   acquire_head();
@@ -412,7 +454,8 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
   for (int64_t l = config_.layers - 1; l >= 0; --l) {
     const BlockParams& p = blocks_[l];
     BlockActivations& a = acts_[l];
-    acquire(block_range(l));
+    acquire_block(l, {linear_(l, BlockLinear::qkv).current_step(), linear_(l, BlockLinear::attn_out).current_step(),
+                      linear_(l, BlockLinear::gate_up).current_step(), linear_(l, BlockLinear::down).current_step()});
     linear_(l, BlockLinear::down).backward(d_res_.data(), params_.value(p.down), d_mlp_act_.data(), params_.grad(p.down));
     // SwiGLU backward gathers the amax of d_gate_up for the gate_up linear's dY quantization.
     std::optional<SourceAmax> dy_amax = linear_(l, BlockLinear::gate_up).gradient_amax_request();
@@ -434,7 +477,7 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
     linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));
     ops_.rmsnorm_backward({N, d}, residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(),
                           d_res_.data(), params_.grad(p.norm1));
-    release(block_range(l));
+    release_block(l);
     complete(p.norm1);  // the block's first parameter
   }
   // The embedding's gradient reads no weights: nothing to acquire.

@@ -13,6 +13,7 @@
 // on the backend the model was made with (ops/backend.h), and its activations live in that
 // backend's memory.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -167,6 +168,16 @@ class Transformer {
   void release(ArenaRange r) {
     if (weights_) weights_->release(r.begin, r.end);
   }
+  // The step of linear `which` of block l in a model step (its recipe, seeds and weight version).
+  LinearStep linear_step(int64_t l, BlockLinear which, const ModelStep& step) const;
+  using BlockSteps = std::array<LinearStep, kLinearsPerBlock>;
+  BlockSteps block_steps(int64_t l, const ModelStep& step) const;
+  // Block l's weights for a phase whose linears run `steps`: from a provider that gathers NVFP4
+  // weights (WeightProvider::provides_quantized), each linear that can take its weight so
+  // (Linear::providable_weight) gets it quantized and never reads the FP32 one; the rest of the block
+  // comes in FP32. release_block gives both back.
+  void acquire_block(int64_t l, const BlockSteps& steps);
+  void release_block(int64_t l);
   // The LM head's weights: the final norm, and the head (the embedding when tied).
   void acquire_head();
   void release_head();
@@ -178,6 +189,7 @@ class Transformer {
   std::vector<BlockParams> blocks_;
   std::vector<ArenaRange> block_ranges_;  // each block's parameters, contiguous in the arena
   WeightProvider* weights_ = nullptr;
+  std::array<bool, kLinearsPerBlock> provided_{};  // the acquired block's linears that got quantized weights
   std::vector<std::unique_ptr<Linear>> linears_;
 
   // Forward state.

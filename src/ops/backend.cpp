@@ -33,6 +33,20 @@ Q& checked_host(Q& q, std::string_view user) {
 }
 }  // namespace
 
+// Backends without the pieces of distributed.shard=full's NVFP4 weight gather (which runs on CPUs:
+// TrainConfig::validate refuses the mode elsewhere before any of these is reached).
+float TensorOps::max_abs(const float*, int64_t) {
+  throw UsageError("max_abs: not available on the " + std::string(to_string(device())) + " backend");
+}
+void TensorOps::quantize_rows_of(const float*, int64_t, int64_t, const QuantOptions&, float, Quantized&) {
+  throw UsageError("quantizing rows of a sharded tensor is not available on the " + std::string(to_string(device())) +
+                   " backend: distributed.shard=full runs on CPUs");
+}
+void TensorOps::load_quantized(QuantizedTensor, Quantized&) {
+  throw UsageError("loading a gathered quantized tensor is not available on the " +
+                   std::string(to_string(device())) + " backend: distributed.shard=full runs on CPUs");
+}
+
 QuantizedTensor& host_tensor(Quantized& q, std::string_view user) {
   return static_cast<HostQuantized&>(checked_host(q, user)).tensor;
 }

@@ -148,6 +148,20 @@ class TensorOps {
   // The exact transpose of a 16x16-tile NVFP4 tensor (ref::transpose_tiles): a weight's column-wise
   // copy without quantizing it again. UsageError for other blocks.
   virtual void transpose_tiles(const Quantized& q, Quantized& out) = 0;
+  // ---- a tensor quantized in pieces (distributed.shard=full's NVFP4 weight gather) ----------------
+  // max |x| over n values, as a float: +Inf or NaN when x holds one (the amax a rank contributes to
+  // a tensor it holds part of).
+  virtual float max_abs(const float* x, int64_t n);
+  // Rows of a larger tensor whose amax (over all of it) is `tensor_amax`, quantized with its global
+  // scale: when they start on a block boundary (for 16x16 tiles, a multiple of 16 rows into the
+  // tensor), the bytes the whole tensor's quantization gives them. NVFP4 with round-to-nearest, no
+  // RHT and no row scaling (whose bytes depend on nothing else); UsageError otherwise, NumericalError
+  // for non-finite x, an internal error when x exceeds tensor_amax.
+  virtual void quantize_rows_of(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                                float tensor_amax, Quantized& out);
+  // A quantized tensor assembled on the host (codes and scales gathered from the ranks), moved into
+  // this backend's memory.
+  virtual void load_quantized(QuantizedTensor host, Quantized& out);
   // Values in the original domain (inverse RHT applied), [rows, cols] FP32.
   virtual void dequantize(const Quantized& q, float* out) = 0;
 

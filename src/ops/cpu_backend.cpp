@@ -74,6 +74,12 @@ class CpuBackend final : public Backend {
     cpu::quantize_both_into(span(x, rows, cols), rows, cols, row_opt, host(row_out), t_opt, host(t_out), &known);
   }
   void transpose_tiles(const Quantized& q, Quantized& out) override { host(out) = cpu::transpose_tiles(host(q)); }
+  float max_abs(const float* x, int64_t n) override { return cpu::max_abs(std::span<const float>(x, static_cast<size_t>(n))); }
+  void quantize_rows_of(const float* x, int64_t rows, int64_t cols, const QuantOptions& opt, float tensor_amax,
+                        Quantized& out) override {
+    cpu::quantize_rows_of_into(span(x, rows, cols), rows, cols, opt, tensor_amax, host(out));
+  }
+  void load_quantized(QuantizedTensor t, Quantized& out) override { host(out) = std::move(t); }
   void dequantize(const Quantized& q, float* out) override {
     const QuantizedLayout& l = q.layout();
     cpu::dequantize(host(q), std::span<float>(out, static_cast<size_t>(l.rows * l.cols)));

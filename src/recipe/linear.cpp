@@ -9,13 +9,6 @@ namespace nibble {
 
 namespace {
 
-bool same_options(const QuantOptions& a, const QuantOptions& b) {
-  return a.format == b.format && a.tile_16x16 == b.tile_16x16 && a.rounding == b.rounding && a.seed == b.seed &&
-         a.offset == b.offset && a.rht == b.rht && a.four_over_six == b.four_over_six &&
-         a.four_over_six_error == b.four_over_six_error && a.four_over_six_e4m3_max == b.four_over_six_e4m3_max &&
-         a.row_scaled == b.row_scaled;
-}
-
 // [rows, cols] -> [cols, rows]; only for telemetry of the wgrad operands.
 std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
   std::vector<float> t(static_cast<size_t>(rows * cols));
@@ -85,7 +78,35 @@ int64_t Linear::saved_activation_bytes() const {
 }
 
 bool Linear::reusable(bool valid, int64_t version, const QuantOptions& kept, const QuantOptions& wanted) const {
-  return valid && version == step_.weight_version && step_.weight_version >= 0 && same_options(wanted, kept);
+  return valid && version == step_.weight_version && step_.weight_version >= 0 && wanted == kept;
+}
+
+std::optional<QuantOptions> Linear::providable_weight(const LinearStep& step) const {
+  const GemmRecipe& f = step.recipe.fprop;
+  const QuantOptions& o = f.b;
+  const bool tiles = f.precision == GemmPrecision::quantized && o.format == Format::nvfp4 && o.tile_16x16 &&
+                     o.rounding == Rounding::nearest && !o.rht && !o.four_over_six && !o.row_scaled;
+  const bool dgrad_shares = !step.save_for_backward || (step.recipe.dgrad.precision == GemmPrecision::quantized &&
+                                                        step.recipe.dgrad.b == o);
+  if (!tiles || !dgrad_shares || step.collect_stats || step.weight_version < 0 || out_ % 16 != 0) return std::nullopt;
+  return o;
+}
+
+void Linear::weight_provided(const LinearStep& step, const QuantOptions& options) {
+  NIBBLE_CHECK(w_q_ && w_q_->layout().rows == out_ && w_q_->layout().cols == in_ &&
+                   w_q_->layout().block == BlockShape::tile_16x16,
+               "Linear %s: the provided weight is not its [%lld, %lld] 16x16-tile tensor", name_.c_str(),
+               static_cast<long long>(out_), static_cast<long long>(in_));
+  w_q_valid_ = true;
+  w_q_version_ = step.weight_version;
+  w_q_options_ = options;
+  wt_q_valid_ = false;  // dgrad transposes the provided tensor
+}
+
+void Linear::drop_quantized_weights() {
+  w_q_.reset();
+  wt_q_.reset();
+  w_q_valid_ = wt_q_valid_ = false;
 }
 
 // The one switch over a GEMM's precision: fp32 and bf16 run `dense` through the backend's GEMMs on

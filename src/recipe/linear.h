@@ -67,6 +67,22 @@ class Linear {
   // made in one quantize_both pass that can use it (after a training forward).
   std::optional<SourceAmax> gradient_amax_request() const;
 
+  // distributed.shard=full with NVFP4 weights: a weight provider may hand this linear its quantized
+  // weight (gathered from the ranks' pieces) instead of the FP32 values. That is possible when `step`
+  // quantizes fprop's W as 16x16 NVFP4 tiles with round-to-nearest, no RHT, Four Over Six or row
+  // scaling, and dgrad (when the step trains) takes that very tensor transposed: then this returns
+  // those options, else nullopt. Not with collect_stats (telemetry reads the FP32 W), nor without a
+  // weight version (the weight would not be recognised as current).
+  std::optional<QuantOptions> providable_weight(const LinearStep& step) const;
+  // The tensor a provider fills, then weight_provided(step, options) with providable_weight's
+  // options: fprop and dgrad use it as the weight of step.weight_version and never read `w`.
+  ops::Quantized& weight_to_provide() { return slot(w_q_); }
+  void weight_provided(const LinearStep& step, const QuantOptions& options);
+  // Frees the quantized weights (the phase that used them is over; the next provides them again).
+  void drop_quantized_weights();
+  // The step of the last training forward (what backward will run), until backward.
+  const LinearStep& current_step() const { return step_; }
+
   // Telemetry of the last forward/backward that ran with collect_stats.
   const std::vector<OperandStats>& stats() const { return stats_; }
   const LinearTimes& times() const { return times_; }

@@ -367,6 +367,14 @@ void add_run_keys(std::vector<KeyEntry>& t) {
   // Written to a run's config.yaml only when not the default, so unsharded runs read as before.
   shard.printed = [](const C& c) { return c.train.shard != ShardMode::none; };
   t.push_back(std::move(shard));
+  KeyEntry fp4_gather = bool_key(
+      "distributed.fp4_param_gather",
+      "with distributed.shard=full and NVFP4 weights in 16x16 tiles (the nvfp4 recipe's), all-gather each linear's "
+      "weight quantized (codes and scales: about 0.14x the bytes of FP32; the same bits) rather than in FP32; false "
+      "gathers FP32 (to compare)",
+      [](C& c) -> bool& { return c.train.fp4_param_gather; });
+  fp4_gather.printed = [](const C& c) { return !c.train.fp4_param_gather; };
+  t.push_back(std::move(fp4_gather));
   t.push_back(bool_key("resume", "continue from the newest checkpoint in run.dir that verifies (`nibble train --checkpoint STEP` picks another)", [](C& c) -> bool& { return c.resume; }));
 }
 

@@ -19,7 +19,8 @@ bool changes_the_math(const std::string& key) {
   // in the same order (train/distributed.h).
   static const std::set<std::string> harmless = {"resume",           "threads",      "eval.interval",
                                                  "checkpoint.interval", "checkpoint.keep", "log.interval",
-                                                 "run.dir",          "data.dir",     "distributed.shard"};
+                                                 "run.dir",          "data.dir",     "distributed.shard",
+                                                 "distributed.fp4_param_gather"};
   return !harmless.contains(key);
 }
 

@@ -310,9 +310,12 @@ void TrainingRun::report() {
   if (const WeightShards* weights = trainer_->weight_shards())
     console_.print(fmt::format("shard      distributed.shard=full (ZeRO-3): each rank holds the FP32 weights and "
                                "AdamW state of its slice of the {} parameters (rank 0: [{}, {})); each block's "
-                               "weights all-gathered in FP32 before its forward and its backward and freed after; "
+                               "weights all-gathered {} before its forward and its backward and freed after; "
                                "gradients reduce-scattered\n",
-                               weights->layout().total(), weights->owned_begin(), weights->owned_end()));
+                               weights->layout().total(), weights->owned_begin(), weights->owned_end(),
+                               config_.train.fp4_param_gather
+                                   ? "(the linears' NVFP4 16x16-tile weights as codes and scales, the rest in FP32)"
+                                   : "in FP32 (distributed.fp4_param_gather=false)"));
   // MFU over the whole job: every rank has the peak rank 0 measured (homogeneous hosts).
   job_peak_flops_ = peak * comm_.size();
 }
@@ -527,9 +530,10 @@ int TrainingRun::finish(double last_loss, double last_val, const RunCheckpoints&
       run_dir_.string()));
   print_peak_memory_per_rank();
   if (const WeightShards* weights = trainer_->weight_shards(); weights && comm_.size() > 1)
-    console_.print(fmt::format("shard: each training step all-gathered {} of FP32 weights into rank 0 (the whole "
-                               "arena: {})\n",
+    console_.print(fmt::format("shard: each training step all-gathered {} of weights into rank 0, {} of them "
+                               "quantized linear weights (the whole arena in FP32: {})\n",
                                bytes_text(trainer_->gathered_bytes_per_step()),
+                               bytes_text(trainer_->gathered_quantized_bytes_per_step()),
                                bytes_text(static_cast<double>(weights->layout().total()) * sizeof(float))));
   if (step_seconds_ > 0)
     console_.print(fmt::format("data: {:.3g}s of {:.3g}s in training steps went to copying windows out of the token "

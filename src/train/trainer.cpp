@@ -92,7 +92,7 @@ std::unique_ptr<WeightShards> weight_shards_of(const TrainConfig& c, model::Tran
   if (c.shard != ShardMode::full) return nullptr;
   auto shards = std::make_unique<WeightShards>(
       comm, optimizer_shards(static_cast<int64_t>(model.params().values().size()), comm.size(), c.shard),
-      model.params(), model.backend());
+      model.params(), model.backend(), c.fp4_param_gather);
   model.set_weight_provider(shards.get());
   return shards;
 }
@@ -159,6 +159,7 @@ StepResult Trainer::step() {
   const auto& slices = plan_.slices();
   const auto grads = model_->params().grads();
   const int64_t gathered_before = weight_shards_ ? weight_shards_->gathered_bytes() : 0;
+  const int64_t quantized_before = weight_shards_ ? weight_shards_->gathered_quantized_bytes() : 0;
   const bool zero2 = config_.shard == ShardMode::gradients;
   std::vector<double> slice_losses(static_cast<size_t>(plan_.loss_slots()), 0.0);
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -207,7 +208,10 @@ StepResult Trainer::step() {
   r.loss = loss / static_cast<double>(config_.grad_accum);
   r.step = optimizer_.steps();
   ++steps_run_;
-  if (weight_shards_) step_gathered_bytes_ += weight_shards_->gathered_bytes() - gathered_before;
+  if (weight_shards_) {
+    step_gathered_bytes_ += weight_shards_->gathered_bytes() - gathered_before;
+    step_gathered_quantized_bytes_ += weight_shards_->gathered_quantized_bytes() - quantized_before;
+  }
   return r;
 }
 

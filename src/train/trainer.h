@@ -36,6 +36,8 @@ struct TrainConfig {
   uint64_t seed = 1337;
   ops::Device device = ops::Device::cpu;  // where the model, its gradients and AdamW's state live
   ShardMode shard = ShardMode::none;      // distributed.shard: what each rank keeps of AdamW's state (and weights)
+  // distributed.fp4_param_gather: with shard=full, gather NVFP4-tiled linear weights quantized (train/weight_shards.h)
+  bool fp4_param_gather = true;
   void validate() const;
 };
 
@@ -108,6 +110,10 @@ class Trainer {
   double gathered_bytes_per_step() const {
     return steps_run_ > 0 ? static_cast<double>(step_gathered_bytes_) / static_cast<double>(steps_run_) : 0.0;
   }
+  // Of those, the linears' quantized weights (distributed.fp4_param_gather).
+  double gathered_quantized_bytes_per_step() const {
+    return steps_run_ > 0 ? static_cast<double>(step_gathered_quantized_bytes_) / static_cast<double>(steps_run_) : 0.0;
+  }
 
  private:
   Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm);
@@ -131,7 +137,7 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;
   std::vector<model::LinearTelemetry> telemetry_;
   double data_seconds_ = 0;
-  int64_t steps_run_ = 0, step_gathered_bytes_ = 0;
+  int64_t steps_run_ = 0, step_gathered_bytes_ = 0, step_gathered_quantized_bytes_ = 0;
   // This rank's share of each step, and the fixed-order sum of its slices' gradients.
   DataParallelPlan plan_;
   GradientSum gradient_sum_;

@@ -1,14 +1,25 @@
 #include "train/weight_shards.h"
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "common/error.h"
+#include "format/quantize.h"
 
 namespace nibble::train {
 
-WeightShards::WeightShards(Communicator& comm, ShardLayout layout, model::ParamArena& params, ops::TensorOps& ops)
-    : comm_(comm), layout_(std::move(layout)), params_(params), ops_(ops), rank_(comm.rank()) {
+WeightShards::WeightShards(Communicator& comm, ShardLayout layout, model::ParamArena& params, ops::TensorOps& ops,
+                           bool quantized_gather)
+    : comm_(comm),
+      layout_(std::move(layout)),
+      params_(params),
+      ops_(ops),
+      rank_(comm.rank()),
+      quantized_gather_(quantized_gather) {
   NIBBLE_CHECK(layout_.ranks() == comm_.size() && layout_.total() == static_cast<int64_t>(params_.values().size()),
                "WeightShards: one slice per rank over the whole arena");
   drop_unowned();
@@ -31,6 +42,92 @@ void WeightShards::release(int64_t begin, int64_t end) {
   layout_.for_each_unowned(rank_, begin, end, [&](int64_t b, int64_t e) {
     ops_.discard(values + b, static_cast<size_t>(e - b) * sizeof(float));
   });
+}
+
+bool WeightShards::provides_quantized(const QuantOptions& o) const {
+  return quantized_gather_ && o.format == Format::nvfp4 && o.tile_16x16 && o.rounding == Rounding::nearest && !o.rht &&
+         !o.four_over_six && !o.row_scaled;
+}
+
+float WeightShards::weight_amax(const model::ParamInfo& w) {
+  const int64_t begin = std::max(w.offset, owned_begin()), end = std::min(w.offset + w.size(), owned_end());
+  std::vector<float> parts(static_cast<size_t>(layout_.ranks()), 0.0f);
+  if (end > begin) parts[static_cast<size_t>(rank_)] = ops_.max_abs(params_.value(begin), end - begin);
+  ShardLayout one_each;
+  for (int r = 0; r <= layout_.ranks(); ++r) one_each.bounds.push_back(r * static_cast<int64_t>(sizeof(float)));
+  comm_.all_gather_shards(std::as_writable_bytes(std::span<float>(parts)), one_each);
+  gathered_bytes_ += (layout_.ranks() - 1) * static_cast<int64_t>(sizeof(float));
+  gathered_quantized_bytes_ += (layout_.ranks() - 1) * static_cast<int64_t>(sizeof(float));
+  float amax = 0.0f;
+  for (int r = 0; r < layout_.ranks(); ++r) {
+    const float a = parts[static_cast<size_t>(r)];
+    if (!std::isfinite(a))
+      throw NumericalError("weight " + w.name + " holds a non-finite value in rank " + std::to_string(r) +
+                           "'s slice (its max |x| is " + std::to_string(a) +
+                           "): the training diverged; resume from an earlier checkpoint with a lower learning rate");
+    amax = std::max(amax, a);
+  }
+  return amax;
+}
+
+void WeightShards::quantize_piece(const model::ParamInfo& w, const QuantOptions& o, int64_t version,
+                                  QuantizedPiece& piece) {
+  const int64_t band = 16 * w.cols, bands = (w.rows + 15) / 16, w_end = w.offset + w.size();
+  piece.version = version;
+  piece.options = o;
+  piece.amax = weight_amax(w);
+  // Band k goes to the rank that owns its first value: rank r starts at the first band whose first
+  // value is at or after begin(r).
+  piece.bands.bounds.clear();
+  for (int r = 0; r < layout_.ranks(); ++r)
+    piece.bands.bounds.push_back(std::clamp((layout_.begin(r) - w.offset + band - 1) / band, int64_t{0}, bands));
+  piece.bands.bounds.push_back(bands);
+  // A band cut by a slice boundary comes whole to every rank (the FP32 all-gather; its owner needs it).
+  std::vector<std::pair<int64_t, int64_t>> cut;
+  for (int r = 1; r < layout_.ranks(); ++r) {
+    const int64_t boundary = layout_.begin(r);
+    if (boundary <= w.offset || boundary >= w_end || (boundary - w.offset) % band == 0) continue;
+    const int64_t first = w.offset + (boundary - w.offset) / band * band;
+    if (cut.empty() || cut.back().first != first) cut.emplace_back(first, std::min(first + band, w_end));
+  }
+  const int64_t before = gathered_bytes_;
+  for (const auto& [b, e] : cut) acquire(b, e);
+  gathered_quantized_bytes_ += gathered_bytes_ - before;
+  const int64_t kb = piece.bands.begin(rank_), ke = piece.bands.end(rank_);
+  piece.mine = QuantizedTensor{};
+  if (ke > kb) {
+    const int64_t rows = std::min(w.rows, ke * 16) - kb * 16;
+    std::unique_ptr<ops::Quantized> q = ops_.new_quantized();
+    ops_.quantize_rows_of(params_.value(w.offset + kb * band), rows, w.cols, o, piece.amax, *q);
+    piece.mine = q->to_host();
+  }
+  for (const auto& [b, e] : cut) release(b, e);
+}
+
+void WeightShards::acquire_quantized(const model::ParamInfo& w, const QuantOptions& o, int64_t version,
+                                     ops::Quantized& out) {
+  NIBBLE_CHECK(provides_quantized(o) && w.rows % 16 == 0,
+               "WeightShards::acquire_quantized: %s [%lld, %lld] is not a weight of whole 16x16 tiles", w.name.c_str(),
+               static_cast<long long>(w.rows), static_cast<long long>(w.cols));
+  QuantizedPiece& piece = pieces_[w.offset];
+  if (version < 0 || piece.version != version || !(piece.options == o)) quantize_piece(w, o, version, piece);
+  QuantizedTensor whole;
+  whole.layout() = layout_of(o, w.rows, w.cols);
+  whole.codes.resize(static_cast<size_t>(whole.code_bytes()));
+  whole.scales.resize(static_cast<size_t>(whole.scale_bytes()));
+  // Every rank's bands in place: a band is 16 rows of codes (cols / 2 bytes each) and of scales
+  // (cols / 16 bytes each: a tile's scale is repeated on its 16 rows).
+  const ShardLayout code_bytes = piece.bands.scaled(8 * w.cols), scale_bytes = piece.bands.scaled(w.cols);
+  std::copy(piece.mine.codes.begin(), piece.mine.codes.end(), whole.codes.begin() + code_bytes.begin(rank_));
+  std::copy(piece.mine.scales.begin(), piece.mine.scales.end(), whole.scales.begin() + scale_bytes.begin(rank_));
+  comm_.all_gather_shards(std::as_writable_bytes(std::span<uint8_t>(whole.codes)), code_bytes);
+  comm_.all_gather_shards(std::as_writable_bytes(std::span<uint8_t>(whole.scales)), scale_bytes);
+  const int64_t received = whole.code_bytes() + whole.scale_bytes() - code_bytes.size(rank_) - scale_bytes.size(rank_);
+  gathered_bytes_ += received;
+  gathered_quantized_bytes_ += received;
+  whole.amax = piece.amax;
+  whole.decode_scale = ref::nvfp4_global_scale(piece.amax, nvfp4_global_numerator(o)).decode;
+  ops_.load_quantized(std::move(whole), out);
 }
 
 namespace {

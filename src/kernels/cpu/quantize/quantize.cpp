@@ -516,6 +516,27 @@ void quantize_into(std::span<const float> x, int64_t rows, int64_t cols, const Q
   }
 }
 
+float max_abs(std::span<const float> x) {
+  return std::bit_cast<float>(parallel_max_abs_bits(active_kernels(), x.data(), static_cast<int64_t>(x.size())));
+}
+
+void quantize_rows_of_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                           float tensor_amax, QuantizedTensor& q) {
+  if (opt.format != Format::nvfp4 || opt.rounding != Rounding::nearest || opt.rht || opt.row_scaled)
+    throw UsageError("quantizing part of a tensor with the whole tensor's scale needs nvfp4 with round-to-nearest, "
+                     "no RHT and no row scaling (the bytes of such a quantization depend on the global amax alone)");
+  if (!shape_and_options_ok(x.size(), rows, cols, opt)) ref::validate(x, rows, cols, opt);  // throws its message
+  const Kernels& k = active_kernels();
+  const uint32_t bits = parallel_max_abs_bits(k, x.data(), rows * cols);
+  if (bits >= kFloatExponentAllOnes) throw_non_finite(x, rows, cols, opt);
+  const uint32_t tensor_bits = std::bit_cast<uint32_t>(tensor_amax);
+  NIBBLE_CHECK(tensor_bits < kFloatExponentAllOnes && bits <= tensor_bits,
+               "quantize_rows_of: rows with max |x| %g above the tensor amax %g", std::bit_cast<float>(bits),
+               tensor_amax);
+  make_header(rows, cols, opt, q);
+  quantize_nvfp4(k, x, opt, q, &tensor_bits);
+}
+
 QuantizedTensor quantize(std::span<const bf16> x, int64_t rows, int64_t cols, const QuantOptions& opt) {
   const Kernels& k = active_kernels();
   std::vector<float> f(x.size());

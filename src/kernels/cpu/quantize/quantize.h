@@ -36,6 +36,14 @@ void quantize_both_into(std::span<const float> x, int64_t rows, int64_t cols, co
 void gather_source_amax(const float* x, int64_t cols, int64_t row_begin, int64_t row_end, SourceAmax& into);
 // Folds `part` (a thread's gather) into `into`.
 void merge_source_amax(const SourceAmax& part, SourceAmax& into);
+// max |x| (threaded): +Inf or NaN when x holds one.
+float max_abs(std::span<const float> x);
+// Rows of a larger tensor whose amax is tensor_amax, quantized with that tensor's global scale: the
+// whole tensor's bytes for these rows when they start on a block (16x16: tile) boundary. NVFP4, RN,
+// no RHT, no row scaling; UsageError otherwise (or for a shape ref::validate refuses), NumericalError
+// for non-finite x; internal error when max |x| > tensor_amax.
+void quantize_rows_of_into(std::span<const float> x, int64_t rows, int64_t cols, const QuantOptions& opt,
+                           float tensor_amax, QuantizedTensor& out);
 void dequantize(const QuantizedTensor& q, std::span<float> out);
 // The exact transpose of a 16x16-tile NVFP4 tensor (ref::transpose_tiles, threaded): the column-wise
 // copy of a weight without quantizing it again. UsageError for other blocks or rows % 16 != 0.
