@@ -90,7 +90,7 @@ TEST(MemoryPlan, ShardModesDivideOnlyTheOptimizerState) {
   EXPECT_EQ(train::plan_rank_memory(small_job(2, train::ShardMode::none), 1).accumulation, 3 * 4 * n);
 }
 
-// distributed.shard=full: AdamW as ZeRO-1; the weights are the rank's slice plus the largest phase
+// distributed.shard=full: AdamW as ZeRO-1, the gradient as ZeRO-2; the weights are the rank's slice plus the largest phase
 // the model acquires at once (a block here: larger than the 65 x 64 embedding), the whole arena only
 // at start-up (next to the gradients, before AdamW's state) and on rank 0 writing a checkpoint.
 TEST(MemoryPlan, FullShardsHoldTheSliceAndTheLargestGatheredPhase) {
@@ -104,15 +104,18 @@ TEST(MemoryPlan, FullShardsHoldTheSliceAndTheLargestGatheredPhase) {
   const train::ShardLayout slices = train::optimizer_shards(n, 4);
   for (int r = 0; r < 4; ++r) {
     const train::RankMemory zero1 = train::plan_rank_memory(small_job(4, train::ShardMode::optimizer), r);
+    const train::RankMemory zero2 = train::plan_rank_memory(small_job(4, train::ShardMode::gradients), r);
     const train::RankMemory zero3 = train::plan_rank_memory(small_job(4, train::ShardMode::full), r);
     EXPECT_EQ(zero3.weights, 4 * (slices.size(r) + largest)) << "rank " << r;
     EXPECT_EQ(zero3.optimizer, zero1.optimizer);
-    EXPECT_EQ(zero3.gradients, zero1.gradients);
+    EXPECT_EQ(zero3.gradients, zero2.gradients);  // gradients reduced bucket by bucket, as ZeRO-2
+    EXPECT_EQ(zero3.accumulation, zero2.accumulation);
+    EXPECT_EQ(zero3.buffers, zero2.buffers);
     EXPECT_EQ(zero3.startup_weights, 4 * n);
     EXPECT_EQ(zero3.startup(), 4 * n + zero3.gradients + zero3.process);
     EXPECT_EQ(zero3.resident(), std::max(zero3.training(), zero3.startup()));
     EXPECT_EQ(zero3.checkpoint, r == 0 ? zero1.checkpoint + 4 * n - zero3.weights : 0);
-    EXPECT_LT(zero3.training(), zero1.training());
+    EXPECT_LT(zero3.training(), zero2.training());
   }
   EXPECT_EQ(train::plan_rank_memory(small_job(4, train::ShardMode::optimizer), 1).startup(), 0);
 }
@@ -147,8 +150,10 @@ TEST(MemoryPlan, GradientShardsHoldTheSlicePlusTheBucketsInFlight) {
   auto two_zero1 = two;
   two_zero1.shard = train::ShardMode::optimizer;
   EXPECT_EQ(train::plan_rank_memory(two, 1).gradients, 4 * n);
-  EXPECT_EQ(train::plan_rank_memory(two, 1).accumulation,
-            train::plan_rank_memory(two_zero1, 1).accumulation + 4 * block);  // the largest bucket
+  // ZeRO-1 adds both micro-batches (level 0, level 1, the carry); ZeRO-2 adds the first only (level
+  // 0 and the carry, alternating from step to step) and finishes the last piecewise (the largest bucket).
+  EXPECT_EQ(train::plan_rank_memory(two_zero1, 1).accumulation, 3 * 4 * n);
+  EXPECT_EQ(train::plan_rank_memory(two, 1).accumulation, 2 * 4 * n + 4 * block);
 }
 
 TEST(MemoryPlan, DeviceMemorySizesAndTheirRefusal) {

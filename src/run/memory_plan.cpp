@@ -43,12 +43,14 @@ int64_t quantized_weight_bytes(const model::ModelConfig& m, const Recipe& recipe
   return static_cast<int64_t>(bytes);
 }
 
-// GradientSum keeps floor(log2 L) + 2 arrays of the arena's size for L > 1 micro-batch slices (its
-// levels and the carry, recycled from step to step), none for one.
-int64_t accumulation_arrays(int64_t slices) {
-  if (slices <= 1) return 0;
+// GradientSum keeps floor(log2 L) + 2 arrays of the arena's size once L leaves were added to it (its
+// levels and the carry, recycled from step to step, so resident from the second step on), none for
+// none. Data parallelism adds every micro-batch slice of a rank when it has several (L = slices);
+// ZeRO-2 and ZeRO-3 add all but the last, whose sum is finished piece by piece (L = slices - 1).
+int64_t accumulation_arrays(int64_t leaves) {
+  if (leaves <= 0) return 0;
   int64_t levels = 0;
-  while ((int64_t{2} << levels) <= slices) ++levels;
+  while ((int64_t{2} << levels) <= leaves) ++levels;
   return levels + 2;
 }
 
@@ -137,14 +139,14 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   m.weights = in.shard == ShardMode::full ? 4 * std::min(n, owned + largest_gathered_floats(c.model)) : 4 * n;
   if (in.shard == ShardMode::full) m.startup_weights = 4 * n;
   m.gradients = 4 * n;
-  m.accumulation = 4 * n * accumulation_arrays(slices);
+  m.accumulation = slices > 1 ? 4 * n * accumulation_arrays(slices) : 0;
   m.buffers = in.ranks > 1 ? kExchangeBucketBytes : 0;
-  if (in.shard == ShardMode::gradients) {
+  if (reduces_gradient_buckets(in.shard)) {
     // With several micro-batches a rank writes whole gradients before the last one (the tree sum
     // of its micro-batches needs them) and finishes the sum piecewise (one bucket of scratch).
     const Zero2Peak z = zero2_peak(c.model, optimizer_shards(n, in.ranks, in.shard), rank);
     if (slices == 1) m.gradients = 4 * z.gradients;
-    else m.accumulation += 4 * z.largest_bucket;
+    else m.accumulation = 4 * n * accumulation_arrays(slices - 1) + 4 * z.largest_bucket;
     m.buffers += 4 * z.receive;
   }
   m.optimizer = 9 * owned;  // m and v in FP32, one decay flag byte

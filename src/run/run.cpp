@@ -311,7 +311,8 @@ void TrainingRun::report() {
     console_.print(fmt::format("shard      distributed.shard=full (ZeRO-3): each rank holds the FP32 weights and "
                                "AdamW state of its slice of the {} parameters (rank 0: [{}, {})); each block's "
                                "weights all-gathered {} before its forward and its backward and freed after; "
-                               "gradients reduce-scattered\n",
+                               "of the summed gradient only that slice (each block's reduce-scattered as the backward "
+                               "pass completes it)\n",
                                weights->layout().total(), weights->owned_begin(), weights->owned_end(),
                                config_.train.fp4_param_gather
                                    ? "(the linears' NVFP4 16x16-tile weights as codes and scales, the rest in FP32)"

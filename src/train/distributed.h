@@ -42,11 +42,15 @@ namespace nibble::train {
 enum class ShardMode : uint8_t {
   none,       // every rank the whole AdamW state (replicated)
   optimizer,  // ZeRO-1: each rank the moments of its slice of the arena (optimizer_shards)
-  full,       // ZeRO-3: the same slices of the moments and of the FP32 weights (train/weight_shards.h)
+  full,       // ZeRO-3: the same slices of the moments, the gradient (as ZeRO-2) and the FP32 weights
+              // (train/weight_shards.h)
   gradients,  // ZeRO-2: the same slices, and of the summed gradient only its slice (buckets reduce-
               // scattered during the backward pass, GradientBuckets below)
 };
 ShardMode parse_shard_mode(std::string_view s);  // UsageError naming the modes
+// Whether the mode keeps only its slice of the summed gradient, reduce-scattering each bucket as the
+// backward pass completes it (GradientBuckets): gradients (ZeRO-2) and full (ZeRO-3).
+inline bool reduces_gradient_buckets(ShardMode m) { return m == ShardMode::gradients || m == ShardMode::full; }
 std::string_view to_string(ShardMode m);
 
 // Contiguous ranges of a flat array, one per rank in rank order: rank r owns [begin(r), end(r)).

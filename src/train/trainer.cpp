@@ -21,9 +21,9 @@ ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
 std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, Communicator* comm) {
   c.validate();
   auto model = std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
-  // ZeRO-2: the arena's zeroed gradients would otherwise stay resident from allocation until the
+  // ZeRO-2 and ZeRO-3: the arena's zeroed gradients would otherwise stay resident from allocation until the
   // first step, under the optimizer's state: a start-up peak above the training's.
-  if (c.shard == ShardMode::gradients) release_to_zero(model->params().grads());
+  if (reduces_gradient_buckets(c.shard)) release_to_zero(model->params().grads());
   return model;
 }
 
@@ -160,7 +160,7 @@ StepResult Trainer::step() {
   const auto grads = model_->params().grads();
   const int64_t gathered_before = weight_shards_ ? weight_shards_->gathered_bytes() : 0;
   const int64_t quantized_before = weight_shards_ ? weight_shards_->gathered_quantized_bytes() : 0;
-  const bool zero2 = config_.shard == ShardMode::gradients;
+  const bool zero2 = reduces_gradient_buckets(config_.shard);
   std::vector<double> slice_losses(static_cast<size_t>(plan_.loss_slots()), 0.0);
   for (size_t i = 0; i < slices.size(); ++i) {
     const MicroBatchSlice& slice = slices[i];
