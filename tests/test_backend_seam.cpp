@@ -174,6 +174,18 @@ class StrictBackend final : public ops::Backend {
     mine(l, n * v, "cross_entropy logits"), mine(t, n, "cross_entropy targets"), mine(d, n * v, "cross_entropy dlogits");
     cpu_.cross_entropy_backward(l, t, n, v, scale, d);
   }
+  double cross_entropy_forward_keeping(const float* l, const int32_t* t, int64_t n, int64_t v, float* loss,
+                                       float* stats) override {
+    mine(l, n * v, "cross_entropy logits"), mine(t, n, "cross_entropy targets"), mine(loss, n, "cross_entropy loss");
+    mine(stats, 2 * n, "cross_entropy row stats");
+    return cpu_.cross_entropy_forward_keeping(l, t, n, v, loss, stats);
+  }
+  void cross_entropy_backward_kept(const float* l, const int32_t* t, int64_t n, int64_t v, float scale,
+                                   const float* stats, float* d) override {
+    mine(l, n * v, "cross_entropy logits"), mine(t, n, "cross_entropy targets"), mine(d, n * v, "cross_entropy dlogits");
+    mine(stats, 2 * n, "cross_entropy row stats");
+    cpu_.cross_entropy_backward_kept(l, t, n, v, scale, stats, d);
+  }
   double sum_of_squares(const float* g, int64_t n) override {
     mine(g, n, "sum_of_squares");
     return cpu_.sum_of_squares(g, n);

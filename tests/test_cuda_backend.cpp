@@ -45,8 +45,7 @@ using nibble_test::same_bits;
 // ------------------------------------------------------------------ host twins ----------------------
 
 TEST(CudaLayerMath, RmsnormRowsAreTheCpuKernelsBits) {
-  for (int64_t width : {16, 37, 384}) {
-    const int64_t n = 9;
+  for (const auto [n, width] : {std::pair<int64_t, int64_t>{9, 16}, {9, 37}, {9, 384}, {600, 40}}) {  // 600: three gain tiles
     const auto x = normal_floats(n * width, 1), gain = normal_floats(width, 2), dy = normal_floats(n * width, 3);
     std::vector<float> y(x.size()), rstd(n), dx(x.size(), 0.5f), dgain(width, 0.25f);
     cpu::rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5f, y.data(), rstd.data());

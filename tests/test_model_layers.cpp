@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -28,6 +29,7 @@ using nibble::ref::attention_forward;
 namespace {
 
 using nibble_test::normal_doubles;
+using nibble_test::normal_floats;
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
@@ -193,6 +195,23 @@ TEST(ModelLayers, CrossEntropyBackwardMatchesFiniteDifferences) {
   std::vector<double> dlogits(logits.size());
   cross_entropy_backward(logits.data(), targets.data(), n, vocab, scale, dlogits.data());
   expect_gradient(logits, loss, dlogits, "dlogits");
+}
+
+// Training's pair (the forward keeping each row's max and 1 / sum, the backward taking them, in place
+// as the model runs it) gives the plain calls' bits, on a GPT-2-sized row as well.
+TEST(ModelLayers, CrossEntropyWithKeptRowStatsIsThePlainCallsBits) {
+  for (const auto& [n, vocab] : {std::pair<int64_t, int64_t>{7, 65}, {3, 50304}}) {
+    const auto logits = normal_floats(n * vocab, 19, 4.0f);
+    std::vector<int32_t> targets(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) targets[i] = static_cast<int32_t>((i * 7919) % vocab);
+    std::vector<float> loss(n), grad(logits.size()), kept_loss(n), stats(2 * n), kept = logits;
+    const double total = cross_entropy_forward(logits.data(), targets.data(), n, vocab, loss.data());
+    cross_entropy_backward(logits.data(), targets.data(), n, vocab, 0.3f, grad.data());
+    EXPECT_EQ(cross_entropy_forward_keeping(logits.data(), targets.data(), n, vocab, kept_loss.data(), stats.data()), total);
+    cross_entropy_backward_kept(kept.data(), targets.data(), n, vocab, 0.3f, stats.data(), kept.data());
+    EXPECT_EQ(std::memcmp(kept_loss.data(), loss.data(), loss.size() * sizeof(float)), 0) << vocab;
+    EXPECT_EQ(std::memcmp(kept.data(), grad.data(), grad.size() * sizeof(float)), 0) << vocab;
+  }
 }
 
 TEST(ModelLayers, CrossEntropyOfUniformLogitsIsLogVocab) {

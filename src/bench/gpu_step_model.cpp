@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "format/quantized_tensor.h"
+#include "ops/backend.h"
 
 namespace nibble::bench {
 
@@ -35,9 +36,8 @@ double threaded_s(double threads, double steps, const GpuSpec& g) {
 }
 
 // A serial chain of `steps` dependent FP32 adds (~4 cycles each: Hopper's add latency), run by
-// `chains` warps side by side, one warp per SM: RMSNorm's gain gradient keeps the CPU's token order,
-// one add per token per column, 8 columns per block (its other warps stage the next tokens' terms
-// meanwhile, two 32-byte sectors per token, within an SM's ~64 bytes a cycle from L2).
+// `chains` warps side by side, one warp per SM at a time (a bound): RMSNorm's gain gradient adds
+// each column's 256-token tiles in token order, a warp per (tile, 32 columns), then the tiles' sums.
 double serial_chain_s(double chains, double steps, const GpuSpec& g) {
   if (chains <= 0) return 0;
   return std::ceil(chains / g.sms) * steps * 4.0 / g.clock_hz;
@@ -198,8 +198,11 @@ void add_head_and_loss(Builder& b, const Shapes& s, const Recipe& recipe, const 
   const double rate = recipe.lm_head_bf16() ? g.bf16_flops : g.fp32_flops;
   b.add("LM head GEMMs", recipe.lm_head_bf16() ? "BF16 tensor cores" : "FP32 cores", 3, 3 * 2 * s.N * s.d * s.V, rate,
         3 * 4 * s.N * s.V + 3 * 4 * s.N * s.d, g.bf16_flops);
+  // By design one read forward (online max and sum), a read and a write backward; as written the
+  // forward reads each row twice (its max, then its sum) and keeps both for the backward's one pass.
   KernelKindTime& ce = b.add("cross-entropy", "HBM", 2, 0, 0, 12 * s.N * s.V);
-  Builder::written_threads(ce, 16 * s.N, 6 * s.V / 16, g, "a half-warp per row");
+  Builder::written_threads(ce, 16 * s.N, 6 * s.V / 16, g, "forward: a half-warp per row; backward: one pass from the kept row stats");
+  ce.written_s = std::max(ce.written_s, 16 * s.N * s.V / g.bandwidth);
   // Backward: a warp per position scans the earlier tokens (N / 64 windows on average) to find whether
   // it is its token's first; each distinct token's warp then scans the rest (N / 32 windows).
   KernelKindTime& emb = b.add("embedding", "HBM", 2, 0, 0, 12 * s.N * s.d + 4 * s.V * s.d);
@@ -211,10 +214,12 @@ void add_head_and_loss(Builder& b, const Shapes& s, const Recipe& recipe, const 
 void add_elementwise(Builder& b, const Shapes& s, const GpuSpec& g) {
   KernelKindTime& nf = b.add("RMSNorm forward", "HBM", 2 * s.L + 1, 0, 0, (2 * s.L + 1) * 8 * s.N * s.d);
   Builder::written_threads(nf, 16 * s.N, 2 * s.d / 16 * (2 * s.L + 1), g, "a half-warp per row");
-  KernelKindTime& nb = b.add("RMSNorm backward", "HBM", 2 * (2 * s.L + 1), 0, 0, (2 * s.L + 1) * 20 * s.N * s.d);
+  KernelKindTime& nb = b.add("RMSNorm backward", "HBM", 3 * (2 * s.L + 1), 0, 0, (2 * s.L + 1) * 20 * s.N * s.d);
+  const double tiles = std::ceil(s.N / static_cast<double>(ops::kGainTileTokens));
   nb.written_s = std::max(nb.written_s, threaded_s(16 * s.N, 3 * s.d / 16 * (2 * s.L + 1), g) +
-                                            (2 * s.L + 1) * serial_chain_s(std::ceil(s.d / 8), s.N, g));
-  nb.written_note = "gain gradient: a block per 8 columns, every token in order";
+                                            (2 * s.L + 1) * (serial_chain_s(tiles * std::ceil(s.d / 32), ops::kGainTileTokens, g) +
+                                                             serial_chain_s(std::ceil(s.d / 32), tiles, g)));
+  nb.written_note = "gain gradient: a warp per 256-token tile and 32 columns, then the tiles in order";
   b.add("RoPE", "HBM", 4 * s.L, 0, 0, 2 * s.L * 8 * s.N * (s.H + s.kv) * s.hd);
   b.add("residual adds", "HBM", 2 * s.L, 0, 0, 2 * s.L * 12 * s.N * s.d);
   b.add("SwiGLU", "HBM", 2 * s.L, 0, 0, s.L * 32 * s.N * s.f);

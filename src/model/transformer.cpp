@@ -90,7 +90,7 @@ void ModelConfig::validate() const {
 
 Transformer::Transformer(const ModelConfig& config, ops::Backend& backend, uint64_t init_seed)
     : config_((config.validate(), config)), ops_(backend), params_(backend) {
-  for (ops::Array<float>* a : {&final_rstd_, &final_normed_, &logits_, &token_loss_, &normed_, &attn_, &mlp_act_,
+  for (ops::Array<float>* a : {&final_rstd_, &final_normed_, &logits_, &token_loss_, &loss_row_stats_, &normed_, &attn_, &mlp_act_,
                                &d_res_, &d_normed_, &d_qkv_, &d_attn_, &d_mlp_act_, &d_gate_up_})
     a->bind(ops_);
   tokens_.bind(ops_);
@@ -270,7 +270,15 @@ double Transformer::forward(std::span<const int32_t> tokens, std::span<const int
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   release_head();
-  double total = ops_.cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
+  // Training keeps each row's max and 1 / sum for the backward (one pass over the logits there, not three).
+  double total;
+  if (step.training) {
+    loss_row_stats_.resize(static_cast<size_t>(2 * N));
+    total = ops_.cross_entropy_forward_keeping(logits_.data(), targets_.data(), N, V, token_loss_.data(),
+                                               loss_row_stats_.data());
+  } else {
+    total = ops_.cross_entropy_forward(logits_.data(), targets_.data(), N, V, token_loss_.data());
+  }
   return total / static_cast<double>(N);
 }
 
@@ -438,7 +446,8 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
   // Loss and head. logits_ becomes dlogits in place (each row is read before it is written).
   float* dlogits = logits_.data();
   acquire_head();
-  ops_.cross_entropy_backward(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N), dlogits);
+  ops_.cross_entropy_backward_kept(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N),
+                                   loss_row_stats_.data(), dlogits);
   {
     auto t0 = std::chrono::steady_clock::now();
     head_gemm(ops::DenseGemmShape::a_b(N, d, V), dlogits, params_.value(head_), 0.0f, d_normed_.data());

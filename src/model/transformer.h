@@ -201,6 +201,7 @@ class Transformer {
   std::vector<ops::Array<float>> residual_;  // residual_[l]: input of block l; [layers]: final
   std::vector<BlockActivations> acts_;
   ops::Array<float> final_rstd_, final_normed_, logits_, token_loss_;
+  ops::Array<float> loss_row_stats_;  // [N, 2] per token: its logits' max and 1 / sum of exp (training)
   // Scratch reused across layers.
   ops::Array<float> normed_, attn_, mlp_act_, d_res_, d_normed_, d_qkv_, d_attn_, d_mlp_act_, d_gate_up_;
   std::vector<float> decoded_logits_;

@@ -38,6 +38,10 @@ std::string_view to_string(Device d);
 // The chunk of LayerOps::sum_of_squares (elements), the same on every backend: what a ZeRO shard of
 // the parameters aligns to so that its partial sums are the one-process ones.
 inline constexpr int64_t kSumOfSquaresChunk = int64_t{1} << 14;
+// RMSNorm's gain gradient sums each column's terms in token order within tiles of this many tokens
+// (each tile from 0) and adds the tiles' sums in order, on every backend: a GPU sums the tiles side
+// by side with the CPU's bits.
+inline constexpr int64_t kGainTileTokens = 256;
 Device parse_device(std::string_view s);  // "cpu" or "cuda"; UsageError naming both
 
 // The GEMM contract of every backend (format/gemm_rules.h): how quantized products are summed,
@@ -246,6 +250,13 @@ class LayerOps {
                                        float* loss) = 0;
   virtual void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                                       float scale, float* dlogits) = 0;
+  // Training's pair: the forward also keeps each row's max and 1 / (sum of exp) in row_stats [N, 2],
+  // and the backward takes them instead of reading the row twice more to find them again: the same
+  // bits as the two calls above.
+  virtual double cross_entropy_forward_keeping(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                                               float* loss, float* row_stats) = 0;
+  virtual void cross_entropy_backward_kept(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                                           float scale, const float* row_stats, float* dlogits) = 0;
   // sum g^2 in double, in fixed chunks of kSumOfSquaresChunk added in order (the same for any
   // thread count).
   virtual double sum_of_squares(const float* g, int64_t n) = 0;

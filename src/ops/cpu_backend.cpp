@@ -24,6 +24,7 @@
 #include "ops/host_quantized.h"
 
 static_assert(nibble::ops::kSumOfSquaresChunk == nibble::cpu::kSumOfSquaresChunk);
+static_assert(nibble::ops::kGainTileTokens == nibble::cpu::kGainTileTokens);
 
 namespace nibble::ops {
 
@@ -180,6 +181,14 @@ class CpuBackend final : public Backend {
   void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
                               float* dlogits) override {
     cpu::cross_entropy_backward(logits, targets, n, vocab, scale, dlogits);
+  }
+  double cross_entropy_forward_keeping(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                                       float* loss, float* row_stats) override {
+    return cpu::cross_entropy_forward_keeping(logits, targets, n, vocab, loss, row_stats);
+  }
+  void cross_entropy_backward_kept(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
+                                   const float* row_stats, float* dlogits) override {
+    cpu::cross_entropy_backward_kept(logits, targets, n, vocab, scale, row_stats, dlogits);
   }
   double sum_of_squares(const float* g, int64_t n) override { return cpu::sum_of_squares(g, n); }
   std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n) override {

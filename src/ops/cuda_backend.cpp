@@ -23,6 +23,7 @@
 namespace nibble::ops {
 
 static_assert(kSumOfSquaresChunk == cuda::lm::kSumOfSquaresChunk);
+static_assert(kGainTileTokens == cuda::lm::kGainTileTokens);
 
 namespace {
 
@@ -260,6 +261,14 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
                               float* dlogits) override {
     cuda::cross_entropy_backward(logits, targets, n, vocab, scale, dlogits, ctx_);
+  }
+  double cross_entropy_forward_keeping(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                                       float* loss, float* row_stats) override {
+    return cuda::cross_entropy_forward(logits, targets, n, vocab, loss, ctx_, row_stats);
+  }
+  void cross_entropy_backward_kept(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
+                                   const float* row_stats, float* dlogits) override {
+    cuda::cross_entropy_backward_kept(logits, targets, n, vocab, scale, row_stats, dlogits, ctx_);
   }
   // Read before the optimizer writes anything: the backward's quantizations are checked here, so a
   // step that met non-finite input throws before AdamW, as the CPU backend's (which throws at the

@@ -411,6 +411,15 @@ TEST_F(CudaModelExpLayers, SwigluAndCrossEntropyAreTheCpuKernelsBits) {
     EXPECT_TRUE(same_bits(dloss.download(), loss)) << sc.name();
     cuda::cross_entropy_backward(dl.data(), dt.data(), n, vocab, 0.25f, dl.data(), sc.ctx);  // in place, as training
     EXPECT_TRUE(same_bits(dl.download(), grad)) << sc.name();
+    // Training's pair: the forward keeps each row's (max, 1 / sum), the backward reads the row once.
+    auto kept_logits = sc.up(logits), kept_loss = sc.fresh<float>(n), stats = sc.fresh<float>(2 * n);
+    EXPECT_EQ(cuda::cross_entropy_forward(kept_logits.data(), dt.data(), n, vocab, kept_loss.data(), sc.ctx, stats.data()),
+              total)
+        << sc.name();
+    EXPECT_TRUE(same_bits(kept_loss.download(), loss)) << sc.name();
+    cuda::cross_entropy_backward_kept(kept_logits.data(), dt.data(), n, vocab, 0.25f, stats.data(), kept_logits.data(),
+                                      sc.ctx);
+    EXPECT_TRUE(same_bits(kept_logits.download(), grad)) << sc.name();
   }
   }
 }

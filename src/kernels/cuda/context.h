@@ -45,7 +45,8 @@ class Context {
   size_t blas_workspace_bytes() const { return blas_workspace_.bytes(); }
 
   // Scratch slots, each a byte buffer reused across calls (contents are not kept between users).
-  enum class Scratch { operand_a, operand_b, scales_a, scales_b, scalars, staging, product, count };  // product: row-scaled GEMMs
+  // product: row-scaled GEMMs; reduction: a layer's partial sums (RMSNorm's gain tiles)
+  enum class Scratch { operand_a, operand_b, scales_a, scales_b, scalars, staging, product, reduction, count };
   uint8_t* scratch(Scratch slot, size_t bytes);
 
   // Quantizations whose non-finite check waits for the next read (quantize.h,

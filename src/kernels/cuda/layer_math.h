@@ -70,11 +70,22 @@ NIBBLE_HD void rmsnorm_row_backward(const float* x, const float* gain, float r, 
   for (int64_t c = 0; c < width; ++c)
     dx[c] = nb_add(dx[c], nb_mul(r, nb_sub(nb_mul(dy[c], gain[c]), nb_mul(nb_mul(x[c], r), mean_dot))));
 }
-// One column of dgain += sum over rows, in row order, of dy x rstd.
+// RMSNorm's gain gradient sums each column in token tiles (ops::kGainTileTokens): a tile's terms in
+// token order from 0, then the tiles' sums in order, so a GPU sums the tiles side by side.
+inline constexpr int64_t kGainTileTokens = 256;
+// Column c's sum over rows [i0, i1), in row order, of dy x rstd.
+NIBBLE_HD float rmsnorm_gain_tile(const float* x, const float* rstd, const float* dy, int64_t i0, int64_t i1,
+                                  int64_t width, int64_t c) {
+  float s = 0.0f;
+  for (int64_t i = i0; i < i1; ++i) s = nb_add(s, nb_mul(nb_mul(dy[i * width + c], x[i * width + c]), rstd[i]));
+  return s;
+}
+// One column of dgain += the tiles' sums in order.
 NIBBLE_HD void rmsnorm_gain_column(const float* x, const float* rstd, const float* dy, int64_t n, int64_t width,
                                    int64_t c, float* dgain) {
   float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s = nb_add(s, nb_mul(nb_mul(dy[i * width + c], x[i * width + c]), rstd[i]));
+  for (int64_t i0 = 0; i0 < n; i0 += kGainTileTokens)
+    s = nb_add(s, rmsnorm_gain_tile(x, rstd, dy, i0, i0 + kGainTileTokens < n ? i0 + kGainTileTokens : n, width, c));
   dgain[c] = nb_add(dgain[c], s);
 }
 

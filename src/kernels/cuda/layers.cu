@@ -174,48 +174,34 @@ __global__ void rmsnorm_backward_rows_kernel(const float* __restrict__ x, const 
   }
 }
 
-// The gain gradient dgain[c] += sum over tokens i in order of dy[i][c] x[i][c] rstd[i]: the CPU adds
-// each column in token order, a serial chain the GPU keeps. That chain is short (an add per token);
-// what costs is reading x and dy with enough loads in flight, so a block takes only 8 columns (a
-// 32-byte sector of each row; width / 8 blocks keep most SMs reading) and stages 256 tokens at a
-// time: warps 1-7 load the next tile's products, each thread ten independent loads at once, while
-// lanes 0-7 of warp 0 add the current tile's, lane c its column in token order; the two tiles swap
-// at each barrier.
-constexpr int kGainColumns = 8;
-constexpr int kGainTokens = 256;
-constexpr int kGainStagers = kThreads - kWarp;  // warps 1-7
-constexpr int kGainLoadsPerStager = (kGainTokens * kGainColumns + kGainStagers - 1) / kGainStagers;
-__device__ void stage_gain_products(const float* x, const float* rstd, const float* dy, int64_t n, int64_t width,
-                                    int64_t c0, int64_t i0, float (*tile)[kGainColumns + 1]) {
-  const int stager = static_cast<int>(threadIdx.x) - kWarp;
-  NIBBLE_UNROLL
-  for (int k = 0; k < kGainLoadsPerStager; ++k) {
-    const int e = stager + k * kGainStagers;  // consecutive threads: a row's 8 columns, then the next row
-    if (e >= kGainTokens * kGainColumns) break;
-    const int r = e / kGainColumns, c = e % kGainColumns;
-    const int64_t i = i0 + r, col = c0 + c;
-    tile[r][c] = i < n && col < width ? dm::nb_mul(dm::nb_mul(dy[i * width + col], x[i * width + col]), rstd[i]) : 0.0f;
+// The gain gradient dgain[c] += the sum over token tiles k in order of (the sum over the tile's
+// tokens i in order of dy[i][c] x[i][c] rstd[i]) (lm::rmsnorm_gain_column, the CPU's order). Each tile
+// sum is a short serial chain (kGainTileTokens adds), so the tiles run side by side: a warp per (tile,
+// 32 columns), lane c its column, the loads of x and dy issued ahead of the adds (128 bytes a row for
+// the warp); their sums land in a [tiles, width] scratch, and a second kernel adds them in tile order.
+__global__ void rmsnorm_gain_tiles_kernel(const float* __restrict__ x, const float* __restrict__ rstd,
+                                          const float* __restrict__ dy, int64_t n, int64_t width, int64_t tiles,
+                                          float* __restrict__ partial) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t column_groups = (width + kWarp - 1) / kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t w = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp; w < tiles * column_groups;
+       w += warps) {
+    const int64_t tile = w / column_groups, c = (w % column_groups) * kWarp + lane;
+    if (c >= width) continue;
+    const int64_t i0 = tile * lm::kGainTileTokens, i1 = i0 + lm::kGainTileTokens < n ? i0 + lm::kGainTileTokens : n;
+    float s = 0.0f;
+    NIBBLE_UNROLL_BY(8)
+    for (int64_t i = i0; i < i1; ++i) s = dm::nb_add(s, dm::nb_mul(dm::nb_mul(dy[i * width + c], x[i * width + c]), rstd[i]));
+    partial[tile * width + c] = s;
   }
 }
-__global__ void __launch_bounds__(kThreads) rmsnorm_gain_kernel(const float* x, const float* rstd, const float* dy,
-                                                                int64_t n, int64_t width, float* dgain) {
-  __shared__ float tiles[2][kGainTokens][kGainColumns + 1];  // +1: the stagers' rows start on other banks
-  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
-  for (int64_t c0 = blockIdx.x * static_cast<int64_t>(kGainColumns); c0 < width;
-       c0 += static_cast<int64_t>(gridDim.x) * kGainColumns) {
-    if (warp > 0) stage_gain_products(x, rstd, dy, n, width, c0, 0, tiles[0]);
-    __syncthreads();
+__global__ void rmsnorm_gain_sum_kernel(const float* __restrict__ partial, int64_t tiles, int64_t width,
+                                        float* __restrict__ dgain) {
+  NIBBLE_GRID_STRIDE(c, width) {
     float s = 0.0f;
-    for (int64_t i0 = 0, t = 0; i0 < n; i0 += kGainTokens, t ^= 1) {
-      if (warp > 0 && i0 + kGainTokens < n) stage_gain_products(x, rstd, dy, n, width, c0, i0 + kGainTokens, tiles[t ^ 1]);
-      if (warp == 0 && lane < kGainColumns) {
-        const int64_t rows = n - i0 < kGainTokens ? n - i0 : kGainTokens;
-        NIBBLE_UNROLL_BY(8)
-        for (int64_t r = 0; r < rows; ++r) s = dm::nb_add(s, tiles[t][r][lane]);
-      }
-      __syncthreads();  // tile t is restaged two turns on; tile t ^ 1 is complete
-    }
-    if (warp == 0 && lane < kGainColumns && c0 + lane < width) dgain[c0 + lane] = dm::nb_add(dgain[c0 + lane], s);
+    for (int64_t k = 0; k < tiles; ++k) s = dm::nb_add(s, partial[k * width + c]);
+    dgain[c] = dm::nb_add(dgain[c], s);
   }
 }
 
@@ -260,13 +246,20 @@ __global__ void swiglu_backward_kernel(const float* gate_up, const float* da, in
 }
 // Cross-entropy, a half-warp per row [vocab] (lm::cross_entropy_row's order, its lane_sum16 as lanes):
 // log(sum exp(l - max)) + max - l[target].
+// row_stats (or null): the row's max and 1 / sum, the backward's factors as it computes them.
 __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
-                                             float* loss) {
+                                             float* loss, float* row_stats) {
   NIBBLE_HALF_WARP_ROWS(row, lane, valid, n) {
     const float* l = logits + row * vocab;
     const float m = half_warp_row_max(l, vocab, lane, valid);
     const float sum = half_warp_lane_sum16(vocab, lane, valid, [=](int64_t c) { return lm::nb_exp(dm::nb_sub(l[c], m)); });
-    if (valid && lane == 0) loss[row] = dm::nb_sub(dm::nb_add(lm::nb_log(sum), m), l[targets[row]]);
+    if (valid && lane == 0) {
+      loss[row] = dm::nb_sub(dm::nb_add(lm::nb_log(sum), m), l[targets[row]]);
+      if (row_stats) {
+        row_stats[2 * row] = m;
+        row_stats[2 * row + 1] = dm::nb_div(1.0f, sum);
+      }
+    }
   }
 }
 // d = scale (softmax(l) - onehot(target)), a half-warp per row; d may alias l: every lane reads and
@@ -287,6 +280,17 @@ __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t
       d[c] = dm::nb_mul(dm::nb_mul(lm::nb_exp(dm::nb_sub(l[c], m)), inv), scale);
     const int32_t target = targets[row];
     if (target % kRowLanes == lane) d[target] = dm::nb_sub(d[target], scale);
+  }
+}
+
+// The same from the forward's (max, 1 / sum) per row: one pass over the row, a thread per element.
+__global__ void cross_entropy_backward_kept_kernel(const float* logits, const int32_t* targets, int64_t n,
+                                                   int64_t vocab, float scale, const float* __restrict__ row_stats,
+                                                   float* dlogits) {
+  NIBBLE_GRID_STRIDE(e, n * vocab) {
+    const int64_t row = e / vocab;
+    const float d = dm::nb_mul(dm::nb_mul(lm::nb_exp(dm::nb_sub(logits[e], row_stats[2 * row])), row_stats[2 * row + 1]), scale);
+    dlogits[e] = e - row * vocab == targets[row] ? dm::nb_sub(d, scale) : d;
   }
 }
 
@@ -378,8 +382,13 @@ void rmsnorm_backward(const float* x, const float* gain, const float* rstd, cons
   if (n <= 0 || width <= 0) return;
   NIBBLE_LAUNCH(grid_of(n, kRowsPerBlock, ctx), kThreads, 0, ctx.stream(), rmsnorm_backward_rows_kernel)(x, gain, rstd, dy, n, width, dx);
   NIBBLE_CUDA_CHECK(cudaGetLastError());
-  NIBBLE_LAUNCH(grid_of(width, kGainColumns, ctx), kThreads, 0, ctx.stream(), rmsnorm_gain_kernel)(x, rstd, dy, n, width, dgain);
+  const int64_t tiles = (n + lm::kGainTileTokens - 1) / lm::kGainTileTokens;
+  float* partial = reinterpret_cast<float*>(
+      ctx.scratch(Context::Scratch::reduction, static_cast<size_t>(tiles * width) * sizeof(float)));
+  NIBBLE_LAUNCH(grid_of(tiles * ((width + kWarp - 1) / kWarp), kWarpsPerBlock, ctx), kThreads, 0, ctx.stream(),
+                rmsnorm_gain_tiles_kernel)(x, rstd, dy, n, width, tiles, partial);
   NIBBLE_CUDA_CHECK(cudaGetLastError());
+  launch(width, ctx, rmsnorm_gain_sum_kernel, partial, tiles, width, dgain);
 }
 void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads, int64_t head_dim,
           const float* cos, const float* sin, int64_t first_position, float direction, Context& ctx) {
@@ -478,9 +487,9 @@ void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t h
   launch(n * hidden, ctx, swiglu_backward_kernel, gate_up, da, n, hidden, dgate_up);
 }
 double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float* loss,
-                             Context& ctx) {
+                             Context& ctx, float* row_stats) {
   if (n <= 0) return 0.0;
-  NIBBLE_LAUNCH(grid_of(n, kRowsPerBlock, ctx), kThreads, 0, ctx.stream(), cross_entropy_forward_kernel)(logits, targets, n, vocab, loss);
+  NIBBLE_LAUNCH(grid_of(n, kRowsPerBlock, ctx), kThreads, 0, ctx.stream(), cross_entropy_forward_kernel)(logits, targets, n, vocab, loss, row_stats);
   NIBBLE_CUDA_CHECK(cudaGetLastError());
   std::vector<float> host(static_cast<size_t>(n));
   NIBBLE_CUDA_CHECK(cudaMemcpyAsync(host.data(), loss, host.size() * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream()));
@@ -494,6 +503,11 @@ void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t
   if (n <= 0) return;
   NIBBLE_LAUNCH(grid_of(n, kRowsPerBlock, ctx), kThreads, 0, ctx.stream(), cross_entropy_backward_kernel)(logits, targets, n, vocab, scale, dlogits);
   NIBBLE_CUDA_CHECK(cudaGetLastError());
+}
+void cross_entropy_backward_kept(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
+                                 const float* row_stats, float* dlogits, Context& ctx) {
+  if (n <= 0) return;
+  launch(n * vocab, ctx, cross_entropy_backward_kept_kernel, logits, targets, n, vocab, scale, row_stats, dlogits);
 }
 
 std::vector<double> sum_of_squares_by_chunk(const float* g, int64_t n, Context& ctx) {

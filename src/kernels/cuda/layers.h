@@ -48,10 +48,14 @@ void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, f
 void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a, Context& ctx);
 void swiglu_backward(const float* gate_up, const float* da, int64_t n, int64_t hidden, float* dgate_up, Context& ctx);
 // Per-token losses into loss[n] (device); returns their sum in double, in token order (synchronises).
+// row_stats (device, [n, 2], or null): each row's max and 1 / (sum of exp), for the backward_kept.
 double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float* loss,
-                             Context& ctx);
+                             Context& ctx, float* row_stats = nullptr);
 void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
                             float* dlogits, Context& ctx);
+// cross_entropy_backward's bits from the forward's row_stats: one pass over the row.
+void cross_entropy_backward_kept(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
+                                 const float* row_stats, float* dlogits, Context& ctx);
 
 // ---- optimizer -------------------------------------------------------------------------------------
 // The CPU's fixed-order sum of squares (chunks of 2^14 in eight double lanes, chunks added in order):

@@ -76,20 +76,42 @@ float exp_of_shifted_row(const float* l, int64_t vocab, float* e) {
 }
 }  // namespace
 
-template <>
-double cross_entropy_forward<float>(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
-                                    float* loss) {
+double cross_entropy_forward_keeping(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float* loss,
+                                     float* row_stats) {
 #pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * vocab * 8 >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     static thread_local std::vector<float> e;
     e.resize(static_cast<size_t>(vocab));
     const float* l = logits + i * vocab;
     const float m = exp_of_shifted_row(l, vocab, e.data());
-    loss[i] = std::log(row_sum(e.data(), vocab)) + m - l[targets[i]];
+    const float sum = row_sum(e.data(), vocab);
+    loss[i] = std::log(sum) + m - l[targets[i]];
+    if (row_stats) {
+      row_stats[2 * i] = m;
+      row_stats[2 * i + 1] = 1.0f / sum;  // the backward's factor, as it computes it
+    }
   }
   double total = 0;
   for (int64_t i = 0; i < n; ++i) total += static_cast<double>(loss[i]);
   return total;
+}
+
+template <>
+double cross_entropy_forward<float>(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                                    float* loss) {
+  return cross_entropy_forward_keeping(logits, targets, n, vocab, loss, nullptr);
+}
+
+void cross_entropy_backward_kept(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float scale,
+                                 const float* row_stats, float* dlogits) {
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * vocab * 8 >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    float* d = dlogits + i * vocab;  // may be the logits themselves (element-wise, in place)
+    shifted(logits + i * vocab, vocab, row_stats[2 * i], d);
+    exp_f32(d, d, vocab);
+    scaled(d, vocab, row_stats[2 * i + 1], scale);
+    d[targets[i]] -= scale;
+  }
 }
 
 template <>

@@ -52,14 +52,20 @@ void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int
 #pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * width >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) backward_row(x + i * width, gain, rstd[i], dy + i * width, width, dx + i * width);
   // The gain gradient sums over tokens: parallel over column blocks, each column summed in token
-  // order. Walking a block's columns side by side for each token reads rows contiguously and lets
-  // the compiler vectorise across columns (a column at a time strode through memory, scalar).
+  // order tile by tile (kGainTileTokens), the tiles' sums in order. Walking a block's columns side by
+  // side for each token reads rows contiguously and lets the compiler vectorise across columns (a
+  // column at a time strode through memory, scalar).
   constexpr int64_t kBlock = 64;
 #pragma omp parallel for schedule(dynamic, dynamic_chunk((width + kBlock - 1) / kBlock)) if (n * width >= kMinParallelWork)
   for (int64_t c0 = 0; c0 < width; c0 += kBlock) {
     const int64_t cols = std::min(kBlock, width - c0);
     T s[kBlock] = {};
-    gain_gradient_block(x + c0, dy + c0, rstd, n, width, cols, s);
+    for (int64_t i0 = 0; i0 < n; i0 += kGainTileTokens) {
+      T tile[kBlock] = {};
+      gain_gradient_block(x + i0 * width + c0, dy + i0 * width + c0, rstd + i0, std::min(kGainTileTokens, n - i0),
+                          width, cols, tile);
+      for (int64_t c = 0; c < cols; ++c) s[c] += tile[c];
+    }
     for (int64_t c = 0; c < cols; ++c) dgain[c0 + c] += s[c];
   }
 }

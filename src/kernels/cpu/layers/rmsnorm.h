@@ -14,8 +14,12 @@ void rmsnorm_forward(const T* x, const T* gain, int64_t n, int64_t width, T eps,
 // width % 16 == 0; with amax.rht, N % 16 == 0. y and rstd are rmsnorm_forward's bits.
 void rmsnorm_forward_gathering(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,
                                float* rstd, SourceAmax& amax);
+// The gain gradient's summation order (ops::kGainTileTokens): per column, the terms in token order
+// within tiles of this many tokens, the tiles' sums added in order.
+inline constexpr int64_t kGainTileTokens = 256;
 // dx[N, width] += dL/dx; dgain[width] += dL/dgain.
 //   xhat = x * rstd;  dxhat = dy * gain;  dx = rstd * (dxhat - xhat * mean(dxhat * xhat))
+//   dgain[c] += sum over tiles k in order of (sum over tokens i of tile k in order of dy[i][c] x[i][c] rstd[i])
 template <typename T>
 void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int64_t n, int64_t width, T* dx,
                       T* dgain);
