@@ -70,19 +70,19 @@ float WeightShards::weight_amax(const model::ParamInfo& w) {
   return amax;
 }
 
-void WeightShards::quantize_piece(const model::ParamInfo& w, const QuantOptions& o, int64_t version,
-                                  QuantizedPiece& piece) {
-  const int64_t band = 16 * w.cols, bands = (w.rows + 15) / 16, w_end = w.offset + w.size();
-  piece.version = version;
-  piece.options = o;
-  piece.amax = weight_amax(w);
+ShardLayout WeightShards::band_owners(const model::ParamInfo& w) const {
+  const int64_t band = 16 * w.cols, bands = (w.rows + 15) / 16;
   // Band k goes to the rank that owns its first value: rank r starts at the first band whose first
   // value is at or after begin(r).
-  piece.bands.bounds.clear();
+  ShardLayout owners;
   for (int r = 0; r < layout_.ranks(); ++r)
-    piece.bands.bounds.push_back(std::clamp((layout_.begin(r) - w.offset + band - 1) / band, int64_t{0}, bands));
-  piece.bands.bounds.push_back(bands);
-  // A band cut by a slice boundary comes whole to every rank (the FP32 all-gather; its owner needs it).
+    owners.bounds.push_back(std::clamp((layout_.begin(r) - w.offset + band - 1) / band, int64_t{0}, bands));
+  owners.bounds.push_back(bands);
+  return owners;
+}
+
+std::vector<std::pair<int64_t, int64_t>> WeightShards::bands_cut_by_slices(const model::ParamInfo& w) const {
+  const int64_t band = 16 * w.cols, w_end = w.offset + w.size();
   std::vector<std::pair<int64_t, int64_t>> cut;
   for (int r = 1; r < layout_.ranks(); ++r) {
     const int64_t boundary = layout_.begin(r);
@@ -90,18 +90,30 @@ void WeightShards::quantize_piece(const model::ParamInfo& w, const QuantOptions&
     const int64_t first = w.offset + (boundary - w.offset) / band * band;
     if (cut.empty() || cut.back().first != first) cut.emplace_back(first, std::min(first + band, w_end));
   }
+  return cut;
+}
+
+void WeightShards::quantize_piece(const model::ParamInfo& w, const QuantOptions& o, int64_t version,
+                                  QuantizedPiece& piece) {
+  piece.version = -1;  // until it is made (a throw below leaves no stale piece for this version)
+  piece.amax = weight_amax(w);
+  piece.bands = band_owners(w);
+  // A band cut by a slice boundary comes whole to every rank (the FP32 all-gather; its owner needs it).
+  const std::vector<std::pair<int64_t, int64_t>> cut = bands_cut_by_slices(w);
   const int64_t before = gathered_bytes_;
   for (const auto& [b, e] : cut) acquire(b, e);
   gathered_quantized_bytes_ += gathered_bytes_ - before;
   const int64_t kb = piece.bands.begin(rank_), ke = piece.bands.end(rank_);
   piece.mine = QuantizedTensor{};
   if (ke > kb) {
-    const int64_t rows = std::min(w.rows, ke * 16) - kb * 16;
     std::unique_ptr<ops::Quantized> q = ops_.new_quantized();
-    ops_.quantize_rows_of(params_.value(w.offset + kb * band), rows, w.cols, o, piece.amax, *q);
+    ops_.quantize_rows_of(params_.value(w.offset + kb * 16 * w.cols), std::min(w.rows, ke * 16) - kb * 16, w.cols, o,
+                          piece.amax, *q);
     piece.mine = q->to_host();
   }
   for (const auto& [b, e] : cut) release(b, e);
+  piece.version = version;
+  piece.options = o;
 }
 
 void WeightShards::acquire_quantized(const model::ParamInfo& w, const QuantOptions& o, int64_t version,

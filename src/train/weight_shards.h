@@ -20,6 +20,8 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "model/params.h"
 #include "ops/backend.h"
@@ -69,6 +71,10 @@ class WeightShards final : public model::WeightProvider {
     ShardLayout bands;     // rank r quantizes bands [bands.begin(r), bands.end(r)) of the weight
     QuantizedTensor mine;  // those rows of this rank (none when it owns no band's first value)
   };
+  // Which rank quantizes which of w's 16-row bands (the owner of its first value), as a layout over
+  // band indices; and the arena ranges of the bands that a slice boundary cuts.
+  ShardLayout band_owners(const model::ParamInfo& w) const;
+  std::vector<std::pair<int64_t, int64_t>> bands_cut_by_slices(const model::ParamInfo& w) const;
   // Collective: makes `piece` for (w, o, version).
   void quantize_piece(const model::ParamInfo& w, const QuantOptions& o, int64_t version, QuantizedPiece& piece);
   // Collective: the max of every rank's max |x| over its part of w. NumericalError naming w when
