@@ -120,6 +120,31 @@ TEST(MemoryPlan, FullShardsHoldTheSliceAndTheLargestGatheredPhase) {
   EXPECT_EQ(train::plan_rank_memory(small_job(4, train::ShardMode::optimizer), 1).startup(), 0);
 }
 
+// distributed.fp4_param_gather: with every layer NVFP4 (16x16 weight tiles), `full` acquires only the
+// norms of a block in FP32 (so the largest phase is the final norm with the tied table), and of the
+// linears' fprop + dgrad weight copies (2 x 0.5625 bytes a value) holds one block's and this rank's
+// bands (its quarter of 0.5625 bytes a value) instead of every block's.
+TEST(MemoryPlan, Fp4ParamGatherHoldsOneBlocksQuantizedWeights) {
+  auto fp4 = small_job(4, train::ShardMode::full);
+  fp4.train.recipe.quantization = Quantization::nvfp4;
+  fp4.train.recipe.nvfp4.bf16_first_layers = 0;
+  fp4.train.recipe.nvfp4.bf16_last_layers = 0;
+  auto fp32 = fp4;
+  fp32.train.fp4_param_gather = false;
+  const int64_t n = model::arena_floats(fp4.train.model);
+  const train::ShardLayout slices = train::optimizer_shards(n, 4, train::ShardMode::full);
+  const int64_t table = 65 * 64, final_norm = 64;
+  const double linear_floats = 64 * 192 + 64 * 64 + 64 * 384 + 192 * 64;  // per block
+  for (int r = 0; r < 4; ++r) {
+    const train::RankMemory q = train::plan_rank_memory(fp4, r), f = train::plan_rank_memory(fp32, r);
+    EXPECT_EQ(q.weights, 4 * (slices.size(r) + table + final_norm)) << "rank " << r;
+    EXPECT_GT(f.weights, q.weights);
+    const double all_copies = 2 * linear_floats * 2 * 0.5625, one_block = all_copies / 2,
+                 own_bands = 2 * linear_floats * 0.5625 / 4;
+    EXPECT_EQ(f.activations - q.activations, static_cast<int64_t>(all_copies - one_block - own_bands)) << "rank " << r;
+  }
+}
+
 // ZeRO-2 keeps the optimizer's slice of ZeRO-1 and, with one micro-batch per rank, of the gradient
 // only the pages its slice and the buckets in flight touch: below the whole arena, above the slice,
 // and the slices' receive buffers counted; with several micro-batches per rank the tree sum needs

@@ -43,6 +43,12 @@ struct OperandStats {
   QuantStats stats;
 };
 
+// The options of the one NVFP4 weight tensor in 16x16 tiles that fprop and, when `training`, dgrad
+// (its exact transpose) share under `recipe`, with round-to-nearest and no RHT, Four Over Six or row
+// scaling: a weight whose bytes depend only on its values and its amax, which a weight provider can
+// therefore make from pieces (Linear::providable_weight, distributed.fp4_param_gather); else nullopt.
+std::optional<QuantOptions> shared_tile_weight(const LinearRecipe& recipe, bool training);
+
 class Linear {
  public:
   Linear(std::string name, int64_t in_features, int64_t out_features, ops::TensorOps& ops);

@@ -54,15 +54,41 @@ int64_t accumulation_arrays(int64_t leaves) {
   return levels + 2;
 }
 
+// distributed.shard=full with distributed.fp4_param_gather: per block, the floats of the linears whose
+// weights are gathered quantized (recipe/linear.h's shared_tile_weight) and the bytes of the fprop
+// and dgrad copies the linears hold of them during the block's phase (freed after it).
+struct GatheredQuantized {
+  std::vector<int64_t> floats;
+  std::vector<double> copy_bytes;
+};
+GatheredQuantized gathered_quantized(const TrainConfig& c, const Recipe& recipe, ShardMode shard) {
+  GatheredQuantized g{std::vector<int64_t>(static_cast<size_t>(c.model.layers), 0),
+                      std::vector<double>(static_cast<size_t>(c.model.layers), 0.0)};
+  if (shard != ShardMode::full || !c.fp4_param_gather) return g;
+  const std::vector<LinearShape> shapes = model::block_linear_shapes(c.model);
+  for (int64_t l = 0; l < c.model.layers; ++l)
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const LinearRecipe r = recipe.for_linear(static_cast<int>(l), static_cast<int>(i), 0.0);
+      if (!shared_tile_weight(r, true) || shapes[i].out_features % 16 != 0) continue;
+      const int64_t floats = shapes[i].in_features * shapes[i].out_features;
+      g.floats[static_cast<size_t>(l)] += floats;
+      g.copy_bytes[static_cast<size_t>(l)] += (weight_copy_bytes(r.fprop) + weight_copy_bytes(r.dgrad)) * floats;
+    }
+  return g;
+}
+
 // distributed.shard=full: the most arena floats one phase of the model acquires at once (the
 // embedding, a block, or the final norm with the LM head: model::Transformer's ranges), read off the
 // arena's layout as the backward pass completes it (the final norm's offset, each block's first
-// offset from the last block down, then 0): the embedding ends where block 0 begins.
-int64_t largest_gathered_floats(const model::ModelConfig& c) {
+// offset from the last block down, then 0): the embedding ends where block 0 begins. A block's
+// linears gathered quantized (`quantized` floats) are not acquired in FP32.
+int64_t largest_gathered_floats(const model::ModelConfig& c, const std::vector<int64_t>& quantized) {
   const std::vector<int64_t> points = model::Transformer::gradient_completion_points(c);
   const int64_t table = points[points.size() - 2], block = points.size() > 2 ? points[0] - points[1] : 0;
   const int64_t final_norm = model::arena_floats(c) - points[0] - (c.tied_embeddings ? 0 : table);
-  return std::max({table, block, final_norm + table});
+  int64_t largest_block = 0;
+  for (int64_t q : quantized) largest_block = std::max(largest_block, block - q);
+  return std::max({table, largest_block, final_norm + table});
 }
 
 // ZeRO-2's gradient memory over the last backward pass (Trainer::backward_reducing_buckets), in
@@ -135,8 +161,12 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   RankMemory m;
   const int64_t slices = static_cast<int64_t>(plan.slices().size());
   const int64_t owned = in.shard == ShardMode::none ? n : optimizer_shards(n, in.ranks, in.shard).size(rank);
+  const Recipe recipe(c.recipe, static_cast<int>(c.model.layers), model::block_linear_shapes(c.model),
+                      plan.rows_per_slice() * seq, ops::cpu());
+  const GatheredQuantized quantized = gathered_quantized(c, recipe, in.shard);
   // full: the slice, and the phase in use gathered whole (its own part counted twice: a bound).
-  m.weights = in.shard == ShardMode::full ? 4 * std::min(n, owned + largest_gathered_floats(c.model)) : 4 * n;
+  m.weights = in.shard == ShardMode::full ? 4 * std::min(n, owned + largest_gathered_floats(c.model, quantized.floats))
+                                          : 4 * n;
   if (in.shard == ShardMode::full) m.startup_weights = 4 * n;
   m.gradients = 4 * n;
   m.accumulation = slices > 1 ? 4 * n * accumulation_arrays(slices) : 0;
@@ -151,10 +181,18 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   }
   m.optimizer = 9 * owned;  // m and v in FP32, one decay flag byte
   // Training saves the activations of rows_per_slice rows; evaluation runs whole batches of `batch`.
-  const Recipe recipe(c.recipe, static_cast<int>(c.model.layers), model::block_linear_shapes(c.model),
-                      plan.rows_per_slice() * seq, ops::cpu());
+  // The linears' weight copies: every block's between steps, but those gathered quantized only for
+  // the block in use, and this rank's bands of them (about its share) kept for the step.
+  double gathered_all = 0, gathered_one_block = 0, gathered_floats = 0;
+  for (size_t l = 0; l < quantized.floats.size(); ++l) {
+    gathered_all += quantized.copy_bytes[l];
+    gathered_one_block = std::max(gathered_one_block, quantized.copy_bytes[l]);
+    gathered_floats += static_cast<double>(quantized.floats[l]);
+  }
+  const double own_bands = gathered_floats * stored_bytes_per_element(Format::nvfp4) / in.ranks;
   m.activations = estimate_memory(c.model, &recipe, c.batch, seq).activations_recipe +
-                  quantized_weight_bytes(c.model, recipe);
+                  quantized_weight_bytes(c.model, recipe) -
+                  static_cast<int64_t>(gathered_all - gathered_one_block - own_bands);
   m.process = in.process_bytes;
   // Rank 0 writes the whole state (run/checkpoint.cpp): the weights' host copy and its file image
   // (8 bytes a parameter), then the gathered moments (8), their tensors (8) and file image (8).
