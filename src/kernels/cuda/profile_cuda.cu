@@ -112,7 +112,8 @@ void profile_layers(const ProfileOptions& o, Profile& p, Context& ctx) {
       dx(static_cast<size_t>(n * d), ctx.stream()), dgain(static_cast<size_t>(d), ctx.stream()),
       qkv = random_floats(n * 3 * d, 12, ctx), a(static_cast<size_t>(n * f), ctx.stream()),
       dgate_up(static_cast<size_t>(n * 2 * f), ctx.stream()), loss(static_cast<size_t>(n), ctx.stream()),
-      dlogits(static_cast<size_t>(n * v), ctx.stream()), dtable(static_cast<size_t>(v * d), ctx.stream());
+      dlogits(static_cast<size_t>(n * v), ctx.stream()), dtable(static_cast<size_t>(v * d), ctx.stream()),
+      row_stats(static_cast<size_t>(2 * n), ctx.stream());
   const DeviceBuffer<int32_t> tokens = tokens_below(n, v, ctx);
   const double norms = 2 * o.layers + 1;
   p.time("RMSNorm forward", dims({n, d}), norms, [&] { rmsnorm_forward(x.data(), gain.data(), n, d, 1e-5f, y.data(), rstd.data(), ctx); });
@@ -127,10 +128,13 @@ void profile_layers(const ProfileOptions& o, Profile& p, Context& ctx) {
   p.time("LM head GEMM (FP32)", dims({n, v, d}), 3, [&] {
     gemm_f32(Trans::no, Trans::yes, n, v, d, 1.0f, x.data(), d, table.data(), d, 0.0f, dlogits.data(), v, ctx);
   });
+  // As training runs them: the forward keeps each row's max and 1 / sum, the backward reads them.
   p.time("cross-entropy forward (reads the loss)", dims({n, v}), 1,
-         [&] { (void)cross_entropy_forward(logits.data(), tokens.data(), n, v, loss.data(), ctx); });
-  p.time("cross-entropy backward", dims({n, v}), 1,
-         [&] { cross_entropy_backward(logits.data(), tokens.data(), n, v, 1.0f / static_cast<float>(n), dlogits.data(), ctx); });
+         [&] { (void)cross_entropy_forward(logits.data(), tokens.data(), n, v, loss.data(), ctx, row_stats.data()); });
+  p.time("cross-entropy backward", dims({n, v}), 1, [&] {
+    cross_entropy_backward_kept(logits.data(), tokens.data(), n, v, 1.0f / static_cast<float>(n), row_stats.data(),
+                                dlogits.data(), ctx);
+  });
   p.time("embedding forward", dims({n, d}), 1, [&] { embedding_forward(tokens.data(), n, table.data(), d, y.data(), ctx); });
   p.time("embedding backward", dims({n, d}), 1, [&] { embedding_backward(tokens.data(), n, dy.data(), d, dtable.data(), ctx); });
   const int64_t params = o.params > 0 ? o.params : o.layers * (d * 3 * d + d * d + 3 * d * f + 2 * d) + v * d + d;
