@@ -57,19 +57,26 @@ int64_t accumulation_arrays(int64_t leaves) {
 // distributed.shard=full with distributed.fp4_param_gather: per block, the floats of the linears whose
 // weights are gathered quantized (recipe/linear.h's shared_tile_weight) and the bytes of the fprop
 // and dgrad copies the linears hold of them during the block's phase (freed after it).
+// `bf16_copy_bytes`: with shard=full, the BF16 weight copies quantized_weight_bytes counts for the
+// BF16 layers, which the measured peaks of `full` runs do not show (the CPU's BF16 GEMM packs its
+// operand panel by panel per call; the other modes' plans keep the term, within 10 % of their peaks).
 struct GatheredQuantized {
   std::vector<int64_t> floats;
   std::vector<double> copy_bytes;
+  double bf16_copy_bytes = 0;
 };
 GatheredQuantized gathered_quantized(const TrainConfig& c, const Recipe& recipe, ShardMode shard) {
   GatheredQuantized g{std::vector<int64_t>(static_cast<size_t>(c.model.layers), 0),
                       std::vector<double>(static_cast<size_t>(c.model.layers), 0.0)};
-  if (shard != ShardMode::full || !c.fp4_param_gather) return g;
+  if (shard != ShardMode::full) return g;
   const std::vector<LinearShape> shapes = model::block_linear_shapes(c.model);
   for (int64_t l = 0; l < c.model.layers; ++l)
     for (size_t i = 0; i < shapes.size(); ++i) {
       const LinearRecipe r = recipe.for_linear(static_cast<int>(l), static_cast<int>(i), 0.0);
-      if (!shared_tile_weight(r, true) || shapes[i].out_features % 16 != 0) continue;
+      const double linear_floats = static_cast<double>(shapes[i].in_features * shapes[i].out_features);
+      if (r.fprop.precision == GemmPrecision::bf16) g.bf16_copy_bytes += weight_copy_bytes(r.fprop) * linear_floats;
+      if (r.dgrad.precision == GemmPrecision::bf16) g.bf16_copy_bytes += weight_copy_bytes(r.dgrad) * linear_floats;
+      if (!c.fp4_param_gather || !shared_tile_weight(r, true) || shapes[i].out_features % 16 != 0) continue;
       const int64_t floats = shapes[i].in_features * shapes[i].out_features;
       g.floats[static_cast<size_t>(l)] += floats;
       g.copy_bytes[static_cast<size_t>(l)] += (weight_copy_bytes(r.fprop) + weight_copy_bytes(r.dgrad)) * floats;
@@ -192,7 +199,7 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   const double own_bands = gathered_floats * stored_bytes_per_element(Format::nvfp4) / in.ranks;
   m.activations = estimate_memory(c.model, &recipe, c.batch, seq).activations_recipe +
                   quantized_weight_bytes(c.model, recipe) -
-                  static_cast<int64_t>(gathered_all - gathered_one_block - own_bands);
+                  static_cast<int64_t>(gathered_all - gathered_one_block - own_bands + quantized.bf16_copy_bytes);
   m.process = in.process_bytes;
   // Rank 0 writes the whole state (run/checkpoint.cpp): the weights' host copy and its file image
   // (8 bytes a parameter), then the gathered moments (8), their tensors (8) and file image (8).
