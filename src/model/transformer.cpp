@@ -90,8 +90,8 @@ void ModelConfig::validate() const {
 
 Transformer::Transformer(const ModelConfig& config, ops::Backend& backend, uint64_t init_seed)
     : config_((config.validate(), config)), ops_(backend), params_(backend) {
-  for (ops::Array<float>* a : {&final_rstd_, &final_normed_, &logits_, &token_loss_, &loss_row_stats_, &normed_, &attn_, &mlp_act_,
-                               &d_res_, &d_normed_, &d_qkv_, &d_attn_, &d_mlp_act_, &d_gate_up_})
+  for (ops::Array<float>* a : {&final_rstd_, &final_normed_, &logits_, &token_loss_, &loss_row_stats_, &normed_,
+                               &attn_, &mlp_act_, &d_res_, &d_normed_, &d_qkv_, &d_attn_, &d_mlp_act_, &d_gate_up_})
     a->bind(ops_);
   tokens_.bind(ops_);
   targets_.bind(ops_);
