@@ -27,6 +27,11 @@ namespace {
 class StrictBackend final : public ops::Backend {
  public:
   int64_t checked() const { return checked_; }
+  // As the GPU's tiled attention: the backward wants the forward's output O (attention_backward_with_output).
+  // Each forward's O is recorded by its qkv (one per layer) to check the backward is given that layer's.
+  void take_attention_output() { takes_output_ = true; }
+  int64_t outputs_given() const { return outputs_given_; }
+  int64_t outputs_wrong() const { return outputs_wrong_; }
 
   ops::Device device() const override { return ops::Device::cpu; }
   std::string describe() const override { return "strict " + cpu_.describe(); }
@@ -143,6 +148,16 @@ class StrictBackend final : public ops::Backend {
     mine(qkv, N * s.qkv_stride(), "attention qkv"), mine(out, N * s.out_width(), "attention out");
     mine(st, s.softmax_stats_size(), "attention stats");
     cpu_.attention_forward(s, qkv, out, st);
+    if (takes_output_) outputs_[qkv].assign(out, out + N * s.out_width());
+  }
+  bool attention_backward_takes_output(const ops::AttentionShape&) const override { return takes_output_; }
+  void attention_backward_with_output(const ops::AttentionShape& s, const float* qkv, const float* st, const float* out,
+                                      const float* dout, float* dqkv) override {
+    const int64_t N = s.batch * s.seq;
+    mine(out, N * s.out_width(), "attention out (given to backward)");
+    ++outputs_given_;
+    if (outputs_[qkv] != std::vector<float>(out, out + N * s.out_width())) ++outputs_wrong_;
+    attention_backward(s, qkv, st, dout, dqkv);
   }
   void attention_backward(const ops::AttentionShape& s, const float* qkv, const float* st, const float* dout,
                           float* dqkv) override {
@@ -227,6 +242,9 @@ class StrictBackend final : public ops::Backend {
   ops::Backend& cpu_ = ops::cpu();
   std::map<uintptr_t, size_t> live_;
   int64_t checked_ = 0;
+  bool takes_output_ = false;
+  std::map<const float*, std::vector<float>> outputs_;
+  int64_t outputs_given_ = 0, outputs_wrong_ = 0;
 };
 
 model::ModelConfig small_model() {
@@ -276,6 +294,36 @@ TEST(BackendSeam, TrainingAndSamplingHandTheBackendOnlyItsOwnMemory) {
   EXPECT_EQ(decoder.step(1).size(), static_cast<size_t>(m.vocab));
   EXPECT_GT(strict.checked(), 1000);
   EXPECT_EQ(adamw.first_moments().size(), model.params().values().size());
+}
+
+// A backend whose attention backward takes the forward's output (the GPU's tiled kernels) is given
+// each layer's own O, kept from its forward (not the scratch the layers share), in the backend's
+// memory; the step's loss and gradients are bitwise those of the plain CPU backend.
+TEST(BackendSeam, AttentionBackwardIsGivenEachLayersOwnForwardOutput) {
+  StrictBackend strict;
+  strict.take_attention_output();
+  const model::ModelConfig m = small_model();
+  model::Transformer given(m, strict), plain(m, ops::cpu());
+  given.init_weights(7);
+  plain.init_weights(7);
+  const int64_t batch = 2, seq = 32, N = batch * seq;
+  std::mt19937 rng(9);
+  const std::vector<int32_t> tokens = nibble_test::random_tokens(N, m.vocab, rng);
+  const std::vector<int32_t> targets = nibble_test::random_tokens(N, m.vocab, rng);
+  RecipeConfig rc;
+  rc.quantization = Quantization::nvfp4;  // attention with BF16 operands, as the tiled kernels run it
+  const Recipe recipe(rc, static_cast<int>(m.layers), plain.block_linear_shapes(), N, ops::cpu());
+  model::ModelStep ms;
+  ms.recipe = &recipe;
+  ms.weight_version = 0;
+  given.params().zero_grads();
+  plain.params().zero_grads();
+  EXPECT_EQ(given.forward(tokens, targets, batch, seq, ms), plain.forward(tokens, targets, batch, seq, ms));
+  given.backward(1.0f);
+  plain.backward(1.0f);
+  EXPECT_EQ(given.params().host_grads(), plain.params().host_grads());
+  EXPECT_EQ(strict.outputs_given(), m.layers);
+  EXPECT_EQ(strict.outputs_wrong(), 0);
 }
 
 // The check itself: host memory handed to the backend fails the test, the backend's own passes.

@@ -145,6 +145,21 @@ TEST(MemoryPlan, Fp4ParamGatherHoldsOneBlocksQuantizedWeights) {
   }
 }
 
+// On a GPU, the tiled BF16 attention's backward reads each layer's forward output, which training
+// keeps: nothing at width 64 (head_dim 16 is not tiled), 4 bytes a value of the micro-batch's
+// [rows, width] per layer at width 128 (head_dim 32).
+TEST(MemoryPlan, AGpusTiledAttentionKeepsEachLayersOutput) {
+  auto job = small_job(1, train::ShardMode::none);
+  job.train.recipe.quantization = Quantization::nvfp4;
+  auto gpu = job;
+  gpu.train.device = ops::Device::cuda;
+  EXPECT_EQ(train::plan_rank_memory(gpu, 0).activations, train::plan_rank_memory(job, 0).activations);  // head_dim 16
+  job.train.model.width = gpu.train.model.width = 128;
+  const int64_t rows = job.train.batch * job.train.model.context;
+  EXPECT_EQ(train::plan_rank_memory(gpu, 0).activations - train::plan_rank_memory(job, 0).activations,
+            4 * rows * 128 * job.train.model.layers);
+}
+
 // ZeRO-2 keeps the optimizer's slice of ZeRO-1 and, with one micro-batch per rank, of the gradient
 // only the pages its slice and the buckets in flight touch: below the whole arena, above the slice,
 // and the slices' receive buffers counted; with several micro-batches per rank the tree sum needs

@@ -169,8 +169,8 @@ void add_linears(Builder& b, const Shapes& s, const Recipe& recipe, const GpuSpe
 // and four backward. As written (kernels/cuda/flash_attention.cuh), where the recipe keeps attention
 // in BF16 and head_dim is 32 or 64: the same tiles and instruction (mma.sync m16n8k16) as
 // FlashAttention-2, whose Hopper efficiency the design assumes, so that efficiency is kept; what
-// differs is the work: backward runs nine products (the D pre-pass recomputes O, and the dK/dV and
-// dQ passes each recompute S and dP) in three launches per block. The FP32 K/V tiles that each query
+// differs is the work: backward runs seven products (the dK/dV and dQ passes each recompute S and
+// dP; the D pre-pass reads the O that training keeps) in three launches per block. The FP32 K/V tiles that each query
 // tile reads again stay in L2 at these shapes, so HBM bytes are the design's. Otherwise (FP32
 // attention, other head dims) one thread per query row, then per key row, on the FP32 cores (at
 // head_dim 32/64 over tiles staged in shared memory; the model counts them as the plain per-row ones).
@@ -184,8 +184,8 @@ void add_attention(Builder& b, const Shapes& s, const Recipe& recipe, const GpuS
   // (b.add may move the kinds: fwd is not used past here)
   KernelKindTime& bwd = b.add("attention backward", "BF16 tensor cores", 2 * s.L, 4 * product, bwd_rate, 2 * io);
   if (tiled) {
-    bwd.written_s = b.roofline(3 * s.L, 9 * product, bwd_rate, 2 * io);
-    bwd.written_note = "tiled mma.sync; 9 products (O recomputed for D, S and dP in both passes)";
+    bwd.written_s = b.roofline(3 * s.L, 7 * product, bwd_rate, 2 * io);
+    bwd.written_note = "tiled mma.sync; 7 products (S and dP in both passes)";
     return;
   }
   bwd.written_s = std::max(bwd.written_s, threaded_s(s.B * s.H * s.S, s.L * s.S / 2 * s.hd * 3, g) +

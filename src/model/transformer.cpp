@@ -335,13 +335,19 @@ void Transformer::block_forward(int64_t l, int64_t batch, int64_t seq, const Mod
   const QkvRope rope = qkv_rope(shape, config_.rope_theta);
   ops_.rope_forward(a.qkv.data(), rope.query, first_position);
   ops_.rope_forward(a.qkv.data(), rope.key, first_position);
-  if (cache)
-    ops_.attention_decode(shape, first_position, a.qkv.data(), cache->keys[l].data(), cache->values[l].data(),
-                          attn_.data());
+  // O: kept for the backward where it takes it, else in the scratch the layers share.
+  const bool keep_out = step.training && !cache && ops_.attention_backward_takes_output(shape);
+  if (keep_out)
+    a.attention_out.resize(static_cast<size_t>(N * shape.out_width()));
   else
-    ops_.attention_forward(shape, a.qkv.data(), attn_.data(), a.softmax_stats.data());
+    a.attention_out.clear();
+  float* o = keep_out ? a.attention_out.data() : attn_.data();
+  if (cache)
+    ops_.attention_decode(shape, first_position, a.qkv.data(), cache->keys[l].data(), cache->values[l].data(), o);
+  else
+    ops_.attention_forward(shape, a.qkv.data(), o, a.softmax_stats.data());
   linear_(l, BlockLinear::attn_out)
-      .forward(linear_step(l, BlockLinear::attn_out, step), attn_.data(), N, params_.value(p.attn_out), a.x_mid.data());
+      .forward(linear_step(l, BlockLinear::attn_out, step), o, N, params_.value(p.attn_out), a.x_mid.data());
   ops_.add(a.x_mid.data(), x, N * d);
 
   const LinearStep gate_up_step = linear_step(l, BlockLinear::gate_up, step);
@@ -480,7 +486,11 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
 
     linear_(l, BlockLinear::attn_out)
         .backward(d_res_.data(), params_.value(p.attn_out), d_attn_.data(), params_.grad(p.attn_out));
-    ops_.attention_backward(shape, a.qkv.data(), a.softmax_stats.data(), d_attn_.data(), d_qkv_.data());
+    if (a.attention_out.size() > 0)
+      ops_.attention_backward_with_output(shape, a.qkv.data(), a.softmax_stats.data(), a.attention_out.data(),
+                                          d_attn_.data(), d_qkv_.data());
+    else
+      ops_.attention_backward(shape, a.qkv.data(), a.softmax_stats.data(), d_attn_.data(), d_qkv_.data());
     ops_.rope_backward(d_qkv_.data(), rope.query);
     ops_.rope_backward(d_qkv_.data(), rope.key);
     linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));

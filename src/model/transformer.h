@@ -149,11 +149,14 @@ class Transformer {
   };
   struct BlockActivations {
     explicit BlockActivations(ops::TensorOps& ops)
-        : x_mid(ops), rstd1(ops), rstd2(ops), qkv(ops), softmax_stats(ops), gate_up(ops) {}
+        : x_mid(ops), rstd1(ops), rstd2(ops), qkv(ops), softmax_stats(ops), attention_out(ops), gate_up(ops) {}
     ops::Array<float> x_mid;   // [N, d] residual after attention (input of norm2)
     ops::Array<float> rstd1, rstd2;  // [N]
     ops::Array<float> qkv;     // [N, (H + 2 Hkv) hd] after RoPE
     ops::Array<float> softmax_stats;  // [B, H, S, 2]: per query row, score max and 1 / sum of exp
+    // [N, H hd] attention's output O, kept when the backend's attention backward takes it
+    // (LayerOps::attention_backward_takes_output); empty otherwise (the layers share attn_).
+    ops::Array<float> attention_out;
     ops::Array<float> gate_up; // [N, 2 f]
   };
   ops::AttentionShape attention_shape(int64_t batch, int64_t seq) const;

@@ -222,6 +222,18 @@ class LayerOps {
   virtual void rope_backward(float* dx, const RopeShape& s) = 0;
   // Causal GQA attention core: qkv [N, qkv_stride] -> out [N, heads*head_dim], softmax_stats saved.
   virtual void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) = 0;
+  // Whether attention_backward_with_output gains from the forward's output O (a training forward
+  // then keeps O per layer): the GPU's tiled kernels otherwise recompute O for the row sums of dO * O.
+  virtual bool attention_backward_takes_output(const AttentionShape& s) const {
+    (void)s;
+    return false;
+  }
+  // attention_backward given O as attention_forward wrote it ([batch*seq, heads*head_dim]): the same bits.
+  virtual void attention_backward_with_output(const AttentionShape& s, const float* qkv, const float* softmax_stats,
+                                              const float* out, const float* dout, float* dqkv) {
+    (void)out;
+    attention_backward(s, qkv, softmax_stats, dout, dqkv);
+  }
   virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats,
                                   const float* dout, float* dqkv) = 0;
   // Sampling with a KV cache: s.seq new tokens of one sequence (s.batch == 1, FP32) at positions

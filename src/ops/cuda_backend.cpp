@@ -242,6 +242,13 @@ class CudaBackend final : public Backend {
                           float* dqkv) override {
     cuda::attention_backward(s, qkv, softmax_stats, dout, dqkv, ctx_);
   }
+  bool attention_backward_takes_output(const AttentionShape& s) const override {
+    return cuda::attention_backward_takes_output(s, ctx_);
+  }
+  void attention_backward_with_output(const AttentionShape& s, const float* qkv, const float* softmax_stats,
+                                      const float* out, const float* dout, float* dqkv) override {
+    cuda::attention_backward(s, qkv, softmax_stats, dout, dqkv, ctx_, out);
+  }
   void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
                         float* out) override {
     cuda::attention_decode(s, past, qkv, k_cache, v_cache, out, ctx_);

@@ -197,9 +197,17 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
     gathered_floats += static_cast<double>(quantized.floats[l]);
   }
   const double own_bands = gathered_floats * stored_bytes_per_element(Format::nvfp4) / in.ranks;
+  // On a GPU the tiled BF16 attention's backward reads the forward's output, which training keeps per
+  // layer (LayerOps::attention_backward_takes_output; head_dim 32 or 64 on sm_80 and newer).
+  const int64_t hd = c.model.head_dim();
+  const int64_t kept_attention_out =
+      c.device == ops::Device::cuda && recipe.attention_bf16() && (hd == 32 || hd == 64)
+          ? 4 * plan.rows_per_slice() * seq * c.model.heads * hd * c.model.layers
+          : 0;
   m.activations = estimate_memory(c.model, &recipe, c.batch, seq).activations_recipe +
                   quantized_weight_bytes(c.model, recipe) -
-                  static_cast<int64_t>(gathered_all - gathered_one_block - own_bands + quantized.bf16_copy_bytes);
+                  static_cast<int64_t>(gathered_all - gathered_one_block - own_bands + quantized.bf16_copy_bytes) +
+                  kept_attention_out;
   m.process = in.process_bytes;
   // Rank 0 writes the whole state (run/checkpoint.cpp): the weights' host copy and its file image
   // (8 bytes a parameter), then the gathered moments (8), their tensors (8) and file image (8).

@@ -146,6 +146,15 @@ TEST_F(CudaModelFlash, ForwardAndBackwardAreWithinTheBf16BoundsOfTheCpuAndTheSam
           ADD_FAILURE() << shape << ": dqkv[" << i << "] (token " << i / a.qkv_stride() << ", column "
                         << i % a.qkv_stride() << ") " << g[i] << " vs the CPU's " << dqkv[i] << ", bound " << bound.dqkv[i];
       EXPECT_EQ(bad, 0) << shape << ", seed " << schedule.first;
+      // Given O as the forward wrote it (training keeps it per layer), the backward reads it for the row
+      // sums of dO * O instead of recomputing it: three launches, the same bits.
+      cuda::DeviceBuffer<float> recomputed(qkv.size(), ctx.stream()), given(qkv.size(), ctx.stream());
+      cuda::attention_backward(a, dq.data(), gstats.data(), ddo.data(), recomputed.data(), ctx);
+      const uint64_t before_given = cuda_model::launches();
+      cuda::attention_backward(a, dq.data(), gstats.data(), ddo.data(), given.data(), ctx, gout.data());
+      EXPECT_EQ(cuda_model::launches() - before_given, 3u);  // D from O, dK/dV, dQ
+      EXPECT_TRUE(cuda::attention_backward_takes_output(a, ctx));
+      EXPECT_TRUE(same_bits(given.download(), recomputed.download())) << shape << ", seed " << schedule.first;
       if (first_out.empty()) {
         first_out = o, first_stats = st, first_dqkv = g;
       } else {

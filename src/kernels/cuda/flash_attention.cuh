@@ -16,8 +16,9 @@
 // product needs with the other index contiguous are staged transposed as well ([head_dim][64 + 8]).
 //
 // Backward (FlashAttention-2's split, deterministic, no atomics):
-//   pre-pass  D_t = rowsum(bf16(dO_t) * O_t), O recomputed by the forward kernel (attention_backward
-//             is given no O; recomputing costs two of the backward's nine tile products);
+//   pre-pass  D_t = rowsum(bf16(dO_t) * O_t), from O as the forward stored it when attention_backward
+//             is given it (row_dot_kernel: a quad per row), else O recomputed by the forward kernel
+//             (two of the backward's nine tile products);
 //   dK/dV     a block per key tile of a key/value head: the group's query heads in order, each
 //             over the query tiles at or past the key tile: P^T = exp(K Q^T scale - max) / sum,
 //             dP^T = V dO^T, dS^T = P^T (dP^T - D) scale, dV += P^T dO, dK += dS^T Q;
@@ -245,6 +246,38 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(AttentionShape s, con
       stats[2 * at] = running_max[r];
       stats[2 * at + 1] = inverse[r];
     }
+  }
+}
+
+// The backward's pre-pass from O as the forward stored it (attention_backward given `out`): D of each
+// query row in forward_kernel<HD, true>'s order (lane t of a quad adds columns n * 8 + 2t, then
+// n * 8 + 2t + 1, for n in order, then quad_sum), so the same bits without recomputing O. A quad per
+// row; every lane of a warp runs the same turns (the shuffles need the whole warp).
+template <int HD>
+__global__ void __launch_bounds__(kThreads) row_dot_kernel(AttentionShape s, const float* out, const float* dout,
+                                                           float* row_dot) {
+  const int t = static_cast<int>(threadIdx.x) % 4;
+  const int64_t rows = s.batch * s.heads * s.seq, ow = s.out_width();
+  const int64_t quads = static_cast<int64_t>(gridDim.x) * (kThreads / 4);
+  const int64_t first = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) / 4;
+  for (int64_t turn = 0; turn * quads < rows; ++turn) {
+    const int64_t q = first + turn * quads;  // (b, h, row) in row_dot's order
+    const bool valid = q < rows;
+    float dot = 0.0f;
+    if (valid) {
+      const int64_t row = q % s.seq, h = q / s.seq % s.heads, b = q / s.seq / s.heads;
+      const float* o = out + (b * s.seq + row) * ow + h * HD;
+      const float* d = dout + (b * s.seq + row) * ow + h * HD;
+      NIBBLE_UNROLL
+      for (int n = 0; n < HD / 8; ++n)
+        NIBBLE_UNROLL
+        for (int i = 0; i < 2; ++i) {
+          const int c = n * 8 + accumulator_column(t, i);
+          dot = dm::nb_add(dot, dm::nb_mul(dm::round_to_bf16(d[c]), o[c]));
+        }
+    }
+    const float total = quad_sum(dot);
+    if (valid && t == 0) row_dot[q] = total;
   }
 }
 

@@ -406,12 +406,17 @@ void flash_forward(const AttentionShape& s, const float* qkv, float* out, float*
   NIBBLE_CUDA_CHECK(cudaGetLastError());
 }
 template <int HD>
-void flash_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
-                    float* dqkv, Context& ctx) {
+void flash_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* out,
+                    const float* dout, float* dqkv, Context& ctx) {
   DeviceBuffer<float> row_dot(static_cast<size_t>(s.batch * s.heads * s.seq), ctx.stream());
   const float scale = attention_scale(s);
-  NIBBLE_LAUNCH(flash_blocks(s, s.heads), flash::kThreads, 0, ctx.stream(), flash::forward_kernel<HD, true>)(
-      s, qkv, nullptr, nullptr, dout, row_dot.data(), scale);
+  if (out) {
+    NIBBLE_LAUNCH(grid_of(s.batch * s.heads * s.seq, flash::kThreads / 4, ctx), flash::kThreads, 0, ctx.stream(),
+                  flash::row_dot_kernel<HD>)(s, out, dout, row_dot.data());
+  } else {
+    NIBBLE_LAUNCH(flash_blocks(s, s.heads), flash::kThreads, 0, ctx.stream(), flash::forward_kernel<HD, true>)(
+        s, qkv, nullptr, nullptr, dout, row_dot.data(), scale);
+  }
   NIBBLE_CUDA_CHECK(cudaGetLastError());
   NIBBLE_LAUNCH(flash_blocks(s, s.kv_heads), flash::kThreads, 0, ctx.stream(), flash::backward_kv_kernel<HD>)(
       s, qkv, softmax_stats, dout, static_cast<const float*>(row_dot.data()), dqkv, scale);
@@ -457,11 +462,14 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
   }
   launch(s.batch * s.heads * s.seq, ctx, attention_forward_kernel, s, qkv, out, softmax_stats, attention_scale(s));
 }
+bool attention_backward_takes_output(const AttentionShape& s, const Context& ctx) {
+  return flash::supports(checked(s), ctx.device().cc_major);
+}
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats, const float* dout,
-                        float* dqkv, Context& ctx) {
+                        float* dqkv, Context& ctx, const float* out) {
   if (flash::supports(checked(s), ctx.device().cc_major)) {
-    if (s.head_dim == 64) return flash_backward<64>(s, qkv, softmax_stats, dout, dqkv, ctx);
-    return flash_backward<32>(s, qkv, softmax_stats, dout, dqkv, ctx);
+    if (s.head_dim == 64) return flash_backward<64>(s, qkv, softmax_stats, out, dout, dqkv, ctx);
+    return flash_backward<32>(s, qkv, softmax_stats, out, dout, dqkv, ctx);
   }
   if (fp32_attention::supports(s)) {
     if (s.head_dim == 64) return fp32_backward<64>(s, qkv, softmax_stats, dout, dqkv, ctx);

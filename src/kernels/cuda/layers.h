@@ -41,8 +41,12 @@ void rope(float* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_c
 // Causal GQA attention (kernels/cpu/layers/attention.h's contract; softmax_stats [batch, heads, seq, 2]).
 void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats,
                        Context& ctx);
+// out (or null): O as attention_forward wrote it, which the tiled kernels then read for the
+// backward's row sums of dO * O instead of recomputing it (the same bits); attention_backward_takes_output
+// says where that is so.
 void attention_backward(const AttentionShape& s, const float* qkv, const float* softmax_stats,
-                        const float* dout, float* dqkv, Context& ctx);
+                        const float* dout, float* dqkv, Context& ctx, const float* out = nullptr);
+bool attention_backward_takes_output(const AttentionShape& s, const Context& ctx);
 void attention_decode(const AttentionShape& s, int64_t past, const float* qkv, float* k_cache, float* v_cache,
                       float* out, Context& ctx);
 void swiglu_forward(const float* gate_up, int64_t n, int64_t hidden, float* a, Context& ctx);
