@@ -172,8 +172,10 @@ void profile_attention(const ProfileOptions& o, Profile& p, Context& ctx) {
     const double per_step = context == o.context ? o.layers : 0;
     const std::string kind = bf16 ? "attention" : "attention FP32";
     p.time(kind + " forward", shape, per_step, [&] { attention_forward(s, qkv.data(), out.data(), stats.data(), ctx); });
+    // As training runs it: given the forward's O where the backward takes it (the tiled kernels).
+    const float* kept = attention_backward_takes_output(s, ctx) ? out.data() : nullptr;
     p.time(kind + " backward", shape, per_step,
-           [&] { attention_backward(s, qkv.data(), stats.data(), dout.data(), dqkv.data(), ctx); });
+           [&] { attention_backward(s, qkv.data(), stats.data(), dout.data(), dqkv.data(), ctx, kept); });
   }
 }
 
