@@ -163,8 +163,8 @@ void Transformer::acquire_block(int64_t l, const BlockSteps& steps) {
   for (int i = 0; i < kLinearsPerBlock; ++i) {
     if (!provided_[i]) continue;
     Linear& linear = linear_(static_cast<int>(l), static_cast<BlockLinear>(i));
-    const ParamInfo w{linear.name(), offsets[i], linear.out_features(), linear.in_features(), true};
-    weights_->acquire_quantized(w, *quantized[i], steps[i].weight_version, linear.weight_to_provide());
+    weights_->acquire_quantized(params_.find(linear.name()), *quantized[i], steps[i].weight_version,
+                                linear.weight_to_provide());
     linear.weight_provided(steps[i], *quantized[i]);
   }
 }

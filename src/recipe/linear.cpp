@@ -81,20 +81,18 @@ bool Linear::reusable(bool valid, int64_t version, const QuantOptions& kept, con
   return valid && version == step_.weight_version && step_.weight_version >= 0 && wanted == kept;
 }
 
-std::optional<QuantOptions> shared_tile_weight(const LinearRecipe& recipe, bool training) {
-  const GemmRecipe& f = recipe.fprop;
-  const QuantOptions& o = f.b;
-  const bool tiles = f.precision == GemmPrecision::quantized && o.format == Format::nvfp4 && o.tile_16x16 &&
-                     o.rounding == Rounding::nearest && !o.rht && !o.four_over_six && !o.row_scaled;
-  const bool dgrad_shares =
-      !training || (recipe.dgrad.precision == GemmPrecision::quantized && recipe.dgrad.b == o);
+std::optional<QuantOptions> shared_tile_weight(const LinearRecipe& recipe, int64_t out_features, bool training) {
+  const QuantOptions& o = recipe.fprop.b;
+  const bool tiles = recipe.fprop.precision == GemmPrecision::quantized && tiles_from_pieces(o);
+  const bool dgrad_shares = !training || (recipe.dgrad.precision == GemmPrecision::quantized &&
+                                          recipe.dgrad.b == o && out_features % 16 == 0);
   if (!tiles || !dgrad_shares) return std::nullopt;
   return o;
 }
 
 std::optional<QuantOptions> Linear::providable_weight(const LinearStep& step) const {
-  if (step.collect_stats || step.weight_version < 0 || out_ % 16 != 0) return std::nullopt;
-  return shared_tile_weight(step.recipe, step.save_for_backward);
+  if (step.collect_stats || step.weight_version < 0) return std::nullopt;
+  return shared_tile_weight(step.recipe, out_, step.save_for_backward);
 }
 
 void Linear::weight_provided(const LinearStep& step, const QuantOptions& options) {

@@ -43,11 +43,17 @@ struct OperandStats {
   QuantStats stats;
 };
 
-// The options of the one NVFP4 weight tensor in 16x16 tiles that fprop and, when `training`, dgrad
-// (its exact transpose) share under `recipe`, with round-to-nearest and no RHT, Four Over Six or row
-// scaling: a weight whose bytes depend only on its values and its amax, which a weight provider can
-// therefore make from pieces (Linear::providable_weight, distributed.fp4_param_gather); else nullopt.
-std::optional<QuantOptions> shared_tile_weight(const LinearRecipe& recipe, bool training);
+// NVFP4 in 16x16 tiles with round-to-nearest and no RHT, Four Over Six or row scaling: a tensor whose
+// bytes depend only on its values and its amax, so that it can be made from pieces
+// (distributed.fp4_param_gather).
+inline bool tiles_from_pieces(const QuantOptions& o) {
+  return o.format == Format::nvfp4 && o.tile_16x16 && o.rounding == Rounding::nearest && !o.rht && !o.four_over_six &&
+         !o.row_scaled;
+}
+// The options of the one such weight tensor that fprop and, when `training`, dgrad (its exact
+// transpose: out_features a multiple of 16) share under `recipe`, which a weight provider can
+// therefore make (Linear::providable_weight); else nullopt.
+std::optional<QuantOptions> shared_tile_weight(const LinearRecipe& recipe, int64_t out_features, bool training);
 
 class Linear {
  public:

@@ -73,11 +73,10 @@ GatheredQuantized gathered_quantized(const TrainConfig& c, const Recipe& recipe,
   for (int64_t l = 0; l < c.model.layers; ++l)
     for (size_t i = 0; i < shapes.size(); ++i) {
       const LinearRecipe r = recipe.for_linear(static_cast<int>(l), static_cast<int>(i), 0.0);
-      const double linear_floats = static_cast<double>(shapes[i].in_features * shapes[i].out_features);
-      if (r.fprop.precision == GemmPrecision::bf16) g.bf16_copy_bytes += weight_copy_bytes(r.fprop) * linear_floats;
-      if (r.dgrad.precision == GemmPrecision::bf16) g.bf16_copy_bytes += weight_copy_bytes(r.dgrad) * linear_floats;
-      if (!c.fp4_param_gather || !shared_tile_weight(r, true) || shapes[i].out_features % 16 != 0) continue;
       const int64_t floats = shapes[i].in_features * shapes[i].out_features;
+      if (r.fprop.precision == GemmPrecision::bf16) g.bf16_copy_bytes += weight_copy_bytes(r.fprop) * floats;
+      if (r.dgrad.precision == GemmPrecision::bf16) g.bf16_copy_bytes += weight_copy_bytes(r.dgrad) * floats;
+      if (!c.fp4_param_gather || !shared_tile_weight(r, shapes[i].out_features, true)) continue;
       g.floats[static_cast<size_t>(l)] += floats;
       g.copy_bytes[static_cast<size_t>(l)] += (weight_copy_bytes(r.fprop) + weight_copy_bytes(r.dgrad)) * floats;
     }

@@ -160,7 +160,7 @@ StepResult Trainer::step() {
   const auto grads = model_->params().grads();
   const int64_t gathered_before = weight_shards_ ? weight_shards_->gathered_bytes() : 0;
   const int64_t quantized_before = weight_shards_ ? weight_shards_->gathered_quantized_bytes() : 0;
-  const bool zero2 = reduces_gradient_buckets(config_.shard);
+  const bool bucketed = reduces_gradient_buckets(config_.shard);
   std::vector<double> slice_losses(static_cast<size_t>(plan_.loss_slots()), 0.0);
   for (size_t i = 0; i < slices.size(); ++i) {
     const MicroBatchSlice& slice = slices[i];
@@ -169,7 +169,7 @@ StepResult Trainer::step() {
     const auto sampling = std::chrono::steady_clock::now();
     train_sampler_.sample_rows(micro_step, slice.first_row, slice.rows, inputs_, targets_);
     data_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling).count();
-    if (zero2)
+    if (bucketed)
       release_to_zero(grads);  // pages come back as the backward pass writes them
     else
       model_->params().zero_grads();
@@ -182,7 +182,7 @@ StepResult Trainer::step() {
     ms.collect_stats = stats && micro == 0;
     slice_losses[static_cast<size_t>(slice.loss_slot)] =
         model_->forward(inputs_, targets_, slice.rows, seq_, ms) * plan_.loss_weight();
-    if (zero2 && i + 1 == slices.size()) {
+    if (bucketed && i + 1 == slices.size()) {
       backward_reducing_buckets();
     } else {
       model_->backward(plan_.gradient_scale());
@@ -190,7 +190,7 @@ StepResult Trainer::step() {
     }
     if (ms.collect_stats) telemetry_ = model_->telemetry();
   }
-  if (!zero2) {
+  if (!bucketed) {
     if (slices.size() > 1) gradient_sum_.finish(grads);
     // ZeRO-1: only this rank's slice of the sum is needed (AdamW::step all-gathers the weights).
     if (optimizer_.sharded())

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "format/quantize.h"
+#include "recipe/linear.h"
 
 namespace nibble::train {
 
@@ -44,10 +45,7 @@ void WeightShards::release(int64_t begin, int64_t end) {
   });
 }
 
-bool WeightShards::provides_quantized(const QuantOptions& o) const {
-  return quantized_gather_ && o.format == Format::nvfp4 && o.tile_16x16 && o.rounding == Rounding::nearest && !o.rht &&
-         !o.four_over_six && !o.row_scaled;
-}
+bool WeightShards::provides_quantized(const QuantOptions& o) const { return quantized_gather_ && tiles_from_pieces(o); }
 
 float WeightShards::weight_amax(const model::ParamInfo& w) {
   const int64_t begin = std::max(w.offset, owned_begin()), end = std::min(w.offset + w.size(), owned_end());
