@@ -206,7 +206,10 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
   if (family == Family::int8_blocks) {  // A signed, B biased: the AVX-512 kernel, else the scalar one
     const bool avx512 = isa >= Isa::avx512;
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
-            avx512 ? &pack_int8_a_panel_simd : &pack_int8_a_panel, avx512 ? &pack_int8_b_panel_simd : &pack_int8_b_panel,
+            !avx512 ? &pack_int8_a_panel
+            : block_len == 16 ? static_cast<PackQuantized>(&pack_int8_a_panel_avx512)
+                              : &pack_int8_a_panel_simd,
+            avx512 ? &pack_int8_b_panel_simd : &pack_int8_b_panel,
             avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b)) : int8_micro_kernel_scalar(block_len),
             Plan::Tiles::none};
   }

@@ -127,6 +127,9 @@ E2m1PanelSource e2m1_source(const QuantizedTensor& q) {
 void pack_int8_a_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
   pack_int8_a_panel_avx2(e2m1_source(q), row0, dst);
 }
+void pack_int8_a_panel_avx512(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_int8_a_panel_avx512(e2m1_source(q), row0, dst);
+}
 void pack_int8_b_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
   pack_int8_b_panel_avx2(e2m1_source(q), row0, dst);
 }
