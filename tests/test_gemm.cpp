@@ -387,9 +387,10 @@ TEST(Gemm, SimdInt8PackingWritesTheTablePackersBytes) {
 }
 
 TEST(Gemm, SimdF32PackingWritesTheScalarPackersBytes) {
-  // FP32 operands of gemm_f32 / gemm_bf16 as they are and rounded to BF16: values that round up,
-  // ties, subnormals, infinities and NaNs (quiet and signalling, both signs); panels with padding
-  // rows, K with and without a tail of 8, a leading dimension past K, both storage orders.
+  // FP32 operands of gemm_f32 / gemm_bf16 as they are, rounded to BF16 and in BF16 pairs (the
+  // AVX512-BF16 kernel's panels): values that round up, ties, subnormals, infinities and NaNs (quiet
+  // and signalling, both signs); panels with padding rows, K with and without a tail of 8 or 16, odd
+  // K (an empty last high half), a leading dimension past K, both storage orders.
   if (cpu::detected_isa() < Isa::avx2) GTEST_SKIP() << "the SIMD packer needs AVX2";
   namespace gd = cpu::gemm_detail;
   std::mt19937 rng(78);
@@ -400,15 +401,18 @@ TEST(Gemm, SimdF32PackingWritesTheScalarPackersBytes) {
     int64_t width;
     void (*scalar)(const gd::F32Operand&, int64_t, uint8_t*);
     void (*simd)(const gd::F32Operand&, int64_t, uint8_t*);
+    bool pairs = false;  // a 32-bit lane per pair of k
   };
   const Packers packers[] = {
       {"A f32", gd::kMr, &gd::pack_f32_a_panel, &gd::pack_f32_a_panel_avx2},
       {"B f32", gd::kNr, &gd::pack_f32_b_panel, &gd::pack_f32_b_panel_avx2},
       {"A bf16", gd::kMr, &gd::pack_f32_bf16_rounded_a_panel, &gd::pack_f32_bf16_rounded_a_panel_avx2},
       {"B bf16", gd::kNr, &gd::pack_f32_bf16_rounded_b_panel, &gd::pack_f32_bf16_rounded_b_panel_avx2},
+      {"A bf16 pairs", gd::kMr, &gd::pack_bf16_pair_a_panel, &gd::pack_bf16_pair_a_panel_avx2, true},
+      {"B bf16 pairs", gd::kNr, &gd::pack_bf16_pair_b_panel, &gd::pack_bf16_pair_b_panel_avx2, true},
   };
   for (int64_t rows : {1, 7, 8, 9, 31, 32, 45})
-    for (int64_t k : {1, 7, 8, 13, 64})
+    for (int64_t k : {1, 2, 7, 8, 13, 16, 37, 64})
       for (bool k_contiguous : {true, false}) {
         const int64_t ld = (k_contiguous ? k : rows) + 3;
         std::vector<float> x((k_contiguous ? rows : k) * ld);
@@ -419,7 +423,7 @@ TEST(Gemm, SimdF32PackingWritesTheScalarPackersBytes) {
         const gd::F32Operand op{x.data(), ld, rows, k, k_contiguous};
         for (const Packers& p : packers)
           for (int64_t row0 = 0; row0 < rows; row0 += p.width) {
-            const size_t bytes = static_cast<size_t>(k * p.width) * 4;
+            const size_t bytes = static_cast<size_t>((p.pairs ? (k + 1) / 2 : k) * p.width) * 4;
             std::vector<uint8_t> scalar(bytes, 0xAA), simd(bytes, 0x55);  // every byte must be written
             p.scalar(op, row0, scalar.data());
             p.simd(op, row0, simd.data());

@@ -389,8 +389,8 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
   // one thread that owns it.
   if (isa >= Isa::avx512bf16) {
     return run_plan(
-        bf16_pair_plan(), M, N, (K + 1) / 2, [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_a_panel(ao, row0, dst); },
-        [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_b_panel(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f,
+        bf16_pair_plan(), M, N, (K + 1) / 2, [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_a_panel_avx2(ao, row0, dst); },
+        [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_b_panel_avx2(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f,
         c, ldc);
   }
   // Otherwise the f32 family on operands rounded to BF16 while packing. A BF16 x BF16 product is

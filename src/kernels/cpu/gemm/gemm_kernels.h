@@ -202,6 +202,9 @@ void pack_f32_bf16_rounded_b_panel_avx2(const F32Operand& x, int64_t row0, uint8
 // (exact in BF16; the tensor scale is applied at the end).
 void pack_bf16_pair_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+// The two above with AVX2 (gemm_avx2.cpp), byte for byte: what gemm_bf16 packs with on AVX512-BF16.
+void pack_bf16_pair_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 
