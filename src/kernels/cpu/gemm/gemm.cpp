@@ -247,6 +247,31 @@ void write_row(const float* in, int64_t m, int64_t n0, int64_t cols, const Outpu
   write_scaled(in, cols, s.of_row_uniform(m), accumulate, c_row);
 }
 
+// write_scaled over a row of C whose values lie in pieces of `piece` floats, `stride` apart (one
+// row of each micro-tile of a macro-tile row), in one call: a call per 32 floats through the clone
+// dispatch weighed on every GEMM's write-back.
+NIBBLE_SIMD_CLONES void write_scaled_pieces(const float* __restrict in, int64_t stride, int64_t piece, int64_t cols,
+                                            float scale, bool accumulate, float* __restrict out) {
+  for (int64_t j0 = 0; j0 < cols; j0 += piece, in += stride, out += piece) {
+    const int64_t n = std::min(piece, cols - j0);
+    if (accumulate) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) out[j] = scale * in[j] + out[j];
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) out[j] = scale * in[j];
+    }
+  }
+}
+
+// Output row m, columns [n0, n0 + cols), from micro-tile rows of `piece` floats `stride` apart.
+void write_row_pieces(const float* in, int64_t stride, int64_t piece, int64_t m, int64_t n0, int64_t cols,
+                      const OutputScale& s, bool accumulate, float* c_row) {
+  if (!s.b_rows) return write_scaled_pieces(in, stride, piece, cols, s.of_row_uniform(m), accumulate, c_row);
+  for (int64_t j0 = 0; j0 < cols; j0 += piece, in += stride)
+    write_row(in, m, n0 + j0, std::min(piece, cols - j0), s, accumulate, c_row + j0);
+}
+
 void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate) {
   if (accumulate) return;  // alpha * 0 + C == C
   for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
@@ -326,15 +351,13 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
           write_row(scratch + r * kTileCols, m0 + r, n0, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
         continue;
       }
+      const int64_t n0 = ib0 * nr, cols = std::min(ib_count * nr, N - n0);
       for (int64_t ia = 0; ia < ia_count; ++ia) {
         const int64_t m0 = (ia0 + ia) * mr, rows = std::min(mr, M - m0);
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t jb = 0; jb < ib_count; ++jb) {
-            const float* acc = scratch + (ia * tile_col_panels + jb) * micro_tile_floats;
-            const int64_t n0 = (ib0 + jb) * nr, cols = std::min(nr, N - n0);
-            write_row(acc + r * nr, m0 + r, n0, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
-          }
-        }
+        const float* acc = scratch + ia * tile_col_panels * micro_tile_floats;
+        for (int64_t r = 0; r < rows; ++r)
+          write_row_pieces(acc + r * nr, micro_tile_floats, nr, m0 + r, n0, cols, out_scale, accumulate,
+                           c + (m0 + r) * ldc + n0);
       }
     }
     if (plan.tiles != Plan::Tiles::none) amx_thread_end();
