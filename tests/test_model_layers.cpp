@@ -356,7 +356,8 @@ TEST(ModelLayers, FloatSwigluAgreesWithTheDoubleReference) {
 
 // RMSNorm and SwiGLU (forward and backward) with the next quantization's amax gathered in their
 // epilogue: their outputs are
-// the plain ops' bits, and the gathered amaxes (with and without the RHT) those of one gather over
+// the plain ops' bits (RMSNorm backward's dx added to a gradient already there, as the residual
+// stream's is, and its gain gradient), and the gathered amaxes (with and without the RHT) those of one gather over
 // the whole output, on every ISA the quantize kernels dispatch to and with 1, 2 and 3 threads (the
 // stripes then fall to threads in any order). Shapes large enough to thread.
 TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
@@ -366,6 +367,9 @@ TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
   const auto dad = normal_doubles(n * hidden, 54);
   const std::vector<float> da(dad.begin(), dad.end());
   std::vector<float> y(n * width), rstd(n), a(n * hidden), dgu(n * 2 * hidden);
+  const auto dyd = normal_doubles(n * width, 55), dx0d = normal_doubles(n * width, 56, 4.0);
+  const std::vector<float> dy(dyd.begin(), dyd.end()), dx0(dx0d.begin(), dx0d.end());
+  std::vector<float> dx, dgain;
   auto whole = [](const std::vector<float>& t, int64_t rows, int64_t cols, bool rht) {
     nibble::SourceAmax s;
     s.rht = rht;
@@ -384,6 +388,8 @@ TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
     rmsnorm_forward(x.data(), gain.data(), n, width, 1e-5f, y.data(), rstd.data());
     swiglu_forward(gate_up.data(), n, hidden, a.data());
     swiglu_backward(gate_up.data(), da.data(), n, hidden, dgu.data());
+    dx = dx0, dgain.assign(width, 0.5f);
+    rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), n, width, dx.data(), dgain.data());
     for (int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
       SCOPED_TRACE(std::string(to_string(isa)) + ", " + std::to_string(threads) + " threads");
@@ -397,6 +403,14 @@ TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
         nibble::SourceAmax grad_amax;
         grad_amax.rht = rht;
         swiglu_backward_gathering(gate_up.data(), da.data(), n, hidden, dgu2.data(), grad_amax);
+        std::vector<float> dx2 = dx0, dgain2(width, 0.5f);
+        nibble::SourceAmax residual_amax;
+        residual_amax.rht = rht;
+        rmsnorm_backward_gathering(x.data(), gain.data(), rstd.data(), dy.data(), n, width, dx2.data(), dgain2.data(),
+                                   residual_amax);
+        ASSERT_EQ(dx, dx2);
+        ASSERT_EQ(dgain, dgain2);
+        EXPECT_TRUE(same(whole(dx, n, width, rht), residual_amax));
         ASSERT_EQ(y, y2);
         ASSERT_EQ(rstd, rstd2);
         ASSERT_EQ(a, a2);

@@ -10,6 +10,8 @@ namespace {
 
 const char* kLinearNames[kLinearsPerBlock] = {"qkv", "attn_out", "gate_up", "down"};
 
+const SourceAmax* amax_or_null(const std::optional<SourceAmax>& amax) { return amax ? &*amax : nullptr; }
+
 // RoPE on the query heads and on the key heads of the qkv rows of an attention of shape s (the value
 // heads are not rotated).
 struct QkvRope {
@@ -291,6 +293,18 @@ void Transformer::head_gemm(const ops::DenseGemmShape& shape, const float* a, co
     ops_.gemm_f32(shape, 1.0f, a, b, beta, c);
 }
 
+std::optional<SourceAmax> Transformer::norm_backward(const ops::RowsShape& s, const float* x, int64_t gain,
+                                                     const float* rstd, int64_t layer, BlockLinear which) {
+  std::optional<SourceAmax> amax;
+  if (layer >= 0) amax = linear_(static_cast<int>(layer), which).gradient_amax_request();
+  if (amax)
+    ops_.rmsnorm_backward_gathering(s, x, params_.value(gain), rstd, d_normed_.data(), d_res_.data(),
+                                    params_.grad(gain), *amax);
+  else
+    ops_.rmsnorm_backward(s, x, params_.value(gain), rstd, d_normed_.data(), d_res_.data(), params_.grad(gain));
+  return amax;
+}
+
 void Transformer::embed(int64_t N) {
   const int64_t d = config_.width;
   while (residual_.size() < static_cast<size_t>(config_.layers + 1)) residual_.emplace_back(ops_);
@@ -460,8 +474,11 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
     head_gemm(ops::DenseGemmShape::at_b(V, d, N), dlogits, final_normed_.data(), 1.0f, params_.grad(head_));
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  ops_.rmsnorm_backward({N, d}, residual_[config_.layers].data(), params_.value(final_norm_), final_rstd_.data(),
-                        d_normed_.data(), d_res_.data(), params_.grad(final_norm_));
+  // Each RMSNorm backward adds into d_res_, which then is the dY of the linear before it (the last
+  // block's down here, attn_out and the previous block's down below): it gathers that dY's amax.
+  std::optional<SourceAmax> res_amax =
+      norm_backward({N, d}, residual_[config_.layers].data(), final_norm_, final_rstd_.data(), config_.layers - 1,
+                    BlockLinear::down);
   release_head();
   complete(final_norm_);
 
@@ -471,7 +488,8 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
     BlockActivations& a = acts_[l];
     acquire_block(l, {linear_(l, BlockLinear::qkv).current_step(), linear_(l, BlockLinear::attn_out).current_step(),
                       linear_(l, BlockLinear::gate_up).current_step(), linear_(l, BlockLinear::down).current_step()});
-    linear_(l, BlockLinear::down).backward(d_res_.data(), params_.value(p.down), d_mlp_act_.data(), params_.grad(p.down));
+    linear_(l, BlockLinear::down)
+        .backward(d_res_.data(), params_.value(p.down), d_mlp_act_.data(), params_.grad(p.down), amax_or_null(res_amax));
     // SwiGLU backward gathers the amax of d_gate_up for the gate_up linear's dY quantization.
     std::optional<SourceAmax> dy_amax = linear_(l, BlockLinear::gate_up).gradient_amax_request();
     if (dy_amax)
@@ -480,12 +498,12 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
       ops_.swiglu_backward(a.gate_up.data(), d_mlp_act_.data(), N, f, d_gate_up_.data());
     linear_(l, BlockLinear::gate_up)
         .backward(d_gate_up_.data(), params_.value(p.gate_up), d_normed_.data(), params_.grad(p.gate_up),
-                  dy_amax ? &*dy_amax : nullptr);
-    ops_.rmsnorm_backward({N, d}, a.x_mid.data(), params_.value(p.norm2), a.rstd2.data(), d_normed_.data(),
-                          d_res_.data(), params_.grad(p.norm2));
+                  amax_or_null(dy_amax));
+    res_amax = norm_backward({N, d}, a.x_mid.data(), p.norm2, a.rstd2.data(), l, BlockLinear::attn_out);
 
     linear_(l, BlockLinear::attn_out)
-        .backward(d_res_.data(), params_.value(p.attn_out), d_attn_.data(), params_.grad(p.attn_out));
+        .backward(d_res_.data(), params_.value(p.attn_out), d_attn_.data(), params_.grad(p.attn_out),
+                  amax_or_null(res_amax));
     if (a.attention_out.size() > 0)
       ops_.attention_backward_with_output(shape, a.qkv.data(), a.softmax_stats.data(), a.attention_out.data(),
                                           d_attn_.data(), d_qkv_.data());
@@ -494,8 +512,7 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
     ops_.rope_backward(d_qkv_.data(), rope.query);
     ops_.rope_backward(d_qkv_.data(), rope.key);
     linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));
-    ops_.rmsnorm_backward({N, d}, residual_[l].data(), params_.value(p.norm1), a.rstd1.data(), d_normed_.data(),
-                          d_res_.data(), params_.grad(p.norm1));
+    res_amax = norm_backward({N, d}, residual_[l].data(), p.norm1, a.rstd1.data(), l - 1, BlockLinear::down);
     release_block(l);
     complete(p.norm1);  // the block's first parameter
   }

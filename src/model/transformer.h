@@ -163,6 +163,11 @@ class Transformer {
   // tokens_ [N] -> residual_[0]; sizes the residual stream and the per-block activations.
   void embed(int64_t N);
   void head_gemm(const ops::DenseGemmShape& shape, const float* a, const float* b, float beta, float* c);
+  // RMSNorm backward (gain parameter `gain`) from d_normed_ into d_res_; returns the amax of the new
+  // d_res_, gathered as it is written, where the linear (layer, which) whose dY it is asks for one
+  // (layer < 0: the embedding's gradient, none).
+  std::optional<SourceAmax> norm_backward(const ops::RowsShape& s, const float* x, int64_t gain, const float* rstd,
+                                          int64_t layer, BlockLinear which);
   void block_forward(int64_t layer, int64_t batch, int64_t seq, const ModelStep& step, KvCache* cache);
   Linear& linear_(int layer, BlockLinear which) { return *linears_[layer * kLinearsPerBlock + static_cast<int>(which)]; }
   void acquire(ArenaRange r) {

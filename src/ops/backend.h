@@ -216,6 +216,13 @@ class LayerOps {
   }
   virtual void rmsnorm_backward(const RowsShape& s, const float* x, const float* gain, const float* rstd,
                                 const float* dy, float* dx, float* dgain) = 0;
+  // As rmsnorm_backward, and gathers the SourceAmax of the whole dx it adds into (the residual
+  // stream's gradient: the dY of the linear before it) for that linear's backward.
+  virtual void rmsnorm_backward_gathering(const RowsShape& s, const float* x, const float* gain, const float* rstd,
+                                          const float* dy, float* dx, float* dgain, SourceAmax& amax) {
+    rmsnorm_backward(s, x, gain, rstd, dy, dx, dgain);
+    amax.valid = false;
+  }
   // Half-split RoPE in place (RopeShape); token t at position first_position + t % s.seq. The backend
   // keeps the cos/sin tables per (head_dim, theta).
   virtual void rope_forward(float* x, const RopeShape& s, int64_t first_position) = 0;

@@ -143,6 +143,10 @@ class CpuBackend final : public Backend {
                         float* dx, float* dgain) override {
     cpu::rmsnorm_backward(x, gain, rstd, dy, s.rows, s.cols, dx, dgain);
   }
+  void rmsnorm_backward_gathering(const RowsShape& s, const float* x, const float* gain, const float* rstd,
+                                  const float* dy, float* dx, float* dgain, SourceAmax& amax) override {
+    cpu::rmsnorm_backward_gathering(x, gain, rstd, dy, s.rows, s.cols, dx, dgain, amax);
+  }
   void rope_forward(float* x, const RopeShape& s, int64_t first_position) override {
     cpu::rope_forward(x, s.tokens, s.seq, s.stride, s.first_col, s.heads,
                       *rope_table(first_position + s.seq, s.head_dim, s.theta), first_position);

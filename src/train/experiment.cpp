@@ -64,8 +64,10 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
         w.fused_quantize_bytes += T * in * (x_reads + 2 * stored_bytes_per_element(Format::nvfp4));
         w.quantize_bytes -= T * in * (8 - x_reads);
       }
-      // gate_up's dY is SwiGLU backward's output, which gathers its amax likewise.
-      const bool dy_amax_gathered = linear == 2 && static_cast<int64_t>(out) % 16 == 0 &&
+      // The dY of gate_up is SwiGLU backward's output, those of attn_out and down the residual
+      // stream's gradient that an RMSNorm backward completes: each gathers its amax likewise (only
+      // qkv's dY, attention backward's output, is read twice).
+      const bool dy_amax_gathered = linear != 0 && static_cast<int64_t>(out) % 16 == 0 &&
                                     (!lr.wgrad.a.rht || (batch * seq) % 16 == 0);
       if (fused_pair(lr.dgrad, lr.dgrad.a, lr.wgrad, lr.wgrad.a)) {
         const double dy_reads = dy_amax_gathered ? 4 : 8;

@@ -38,19 +38,10 @@ NIBBLE_SIMD_CLONES void gain_gradient_block(const T* __restrict x, const T* __re
     for (int64_t c = 0; c < cols; ++c) s[c] += dyr[c] * xr[c] * r;
   }
 }
-}  // namespace
 
+// dgain[c] += the gain gradient (rmsnorm.h's order).
 template <typename T>
-void rmsnorm_forward(const T* x, const T* gain, int64_t n, int64_t width, T eps, T* y, T* rstd) {
-#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * width >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) forward_row(x + i * width, gain, width, eps, y + i * width, rstd + i);
-}
-
-template <typename T>
-void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int64_t n, int64_t width, T* dx,
-                      T* dgain) {
-#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * width >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) backward_row(x + i * width, gain, rstd[i], dy + i * width, width, dx + i * width);
+void add_gain_gradient(const T* x, const T* rstd, const T* dy, int64_t n, int64_t width, T* dgain) {
   // The gain gradient sums over tokens: parallel over column blocks, each column summed in token
   // order tile by tile (kGainTileTokens), the tiles' sums in order. Walking a block's columns side by
   // side for each token reads rows contiguously and lets the compiler vectorise across columns (a
@@ -68,6 +59,30 @@ void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int
     }
     for (int64_t c = 0; c < cols; ++c) dgain[c0 + c] += s[c];
   }
+}
+}  // namespace
+
+template <typename T>
+void rmsnorm_forward(const T* x, const T* gain, int64_t n, int64_t width, T eps, T* y, T* rstd) {
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * width >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) forward_row(x + i * width, gain, width, eps, y + i * width, rstd + i);
+}
+
+template <typename T>
+void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int64_t n, int64_t width, T* dx,
+                      T* dgain) {
+#pragma omp parallel for schedule(dynamic, dynamic_chunk(n)) if (n * width >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) backward_row(x + i * width, gain, rstd[i], dy + i * width, width, dx + i * width);
+  add_gain_gradient(x, rstd, dy, n, width, dgain);
+}
+
+void rmsnorm_backward_gathering(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
+                                int64_t width, float* dx, float* dgain, SourceAmax& amax) {
+  for_stripes_gathering(n, width, amax, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) backward_row(x + i * width, gain, rstd[i], dy + i * width, width, dx + i * width);
+    return dx;
+  });
+  add_gain_gradient(x, rstd, dy, n, width, dgain);
 }
 
 void rmsnorm_forward_gathering(const float* x, const float* gain, int64_t n, int64_t width, float eps, float* y,

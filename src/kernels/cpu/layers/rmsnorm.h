@@ -23,5 +23,10 @@ inline constexpr int64_t kGainTileTokens = 256;
 template <typename T>
 void rmsnorm_backward(const T* x, const T* gain, const T* rstd, const T* dy, int64_t n, int64_t width, T* dx,
                       T* dgain);
+// As rmsnorm_backward<float>, with the SourceAmax of the whole dx (after the addition: the residual
+// stream's gradient, which the linear before it quantizes as its dY) gathered 16 rows at a time as
+// they are written. width % 16 == 0; with amax.rht, N % 16 == 0. dx and dgain are rmsnorm_backward's bits.
+void rmsnorm_backward_gathering(const float* x, const float* gain, const float* rstd, const float* dy, int64_t n,
+                                int64_t width, float* dx, float* dgain, SourceAmax& amax);
 
 }  // namespace nibble::cpu
