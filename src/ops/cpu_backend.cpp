@@ -10,6 +10,7 @@
 #include "common/pages.h"
 #include "kernels/cpu/common/cpu_features.h"
 #include "kernels/cpu/common/parallel.h"
+#include "kernels/cpu/common/simd_clones.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_peaks.h"
 #include "kernels/cpu/layers/adamw.h"
@@ -29,6 +30,12 @@ static_assert(nibble::ops::kGainTileTokens == nibble::cpu::kGainTileTokens);
 namespace nibble::ops {
 
 namespace {
+
+// y += x over one chunk (per-ISA copies: the baseline build ran it four floats at a time).
+NIBBLE_SIMD_CLONES void add_range(float* __restrict y, const float* __restrict x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -113,8 +120,9 @@ class CpuBackend final : public Backend {
   }
 
   void add(float* y, const float* x, int64_t n) override {
-#pragma omp parallel for schedule(dynamic, cpu::dynamic_chunk(n, 1024)) if (n >= cpu::kMinParallelWork)
-    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+    const int64_t chunk = cpu::dynamic_chunk(n, 1024);
+#pragma omp parallel for schedule(dynamic, 1) if (n >= cpu::kMinParallelWork)
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) add_range(y + i0, x + i0, std::min(chunk, n - i0));
   }
   void round_to_bf16(const float* x, bf16* y, int64_t n) override {
 #pragma omp parallel for simd schedule(dynamic, cpu::dynamic_chunk(n, 1024)) if (n >= cpu::kMinParallelWork)
