@@ -216,18 +216,6 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
   return f32_plan(isa, &pack_f32_a_panel, &pack_f32_b_panel);
 }
 
-// out = scale * in (+ out). Cloned per ISA (chosen by the loader from cpuid) because it runs over
-// every output of every K chunk, and the baseline x86-64 build runs it scalar.
-NIBBLE_SIMD_CLONES void write_scaled(const float* __restrict in, int64_t cols, float scale, bool accumulate, float* __restrict out) {
-  if (accumulate) {
-#pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) out[j] = scale * in[j] + out[j];
-  } else {
-#pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) out[j] = scale * in[j];
-  }
-}
-
 // out = ((row * col[j]) [* 1/4]) * in (+ out): the epilogue of a row-scaled B (one factor per column).
 NIBBLE_SIMD_CLONES void write_scaled_columns(const float* __restrict in, int64_t cols, float row, const float* __restrict col,
                                              bool quarter, bool accumulate, float* __restrict out) {
@@ -241,15 +229,11 @@ NIBBLE_SIMD_CLONES void write_scaled_columns(const float* __restrict in, int64_t
   }
 }
 
-// One row of a macro tile into C: columns [n0, n0 + cols) of output row m.
-void write_row(const float* in, int64_t m, int64_t n0, int64_t cols, const OutputScale& s, bool accumulate, float* c_row) {
-  if (s.b_rows) return write_scaled_columns(in, cols, s.of_row(m), s.b_rows + n0, s.quarter, accumulate, c_row);
-  write_scaled(in, cols, s.of_row_uniform(m), accumulate, c_row);
-}
-
-// write_scaled over a row of C whose values lie in pieces of `piece` floats, `stride` apart (one
-// row of each micro-tile of a macro-tile row), in one call: a call per 32 floats through the clone
-// dispatch weighed on every GEMM's write-back.
+// out = scale * in (+ out) over a row of C whose values lie in pieces of `piece` floats, `stride`
+// apart (one row of each micro-tile of a macro-tile row; one piece when they are contiguous). Cloned
+// per ISA (chosen by the loader from cpuid) because it runs over every output of every GEMM, and the
+// baseline x86-64 build runs it scalar; a whole macro-tile row per call, as a call per 32 floats
+// through the clone dispatch weighed on every GEMM's write-back.
 NIBBLE_SIMD_CLONES void write_scaled_pieces(const float* __restrict in, int64_t stride, int64_t piece, int64_t cols,
                                             float scale, bool accumulate, float* __restrict out) {
   for (int64_t j0 = 0; j0 < cols; j0 += piece, in += stride, out += piece) {
@@ -262,6 +246,12 @@ NIBBLE_SIMD_CLONES void write_scaled_pieces(const float* __restrict in, int64_t 
       for (int64_t j = 0; j < n; ++j) out[j] = scale * in[j];
     }
   }
+}
+
+// One row of a macro tile into C: columns [n0, n0 + cols) of output row m.
+void write_row(const float* in, int64_t m, int64_t n0, int64_t cols, const OutputScale& s, bool accumulate, float* c_row) {
+  if (s.b_rows) return write_scaled_columns(in, cols, s.of_row(m), s.b_rows + n0, s.quarter, accumulate, c_row);
+  write_scaled_pieces(in, cols, cols, cols, s.of_row_uniform(m), accumulate, c_row);
 }
 
 // Output row m, columns [n0, n0 + cols), from micro-tile rows of `piece` floats `stride` apart.
