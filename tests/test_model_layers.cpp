@@ -354,13 +354,13 @@ TEST(ModelLayers, FloatSwigluAgreesWithTheDoubleReference) {
   for (size_t i = 0; i < dgu_d.size(); ++i) ASSERT_NEAR(dgu_f[i], dgu_d[i], 16 * u * (1 + std::fabs(dgu_d[i])) * 4);
 }
 
-// RMSNorm and SwiGLU (forward and backward) with the next quantization's amax gathered in their
-// epilogue: their outputs are
+// RMSNorm and SwiGLU (forward and backward) and RoPE's backward with the next quantization's amax
+// gathered in their epilogue: their outputs are
 // the plain ops' bits (RMSNorm backward's dx added to a gradient already there, as the residual
 // stream's is, and its gain gradient), and the gathered amaxes (with and without the RHT) those of one gather over
 // the whole output, on every ISA the quantize kernels dispatch to and with 1, 2 and 3 threads (the
 // stripes then fall to threads in any order). Shapes large enough to thread.
-TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
+TEST(ModelLayers, GatheringProducersAgreeWithThePlainOpsAndOneGather) {
   const int64_t n = 272, width = 400, hidden = 208;
   auto xd = normal_doubles(n * width, 51, 2.0), gd = normal_doubles(width, 52), gud = normal_doubles(n * 2 * hidden, 53, 3.0);
   const std::vector<float> x(xd.begin(), xd.end()), gain(gd.begin(), gd.end()), gate_up(gud.begin(), gud.end());
@@ -370,6 +370,13 @@ TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
   const auto dyd = normal_doubles(n * width, 55), dx0d = normal_doubles(n * width, 56, 4.0);
   const std::vector<float> dy(dyd.begin(), dyd.end()), dx0(dx0d.begin(), dx0d.end());
   std::vector<float> dx, dgain;
+  // A qkv gradient [n, 3 * 64 * 3] (3 query, 3 key, 3 value heads of 64; stride 576), its query and key
+  // heads rotated back over sequences of 136 tokens.
+  const int64_t hd = 64, heads = 3, stride = 3 * heads * hd, seq = 136;
+  const RopeTable<float> rope(seq, hd, 10000.0);
+  const auto dqkvd = normal_doubles(n * stride, 57);
+  const std::vector<float> dqkv0(dqkvd.begin(), dqkvd.end());
+  std::vector<float> dqkv;
   auto whole = [](const std::vector<float>& t, int64_t rows, int64_t cols, bool rht) {
     nibble::SourceAmax s;
     s.rht = rht;
@@ -390,6 +397,9 @@ TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
     swiglu_backward(gate_up.data(), da.data(), n, hidden, dgu.data());
     dx = dx0, dgain.assign(width, 0.5f);
     rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), n, width, dx.data(), dgain.data());
+    dqkv = dqkv0;
+    rope_backward(dqkv.data(), n, seq, stride, 0, heads, rope);
+    rope_backward(dqkv.data(), n, seq, stride, heads * hd, heads, rope);
     for (int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
       SCOPED_TRACE(std::string(to_string(isa)) + ", " + std::to_string(threads) + " threads");
@@ -408,6 +418,12 @@ TEST(ModelLayers, GatheringNormAndSwigluAgreesWithThePlainOpsAndOneGather) {
         residual_amax.rht = rht;
         rmsnorm_backward_gathering(x.data(), gain.data(), rstd.data(), dy.data(), n, width, dx2.data(), dgain2.data(),
                                    residual_amax);
+        std::vector<float> dqkv2 = dqkv0;
+        nibble::SourceAmax qkv_amax;
+        qkv_amax.rht = rht;
+        rope_backward_gathering(dqkv2.data(), n, seq, stride, 0, heads, heads * hd, heads, rope, qkv_amax);
+        ASSERT_EQ(dqkv, dqkv2);
+        EXPECT_TRUE(same(whole(dqkv, n, stride, rht), qkv_amax));
         ASSERT_EQ(dx, dx2);
         ASSERT_EQ(dgain, dgain2);
         EXPECT_TRUE(same(whole(dx, n, width, rht), residual_amax));

@@ -406,8 +406,8 @@ TEST(StepWork, CountsEachGemmInItsLayersPrecisionAndTheCausalAttentionProducts) 
   // each read in FP32 (4 B) and written as codes + E4M3 scales (0.5625 B).
   const double in_plus_out = (d + 3 * d) + (d + d) + (d + 2 * f) + (f + d);
   // ... less one read of the X whose amax its producer gathers (qkv, gate_up: RMSNorm; down: SwiGLU)
-  // and of the dY of gate_up (SwiGLU backward), attn_out and down (RMSNorm backward).
-  const double gathered_x = d + d + f + 2 * f + d + d;
+  // and of every dY (qkv: RoPE backward; attn_out, down: RMSNorm backward; gate_up: SwiGLU backward).
+  const double gathered_x = d + d + f + 3 * d + d + 2 * f + d;
   EXPECT_DOUBLE_EQ(w.quantize_bytes, 2 * 4.5625 * (2 * T * in_plus_out + per_layer) - 2 * 4 * T * gathered_x);
   // X and dY of each NVFP4 linear: one quantize_both pass each, read twice (amax, encode; once with
   // a gathered amax) and written twice (row-wise and transposed codes + scales); the weights are the rest.
@@ -415,7 +415,7 @@ TEST(StepWork, CountsEachGemmInItsLayersPrecisionAndTheCausalAttentionProducts) 
   rc.nvfp4.row_scaled_activations = true, rc.nvfp4.rht = false;  // X and X^T row-scaled: made apart
   const StepWork row_scaled = step_work(m, Recipe(rc, 4, model.block_linear_shapes(), T, model.backend()), batch, seq, 1);
   EXPECT_DOUBLE_EQ(row_scaled.fused_quantize_bytes,
-                   2 * T * (3 * d + d + 2 * f + d) * (8 + 2 * 0.5625) - 2 * 4 * T * (2 * f + d + d));  // dY alone
+                   2 * T * (3 * d + d + 2 * f + d) * (8 + 2 * 0.5625) - 2 * 4 * T * (3 * d + d + 2 * f + d));  // dY alone
   EXPECT_GT(w.other_bytes, 0);
 
   RecipeConfig none;

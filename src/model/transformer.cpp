@@ -509,9 +509,17 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
                                           d_attn_.data(), d_qkv_.data());
     else
       ops_.attention_backward(shape, a.qkv.data(), a.softmax_stats.data(), d_attn_.data(), d_qkv_.data());
-    ops_.rope_backward(d_qkv_.data(), rope.query);
-    ops_.rope_backward(d_qkv_.data(), rope.key);
-    linear_(l, BlockLinear::qkv).backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv));
+    // RoPE's backward completes the qkv linear's dY (attention's backward wrote its value columns):
+    // it gathers that dY's amax.
+    std::optional<SourceAmax> qkv_dy_amax = linear_(l, BlockLinear::qkv).gradient_amax_request();
+    if (qkv_dy_amax) {
+      ops_.rope_backward_gathering(d_qkv_.data(), rope.query, rope.key, *qkv_dy_amax);
+    } else {
+      ops_.rope_backward(d_qkv_.data(), rope.query);
+      ops_.rope_backward(d_qkv_.data(), rope.key);
+    }
+    linear_(l, BlockLinear::qkv)
+        .backward(d_qkv_.data(), params_.value(p.qkv), d_normed_.data(), params_.grad(p.qkv), amax_or_null(qkv_dy_amax));
     res_amax = norm_backward({N, d}, residual_[l].data(), p.norm1, a.rstd1.data(), l - 1, BlockLinear::down);
     release_block(l);
     complete(p.norm1);  // the block's first parameter

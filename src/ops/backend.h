@@ -227,6 +227,14 @@ class LayerOps {
   // keeps the cos/sin tables per (head_dim, theta).
   virtual void rope_forward(float* x, const RopeShape& s, int64_t first_position) = 0;
   virtual void rope_backward(float* dx, const RopeShape& s) = 0;
+  // rope_backward of the query heads and then of the key heads of the same rows (query and key differ
+  // only in first_col and heads), gathering the SourceAmax of dx's whole rows (the qkv linear's dY;
+  // rmsnorm_forward_gathering) as they are rotated.
+  virtual void rope_backward_gathering(float* dx, const RopeShape& query, const RopeShape& key, SourceAmax& amax) {
+    rope_backward(dx, query);
+    rope_backward(dx, key);
+    amax.valid = false;
+  }
   // Causal GQA attention core: qkv [N, qkv_stride] -> out [N, heads*head_dim], softmax_stats saved.
   virtual void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) = 0;
   // Whether attention_backward_with_output gains from the forward's output O (a training forward

@@ -162,6 +162,13 @@ class CpuBackend final : public Backend {
   void rope_backward(float* dx, const RopeShape& s) override {
     cpu::rope_backward(dx, s.tokens, s.seq, s.stride, s.first_col, s.heads, *rope_table(s.seq, s.head_dim, s.theta));
   }
+  void rope_backward_gathering(float* dx, const RopeShape& query, const RopeShape& key, SourceAmax& amax) override {
+    NIBBLE_CHECK(query.tokens == key.tokens && query.seq == key.seq && query.stride == key.stride &&
+                     query.head_dim == key.head_dim && query.theta == key.theta,
+                 "rope_backward_gathering: query and key heads of the same rows");
+    cpu::rope_backward_gathering(dx, query.tokens, query.seq, query.stride, query.first_col, query.heads, key.first_col,
+                                 key.heads, *rope_table(query.seq, query.head_dim, query.theta), amax);
+  }
   void attention_forward(const AttentionShape& s, const float* qkv, float* out, float* softmax_stats) override {
     cpu::attention_forward(s, qkv, out, softmax_stats);
   }

@@ -64,10 +64,9 @@ StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t ba
         w.fused_quantize_bytes += T * in * (x_reads + 2 * stored_bytes_per_element(Format::nvfp4));
         w.quantize_bytes -= T * in * (8 - x_reads);
       }
-      // The dY of gate_up is SwiGLU backward's output, those of attn_out and down the residual
-      // stream's gradient that an RMSNorm backward completes: each gathers its amax likewise (only
-      // qkv's dY, attention backward's output, is read twice).
-      const bool dy_amax_gathered = linear != 0 && static_cast<int64_t>(out) % 16 == 0 &&
+      // Every dY's amax is gathered by the op that completes it: RoPE's backward (qkv), RMSNorm's
+      // backward, which completes the residual stream's gradient (attn_out, down), SwiGLU's (gate_up).
+      const bool dy_amax_gathered = static_cast<int64_t>(out) % 16 == 0 &&
                                     (!lr.wgrad.a.rht || (batch * seq) % 16 == 0);
       if (fused_pair(lr.dgrad, lr.dgrad.a, lr.wgrad, lr.wgrad.a)) {
         const double dy_reads = dy_amax_gathered ? 4 : 8;

@@ -1,6 +1,7 @@
 #include "kernels/cpu/common/parallel.h"
 #include "kernels/cpu/common/simd_clones.h"
 #include "kernels/cpu/layers/rope.h"
+#include "kernels/cpu/quantize/gather_stripes.h"
 
 #include <cmath>
 
@@ -65,6 +66,22 @@ template <typename T>
 void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
                    const RopeTable<T>& table, int64_t first_position) {
   rotate(dx, tokens, seq, stride, first_col, heads, table, T(-1), first_position);
+}
+
+void rope_backward_gathering(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t query_first_col,
+                             int64_t query_heads, int64_t key_first_col, int64_t key_heads,
+                             const RopeTable<float>& table, SourceAmax& amax) {
+  NIBBLE_CHECK(seq <= table.context, "RoPE: positions inside the table's context");
+  const int64_t hd = table.head_dim, half = hd / 2;
+  for_stripes_gathering(tokens, stride, amax, [&](int64_t r0, int64_t r1) {
+    for (int64_t n = r0; n < r1; ++n) {
+      const float* c = table.cos.data() + n % seq * half;
+      const float* s = table.sin.data() + n % seq * half;
+      rotate_token(dx + n * stride + query_first_col, query_heads, hd, c, s, -1.0f);
+      rotate_token(dx + n * stride + key_first_col, key_heads, hd, c, s, -1.0f);
+    }
+    return dx;
+  });
 }
 
 template struct RopeTable<float>;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "format/source_amax.h"
+
 namespace nibble::cpu {
 
 template <typename T>
@@ -23,5 +25,13 @@ void rope_forward(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t fir
 template <typename T>
 void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
                    const RopeTable<T>& table, int64_t first_position = 0);
+// rope_backward<float> of the query heads (from column query_first_col) and of the key heads (from
+// key_first_col) of the same rows, with the SourceAmax of dx's whole rows gathered 16 rows at a time
+// as they are rotated: dx [tokens, stride] is the qkv linear's dY, its value columns already written
+// by attention's backward. stride % 16 == 0; with amax.rht, tokens % 16 == 0. dx is the two
+// rope_backward calls' bits.
+void rope_backward_gathering(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t query_first_col,
+                             int64_t query_heads, int64_t key_first_col, int64_t key_heads,
+                             const RopeTable<float>& table, SourceAmax& amax);
 
 }  // namespace nibble::cpu
