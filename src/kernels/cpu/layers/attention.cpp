@@ -87,8 +87,9 @@ NIBBLE_ELEMENTWISE void causal_probabilities(attention_kernels::Matmul matmul, c
     for (int64_t j = 0; j < n; ++j) row[j] *= scale;
     float maxv, inv_sum;
     if (new_stats) {
-      maxv = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) maxv = std::max(maxv, row[j]);
+      // Scores are never -0 (each is scale times an FMA chain started from +0), so this is the
+      // running maximum's value.
+      maxv = lane_max<float>(n, [row](int64_t j) { return row[j]; });
     } else {
       maxv = saved_stats[(i0 + r) * 2];
     }
