@@ -42,17 +42,24 @@ NIBBLE_SIMD_CLONES void rotate_token(T* __restrict row, int64_t heads, int64_t h
   }
 }
 
+// `heads` heads from column first_col of a row at position `pos`.
+template <typename T>
+void rotate_at(T* row, int64_t pos, int64_t first_col, int64_t heads, const RopeTable<T>& t, T direction) {
+  const int64_t half = t.head_dim / 2;
+  rotate_token(row + first_col, heads, t.head_dim, t.cos.data() + pos * half, t.sin.data() + pos * half, direction);
+}
+
+template <typename T>
+void check_positions(const RopeTable<T>& t, int64_t seq, int64_t first_position) {
+  NIBBLE_CHECK(first_position >= 0 && first_position + seq <= t.context, "RoPE: positions inside the table's context");
+}
+
 template <typename T>
 void rotate(T* x, int64_t tokens, int64_t seq, int64_t stride, int64_t first_col, int64_t heads,
             const RopeTable<T>& t, T direction, int64_t first_position) {
-  NIBBLE_CHECK(first_position >= 0 && first_position + seq <= t.context, "RoPE: positions inside the table's context");
-  const int64_t hd = t.head_dim, half = hd / 2;
+  check_positions(t, seq, first_position);
 #pragma omp parallel for schedule(dynamic, dynamic_chunk(tokens)) if (tokens * heads * t.head_dim >= kMinParallelWork)
-  for (int64_t n = 0; n < tokens; ++n) {
-    const int64_t pos = first_position + n % seq;
-    rotate_token(x + n * stride + first_col, heads, hd, t.cos.data() + pos * half, t.sin.data() + pos * half,
-                 direction);
-  }
+  for (int64_t n = 0; n < tokens; ++n) rotate_at(x + n * stride, first_position + n % seq, first_col, heads, t, direction);
 }
 }  // namespace
 
@@ -71,14 +78,11 @@ void rope_backward(T* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t f
 void rope_backward_gathering(float* dx, int64_t tokens, int64_t seq, int64_t stride, int64_t query_first_col,
                              int64_t query_heads, int64_t key_first_col, int64_t key_heads,
                              const RopeTable<float>& table, SourceAmax& amax) {
-  NIBBLE_CHECK(seq <= table.context, "RoPE: positions inside the table's context");
-  const int64_t hd = table.head_dim, half = hd / 2;
+  check_positions(table, seq, 0);
   for_stripes_gathering(tokens, stride, amax, [&](int64_t r0, int64_t r1) {
     for (int64_t n = r0; n < r1; ++n) {
-      const float* c = table.cos.data() + n % seq * half;
-      const float* s = table.sin.data() + n % seq * half;
-      rotate_token(dx + n * stride + query_first_col, query_heads, hd, c, s, -1.0f);
-      rotate_token(dx + n * stride + key_first_col, key_heads, hd, c, s, -1.0f);
+      rotate_at(dx + n * stride, n % seq, query_first_col, query_heads, table, -1.0f);
+      rotate_at(dx + n * stride, n % seq, key_first_col, key_heads, table, -1.0f);
     }
     return dx;
   });
