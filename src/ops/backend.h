@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -322,6 +323,12 @@ class Collective {
  public:
   virtual ~Collective() = default;
   virtual void sum(float* values, int64_t count) = 0;  // returns when the sum is complete
+  // ZeRO-1: afterwards values[bounds[rank], bounds[rank + 1]) holds bitwise what sum() leaves there
+  // (recursive halving with sum()'s partners, common/rank_tree.h), the rest unspecified; bounds are
+  // the ranks' slices, size + 1 ascending offsets from 0 to the length of `values`.
+  virtual void reduce_scatter(float* values, std::span<const int64_t> bounds) = 0;
+  // Every rank's values[bounds[r], bounds[r + 1]) to every rank, in place (a copy: the owner's bits).
+  virtual void all_gather(float* values, std::span<const int64_t> bounds) = 0;
   virtual std::string describe() const = 0;            // e.g. "NCCL 2.28.9, 4 GPUs"
 };
 using CollectiveId = std::array<std::byte, 128>;

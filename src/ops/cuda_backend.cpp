@@ -368,6 +368,8 @@ class NcclCollective final : public Collective {
  public:
   NcclCollective(cuda::Context& ctx, const CollectiveId& id, int rank, int size) : nccl_(ctx, id, rank, size) {}
   void sum(float* values, int64_t count) override { nccl_.sum(values, static_cast<size_t>(count)); }
+  void reduce_scatter(float* values, std::span<const int64_t> bounds) override { nccl_.reduce_scatter(values, bounds); }
+  void all_gather(float* values, std::span<const int64_t> bounds) override { nccl_.all_gather(values, bounds); }
   std::string describe() const override { return nccl_.describe(); }
 
  private:

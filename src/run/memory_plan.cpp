@@ -162,6 +162,7 @@ int64_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
 
 RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   const TrainConfig& c = in.train;
+  check_shard_mode_runs_on(in.shard, c.device);
   const DataParallelPlan plan(c.batch, c.grad_accum, rank, in.ranks);
   const int64_t n = model::arena_floats(c.model), seq = c.seq > 0 ? c.seq : c.model.context;
   RankMemory m;

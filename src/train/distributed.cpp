@@ -78,6 +78,17 @@ std::string_view to_string(ShardMode m) {
   return "none";
 }
 
+void check_shard_mode_runs_on(ShardMode m, ops::Device device) {
+  if (device == ops::Device::cpu || m == ShardMode::none || m == ShardMode::optimizer) return;
+  // ZeRO-2 hands a finished bucket's pages back (release_to_zero) and ZeRO-3 keeps FP32 slices whose
+  // band edges it fetches through host memory: both need device memory released and re-acquired
+  // piecewise, which the CUDA backend does not do yet.
+  throw UsageError("distributed.shard=" + std::string(to_string(m)) + " runs on CPUs (MPI) in this version: on GPUs "
+                   "nibble shards the optimizer state (ZeRO-1, through NCCL) but does not yet release a "
+                   "gradient's or a weight's device memory piecewise. With device=" +
+                   std::string(ops::to_string(device)) + " use distributed.shard=optimizer or none");
+}
+
 ShardLayout ShardLayout::scaled(int64_t scale) const {
   ShardLayout out;
   for (int64_t b : bounds) out.bounds.push_back(b * scale);

@@ -52,6 +52,9 @@ ShardMode parse_shard_mode(std::string_view s);  // UsageError naming the modes
 // backward pass completes it (GradientBuckets): gradients (ZeRO-2) and full (ZeRO-3).
 inline bool reduces_gradient_buckets(ShardMode m) { return m == ShardMode::gradients || m == ShardMode::full; }
 std::string_view to_string(ShardMode m);
+// UsageError naming the modes that run there when `m` does not run on `device`: every mode on CPUs
+// (MPI); on GPUs none and optimizer (ZeRO-1 through NCCL). The trainer and the memory plan ask it.
+void check_shard_mode_runs_on(ShardMode m, ops::Device device);
 
 // Contiguous ranges of a flat array, one per rank in rank order: rank r owns [begin(r), end(r)).
 struct ShardLayout {
@@ -90,9 +93,10 @@ class Communicator {
   // This process's position among the ranks on its host (for one GPU per rank).
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
-  // From now on sum_gradients() takes arrays in `backend`'s memory: on a GPU the sum runs there
-  // (NCCL, in the same order as on the CPU), with no copy through the host. Collective: every rank
-  // calls it. UsageError when this build cannot sum in that memory.
+  // From now on sum_gradients(), reduce_scatter_gradients() and all_gather_weights() take arrays in
+  // `backend`'s memory: on a GPU they run there (NCCL, in the same order as on the CPU), with no
+  // copy through the host. Collective: every rank calls it. UsageError when this build cannot sum in
+  // that memory.
   virtual void sum_in_memory_of(ops::Backend& backend) = 0;
 
   // In-place FP32 sum over all ranks, in buckets; every rank receives bitwise the same result.
@@ -103,8 +107,12 @@ class Communicator {
   // ZeRO-1's gradient reduction: afterwards values[shards.begin(rank()), shards.end(rank())) holds
   // bitwise what sum_gradients would leave there (the same tree over ranks with a power-of-two rank
   // count: recursive halving with the partners of sum_gradients' recursive doubling, in the same
-  // order; otherwise sum_gradients itself). The rest of `values` is left unspecified. Host memory.
+  // order; otherwise sum_gradients itself). The rest of `values` is left unspecified. In the memory
+  // sum_gradients takes (sum_in_memory_of).
   virtual void reduce_scatter_gradients(std::span<float> values, const ShardLayout& shards) = 0;
+  // ZeRO-1's weight update: every rank's values[shards.begin(r), shards.end(r)) (elements) reach every
+  // rank (a copy: the owner's bits). In the memory sum_gradients takes.
+  virtual void all_gather_weights(std::span<float> values, const ShardLayout& shards) = 0;
   // ZeRO-2's overlapped reduction, one bucket [begin, end) of `values` at a time (a stretch of the
   // arena whose gradients the backward pass has just completed), started here without waiting.
   // When a bucket is finished, its part inside this rank's shard holds bitwise what
@@ -120,7 +128,7 @@ class Communicator {
   // them), each once the started buckets cover it: a bucket may then wait for the next ones.
   virtual std::vector<std::pair<int64_t, int64_t>> poll_reduce_scatters(size_t keep_in_flight) = 0;
   // Every rank's bytes [shards.begin(r), shards.end(r)) of `whole` reach every rank (byte offsets;
-  // a copy: no arithmetic, so the bits are the owner's). Host memory.
+  // a copy: no arithmetic, so the bits are the owner's). Host memory, on every device.
   virtual void all_gather_shards(std::span<std::byte> whole, const ShardLayout& shards) = 0;
   // Rank 0 receives every rank's `mine` (shards.size(r) bytes) into whole[shards.begin(r), ...);
   // `whole` is read only on rank 0 (empty elsewhere). For checkpoints: the state in one piece.
@@ -171,6 +179,7 @@ class SingleProcessCommunicator final : public Communicator {
   void sum_gradients(std::span<float>) override {}
   void reduce_scatter_gradients(std::span<float>, const ShardLayout&) override {}
   void all_gather_shards(std::span<std::byte>, const ShardLayout&) override {}
+  void all_gather_weights(std::span<float>, const ShardLayout&) override {}
   void start_reduce_scatter(std::span<float>, int64_t begin, int64_t end, const ShardLayout&) override {
     finished_.emplace_back(begin, end);  // one rank: the bucket is its own sum
   }

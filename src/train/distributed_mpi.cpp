@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/rank_tree.h"
 #include "train/distributed.h"
 
 namespace nibble::train {
@@ -122,11 +123,12 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_scatter_gradients(std::span<float> values, const ShardLayout& shards) override {
-    NIBBLE_CHECK(!device_sum_, "ZeRO shards are reduced in host memory (the trainer refuses device=cuda)");
     NIBBLE_CHECK(shards.ranks() == size_ && shards.total() == static_cast<int64_t>(values.size()),
                  "reduce_scatter_gradients: one shard per rank covering the values");
     const auto start = std::chrono::steady_clock::now();
-    if ((size_ & (size_ - 1)) == 0)
+    if (device_sum_)
+      device_sum_->reduce_scatter(values.data(), shards.bounds);  // NCCL, the same partners and order
+    else if (is_power_of_two(size_))
       reduce_scatter_on_host(values, shards);
     else
       sum_on_host(values);  // MPI_Allreduce's order, as sum_gradients: the same bits in every slice
@@ -134,7 +136,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void start_reduce_scatter(std::span<float> values, int64_t begin, int64_t end, const ShardLayout& shards) override {
-    NIBBLE_CHECK(!device_sum_, "ZeRO shards are reduced in host memory (the trainer refuses device=cuda)");
+    NIBBLE_CHECK(!device_sum_, "ZeRO-2's buckets are reduced in host memory (check_shard_mode_runs_on refuses GPUs)");
     NIBBLE_CHECK(shards.ranks() == size_ && shards.total() == static_cast<int64_t>(values.size()) && 0 <= begin &&
                      begin <= end && end <= shards.total(),
                  "start_reduce_scatter: one shard per rank covering the values, a bucket inside them");
@@ -146,7 +148,7 @@ class MpiCommunicator final : public Communicator {
     bucket.shards = &shards;
     bucket.serial = next_serial_++;
     in_flight_.push_back(std::move(bucket));
-    if ((size_ & (size_ - 1)) == 0) {
+    if (is_power_of_two(size_)) {
       post_level(in_flight_.back());
     } else {
       // MPI_Allreduce's bits depend on the count and the place in the message, so the same
@@ -171,7 +173,7 @@ class MpiCommunicator final : public Communicator {
     // Reported in the order started: a later bucket finished first waits for the earlier ones.
     std::vector<std::pair<int64_t, int64_t>> finished;
     // (With a rank count not a power of two, a bucket waits for later ones to fill its messages.)
-    const bool can_wait = (size_ & (size_ - 1)) == 0;
+    const bool can_wait = is_power_of_two(size_);
     while (!in_flight_.empty() &&
            ((can_wait && in_flight_.size() > keep_in_flight) || in_flight_.front().distance >= size_)) {
       advance(in_flight_.front(), true);
@@ -189,6 +191,15 @@ class MpiCommunicator final : public Communicator {
     const auto start = std::chrono::steady_clock::now();
     for (int r = 0; r < size_; ++r)
       broadcast(whole.subspan(static_cast<size_t>(shards.begin(r)), static_cast<size_t>(shards.size(r))), r);
+    gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  void all_gather_weights(std::span<float> values, const ShardLayout& shards) override {
+    NIBBLE_CHECK(shards.ranks() == size_ && shards.total() == static_cast<int64_t>(values.size()),
+                 "all_gather_weights: one shard per rank covering the values");
+    if (!device_sum_) return all_gather_shards(std::as_writable_bytes(values), shards.scaled(sizeof(float)));
+    const auto start = std::chrono::steady_clock::now();
+    device_sum_->all_gather(values.data(), shards.bounds);
     gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
@@ -247,7 +258,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void sum_on_host(std::span<float> values) {
-    const bool butterfly = (size_ & (size_ - 1)) == 0;
+    const bool butterfly = is_power_of_two(size_);
     if (butterfly && hosts_ > 1) {
       // Across hosts recursive doubling would send every rank's whole host sum over the slow links;
       // the reduce-scatter (the same tree, element by element) sends each rank's share once, and
@@ -282,22 +293,16 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // Recursive halving with sum_on_host's partners in its order (rank ^ 1, ^ 2, ^ 4, ...): at distance
-  // d the slices still summed here are those of the ranks that agree with this one on the bits
-  // below d; of each pair (s, s ^ d) this rank keeps the one whose bit d is its own and sends the
-  // other to its partner, which does the mirror image. Each kept slice thus receives, level by
-  // level, the sums of the same aligned subtrees of ranks that recursive doubling adds, in the same
-  // order (mine + partner's, which is commutative): bitwise the all-reduce's result in that slice.
+  // Recursive halving with sum_on_host's partners in its order (common/rank_tree.h): each slice the
+  // all-reduce's bits.
   void reduce_scatter_on_host(std::span<float> values, const ShardLayout& shards) {
     for (int distance = 1; distance < size_; distance *= 2) {
       const int partner = rank_ ^ distance;
-      for (int kept = 0; kept < size_; ++kept) {
-        if ((kept & (2 * distance - 1)) != (rank_ & (2 * distance - 1))) continue;
-        const int given = kept ^ distance;  // both walk the pairs in the same order
+      for_each_halving_pair(rank_, size_, distance, [&](int kept, int given) {
         exchange_and_add(values.subspan(static_cast<size_t>(shards.begin(kept)), static_cast<size_t>(shards.size(kept))),
                          values.subspan(static_cast<size_t>(shards.begin(given)), static_cast<size_t>(shards.size(given))),
                          partner, distance);
-      }
+      });
     }
   }
 
@@ -349,12 +354,11 @@ class MpiCommunicator final : public Communicator {
     b.kept.clear();
     std::vector<std::span<float>> given;
     size_t receive = 0;
-    for (int kept = 0; kept < size_; ++kept) {
-      if ((kept & (2 * d - 1)) != (rank_ & (2 * d - 1))) continue;
+    for_each_halving_pair(rank_, size_, d, [&](int kept, int given_to_partner) {
       b.kept.push_back(piece_of(b, kept));
-      given.push_back(piece_of(b, kept ^ d));
+      given.push_back(piece_of(b, given_to_partner));
       receive += b.kept.back().size();
-    }
+    });
     b.received.resize(receive);
     b.requests.assign(2 * given.size(), MPI_REQUEST_NULL);
     size_t at = 0;
@@ -374,7 +378,7 @@ class MpiCommunicator final : public Communicator {
   // the partner's sums into the kept pieces (mine + partner's, as the blocking path) and posts the
   // next level.
   void advance(Bucket& b, bool wait) {
-    if ((size_ & (size_ - 1)) != 0) return;  // summed by start_reduce_scatter as its messages fill
+    if (!is_power_of_two(size_)) return;  // summed by start_reduce_scatter as its messages fill
     while (b.distance < size_) {
       int done = 1;
       if (wait)

@@ -158,8 +158,7 @@ double AdamW::step(model::ParamArena& params, float lr) {
   const float decay = lr * config_.weight_decay, eps = config_.eps;
   backend_.adamw_update({clip, b1, b2, bias1, bias2, decay, lr, eps}, grads.data() + begin_, m_.data(), v_.data(),
                         values.data() + begin_, decay_.data(), static_cast<int64_t>(m_.size()));
-  if (shards_ && shards_->gather_weights)  // host memory: the trainer refuses shards on a GPU
-    shards_->comm->all_gather_shards(std::as_writable_bytes(values), shards_->layout.scaled(sizeof(float)));
+  if (shards_ && shards_->gather_weights) shards_->comm->all_gather_weights(values, shards_->layout);
   return norm;
 }
 

@@ -114,11 +114,7 @@ void TrainConfig::validate() const {
   if (grad_accum <= 0) throw UsageError("grad_accum=" + std::to_string(grad_accum) + " must be positive");
   if (eval_batches <= 0) throw UsageError("eval.batches=" + std::to_string(eval_batches) + " must be positive");
   if (telemetry_interval < 0) throw UsageError("telemetry_interval must be >= 0");
-  if (shard != ShardMode::none && device != ops::Device::cpu)
-    throw UsageError("distributed.shard=" + std::string(to_string(shard)) +
-                     " runs on CPUs (MPI) in this version: the NCCL reduce-scatter and all-gather it needs on GPUs "
-                     "are not written yet. With device=" + std::string(ops::to_string(device)) +
-                     " use distributed.shard=none");
+  check_shard_mode_runs_on(shard, device);
 }
 
 Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm)
