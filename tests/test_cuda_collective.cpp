@@ -89,6 +89,57 @@ void expect_sum_over_gpus(int ranks, size_t n) {
   }
 }
 
+// ZeRO-1's calls on `ranks` GPUs: each rank's slice of the reduce-scatter is the CPU's tree sum
+// there (2^k ranks; the all-reduce's bits otherwise), and the all-gather gives every rank the owners'
+// bits. Slices uneven, as optimizer_shards cuts them.
+void expect_shard_collectives_over_gpus(int ranks, int64_t n) {
+  std::vector<int64_t> bounds{0};
+  for (int r = 1; r < ranks; ++r) bounds.push_back(n * r / ranks + (r % 2 ? 4099 : -77));
+  bounds.push_back(n);
+  std::vector<std::vector<float>> inputs, scattered(static_cast<size_t>(ranks)), gathered(static_cast<size_t>(ranks)),
+      summed(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) inputs.push_back(mixed_magnitude_floats(static_cast<size_t>(n), 91 + static_cast<uint32_t>(r)));
+  const cuda::CollectiveId id = cuda::new_collective_id();
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        cuda::Context ctx(r);
+        cuda::Collective group(ctx, id, r, ranks);
+        const auto& in = inputs[static_cast<size_t>(r)];
+        const auto round = [&](auto call, std::vector<float>& out) {
+          auto values = cuda::DeviceBuffer<float>::from_host(in, ctx.stream());
+          call(values.data());
+          out.resize(in.size());
+          NIBBLE_CUDA_CHECK(cudaMemcpyAsync(out.data(), values.data(), values.bytes(), cudaMemcpyDeviceToHost, ctx.stream()));
+          ctx.synchronize();
+        };
+        round([&](float* v) { group.reduce_scatter(v, bounds); }, scattered[static_cast<size_t>(r)]);
+        round([&](float* v) { group.all_gather(v, bounds); }, gathered[static_cast<size_t>(r)]);
+        round([&](float* v) { group.sum(v, static_cast<size_t>(n)); }, summed[static_cast<size_t>(r)]);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) ASSERT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  std::vector<float> expected = summed[0];
+  if ((ranks & (ranks - 1)) == 0) {
+    train::GradientSum tree(ops::cpu());
+    for (const auto& v : inputs) tree.add(v);
+    tree.finish(expected);
+  }
+  std::vector<float> owners(static_cast<size_t>(n));
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t i = bounds[r]; i < bounds[r + 1]; ++i) {
+      owners[static_cast<size_t>(i)] = inputs[static_cast<size_t>(r)][static_cast<size_t>(i)];
+      ASSERT_EQ(scattered[static_cast<size_t>(r)][static_cast<size_t>(i)], expected[static_cast<size_t>(i)])
+          << "rank " << r << " element " << i;
+    }
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(gathered[static_cast<size_t>(r)], owners) << "rank " << r;
+}
+
 class CudaCollectiveOnGpus : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -107,6 +158,16 @@ TEST_F(CudaCollectiveOnGpus, EveryGpuGetsTheCpuTreeSumBitwise) {
   int ranks = 1;
   while (ranks * 2 <= gpus_) ranks *= 2;
   expect_sum_over_gpus(ranks, (size_t{16} << 20) + 4099);
+}
+
+TEST_F(CudaCollectiveOnGpus, OneGpuOwnsEveryShard) { expect_shard_collectives_over_gpus(1, 1000); }
+
+TEST_F(CudaCollectiveOnGpus, ShardCollectivesAreTheCpuTreeAndTheOwnersBits) {
+  if (gpus_ < 2) GTEST_SKIP() << "needs 2 GPUs for an exchange; this machine has " << gpus_;
+  int ranks = 1;
+  while (ranks * 2 <= gpus_) ranks *= 2;
+  expect_shard_collectives_over_gpus(ranks, (int64_t{16} << 20) * ranks + 4099);  // slices cross a bucket
+  if (gpus_ >= 3) expect_shard_collectives_over_gpus(3, 100003);
 }
 
 TEST_F(CudaCollectiveOnGpus, OtherRankCountsAgreeOnEveryGpu) {

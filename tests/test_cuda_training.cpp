@@ -180,6 +180,27 @@ TEST_F(CudaTrainingOnGpu, StateMovesBetweenDevicesBitForBit) {
   EXPECT_EQ(cpu.optimizer().steps(), 4);
 }
 
+// distributed.shard=optimizer (ZeRO-1) on a GPU, one process: the sharded optimizer's path (the norm
+// from the slice's chunk sums, AdamW on its slice, the state gathered through the host) trains
+// bitwise like the replicated one. Several GPUs run the NCCL collectives it adds in
+// test_cuda_collective (and under the CUDA model in CI).
+TEST_F(CudaTrainingOnGpu, ShardedOptimizerTrainsLikeTheReplicatedOne) {
+  const auto corpus = walk_corpus(8000, 48, 13);
+  train::TrainConfig replicated_config = small_run(Quantization::nvfp4, ops::Device::cuda, 31, 20), sharded_config = replicated_config;
+  sharded_config.shard = train::ShardMode::optimizer;
+  train::Trainer replicated(replicated_config, corpus), sharded(sharded_config, corpus);
+  ASSERT_TRUE(sharded.optimizer().sharded());
+  for (int i = 0; i < 3; ++i) {
+    const train::StepResult a = replicated.step(), b = sharded.step();
+    EXPECT_EQ(a.loss, b.loss) << "step " << i;
+    EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << i;
+  }
+  EXPECT_EQ(replicated.model().params().host_values(), sharded.model().params().host_values());
+  const train::AdamWState state = sharded.optimizer().gather_state();
+  EXPECT_EQ(state.first, replicated.optimizer().first_moments());
+  EXPECT_EQ(state.second, replicated.optimizer().second_moments());
+}
+
 #endif  // NIBBLE_HAVE_CUDA
 
 }  // namespace

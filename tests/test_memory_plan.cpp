@@ -160,6 +160,26 @@ TEST(MemoryPlan, AGpusTiledAttentionKeepsEachLayersOutput) {
             4 * rows * 128 * job.train.model.layers);
 }
 
+// On GPUs the optimizer mode is ZeRO-1's memory with NCCL's exchange bucket; gradients and full are
+// not possible there, and `nibble plan`'s report says so with the fix instead of a figure.
+TEST(MemoryPlan, OnGpusTheOptimizerShardsAndTheOtherModesAreRefused) {
+  auto cpu = small_job(4, train::ShardMode::optimizer);
+  auto gpu = cpu;
+  gpu.train.device = ops::Device::cuda;
+  const int64_t n = model::arena_floats(cpu.train.model);
+  const train::RankMemory c = train::plan_rank_memory(cpu, 1), g = train::plan_rank_memory(gpu, 1);
+  EXPECT_EQ(g.optimizer, c.optimizer);
+  EXPECT_EQ(g.buffers, 4 * std::min<int64_t>(n, int64_t{16} << 20));
+  for (auto mode : {train::ShardMode::gradients, train::ShardMode::full}) {
+    gpu.shard = mode;
+    EXPECT_THROW(train::plan_rank_memory(gpu, 0), UsageError) << train::to_string(mode);
+  }
+  const std::string report = train::memory_plan_report(gpu, 0);
+  EXPECT_NE(report.find("shard=gradients\n  not possible: distributed.shard=gradients runs on CPUs"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("use distributed.shard=optimizer or none"), std::string::npos) << report;
+}
+
 // ZeRO-2 keeps the optimizer's slice of ZeRO-1 and, with one micro-batch per rank, of the gradient
 // only the pages its slice and the buckets in flight touch: below the whole arena, above the slice,
 // and the slices' receive buffers counted; with several micro-batches per rank the tree sum needs

@@ -16,8 +16,10 @@ namespace nibble::train {
 
 namespace {
 
-// The gradient exchange's receive bucket (distributed_mpi.cpp's kBucketFloats FP32 values).
+// The gradient exchange's receive bucket (distributed_mpi.cpp's kBucketFloats FP32 values); on GPUs
+// NCCL's partner bucket (nccl_collective.cu: up to 16 Mi floats, no more than the arena).
 constexpr int64_t kExchangeBucketBytes = int64_t{4} << 20;
+constexpr int64_t kNcclBucketFloats = int64_t{16} << 20;
 
 // Stored bytes of one element of a GEMM's weight operand: 0 when the GEMM reads the FP32 weights.
 double weight_copy_bytes(const GemmRecipe& g) {
@@ -177,7 +179,7 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   if (in.shard == ShardMode::full) m.startup_weights = 4 * n;
   m.gradients = 4 * n;
   m.accumulation = slices > 1 ? 4 * n * accumulation_arrays(slices) : 0;
-  m.buffers = in.ranks > 1 ? kExchangeBucketBytes : 0;
+  if (in.ranks > 1) m.buffers = c.device == ops::Device::cuda ? 4 * std::min(n, kNcclBucketFloats) : kExchangeBucketBytes;
   if (reduces_gradient_buckets(in.shard)) {
     // With several micro-batches a rank writes whole gradients before the last one (the tree sum
     // of its micro-batches needs them) and finishes the sum piecewise (one bucket of scratch).
