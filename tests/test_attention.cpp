@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/layers/attention.h"
 #include "kernels/cpu/common/cpu_features.h"
+#include "format/codecs.h"
 #include "support/check.h"
 #include "support/random.h"
 
@@ -55,6 +57,65 @@ TEST(FusedAttention, ProductKernelIsTheFmaChainOnEveryIsa) {
                                                 << " transposed_a=" << transposed_a << " accumulate=" << accumulate;
             }
           }
+}
+
+// BF16 operands' product in pair order (k + 1, then k, per pair; a last odd k alone), written out:
+// what every pair variant, vdpbf16ps included, must produce bit for bit.
+void pair_matmul_model(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k, const float* B,
+                       int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float c = accumulate ? C[m * ldc + n] : 0.0f;
+      for (int64_t k = 0; k < K; k += 2) {
+        if (k + 1 < K) c = std::fma(A[m * a_row + (k + 1) * a_k], B[(k + 1) * ldb + n], c);
+        c = std::fma(A[m * a_row + k * a_k], B[k * ldb + n], c);
+      }
+      C[m * ldc + n] = c;
+    }
+}
+
+// Random BF16 values (as the products' operands are: rounded, subnormals flushed), magnitudes over
+// a few binades so that sums round.
+std::vector<float> bf16_floats(size_t n, uint32_t seed) {
+  std::vector<float> v = normal_floats(n, seed);
+  std::mt19937 rng(seed);
+  for (float& x : v) x = round_to_bf16(std::ldexp(x, static_cast<int>(rng() % 9) - 4));
+  return v;
+}
+
+TEST(FusedAttention, BF16ProductKernelIsThePairOrderOnEveryIsa) {
+  std::vector<std::pair<const char*, attention_kernels::Matmul>> variants = {
+      {"scalar", &attention_kernels::pair_matmul_scalar}};
+  if (detected_isa() >= Isa::avx2) variants.emplace_back("avx2", &attention_kernels::pair_matmul_avx2);
+  if (detected_isa() >= Isa::avx512) variants.emplace_back("avx512", &attention_kernels::pair_matmul_avx512);
+  // The CPU's own vdpbf16ps: the pair order is the Intel SDM's, which this checks on the CPU at hand.
+  if (detected_isa() >= Isa::avx512bf16) variants.emplace_back("avx512bf16", &attention_kernels::pair_matmul_avx512bf16);
+  uint32_t seed = 300;
+  for (int64_t M : {1, 3, 4, 9, 16})
+    for (int64_t N : {1, 7, 16, 23, 64, 70, 130})
+      for (int64_t K : {1, 2, 5, 16, 64})
+        for (bool transposed_a : {false, true})
+          for (bool accumulate : {false, true}) {
+            const auto A = bf16_floats(static_cast<size_t>(M * K), seed++);
+            const auto B = bf16_floats(static_cast<size_t>(K * (N + 2)), seed++);
+            const auto C0 = normal_floats(static_cast<size_t>(M * (N + 1)), seed++);
+            const int64_t a_row = transposed_a ? 1 : K, a_k = transposed_a ? M : 1;
+            std::vector<float> want = C0;
+            pair_matmul_model(M, N, K, A.data(), a_row, a_k, B.data(), N + 2, want.data(), N + 1, accumulate);
+            for (const auto& [name, matmul] : variants) {
+              std::vector<float> got = C0;
+              matmul(M, N, K, A.data(), a_row, a_k, B.data(), N + 2, got.data(), N + 1, accumulate);
+              ASSERT_TRUE(same_bits(got, want)) << name << " M=" << M << " N=" << N << " K=" << K
+                                                << " transposed_a=" << transposed_a << " accumulate=" << accumulate;
+            }
+          }
+  // Not vacuous: on long sums the pair order and the k order differ somewhere.
+  const int64_t M = 16, N = 64, K = 256;
+  const auto A = bf16_floats(M * K, 7), B = bf16_floats(K * N, 8);
+  std::vector<float> pairs(M * N), k_order(M * N);
+  attention_kernels::pair_matmul_scalar(M, N, K, A.data(), K, 1, B.data(), N, pairs.data(), N, false);
+  matmul_model(M, N, K, A.data(), K, 1, B.data(), N, k_order.data(), N, false);
+  EXPECT_FALSE(same_bits(pairs, k_order));
 }
 
 TEST(FusedAttention, TransposeIsTheSameCopyOnEveryIsa) {
@@ -113,6 +174,32 @@ TEST(FusedAttention, SameBitsForAnyThreadCount) {
       }
     }
   omp_set_num_threads(saved);
+}
+
+// On AVX512-BF16 the whole forward and backward give the AVX-512 FMA kernels' bits (the two share
+// exp_f32's AVX-512 variant; the product kernels of every ISA are compared above): vdpbf16ps over a
+// head's K^T, V, V^T and K packed once, and the per-call packing for dK and dV. Shapes: partial and
+// odd last query blocks (37, 33: an odd last pair), head widths below, at and above one vector (12,
+// 16, 64), GQA and MQA. Inputs over several binades, with tiny gradients whose BF16 roundings are
+// subnormal (flushed on both).
+TEST(FusedAttention, AvxBf16AttentionIsTheAvx512Bits) {
+  if (detected_isa() < Isa::avx512bf16) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  for (const AttentionShape base : {AttentionShape{2, 37, 4, 2, 16}, AttentionShape{2, 40, 3, 1, 12},
+                                    AttentionShape{1, 33, 2, 2, 64}, AttentionShape{1, 70, 2, 1, 64}})
+    for (bool bf16 : {false, true}) {
+      AttentionShape s = base;
+      s.bf16_matmuls = bf16;
+      auto qkv = normal_floats(static_cast<size_t>(s.batch * s.seq * s.qkv_stride()), 15, 2.0f);
+      auto dout = normal_floats(static_cast<size_t>(s.batch * s.seq * s.out_width()), 16);
+      for (size_t i = 0; i < dout.size(); i += 97) dout[i] = std::ldexp(dout[i], -130);  // subnormal in BF16
+      set_isa_limit(Isa::avx512);
+      const AttentionRun fma = run_attention(s, qkv, dout);
+      set_isa_limit(detected_isa());
+      const AttentionRun dpbf16 = run_attention(s, qkv, dout);
+      EXPECT_TRUE(same_bits(fma.out, dpbf16.out)) << "bf16=" << bf16 << " hd=" << s.head_dim;
+      EXPECT_TRUE(same_bits(fma.stats, dpbf16.stats)) << "bf16=" << bf16 << " hd=" << s.head_dim;
+      EXPECT_TRUE(same_bits(fma.dqkv, dpbf16.dqkv)) << "bf16=" << bf16 << " hd=" << s.head_dim;
+    }
 }
 
 TEST(FusedAttention, Bf16RoundsTheOperandsOnly) {

@@ -315,7 +315,7 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
              peaks.fp32() / 1e9, peaks.bf16() / 1e9, copy_bandwidth / 1e9);
   fmt::print("OpenMP waits: {}\n", describe_wait_policy());
   fmt::print("kernels ({}): NVFP4/MXFP4 GEMMs {}; FP8 GEMMs {} (gemm_summation=auto unless --set); BF16 GEMMs (bf16 "
-             "recipe, BF16-kept layers, attention products for every recipe but none) {}\n",
+             "recipe, BF16-kept layers) {}; attention's BF16 products (every recipe but none) {}\n",
              cpu::to_string(cpu::active_isa()),
              cpu::fp32_products_available(Format::nvfp4) ? "sum element products in FP32 on the AMX-BF16 tiles"
                                                          : "sum exact 16-block products (no AMX-BF16 here)",
@@ -324,7 +324,9 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
                                                                : "decoded exactly, FMA in k order",
              cpu::amx_bf16_active()                          ? "on the AMX-BF16 tiles"
              : cpu::active_isa() >= cpu::Isa::avx512bf16 ? "with AVX512-BF16 vdpbf16ps"
-                                                         : "FMA on BF16-rounded operands");
+                                                         : "FMA on BF16-rounded operands",
+             cpu::active_isa() >= cpu::Isa::avx512bf16 ? "with AVX512-BF16 vdpbf16ps in pair order"
+                                                       : "FMA in pair order on BF16-rounded operands");
   return copy_bandwidth;
 }
 

@@ -193,12 +193,33 @@ NIBBLE_HD void cross_entropy_backward_row(const float* l, int32_t target, int64_
 // ---- causal GQA attention ---------------------------------------------------------------------------
 // qkv [batch*seq, (heads + 2 kv_heads) head_dim]: per token the query heads, then the key heads, then
 // the value heads; query head h reads key/value head h / (heads / kv_heads). Products as FMA chains
-// in k order (the CPU kernels' product); with bf16_matmuls the operands (Q, K, V, P, dO, dS) are
-// rounded to BF16 first.
-NIBBLE_HD float attention_operand(float x, bool bf16) { return bf16 ? dm::round_to_bf16(x) : x; }
+// in the CPU kernels' orders: k order in FP32; with bf16_matmuls the operands (Q, K, V, P, dO, dS) are
+// rounded to BF16 with subnormals flushed, and each sum runs in pair order (kernels/cpu/layers/
+// attention.h: for even k the product at k + 1, then at k; pairs aligned to even indices from the
+// start of the sum, products the CPU multiplies by a masked zero left out, which adds nothing).
+NIBBLE_HD float attention_operand(float x, bool bf16) {
+  if (!bf16) return x;
+  const float r = dm::round_to_bf16(x);
+  return fabsf(r) < 1.17549435e-38f ? copysignf(0.0f, r) : r;  // FLT_MIN: vdpbf16ps's flush
+}
+// f(k) for k in [begin, end) in the order of a sum over [0, end) or [begin, end): k order, or pair
+// order over the pairs (2u, 2u + 1) that meet the range.
+template <class F>
+NIBBLE_HD void for_each_in_product_order(int64_t begin, int64_t end, bool pairs, F f) {
+  if (!pairs) {
+    for (int64_t k = begin; k < end; ++k) f(k);
+    return;
+  }
+  for (int64_t k = begin - begin % 2; k < end; k += 2) {
+    if (k + 1 < end) f(k + 1);
+    if (k >= begin) f(k);
+  }
+}
 NIBBLE_HD float attention_dot(const float* a, const float* b, int64_t hd, bool bf16) {
   float d = 0.0f;
-  for (int64_t i = 0; i < hd; ++i) d = nb_fma(attention_operand(a[i], bf16), attention_operand(b[i], bf16), d);
+  for_each_in_product_order(0, hd, bf16, [&](int64_t i) {
+    d = nb_fma(attention_operand(a[i], bf16), attention_operand(b[i], bf16), d);
+  });
   return d;
 }
 // P[t][j] from a row's saved (max, 1/sum) (forward computes the same expression).
@@ -223,11 +244,11 @@ NIBBLE_HD void attention_forward_row(const AttentionShape& s, const float* qkv, 
   st[1] = nb_div(1.0f, sum);
   float* o = out + (b * S + t) * ow + h * hd;
   for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-  for (int64_t j = 0; j <= t; ++j) {
+  for_each_in_product_order(0, t + 1, s.bf16_matmuls, [&](int64_t j) {
     const float p = attention_operand(attention_probability(score(j), st), s.bf16_matmuls);
     const float* v = base + j * stride + vcol;
     for (int64_t i = 0; i < hd; ++i) o[i] = nb_fma(p, attention_operand(v[i], s.bf16_matmuls), o[i]);
-  }
+  });
 }
 
 // Backward of query row `row` = (b, h, t): D_t = sum_j P_tj dP_tj into row_dot[row] (the key rows
@@ -249,12 +270,12 @@ NIBBLE_HD void attention_backward_query_row(const AttentionShape& s, const float
   row_dot[row] = d;
   float* dq = dqkv + (b * S + t) * stride + h * hd;
   for (int64_t i = 0; i < hd; ++i) dq[i] = 0.0f;
-  for (int64_t j = 0; j <= t; ++j) {
+  for_each_in_product_order(0, t + 1, bf, [&](int64_t j) {
     const float* k = base + j * stride + kcol;
     const float ds = attention_operand(
         nb_mul(nb_mul(p_of(j), nb_sub(attention_dot(dO, base + j * stride + vcol, hd, bf), d)), scale), bf);
     for (int64_t i = 0; i < hd; ++i) dq[i] = nb_fma(ds, attention_operand(k[i], bf), dq[i]);
-  }
+  });
 }
 
 // Backward of key row `krow` = (b, g, j) of key/value head g: dK_j = sum_h sum_{t >= j} dS_tj Q_t and
@@ -274,7 +295,7 @@ NIBBLE_HD void attention_backward_key_row(const AttentionShape& s, const float* 
   float* dv = dqkv + (b * S + j) * stride + vcol;
   for (int64_t i = 0; i < hd; ++i) dk[i] = dv[i] = 0.0f;
   for (int64_t h = g * group; h < (g + 1) * group; ++h)
-    for (int64_t t = j; t < S; ++t) {
+    for_each_in_product_order(j, S, bf, [&](int64_t t) {
       const int64_t row = (b * s.heads + h) * S + t;
       const float* q = base + t * stride + h * hd;
       const float* dO = dout + (b * S + t) * ow + h * hd;
@@ -285,7 +306,7 @@ NIBBLE_HD void attention_backward_key_row(const AttentionShape& s, const float* 
         dk[i] = nb_fma(ds, attention_operand(q[i], bf), dk[i]);
         dv[i] = nb_fma(pb, attention_operand(dO[i], bf), dv[i]);
       }
-    }
+    });
 }
 
 // Decoding with a KV cache (s.batch == 1, s.seq new tokens at positions [past, past + seq)):
