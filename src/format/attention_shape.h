@@ -29,4 +29,12 @@ struct AttentionShape {
   NIBBLE_SHAPE_FN int64_t softmax_stats_size() const { return batch * heads * seq * 2; }
 };
 
+// Whether a GPU of compute capability `cc_major` runs this attention as the tiled BF16 tensor-core
+// kernels (kernels/cuda/flash_attention.cuh: BF16 products, head_dim 32 or 64, mma.sync from sm_80),
+// whose backward reads the forward's output. The CUDA backend dispatches on it; the memory plan,
+// which runs without a GPU, asks it too (for sm_80 and newer), so the two cannot drift apart.
+NIBBLE_SHAPE_FN inline bool tiled_on_gpu(const AttentionShape& s, int cc_major) {
+  return cc_major >= 8 && s.bf16_matmuls && (s.head_dim == 32 || s.head_dim == 64);
+}
+
 }  // namespace nibble

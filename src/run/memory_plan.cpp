@@ -200,10 +200,13 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   }
   const double own_bands = gathered_floats * stored_bytes_per_element(Format::nvfp4) / in.ranks;
   // On a GPU the tiled BF16 attention's backward reads the forward's output, which training keeps per
-  // layer (LayerOps::attention_backward_takes_output; head_dim 32 or 64 on sm_80 and newer).
+  // layer (LayerOps::attention_backward_takes_output: tiled_on_gpu, for GPUs of sm_80 and newer).
   const int64_t hd = c.model.head_dim();
+  AttentionShape attention;
+  attention.head_dim = hd;
+  attention.bf16_matmuls = recipe.attention_bf16();
   const int64_t kept_attention_out =
-      c.device == ops::Device::cuda && recipe.attention_bf16() && (hd == 32 || hd == 64)
+      c.device == ops::Device::cuda && tiled_on_gpu(attention, 8)
           ? 4 * plan.rows_per_slice() * seq * c.model.heads * hd * c.model.layers
           : 0;
   m.activations = estimate_memory(c.model, &recipe, c.batch, seq).activations_recipe +

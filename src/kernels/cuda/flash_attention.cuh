@@ -43,9 +43,7 @@ constexpr int kColumnRow = kTile + kPad;    // row length of a transposed tile [
 constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 
 // The tiled path: BF16 products, a head_dim it is built for, and BF16 mma.sync (sm_80 and newer).
-inline bool supports(const AttentionShape& s, int cc_major) {
-  return cc_major >= 8 && s.bf16_matmuls && (s.head_dim == 32 || s.head_dim == 64);
-}
+inline bool supports(const AttentionShape& s, int cc_major) { return tiled_on_gpu(s, cc_major); }
 NIBBLE_HD int64_t tiles(const AttentionShape& s) { return (s.seq + kTile - 1) / kTile; }
 
 // Rows [row0, row0 + 64) of the head_dim columns at `src` (a [rows, stride] FP32 matrix) as BF16 into
