@@ -553,7 +553,6 @@ void nvfp4_transposed_t(const Nvfp4Job& job, const float* x, int64_t ld, int64_t
   const E2M1Tables rn_tables = load_e2m1_tables();
   const E2M1SrTables sr_tables = load_e2m1_sr_tables();
   const __m512 c = _mm512_set1_ps(job.encode_times_rcp6);
-  alignas(64) float v[256];
   alignas(64) float enc[16];
   alignas(16) uint8_t scale_bytes[16];
   // SR bytes of the current batch: per column, its (up to) 256 consecutive positions. Plain arrays
@@ -579,15 +578,18 @@ void nvfp4_transposed_t(const Nvfp4Job& job, const float* x, int64_t ld, int64_t
     __m512 t[16];
     for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + c0);
     if constexpr (kRht) rht16_bf16_finite_columns(t);
+    // Before the transpose lane j of every row is block j: its maximum |value| is a lane-wise max
+    // over the 16 rows (block_maxima16's value, without its lane permutes).
+    __m512 maxima = _mm512_range_ps(t[0], t[1], 0x0B);
+    for (int i = 2; i < 16; ++i) maxima = _mm512_range_ps(maxima, t[i], 0x0B);
     transpose16x16_ps(t);
-    for (int j = 0; j < 16; ++j) _mm512_store_ps(v + 16 * j, t[j]);
-    const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(block_maxima16(v), c));
+    const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(maxima, c));
     _mm_store_si128(reinterpret_cast<__m128i*>(scale_bytes), _mm512_cvtepi32_epi8(s));
     _mm512_store_ps(enc, _mm512_i32gather_ps(s, job.enc_of_scale, 4));
     for (int j = 0; j < 16; ++j) {
       const int64_t block = (c0 + j) * token_blocks + tb;
       job.scales[block] = scale_bytes[j];
-      const __m512 y = _mm512_mul_ps(_mm512_load_ps(v + 16 * j), _mm512_set1_ps(enc[j]));
+      const __m512 y = _mm512_mul_ps(t[j], _mm512_set1_ps(enc[j]));
       __m512i codes;
       if constexpr (kSr) {
         const uint8_t* r = column_random[(g - batch_g0) * 16 + j] + (tb - batch_tb0) * 16;
