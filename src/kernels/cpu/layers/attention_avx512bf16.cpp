@@ -7,10 +7,11 @@
 // are rounded with their subnormals flushed on every ISA (round_to_bf16_flushed), and sums below
 // FP32's normal range (2^-126) are the one place where the kernels may differ.
 //
-// Per call the operands go to pair layouts: B's rows k and k + 1 interleaved (16 pairs a vector,
-// [K/2][N rounded down to 16]) and A's (m, k), (m, k + 1) as one 32-bit broadcast ([M][K/2] from A's
-// rows, or [K/2][M] when A is read down its columns); the columns past the last whole vector run as
-// std::fma in pair order. Tiles of 4 rows x 4 vectors.
+// The operands go to pair layouts: B's rows k and k + 1 interleaved (16 pairs a vector, [K/2][N
+// rounded down to 16]; per call, or once for many calls: pair_matmul_packed_avx512bf16) and A's
+// (m, k), (m, k + 1) as one 32-bit broadcast ([M][K/2] from A's rows, or [K/2][M] when A is read down
+// its columns); the columns past the last whole vector run as std::fma in pair order. Tiles of 4 rows
+// x 4 vectors.
 #ifdef NIBBLE_EMULATED_INTRINSICS
 // tests/emulated/: a software model of the intrinsics below (avx512bf16_intrinsics.h), so this file's
 // packing and tiling are tested on CPUs without AVX512-BF16 too.
@@ -39,6 +40,7 @@ struct PairBuffer {
   uint32_t* reserve(size_t n) {
     if (n > capacity) {
       std::free(data);
+      capacity = 0;
       data = static_cast<uint32_t*>(std::malloc(n * sizeof(uint32_t)));
       if (!data) throw std::bad_alloc();
       capacity = n;
