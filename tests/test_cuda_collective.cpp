@@ -43,11 +43,10 @@ TEST(CudaCollective, ThisBuildSaysWhetherItHasNccl) {
 
 #if defined(NIBBLE_HAVE_NCCL)
 
-// ranks GPUs (threads), each summing its own random vector; every rank's result must equal the CPU's
-// tree for 2^k ranks, and agree between ranks (and with a double sum within FP32 rounding) otherwise.
-void expect_sum_over_gpus(int ranks, size_t n) {
-  std::vector<std::vector<float>> inputs, outputs(static_cast<size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) inputs.push_back(mixed_magnitude_floats(n, 77 + static_cast<uint32_t>(r)));
+// Runs body(rank, context, group) on `ranks` threads, one GPU and one NCCL rank each (one thread per
+// GPU stands in for one process per GPU); returns each rank's error, "" when it had none.
+template <class Body>
+std::vector<std::string> on_each_gpu(int ranks, Body body) {
   const cuda::CollectiveId id = cuda::new_collective_id();
   std::vector<std::string> errors(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
@@ -56,21 +55,34 @@ void expect_sum_over_gpus(int ranks, size_t n) {
       try {
         cuda::Context ctx(r);
         cuda::Collective group(ctx, id, r, ranks);
-        cuda::DeviceBuffer<float> values(n, ctx.stream());
-        const auto& in = inputs[static_cast<size_t>(r)];
-        NIBBLE_CUDA_CHECK(cudaMemcpyAsync(values.data(), in.data(), n * sizeof(float), cudaMemcpyHostToDevice,
-                                          ctx.stream()));
-        group.sum(values.data(), n);
-        auto& out = outputs[static_cast<size_t>(r)];
-        out.resize(n);
-        NIBBLE_CUDA_CHECK(cudaMemcpyAsync(out.data(), values.data(), n * sizeof(float), cudaMemcpyDeviceToHost,
-                                          ctx.stream()));
-        ctx.synchronize();
+        body(r, ctx, group);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
       }
     });
   for (auto& t : threads) t.join();
+  return errors;
+}
+
+// `in` copied to the GPU of `ctx`, call(device pointer), and the values copied back.
+template <class Call>
+std::vector<float> on_device(cuda::Context& ctx, const std::vector<float>& in, Call call) {
+  auto values = cuda::DeviceBuffer<float>::from_host(in, ctx.stream());
+  call(values.data());
+  std::vector<float> out(in.size());
+  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(out.data(), values.data(), values.bytes(), cudaMemcpyDeviceToHost, ctx.stream()));
+  ctx.synchronize();
+  return out;
+}
+
+// ranks GPUs (threads), each summing its own random vector; every rank's result must equal the CPU's
+// tree for 2^k ranks, and agree between ranks (and with a double sum within FP32 rounding) otherwise.
+void expect_sum_over_gpus(int ranks, size_t n) {
+  std::vector<std::vector<float>> inputs, outputs(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) inputs.push_back(mixed_magnitude_floats(n, 77 + static_cast<uint32_t>(r)));
+  const std::vector<std::string> errors = on_each_gpu(ranks, [&](int r, cuda::Context& ctx, cuda::Collective& group) {
+    outputs[static_cast<size_t>(r)] = on_device(ctx, inputs[static_cast<size_t>(r)], [&](float* v) { group.sum(v, n); });
+  });
   for (int r = 0; r < ranks; ++r) ASSERT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
   for (int r = 1; r < ranks; ++r) EXPECT_EQ(outputs[static_cast<size_t>(r)], outputs[0]) << "rank " << r << " got other bits";
   if ((ranks & (ranks - 1)) == 0) {
@@ -99,30 +111,13 @@ void expect_shard_collectives_over_gpus(int ranks, int64_t n) {
   std::vector<std::vector<float>> inputs, scattered(static_cast<size_t>(ranks)), gathered(static_cast<size_t>(ranks)),
       summed(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) inputs.push_back(mixed_magnitude_floats(static_cast<size_t>(n), 91 + static_cast<uint32_t>(r)));
-  const cuda::CollectiveId id = cuda::new_collective_id();
-  std::vector<std::string> errors(static_cast<size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        cuda::Context ctx(r);
-        cuda::Collective group(ctx, id, r, ranks);
-        const auto& in = inputs[static_cast<size_t>(r)];
-        const auto round = [&](auto call, std::vector<float>& out) {
-          auto values = cuda::DeviceBuffer<float>::from_host(in, ctx.stream());
-          call(values.data());
-          out.resize(in.size());
-          NIBBLE_CUDA_CHECK(cudaMemcpyAsync(out.data(), values.data(), values.bytes(), cudaMemcpyDeviceToHost, ctx.stream()));
-          ctx.synchronize();
-        };
-        round([&](float* v) { group.reduce_scatter(v, bounds); }, scattered[static_cast<size_t>(r)]);
-        round([&](float* v) { group.all_gather(v, bounds); }, gathered[static_cast<size_t>(r)]);
-        round([&](float* v) { group.sum(v, static_cast<size_t>(n)); }, summed[static_cast<size_t>(r)]);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = on_each_gpu(ranks, [&](int r, cuda::Context& ctx, cuda::Collective& group) {
+    const auto& in = inputs[static_cast<size_t>(r)];
+    const size_t i = static_cast<size_t>(r);
+    scattered[i] = on_device(ctx, in, [&](float* v) { group.reduce_scatter(v, bounds); });
+    gathered[i] = on_device(ctx, in, [&](float* v) { group.all_gather(v, bounds); });
+    summed[i] = on_device(ctx, in, [&](float* v) { group.sum(v, static_cast<size_t>(n)); });
+  });
   for (int r = 0; r < ranks; ++r) ASSERT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
   std::vector<float> expected = summed[0];
   if ((ranks & (ranks - 1)) == 0) {

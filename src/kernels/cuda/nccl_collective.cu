@@ -67,18 +67,12 @@ void Collective::sum(float* values, size_t count) {
     return;
   }
   reserve_partner_bucket(count);
+  // Recursive doubling, bucket by bucket: each rank sends its whole bucket and adds the partner's;
+  // both partners add the same two operands (IEEE addition commutes), so the bits agree.
   for (size_t first = 0; first < count; first += kBucketFloats) {
     const size_t n = std::min(kBucketFloats, count - first);
-    float* bucket = values + first;
-    for (int distance = 1; distance < size_; distance *= 2) {
-      const int partner = rank_ ^ distance;
-      check(ncclGroupStart(), "ncclGroupStart");
-      check(ncclSend(bucket, n, ncclFloat32, partner, comm_, stream), "ncclSend");
-      check(ncclRecv(partner_.data(), n, ncclFloat32, partner, comm_, stream), "ncclRecv");
-      check(ncclGroupEnd(), "ncclGroupEnd");
-      // Both partners add the same two operands (IEEE addition commutes): the same bits on both.
-      add(bucket, partner_.data(), static_cast<int64_t>(n), ctx_);
-    }
+    for (int distance = 1; distance < size_; distance *= 2)
+      exchange_and_add(values + first, n, values + first, n, rank_ ^ distance);
   }
   ctx_.synchronize();
 }

@@ -96,7 +96,9 @@ struct Dims {
   attention_kernels::Matmul matmul;
   attention_kernels::Transpose transpose;
   bool parallel;  // enough work to share between threads
-  bool packed;    // BF16 products on AVX512-BF16: a head's K^T, V, V^T and K go to pairs once (Operand)
+  // The product runs on AVX512-BF16 (the kernel dispatch chose it): a head's K^T, V, V^T and K go to
+  // pairs once (Operand).
+  bool packed() const { return matmul == &attention_kernels::pair_matmul_avx512bf16; }
 };
 
 Dims dims_of(const AttentionShape& s) {
@@ -112,11 +114,10 @@ Dims dims_of(const AttentionShape& s) {
           s.bf16_matmuls,
           s.bf16_matmuls ? attention_kernels::active_pair_matmul() : attention_kernels::active_matmul(),
           attention_kernels::active_transpose(),
-          s.batch * s.heads * s.seq * s.seq * s.head_dim >= kMinParallelWork,
-          s.bf16_matmuls && active_isa() >= Isa::avx512bf16};
+          s.batch * s.heads * s.seq * s.seq * s.head_dim >= kMinParallelWork};
 }
 
-// A product's B operand: its floats (rows `ld` apart) and, with Dims::packed, its BF16 pairs packed
+// A product's B operand: its floats (rows `ld` apart) and, with Dims::packed(), its BF16 pairs packed
 // once for every query block of a head (rows pairs_ld apart); without them the kernel packs per call.
 struct Operand {
   const float* values;
@@ -125,10 +126,10 @@ struct Operand {
   int64_t pairs_ld = 0;
 };
 
-// B = [K][N] floats as an Operand: with Dims::packed its pairs for the whole columns of 16 go to
+// B = [K][N] floats as an Operand: with Dims::packed() its pairs for the whole columns of 16 go to
 // `store` (K a head's full extent: calls with fewer rows take a prefix, as pair_matmul_packed allows).
 Operand operand(const Dims& d, int64_t K, int64_t N, const float* B, int64_t ldb, std::vector<uint32_t>& store) {
-  if (!d.packed) return {B, ldb};
+  if (!d.packed()) return {B, ldb};
   const int64_t n16 = N / 16 * 16;
   store.resize(static_cast<size_t>((K + 1) / 2 * n16 + 1));
   if (n16 > 0) attention_kernels::pack_pairs_avx512bf16(K, n16, B, ldb, store.data(), n16);
@@ -219,7 +220,7 @@ NIBBLE_ELEMENTWISE void softmax_backward_row(const float* __restrict prow, int64
 
 struct Scratch {
   std::vector<float> q, k_columns, k_rows, v_rows, v_columns, dout, p, p_operand, dp, dk, dv;
-  std::vector<uint32_t> k_column_pairs, k_row_pairs, v_row_pairs, v_column_pairs;  // Dims::packed
+  std::vector<uint32_t> k_column_pairs, k_row_pairs, v_row_pairs, v_column_pairs;  // Dims::packed()
   void size(int64_t S, int64_t hd, int64_t ld, bool backward) {
     const auto n = static_cast<size_t>(S * hd), columns = static_cast<size_t>(hd * ld),
                blk = static_cast<size_t>(kQueryBlock * ld);

@@ -29,6 +29,8 @@
 namespace nibble::cpu::attention_kernels {
 namespace {
 
+#include "kernels/cpu/layers/attention_dot.inc"
+
 constexpr int64_t kWidth = 16, kRows = 4, kVectors = 4;
 
 // A grown-only scratch array per thread (plain malloc: no std:: templates in an ISA file, see
@@ -151,18 +153,10 @@ void pair_product(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < n16; ++n) C[m * ldc + n] = 0.0f;
   }
-  // The columns past the last whole vector: fma in pair order (the other kernels' scalar tail).
+  // The columns past the last whole vector: the other kernels' scalar tail.
   for (int64_t n = n16; n < N; ++n)
-    for (int64_t m = 0; m < M; ++m) {
-      float c = accumulate ? C[m * ldc + n] : 0.0f;
-      int64_t k = 0;
-      for (; k + 2 <= K; k += 2) {
-        c = std::fma(A[m * a_row + (k + 1) * a_k], B[(k + 1) * ldb + n], c);
-        c = std::fma(A[m * a_row + k * a_k], B[k * ldb + n], c);
-      }
-      if (k < K) c = std::fma(A[m * a_row + k * a_k], B[k * ldb + n], c);
-      C[m * ldc + n] = c;
-    }
+    for (int64_t m = 0; m < M; ++m)
+      C[m * ldc + n] = attention_dot<Order::pairs>(K, A + m * a_row, a_k, B + n, ldb, accumulate ? C[m * ldc + n] : 0.0f);
 }
 
 }  // namespace

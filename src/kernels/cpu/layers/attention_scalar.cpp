@@ -21,7 +21,7 @@ void matmul_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_ro
   attention_matmul_impl<Order::k>(M, N, K, A, a_row, a_k, B, ldb, C, ldc, accumulate);
 }
 void pair_matmul_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k, const float* B,
-                   int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+                        int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   attention_matmul_impl<Order::pairs>(M, N, K, A, a_row, a_k, B, ldb, C, ldc, accumulate);
 }
 
