@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/pages.h"
 #include "data/data.h"
 #include "kernels/cpu/quantize/quantize.h"
 #include "model/params.h"
@@ -171,16 +172,16 @@ TEST(GradientSum, PiecewiseFinishWithTheLastLeafIsTheWholeFinishBitwise) {
   }
 }
 
-// release_to_zero: zeros in place, the neighbours of an unaligned span untouched.
+// release_to_zero (the CPU's discard_to_zero): zeros in place, the neighbours of an unaligned span untouched.
 TEST(GradientSum, ReleasedMemoryReadsAsZerosAndSparesItsNeighbours) {
   std::vector<float> v = mixed_magnitude_floats(50000, 8);
   const std::vector<float> before = v;
-  train::release_to_zero(std::span(v).subspan(777, 30001));
+  release_to_zero(v.data() + 777, 30001 * sizeof(float));
   for (size_t i = 0; i < v.size(); ++i) {
     if (i >= 777 && i < 777 + 30001) ASSERT_EQ(v[i], 0.0f) << i;
     else ASSERT_EQ(v[i], before[i]) << i;
   }
-  train::release_to_zero(std::span(v).subspan(3, 5));  // no whole page inside
+  release_to_zero(v.data() + 3, 5 * sizeof(float));  // no whole page inside
   for (size_t i = 3; i < 8; ++i) EXPECT_EQ(v[i], 0.0f);
   EXPECT_EQ(v[2], before[2]);
   EXPECT_EQ(v[8], before[8]);
@@ -344,29 +345,27 @@ TEST(ShardMode, ParsesNoneOptimizerGradientsAndNamesTheRest) {
   EXPECT_THROW(train::parse_shard_mode("zero1"), UsageError);
 }
 
-TEST(ShardMode, OptimizerShardsRunOnAGpuTheOthersAreRefusedNamingTheFix) {
-  train::TrainConfig c;
-  c.model.vocab = 64;
-  for (auto mode : {train::ShardMode::none, train::ShardMode::optimizer}) {
-    c.shard = mode;
-    c.device = ops::Device::cuda;
-    EXPECT_NO_THROW(c.validate()) << train::to_string(mode);  // ZeRO-1 through NCCL
-  }
-  for (auto mode : {train::ShardMode::gradients, train::ShardMode::full}) {
-    c.shard = mode;
-    c.device = ops::Device::cpu;
-    EXPECT_NO_THROW(c.validate());
-    c.device = ops::Device::cuda;
-    try {
-      c.validate();
-      FAIL() << "device=cuda with distributed.shard=" << train::to_string(mode) << " accepted";
-    } catch (const UsageError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("distributed.shard=" + std::string(train::to_string(mode)) + " runs on CPUs"),
-                std::string::npos) << what;
-      EXPECT_NE(what.find("use distributed.shard=optimizer or none"), std::string::npos) << what;
+TEST(ShardMode, EveryModeRunsOnGpusTheBucketedOnesOnPowerOfTwoRanks) {
+  using train::ShardMode;
+  for (auto mode : {ShardMode::none, ShardMode::optimizer, ShardMode::gradients, ShardMode::full})
+    for (int ranks : {1, 2, 3, 4, 6, 8}) {
+      EXPECT_NO_THROW(train::check_shard_mode_runs_on(mode, ops::Device::cpu, ranks));
+      const bool refused = train::reduces_gradient_buckets(mode) && (ranks == 3 || ranks == 6);
+      if (!refused) {
+        EXPECT_NO_THROW(train::check_shard_mode_runs_on(mode, ops::Device::cuda, ranks)) << train::to_string(mode);
+        continue;
+      }
+      try {
+        train::check_shard_mode_runs_on(mode, ops::Device::cuda, ranks);
+        FAIL() << "device=cuda with distributed.shard=" << train::to_string(mode) << " on " << ranks << " ranks accepted";
+      } catch (const UsageError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("distributed.shard=" + std::string(train::to_string(mode)) + " with device=cuda needs a "
+                            "power-of-two number of ranks (got " + std::to_string(ranks) + ")"),
+                  std::string::npos) << what;
+        EXPECT_NE(what.find("or distributed.shard=optimizer or none"), std::string::npos) << what;
+      }
     }
-  }
 }
 
 // One process owns the whole arena: acquiring gathers nothing, releasing frees nothing, and a

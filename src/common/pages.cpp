@@ -1,6 +1,8 @@
 #include "common/pages.h"
 
 #include <sys/mman.h>
+
+#include <cstring>
 #include <unistd.h>
 
 namespace nibble {
@@ -15,6 +17,20 @@ bool release_whole_pages(const void* p, size_t bytes) {
   const PageRange r = whole_pages_inside(p, bytes);
   if (r.begin >= r.end) return true;
   return ::madvise(reinterpret_cast<void*>(r.begin), r.end - r.begin, MADV_DONTNEED) == 0;
+}
+
+void release_to_zero(void* p, size_t bytes) {
+  if (bytes == 0) return;
+  const PageRange inner = whole_pages_inside(p, bytes);
+  const auto first = reinterpret_cast<uintptr_t>(p), last = first + bytes;
+  if (inner.begin >= inner.end) {  // no whole page inside
+    std::memset(p, 0, bytes);
+    return;
+  }
+  std::memset(p, 0, inner.begin - first);
+  std::memset(reinterpret_cast<void*>(inner.end), 0, last - inner.end);
+  if (!release_whole_pages(reinterpret_cast<void*>(inner.begin), inner.end - inner.begin))
+    std::memset(reinterpret_cast<void*>(inner.begin), 0, inner.end - inner.begin);  // memory kept, still zero
 }
 
 }  // namespace nibble

@@ -19,4 +19,9 @@ PageRange whole_pages_inside(const void* p, size_t bytes);
 // refused, leaving the contents as they were.
 bool release_whole_pages(const void* p, size_t bytes);
 
+// Zeroes [p, p + bytes) (host memory) and gives the whole pages inside it back to the system: they
+// read as zeros and take memory again only when written. The partial pages at the edges are zeroed
+// and kept (they hold neighbouring data); where the system refuses, the memory is kept, zeroed.
+void release_to_zero(void* p, size_t bytes);
+
 }  // namespace nibble

@@ -24,8 +24,20 @@ int64_t ParamArena::add(std::string name, int64_t rows, int64_t cols, bool weigh
 }
 
 void ParamArena::allocate() {
+  values_.make_releasable();
+  grads_.make_releasable();
   values_.resize_zeroed(static_cast<size_t>(size_));
   grads_.resize_zeroed(static_cast<size_t>(size_));
+}
+
+void ParamArena::commit_values(int64_t begin, int64_t end) {
+  NIBBLE_CHECK(0 <= begin && begin <= end && end <= size_, "ParamArena::commit_values: a range of the arena");
+  if (end > begin) values_.ops()->commit(values_.data() + begin, static_cast<size_t>(end - begin) * sizeof(float));
+}
+
+void ParamArena::commit_grads(int64_t begin, int64_t end) {
+  NIBBLE_CHECK(0 <= begin && begin <= end && end <= size_, "ParamArena::commit_grads: a range of the arena");
+  if (end > begin) grads_.ops()->commit(grads_.data() + begin, static_cast<size_t>(end - begin) * sizeof(float));
 }
 
 std::vector<float> ParamArena::host_values() const { return values_.to_host(); }

@@ -61,6 +61,11 @@ class ParamArena {
   float* value(int64_t offset) { return values_.data() + offset; }
   const float* value(int64_t offset) const { return values_.data() + offset; }
   float* grad(int64_t offset) { return grads_.data() + offset; }
+  // [begin, end) of the values or the gradients is about to be used after the distributed modes
+  // discarded it (ZeRO-3's weights, ZeRO-2's gradients): TensorOps::commit, which on a GPU maps the
+  // released memory again. Both arrays are releasable memory (TensorOps::allocate_releasable).
+  void commit_values(int64_t begin, int64_t end);
+  void commit_grads(int64_t begin, int64_t end);
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(const std::string& name) const;  // UsageError if absent
   int64_t parameter_count() const;

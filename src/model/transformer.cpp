@@ -465,6 +465,8 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
 
   // Loss and head. logits_ becomes dlogits in place (each row is read before it is written).
   float* dlogits = logits_.data();
+  commit_gradients(final_range());
+  if (config_.tied_embeddings) commit_gradients(embedding_range());
   acquire_head();
   ops_.cross_entropy_backward_kept(logits_.data(), targets_.data(), N, V, scale / static_cast<float>(N),
                                    loss_row_stats_.data(), dlogits);
@@ -486,6 +488,7 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
   for (int64_t l = config_.layers - 1; l >= 0; --l) {
     const BlockParams& p = blocks_[l];
     BlockActivations& a = acts_[l];
+    commit_gradients(block_range(l));
     acquire_block(l, {linear_(l, BlockLinear::qkv).current_step(), linear_(l, BlockLinear::attn_out).current_step(),
                       linear_(l, BlockLinear::gate_up).current_step(), linear_(l, BlockLinear::down).current_step()});
     linear_(l, BlockLinear::down)
@@ -525,6 +528,7 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
     complete(p.norm1);  // the block's first parameter
   }
   // The embedding's gradient reads no weights: nothing to acquire.
+  if (!config_.tied_embeddings) commit_gradients(embedding_range());
   ops_.embedding_backward(tokens_.data(), N, d_res_.data(), d, params_.grad(embedding_));
   complete(0);
 }

@@ -176,6 +176,8 @@ class Transformer {
   void release(ArenaRange r) {
     if (weights_) weights_->release(r.begin, r.end);
   }
+  // The gradients of r are about to be written: memory a distributed mode released comes back.
+  void commit_gradients(ArenaRange r) { params_.commit_grads(r.begin, r.end); }
   // The step of linear `which` of block l in a model step (its recipe, seeds and weight version).
   LinearStep linear_step(int64_t l, BlockLinear which, const ModelStep& step) const;
   using BlockSteps = std::array<LinearStep, kLinearsPerBlock>;

@@ -120,10 +120,28 @@ class TensorOps {
   virtual void copy_to_host(const void* src, void* host_dst, size_t bytes) = 0;  // waits
   virtual void copy_from_host(const void* host_src, void* dst, size_t bytes) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;
+  // Memory of which discard() can give pieces back while its addresses stay: the parameter arena's
+  // values and gradients, which ZeRO-2 and ZeRO-3 hold only in part. The CPU's every allocation is
+  // (madvise); a GPU's is address space reserved once with physical chunks mapped into it.
+  virtual void* allocate_releasable(size_t bytes) { return allocate(bytes); }
   // The contents of [p, p + bytes) are no longer needed: the backend may give that memory back to the
-  // system (the CPU the whole pages inside it) while the allocation stays valid; the bytes are
-  // unspecified until written again. distributed.shard=full drops the weights a rank does not own so.
+  // system (the CPU the whole pages inside it, a GPU the whole chunks of releasable memory) while the
+  // allocation stays valid. Before the range is read or written again, commit() it; the bytes are
+  // unspecified until written. distributed.shard=full drops the weights a rank does not own so.
   virtual void discard(void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+  }
+  // discard(), and the range reads as zeros once committed (ZeRO-2's gradients between steps, which
+  // the backward pass accumulates into).
+  virtual void discard_to_zero(void* p, size_t bytes) {
+    fill_zero(p, bytes);
+    discard(p, bytes);
+  }
+  // [p, p + bytes) is about to be used after a discard: memory given back is taken again (on a GPU,
+  // mapped; what discard_to_zero released reads as zeros). The CPU needs nothing: a released page
+  // comes back, zeroed, when touched.
+  virtual void commit(void* p, size_t bytes) {
     (void)p;
     (void)bytes;
   }
@@ -349,7 +367,7 @@ class Array {
   ~Array() { reset(); }
   Array(Array&& o) noexcept
       : ops_(o.ops_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
-        capacity_(std::exchange(o.capacity_, 0)) {}
+        capacity_(std::exchange(o.capacity_, 0)), releasable_(o.releasable_) {}
   Array& operator=(Array&& o) noexcept {
     if (this != &o) {
       reset();
@@ -357,6 +375,7 @@ class Array {
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       capacity_ = std::exchange(o.capacity_, 0);
+      releasable_ = o.releasable_;
     }
     return *this;
   }
@@ -375,11 +394,14 @@ class Array {
   bool empty() const { return size_ == 0; }
   size_t bytes() const { return size_ * sizeof(T); }
 
+  // From the next allocation on, memory that TensorOps::discard can release piecewise.
+  void make_releasable() { releasable_ = true; }
+
   // Contents up to min(old, new) size are kept; new elements are unspecified.
   void resize(size_t n) {
     if (n > capacity_) {
       NIBBLE_CHECK(ops_ != nullptr, "Array::resize on an array bound to no backend");
-      T* grown = static_cast<T*>(ops_->allocate(n * sizeof(T)));
+      T* grown = static_cast<T*>(releasable_ ? ops_->allocate_releasable(n * sizeof(T)) : ops_->allocate(n * sizeof(T)));
       if (size_ > 0) ops_->copy(data_, grown, size_ * sizeof(T));
       if (data_) ops_->release(data_);
       data_ = grown;
@@ -418,6 +440,7 @@ class Array {
   TensorOps* ops_ = nullptr;
   T* data_ = nullptr;
   size_t size_ = 0, capacity_ = 0;
+  bool releasable_ = false;
 };
 
 }  // namespace nibble::ops

@@ -62,6 +62,7 @@ class CpuBackend final : public Backend {
   // MADV_DONTNEED on the whole pages inside: they leave the resident set and read as zeros when
   // touched again. The partial pages at the ends stay (they may hold bytes of other arrays).
   void discard(void* p, size_t bytes) override { release_whole_pages(p, bytes); }  // refused: the bytes stay
+  void discard_to_zero(void* p, size_t bytes) override { release_to_zero(p, bytes); }
   void synchronize() override {}
 
   std::unique_ptr<Quantized> new_quantized() override { return std::make_unique<HostQuantized>(); }

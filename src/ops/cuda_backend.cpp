@@ -3,8 +3,10 @@
 // Quantization gives the reference's bytes; GEMMs sum in FP32 in the tensor cores' order (native
 // NVFP4 on sm_100/103, FP8 on sm_89+, exact BF16 emulation of the block-scaled formats elsewhere),
 // which is Summation::fp32_products; block_exact is a CPU summation and is refused here.
+#include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "kernels/cuda/layer_math.h"
 #include "kernels/cuda/layers.h"
 #include "kernels/cuda/quantize.h"
+#include "kernels/cuda/releasable_memory.h"
 #include "ops/backend.h"
 
 namespace nibble::ops {
@@ -91,7 +94,48 @@ class CudaBackend final : public Backend {
     return p;
   }
   void release(void* p) noexcept override {
-    if (p) cudaFreeAsync(p, ctx_.stream());  // a failed free only leaks pool memory
+    if (!p) return;
+    if (auto it = releasable_.find(p); it != releasable_.end()) {
+      // Unmapped at once, unlike a stream-ordered free: wait for the work that may still use it.
+      cudaStreamSynchronize(ctx_.stream());
+      releasable_.erase(it);
+      return;
+    }
+    cudaFreeAsync(p, ctx_.stream());  // a failed free only leaks pool memory
+  }
+  // The parameter arena: address space with chunks mapped into it (kernels/cuda/releasable_memory.h),
+  // where the driver offers that; plain device memory (which discard then keeps) where not.
+  void* allocate_releasable(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    if (!cuda::ReleasableMemory::supported(ctx_.device().ordinal)) return allocate(bytes);
+    auto memory = std::make_unique<cuda::ReleasableMemory>(ctx_.device().ordinal, bytes);
+    void* p = memory->data();
+    releasable_.emplace(p, std::move(memory));
+    return p;
+  }
+  void discard(void* p, size_t bytes) override {
+    cuda::ReleasableMemory* m = releasable_memory_of(p);
+    if (!m || bytes == 0) return;
+    ctx_.synchronize();  // no kernel or copy may still use a chunk about to be unmapped
+    m->release(p, bytes);
+  }
+  // The partial chunks at the ends hold neighbouring data: those bytes are zeroed, the chunks kept;
+  // the chunks inside are released, and commit() zeroes them when it maps them again.
+  void discard_to_zero(void* p, size_t bytes) override {
+    cuda::ReleasableMemory* m = releasable_memory_of(p);
+    if (!m || bytes == 0) return fill_zero(p, bytes);
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p), last = first + bytes;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(m->data()), chunk = m->chunk_bytes();
+    const uintptr_t inner_begin = std::min(last, base + (first - base + chunk - 1) / chunk * chunk);
+    const uintptr_t inner_end = std::max(inner_begin, base + (last - base) / chunk * chunk);
+    fill_zero(p, inner_begin - first);
+    fill_zero(reinterpret_cast<void*>(inner_end), last - inner_end);
+    discard(p, bytes);
+  }
+  void commit(void* p, size_t bytes) override {
+    cuda::ReleasableMemory* m = releasable_memory_of(p);
+    if (!m) return;
+    for (const auto& [at, n] : m->commit(p, bytes)) fill_zero(at, n);
   }
   void copy(const void* src, void* dst, size_t bytes) override {
     if (bytes) NIBBLE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_.stream()));
@@ -320,9 +364,18 @@ class CudaBackend final : public Backend {
     return t;
   }
 
+  cuda::ReleasableMemory* releasable_memory_of(const void* p) {
+    if (releasable_.empty() || !p) return nullptr;
+    auto it = releasable_.upper_bound(const_cast<void*>(p));
+    if (it == releasable_.begin()) return nullptr;
+    --it;
+    return it->second->contains(p) ? it->second.get() : nullptr;
+  }
+
   cuda::Context& ctx_;
   std::mutex rope_mutex_;
   std::map<std::pair<int64_t, double>, RopeTable> rope_tables_;
+  std::map<void*, std::unique_ptr<cuda::ReleasableMemory>> releasable_;  // by start address
 };
 
 }  // namespace

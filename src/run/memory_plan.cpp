@@ -20,6 +20,9 @@ namespace {
 // NCCL's partner bucket (nccl_collective.cu: up to 16 Mi floats, no more than the arena).
 constexpr int64_t kExchangeBucketBytes = int64_t{4} << 20;
 constexpr int64_t kNcclBucketFloats = int64_t{16} << 20;
+// On GPUs the arena is released in whole chunks of CUDA's recommended granularity (2 MiB on Hopper
+// and Blackwell; kernels/cuda/releasable_memory.h): a partial chunk at each end of a range held stays.
+constexpr int64_t kGpuChunkBytes = int64_t{2} << 20;
 
 // Stored bytes of one element of a GEMM's weight operand: 0 when the GEMM reads the FP32 weights.
 double weight_copy_bytes(const GemmRecipe& g) {
@@ -164,7 +167,7 @@ int64_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
 
 RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   const TrainConfig& c = in.train;
-  check_shard_mode_runs_on(in.shard, c.device);
+  check_shard_mode_runs_on(in.shard, c.device, in.ranks);
   const DataParallelPlan plan(c.batch, c.grad_accum, rank, in.ranks);
   const int64_t n = model::arena_floats(c.model), seq = c.seq > 0 ? c.seq : c.model.context;
   RankMemory m;
@@ -176,6 +179,8 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   // full: the slice, and the phase in use gathered whole (its own part counted twice: a bound).
   m.weights = in.shard == ShardMode::full ? 4 * std::min(n, owned + largest_gathered_floats(c.model, quantized.floats))
                                           : 4 * n;
+  if (in.shard == ShardMode::full && c.device == ops::Device::cuda)
+    m.weights = std::min(4 * n, m.weights + 4 * kGpuChunkBytes);  // the edge chunks of the slice and of the phase
   if (in.shard == ShardMode::full) m.startup_weights = 4 * n;
   m.gradients = 4 * n;
   m.accumulation = slices > 1 ? 4 * n * accumulation_arrays(slices) : 0;
@@ -186,7 +191,13 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
     const Zero2Peak z = zero2_peak(c.model, optimizer_shards(n, in.ranks, in.shard), rank);
     if (slices == 1) m.gradients = 4 * z.gradients;
     else m.accumulation = 4 * n * accumulation_arrays(slices - 1) + 4 * z.largest_bucket;
-    m.buffers += 4 * z.receive;
+    if (c.device == ops::Device::cuda) {
+      // The slice's two edge chunks and two per bucket in flight; NCCL receives into its own bucket.
+      const int64_t edges = 2 * (1 + static_cast<int64_t>(kGradientBucketsInFlight) + 1) * kGpuChunkBytes;
+      if (slices == 1) m.gradients = std::min(4 * n, m.gradients + edges);
+    } else {
+      m.buffers += 4 * z.receive;
+    }
   }
   m.optimizer = 9 * owned;  // m and v in FP32, one decay flag byte
   // Training saves the activations of rows_per_slice rows; evaluation runs whole batches of `batch`.

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/pages.h"
+#include "common/rank_tree.h"
 
 namespace nibble::train {
 
@@ -78,15 +78,14 @@ std::string_view to_string(ShardMode m) {
   return "none";
 }
 
-void check_shard_mode_runs_on(ShardMode m, ops::Device device) {
-  if (device == ops::Device::cpu || m == ShardMode::none || m == ShardMode::optimizer) return;
-  // ZeRO-2 hands a finished bucket's pages back (release_to_zero) and ZeRO-3 keeps FP32 slices whose
-  // band edges it fetches through host memory: both need device memory released and re-acquired
-  // piecewise, which the CUDA backend does not do yet.
-  throw UsageError("distributed.shard=" + std::string(to_string(m)) + " runs on CPUs (MPI) in this version: on GPUs "
-                   "nibble shards the optimizer state (ZeRO-1, through NCCL) but does not yet release a "
-                   "gradient's or a weight's device memory piecewise. With device=" +
-                   std::string(ops::to_string(device)) + " use distributed.shard=optimizer or none");
+void check_shard_mode_runs_on(ShardMode m, ops::Device device, int ranks) {
+  if (device == ops::Device::cpu || !reduces_gradient_buckets(m) || ranks <= 1 || is_power_of_two(ranks)) return;
+  // ZeRO-2's buckets are reduce-scattered while the backward pass goes on, each bitwise its part of
+  // the whole arena's reduction. With a power-of-two rank count that is nibble's own tree, element by
+  // element; otherwise it is ncclAllReduce's order over the whole arena, which a bucket cannot repeat.
+  throw UsageError("distributed.shard=" + std::string(to_string(m)) + " with device=" + std::string(ops::to_string(device)) +
+                   " needs a power-of-two number of ranks (got " + std::to_string(ranks) +
+                   "): use 2, 4, 8, ... GPUs, or distributed.shard=optimizer or none with " + std::to_string(ranks));
 }
 
 ShardLayout ShardLayout::scaled(int64_t scale) const {
@@ -331,21 +330,6 @@ void GradientSum::finish_piece_with_last(std::span<float> last, int64_t begin, i
 void GradientSum::start_over() {
   std::fill(full_.begin(), full_.end(), false);
   leaves_ = 0;
-}
-
-void release_to_zero(std::span<float> values) {
-  if (values.empty()) return;
-  const PageRange inner = whole_pages_inside(values.data(), values.size_bytes());
-  if (inner.begin >= inner.end) {  // no whole page inside
-    std::fill(values.begin(), values.end(), 0.0f);
-    return;
-  }
-  // The partial pages at the edges are shared with neighbouring data: zeroed, kept.
-  const auto first = reinterpret_cast<uintptr_t>(values.data()), last = first + values.size_bytes();
-  std::memset(values.data(), 0, inner.begin - first);
-  std::memset(reinterpret_cast<void*>(inner.end), 0, last - inner.end);
-  if (!release_whole_pages(reinterpret_cast<void*>(inner.begin), inner.end - inner.begin))
-    std::memset(reinterpret_cast<void*>(inner.begin), 0, inner.end - inner.begin);  // memory kept, still zero
 }
 
 uint64_t weights_checksum(std::span<const float> values) {

@@ -7,7 +7,7 @@
 // its slice, and the updated weights are all-gathered; with distributed.shard=gradients (ZeRO-2)
 // the same, but the last micro-batch's gradients are reduce-scattered bucket by bucket while its
 // backward pass runs, and each rank keeps of the summed gradient only its slice (the pages of the
-// rest go back to the system). Per optimizer step the global batch, i.e.
+// rest go back: pages on the CPU, chunks of releasable memory on a GPU). Per optimizer step the global batch, i.e.
 // grad_accum micro-batches of `batch` sequences drawn from (seed, micro-batch index, row) exactly
 // as on one process, is divided between the ranks without overlap (DataParallelPlan):
 //   - split micro-batches, when grad_accum is a multiple of the rank count: rank r runs micro-batches
@@ -52,9 +52,10 @@ ShardMode parse_shard_mode(std::string_view s);  // UsageError naming the modes
 // backward pass completes it (GradientBuckets): gradients (ZeRO-2) and full (ZeRO-3).
 inline bool reduces_gradient_buckets(ShardMode m) { return m == ShardMode::gradients || m == ShardMode::full; }
 std::string_view to_string(ShardMode m);
-// UsageError naming the modes that run there when `m` does not run on `device`: every mode on CPUs
-// (MPI); on GPUs none and optimizer (ZeRO-1 through NCCL). The trainer and the memory plan ask it.
-void check_shard_mode_runs_on(ShardMode m, ops::Device device);
+// UsageError naming the fixes when `m` does not run on `device` with `ranks` ranks: every mode runs on
+// CPUs (MPI); on GPUs (NCCL) gradients and full need a power-of-two rank count. The trainer and the
+// memory plan ask it.
+void check_shard_mode_runs_on(ShardMode m, ops::Device device, int ranks);
 
 // Contiguous ranges of a flat array, one per rank in rank order: rank r owns [begin(r), end(r)).
 struct ShardLayout {
@@ -118,7 +119,8 @@ class Communicator {
   // When a bucket is finished, its part inside this rank's shard holds bitwise what
   // reduce_scatter_gradients leaves there (the same partners in the same order, element by
   // element); the rest is unspecified. Every rank starts the same buckets in the same order;
-  // `values` and `shards` stay alive until they are finished. Host memory.
+  // `values` and `shards` stay alive until they are finished. In the memory sum_gradients takes (on
+  // GPUs a power-of-two rank count: check_shard_mode_runs_on).
   virtual void start_reduce_scatter(std::span<float> values, int64_t begin, int64_t end, const ShardLayout& shards) = 0;
   // Advances every started bucket as far as the messages that arrived allow (MPI progresses them
   // only inside its calls), then waits for the oldest until at most `keep_in_flight` are unfinished
@@ -312,11 +314,6 @@ class GradientSum {
   std::vector<bool> full_;
   int64_t leaves_ = 0;
 };
-
-// Zeroes `values` (host memory) and returns the whole pages inside it to the operating system
-// (madvise MADV_DONTNEED: they read as zeros and take memory again only when written), so that a
-// rank's resident memory holds only the gradient it keeps (ZeRO-2).
-void release_to_zero(std::span<float> values);
 
 // A 64-bit checksum (FNV-1a over the bytes) of the weights, equal exactly when the bytes are.
 uint64_t weights_checksum(std::span<const float> values);

@@ -136,11 +136,15 @@ class MpiCommunicator final : public Communicator {
   }
 
   void start_reduce_scatter(std::span<float> values, int64_t begin, int64_t end, const ShardLayout& shards) override {
-    NIBBLE_CHECK(!device_sum_, "ZeRO-2's buckets are reduced in host memory (check_shard_mode_runs_on refuses GPUs)");
     NIBBLE_CHECK(shards.ranks() == size_ && shards.total() == static_cast<int64_t>(values.size()) && 0 <= begin &&
                      begin <= end && end <= shards.total(),
                  "start_reduce_scatter: one shard per rank covering the values, a bucket inside them");
     const auto start = std::chrono::steady_clock::now();
+    if (device_sum_) {
+      reduce_scatter_on_device(values, begin, end, shards);
+      gradient_sum_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return;
+    }
     Bucket bucket;
     bucket.values = values;
     bucket.begin = begin;
@@ -168,6 +172,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::vector<std::pair<int64_t, int64_t>> poll_reduce_scatters(size_t keep_in_flight) override {
+    if (device_sum_) return std::exchange(device_finished_, {});
     const auto start = std::chrono::steady_clock::now();
     for (Bucket& b : in_flight_) advance(b, false);
     // Reported in the order started: a later bucket finished first waits for the earlier ones.
@@ -291,6 +296,19 @@ class MpiCommunicator final : public Communicator {
               "MPI_Allreduce of a gradient bucket");
       }
     }
+  }
+
+  // One bucket of ZeRO-2's reduce-scatter on the GPUs: NCCL's recursive halving over the bucket, each
+  // rank's slice cut to it (element by element the whole arena's partners and order, so its part
+  // of this rank's slice gets reduce_scatter_gradients' bits). Waited for: the GPU's one stream runs
+  // the exchange between two blocks' backward kernels either way, and the trainer releases the bucket
+  // next. check_shard_mode_runs_on keeps rank counts that are not a power of two off this path.
+  void reduce_scatter_on_device(std::span<float> values, int64_t begin, int64_t end, const ShardLayout& shards) {
+    NIBBLE_CHECK(is_power_of_two(size_), "ZeRO-2's buckets on GPUs: a power-of-two rank count");
+    std::vector<int64_t> bounds;
+    for (int64_t b : shards.bounds) bounds.push_back(std::clamp(b, begin, end) - begin);
+    device_sum_->reduce_scatter(values.data() + begin, bounds);
+    device_finished_.emplace_back(begin, end);
   }
 
   // Recursive halving with sum_on_host's partners in its order (common/rank_tree.h): each slice the
@@ -430,6 +448,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::unique_ptr<ops::Collective> device_sum_;  // set by sum_in_memory_of(a GPU backend)
+  std::vector<std::pair<int64_t, int64_t>> device_finished_;  // buckets reduced on the GPU, not yet polled
   bool owns_init_ = false;
   std::string host_, library_;
   std::vector<float> scratch_;

@@ -12,6 +12,11 @@ namespace {
 // Validation batches use their own stream so that every run and recipe evaluates the same windows.
 constexpr uint64_t kValidationSeed = 0x5EED0F0A1DA7Aull;
 
+// Zeroes `values` (backend memory) and gives the memory inside it back (TensorOps::discard_to_zero):
+// ZeRO-2's gradients outside the buckets in use. The backward pass commits each stretch before it
+// writes it (model/params.h).
+void release_to_zero(ops::TensorOps& ops, std::span<float> values) { ops.discard_to_zero(values.data(), values.size_bytes()); }
+
 // Under mpirun with device=cuda each rank takes a GPU of its own (train/distributed.h).
 ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
   if (c.device == ops::Device::cuda && comm) return connect_gpu(*comm);
@@ -20,10 +25,11 @@ ops::Backend& backend_of(const TrainConfig& c, Communicator* comm) {
 
 std::unique_ptr<model::Transformer> make_model(const TrainConfig& c, Communicator* comm) {
   c.validate();
+  check_shard_mode_runs_on(c.shard, c.device, comm ? comm->size() : 1);
   auto model = std::make_unique<model::Transformer>(c.model, backend_of(c, comm), c.seed);
   // ZeRO-2 and ZeRO-3: the arena's zeroed gradients would otherwise stay resident from allocation until the
   // first step, under the optimizer's state: a start-up peak above the training's.
-  if (reduces_gradient_buckets(c.shard)) release_to_zero(model->params().grads());
+  if (reduces_gradient_buckets(c.shard)) release_to_zero(model->backend(), model->params().grads());
   return model;
 }
 
@@ -114,7 +120,6 @@ void TrainConfig::validate() const {
   if (grad_accum <= 0) throw UsageError("grad_accum=" + std::to_string(grad_accum) + " must be positive");
   if (eval_batches <= 0) throw UsageError("eval.batches=" + std::to_string(eval_batches) + " must be positive");
   if (telemetry_interval < 0) throw UsageError("telemetry_interval must be >= 0");
-  check_shard_mode_runs_on(shard, device);
 }
 
 Trainer::Trainer(const TrainConfig& config, const std::vector<int32_t>& corpus, Communicator* comm)
@@ -166,7 +171,7 @@ StepResult Trainer::step() {
     train_sampler_.sample_rows(micro_step, slice.first_row, slice.rows, inputs_, targets_);
     data_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling).count();
     if (bucketed)
-      release_to_zero(grads);  // pages come back as the backward pass writes them
+      release_to_zero(model_->backend(), grads);  // the backward pass commits what it writes
     else
       model_->params().zero_grads();
     model::ModelStep ms;
@@ -221,7 +226,7 @@ void Trainer::backward_reducing_buckets() {
   const auto release_finished = [&](size_t keep_in_flight) {
     for (const auto& [begin, end] : comm_->poll_reduce_scatters(keep_in_flight))
       layout.for_each_unowned(comm_->rank(), begin, end, [&](int64_t b, int64_t e) {
-        release_to_zero(grads.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
+        release_to_zero(model_->backend(), grads.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
       });
   };
   const bool several = plan_.slices().size() > 1;

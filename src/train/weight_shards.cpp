@@ -32,9 +32,9 @@ void WeightShards::acquire(int64_t begin, int64_t end) {
   ShardLayout parts;
   for (int r = 0; r <= layout_.ranks(); ++r)
     parts.bounds.push_back(std::clamp(r == layout_.ranks() ? end : layout_.begin(r), begin, end) - begin);
-  comm_.all_gather_shards(std::as_writable_bytes(params_.values().subspan(static_cast<size_t>(begin),
-                                                                          static_cast<size_t>(end - begin))),
-                          parts.scaled(sizeof(float)));
+  // In the backend's memory (NCCL on GPUs), into memory released by an earlier phase.
+  params_.commit_values(begin, end);
+  comm_.all_gather_weights(params_.values().subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)), parts);
   gathered_bytes_ += (end - begin - parts.size(rank_)) * static_cast<int64_t>(sizeof(float));
 }
 
@@ -140,31 +140,37 @@ void WeightShards::acquire_quantized(const model::ParamInfo& w, const QuantOptio
   ops_.load_quantized(std::move(whole), out);
 }
 
-namespace {
-// This rank's slice of the arena, in bytes, and the whole arena on rank 0 (empty elsewhere).
-struct SliceBytes {
-  std::span<std::byte> whole, mine;
-  ShardLayout layout;
-};
-SliceBytes slice_bytes(model::ParamArena& params, const ShardLayout& layout, int rank) {
-  SliceBytes s;
-  const auto all = std::as_writable_bytes(params.values());
-  s.layout = layout.scaled(sizeof(float));
-  s.mine = all.subspan(static_cast<size_t>(s.layout.begin(rank)), static_cast<size_t>(s.layout.size(rank)));
-  if (rank == 0) s.whole = all;
-  return s;
-}
-}  // namespace
-
+// Checkpoints move the state through host memory: on the CPU in place in the arena; on a GPU through
+// host copies of this rank's slice and (rank 0) of the whole arena.
 void WeightShards::gather_to_root() {
-  // Rank 0 receives in place (its own slice is already where it belongs); the others only send.
-  const SliceBytes s = slice_bytes(params_, layout_, rank_);
-  comm_.gather_shards_to_root(s.mine, s.whole, s.layout);
+  const ShardLayout bytes = layout_.scaled(sizeof(float));
+  const auto all = std::as_writable_bytes(params_.values());
+  const auto mine = all.subspan(static_cast<size_t>(bytes.begin(rank_)), static_cast<size_t>(bytes.size(rank_)));
+  if (ops_.device() == ops::Device::cpu) {
+    // Rank 0 receives in place (its own slice is already where it belongs); the others only send.
+    comm_.gather_shards_to_root(mine, rank_ == 0 ? all : std::span<std::byte>(), bytes);
+    return;
+  }
+  std::vector<std::byte> mine_host(mine.size()), whole_host(rank_ == 0 ? all.size() : 0);
+  ops_.copy_to_host(mine.data(), mine_host.data(), mine.size());
+  comm_.gather_shards_to_root(mine_host, whole_host, bytes);
+  if (rank_ != 0) return;
+  params_.commit_values(0, layout_.total());
+  ops_.copy_from_host(whole_host.data(), all.data(), all.size());
 }
 
 void WeightShards::scatter_from_root() {
-  const SliceBytes s = slice_bytes(params_, layout_, rank_);
-  comm_.scatter_shards_from_root(s.whole, s.mine, s.layout);
+  const ShardLayout bytes = layout_.scaled(sizeof(float));
+  const auto all = std::as_writable_bytes(params_.values());
+  const auto mine = all.subspan(static_cast<size_t>(bytes.begin(rank_)), static_cast<size_t>(bytes.size(rank_)));
+  if (ops_.device() == ops::Device::cpu) {
+    comm_.scatter_shards_from_root(rank_ == 0 ? all : std::span<std::byte>(), mine, bytes);
+  } else {
+    std::vector<std::byte> mine_host(mine.size()), whole_host(rank_ == 0 ? all.size() : 0);
+    if (rank_ == 0) ops_.copy_to_host(all.data(), whole_host.data(), all.size());
+    comm_.scatter_shards_from_root(whole_host, mine_host, bytes);
+    ops_.copy_from_host(mine_host.data(), mine.data(), mine.size());
+  }
   drop_unowned();
 }
 
