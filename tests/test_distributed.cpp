@@ -345,6 +345,15 @@ TEST(ShardMode, ParsesNoneOptimizerGradientsAndNamesTheRest) {
   EXPECT_THROW(train::parse_shard_mode("zero1"), UsageError);
 }
 
+// A stretch's layout: each rank's part of it, relative to its start (ZeRO-2's buckets, ZeRO-3's phases).
+TEST(ShardLayout, WithinGivesEachRanksPartOfAStretch) {
+  const train::ShardLayout layout{{0, 10, 25, 25, 40}};
+  EXPECT_EQ(layout.within(5, 30).bounds, (std::vector<int64_t>{0, 5, 20, 20, 25}));
+  EXPECT_EQ(layout.within(12, 20).bounds, (std::vector<int64_t>{0, 0, 8, 8, 8}));
+  EXPECT_EQ(layout.within(0, 40).bounds, layout.bounds);
+  EXPECT_EQ(layout.within(40, 40).bounds, (std::vector<int64_t>{0, 0, 0, 0, 0}));
+}
+
 TEST(ShardMode, EveryModeRunsOnGpusTheBucketedOnesOnPowerOfTwoRanks) {
   using train::ShardMode;
   for (auto mode : {ShardMode::none, ShardMode::optimizer, ShardMode::gradients, ShardMode::full})

@@ -123,13 +123,8 @@ class CudaBackend final : public Backend {
   // the chunks inside are released, and commit() zeroes them when it maps them again.
   void discard_to_zero(void* p, size_t bytes) override {
     cuda::ReleasableMemory* m = releasable_memory_of(p);
-    if (!m || bytes == 0) return fill_zero(p, bytes);
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p), last = first + bytes;
-    const uintptr_t base = reinterpret_cast<uintptr_t>(m->data()), chunk = m->chunk_bytes();
-    const uintptr_t inner_begin = std::min(last, base + (first - base + chunk - 1) / chunk * chunk);
-    const uintptr_t inner_end = std::max(inner_begin, base + (last - base) / chunk * chunk);
-    fill_zero(p, inner_begin - first);
-    fill_zero(reinterpret_cast<void*>(inner_end), last - inner_end);
+    if (!m) return fill_zero(p, bytes);
+    for (const auto& [at, n] : m->partial_chunk_parts(p, bytes)) fill_zero(at, n);
     discard(p, bytes);
   }
   void commit(void* p, size_t bytes) override {

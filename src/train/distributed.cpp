@@ -94,6 +94,12 @@ ShardLayout ShardLayout::scaled(int64_t scale) const {
   return out;
 }
 
+ShardLayout ShardLayout::within(int64_t begin, int64_t end) const {
+  ShardLayout out;
+  for (int64_t b : bounds) out.bounds.push_back(std::clamp(b, begin, end) - begin);
+  return out;
+}
+
 ShardLayout optimizer_shards(int64_t n, int ranks, ShardMode mode) {
   NIBBLE_CHECK(n > 0 && ranks > 0, "optimizer_shards: a non-empty arena and at least one rank");
   const int64_t chunk = ops::kSumOfSquaresChunk, chunks = (n + chunk - 1) / chunk;

@@ -67,6 +67,9 @@ struct ShardLayout {
   int64_t total() const { return bounds.back(); }
   // The same ranges in units `scale` times smaller or larger (elements -> bytes: scale = sizeof).
   ShardLayout scaled(int64_t scale) const;
+  // Every rank's part of [begin, end), relative to begin (some empty): the layout of a stretch of the
+  // array (a bucket of gradients, a phase's weights).
+  ShardLayout within(int64_t begin, int64_t end) const;
   // f(b, e) for each non-empty part of [begin, end) outside rank r's slice: the part before the
   // slice, then the part after it (what a rank gives back of a range it held whole).
   template <class F>

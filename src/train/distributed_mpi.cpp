@@ -305,9 +305,7 @@ class MpiCommunicator final : public Communicator {
   // next. check_shard_mode_runs_on keeps rank counts that are not a power of two off this path.
   void reduce_scatter_on_device(std::span<float> values, int64_t begin, int64_t end, const ShardLayout& shards) {
     NIBBLE_CHECK(is_power_of_two(size_), "ZeRO-2's buckets on GPUs: a power-of-two rank count");
-    std::vector<int64_t> bounds;
-    for (int64_t b : shards.bounds) bounds.push_back(std::clamp(b, begin, end) - begin);
-    device_sum_->reduce_scatter(values.data() + begin, bounds);
+    device_sum_->reduce_scatter(values.data() + begin, shards.within(begin, end).bounds);
     device_finished_.emplace_back(begin, end);
   }
 

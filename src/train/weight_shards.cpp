@@ -28,10 +28,7 @@ WeightShards::WeightShards(Communicator& comm, ShardLayout layout, model::ParamA
 
 void WeightShards::acquire(int64_t begin, int64_t end) {
   NIBBLE_CHECK(0 <= begin && begin <= end && end <= layout_.total(), "WeightShards::acquire: a range of the arena");
-  // Each rank's part of the range, relative to its start, in bytes: some are empty.
-  ShardLayout parts;
-  for (int r = 0; r <= layout_.ranks(); ++r)
-    parts.bounds.push_back(std::clamp(r == layout_.ranks() ? end : layout_.begin(r), begin, end) - begin);
+  const ShardLayout parts = layout_.within(begin, end);  // each rank's part of the range, some empty
   // In the backend's memory (NCCL on GPUs), into memory released by an earlier phase.
   params_.commit_values(begin, end);
   comm_.all_gather_weights(params_.values().subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)), parts);

@@ -7,6 +7,7 @@
 // bits. test_cuda_collective runs the same calls on real GPUs when a machine has two or more.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -128,6 +129,32 @@ TEST(CudaModelCollective, ReduceScatterWithLongSlicesCrossesBucketsOnBothSides) 
   const std::vector<float> expected = tree_sum(inputs);
   EXPECT_EQ(out[0][0], expected[0]);
   EXPECT_EQ(std::vector<float>(out[1].begin() + 1, out[1].end()), std::vector<float>(expected.begin() + 1, expected.end()));
+}
+
+// ZeRO-2 on GPUs (train/distributed_mpi.cpp's reduce_scatter_on_device): the arena's stretches
+// reduce-scattered one at a time as the backward pass completes them, from the end, each with every
+// rank's slice cut to it, give every rank's slice the whole reduce-scatter's bits (the same partners
+// and order, element by element). Stretches cross slice boundaries and the 1000-float NCCL buckets.
+TEST(CudaModelCollective, ReduceScatterStretchByStretchIsTheWholeOnesBits) {
+  for (int ranks : {2, 4}) {
+    const int64_t n = 4321;
+    const Vectors inputs = random_inputs(ranks, static_cast<size_t>(n), 29);
+    const std::vector<int64_t> bounds = uneven_bounds(ranks, n);
+    const std::vector<int64_t> stretches{n, 3100, 2999, 1700, 1699, 400, 0};  // completion points, from the end
+    const Vectors out = run_ranks(ranks, inputs, [&](int, cuda::Collective& g, float* v) {
+      for (size_t s = 0; s + 1 < stretches.size(); ++s) {
+        const int64_t begin = stretches[s + 1], end = stretches[s];
+        std::vector<int64_t> within;
+        for (int64_t b : bounds) within.push_back(std::clamp(b, begin, end) - begin);
+        g.reduce_scatter(v + begin, within);
+      }
+    });
+    const std::vector<float> expected = tree_sum(inputs);
+    for (int r = 0; r < ranks; ++r)
+      for (int64_t i = bounds[r]; i < bounds[r + 1]; ++i)
+        ASSERT_EQ(out[static_cast<size_t>(r)][static_cast<size_t>(i)], expected[static_cast<size_t>(i)])
+            << ranks << " ranks: rank " << r << " element " << i;
+  }
 }
 
 TEST(CudaModelCollective, ReduceScatterWithThreeRanksIsTheAllReduceInEverySlice) {

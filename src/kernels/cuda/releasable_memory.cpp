@@ -131,6 +131,21 @@ size_t ReleasableMemory::release(const void* p, size_t bytes) {
   return released;
 }
 
+std::vector<std::pair<void*, size_t>> ReleasableMemory::partial_chunk_parts(const void* p, size_t bytes) const {
+  std::vector<std::pair<void*, size_t>> parts;
+  if (bytes == 0) return parts;
+  const auto [first, last] = chunks_inside(p, bytes);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + bytes;
+  if (first == last) {  // no whole chunk inside: all of it
+    parts.emplace_back(const_cast<void*>(p), bytes);
+    return parts;
+  }
+  const uintptr_t inner_begin = base_ + first * chunk_, inner_end = base_ + last * chunk_;
+  if (inner_begin > begin) parts.emplace_back(reinterpret_cast<void*>(begin), inner_begin - begin);
+  if (end > inner_end) parts.emplace_back(reinterpret_cast<void*>(inner_end), end - inner_end);
+  return parts;
+}
+
 std::vector<std::pair<void*, size_t>> ReleasableMemory::commit(const void* p, size_t bytes) {
   std::vector<std::pair<void*, size_t>> fresh;
   if (bytes == 0) return fresh;

@@ -36,6 +36,9 @@ class ReleasableMemory {
   // Unmaps and frees the mapped chunks wholly inside [p, p + bytes) (inside this memory). The caller
   // has waited for every kernel and copy that uses them. Returns the bytes given back.
   size_t release(const void* p, size_t bytes);
+  // The parts of [p, p + bytes) that lie in chunks the range does not wholly cover (its ends, at most
+  // two ranges): what release() keeps, which the caller zeroes where it wants zeros.
+  std::vector<std::pair<void*, size_t>> partial_chunk_parts(const void* p, size_t bytes) const;
   // Maps a fresh physical chunk at every unmapped chunk that [p, p + bytes) touches and returns
   // those chunks as (address, bytes) ranges, merged where adjacent: their contents are undefined
   // until written (the caller zeroes them). Throws as the constructor.

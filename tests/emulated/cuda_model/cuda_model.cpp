@@ -1,4 +1,5 @@
 // The CUDA model's execution engine and runtime API (cuda_model.h, cuda_runtime.h).
+#include "cuda.h"
 #include "cuda_model.h"
 
 #include <signal.h>
@@ -81,6 +82,11 @@ struct Engine {
   std::map<const uint8_t*, size_t> allocations;
   // Pinned host allocations (cudaMallocHost): start -> bytes.
   std::map<const uint8_t*, size_t> pinned;
+  // The virtual memory API (cuMemAddressReserve, cuMemMap, ...): reserved address ranges (start ->
+  // bytes, inaccessible where nothing is mapped), and the chunks mapped into them with access set
+  // (start -> bytes; no guard zone: a chunk's neighbour is the next chunk), device memory as above.
+  std::map<const uint8_t*, size_t> reservations;
+  std::map<const uint8_t*, size_t> mappings;
   // The capturing stream (one at a time), the nodes recorded so far, and why it broke, if it did.
   void* capturing = nullptr;
   bool capture_invalidated = false;
@@ -357,6 +363,7 @@ class Access {
  public:
   Access() {
     for (const auto& [start, bytes] : engine().allocations) open(start, bytes);
+    open_mappings();
   }
   explicit Access(std::initializer_list<const void*> pointers) {
     for (const void* p : pointers) {
@@ -365,9 +372,11 @@ class Access {
       if (it != a.begin() && static_cast<const uint8_t*>(p) < std::prev(it)->first + std::prev(it)->second + kGuardBytes)
         open(std::prev(it)->first, std::prev(it)->second);
     }
+    open_mappings();  // a copy may span adjacent chunks
   }
   ~Access() {
     for (const auto& [start, bytes] : opened_) set_access(start, bytes, false);
+    for (const auto& [start, bytes] : opened_chunks_) mprotect(const_cast<uint8_t*>(start), bytes, PROT_NONE);
   }
   Access(const Access&) = delete;
   Access& operator=(const Access&) = delete;
@@ -377,7 +386,13 @@ class Access {
     set_access(start, bytes, true);
     opened_.emplace_back(start, bytes);
   }
-  std::vector<std::pair<const uint8_t*, size_t>> opened_;
+  void open_mappings() {
+    for (const auto& [start, bytes] : engine().mappings) {
+      mprotect(const_cast<uint8_t*>(start), bytes, PROT_READ | PROT_WRITE);
+      opened_chunks_.emplace_back(start, bytes);
+    }
+  }
+  std::vector<std::pair<const uint8_t*, size_t>> opened_, opened_chunks_;
 };
 
 void on_segfault(int, siginfo_t* info, void*) {
@@ -387,6 +402,14 @@ void on_segfault(int, siginfo_t* info, void*) {
       static const char message[] =
           "cuda model: host code touched device memory outside a kernel or a cudaMemcpy (a device pointer "
           "dereferenced on the host, which fails on a GPU)\n";
+      (void)!write(2, message, sizeof message - 1);
+      _exit(3);
+    }
+  for (const auto& [start, bytes] : engine().reservations)
+    if (at >= start && at < start + bytes) {
+      static const char message[] =
+          "cuda model: reserved device memory touched where no chunk is mapped (released and not committed "
+          "again), or by host code outside a kernel or a cudaMemcpy: an illegal address on a GPU\n";
       (void)!write(2, message, sizeof message - 1);
       _exit(3);
     }
@@ -414,9 +437,20 @@ bool in_device_memory(const void* p, size_t bytes) {
   const auto* u = static_cast<const uint8_t*>(p);
   auto& a = engine().allocations;
   auto it = a.upper_bound(u);
-  if (it == a.begin()) return false;
-  --it;
-  return u >= it->first && u + bytes <= it->first + it->second;
+  if (it != a.begin() && u >= std::prev(it)->first && u + bytes <= std::prev(it)->first + std::prev(it)->second)
+    return true;
+  // Mapped chunks, adjacent ones joined (one reserved range maps them contiguously).
+  auto& m = engine().mappings;
+  auto chunk = m.upper_bound(u);
+  if (chunk == m.begin()) return false;
+  --chunk;
+  if (u < chunk->first || u >= chunk->first + chunk->second) return false;
+  const uint8_t* end = u + bytes;
+  for (const uint8_t* covered = chunk->first + chunk->second; covered < end; covered = chunk->first + chunk->second) {
+    chunk = m.find(covered);
+    if (chunk == m.end()) return false;
+  }
+  return true;
 }
 
 // Breaks the running capture (its end returns cudaErrorStreamCaptureInvalidated) and makes the
@@ -739,6 +773,168 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (it == p.end()) return record(cudaErrorInvalidValue);
   std::free(ptr);
   p.erase(it);
+  return cudaSuccess;
+}
+
+// ------------------------------------------------------------------ virtual memory (cuda.h) --------
+namespace {
+struct Vmm {
+  std::map<CUmemGenericAllocationHandle, size_t> created;  // handle -> bytes
+  CUmemGenericAllocationHandle next = 1;
+  size_t created_bytes = 0, limit = 0;
+};
+Vmm& vmm() {
+  static Vmm v;
+  return v;
+}
+// The reservation holding [p, p + bytes), or reservations.end().
+std::map<const uint8_t*, size_t>::iterator reservation_of(const uint8_t* p, size_t bytes) {
+  auto& r = engine().reservations;
+  auto it = r.upper_bound(p);
+  if (it == r.begin()) return r.end();
+  --it;
+  return p >= it->first && p + bytes <= it->first + it->second ? it : r.end();
+}
+const uint8_t* at(CUdeviceptr p) { return reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(p)); }
+// Mapped chunks (mapped, access not yet set) of the model: start -> (bytes, access set).
+std::map<const uint8_t*, std::pair<size_t, bool>>& chunks() {
+  static std::map<const uint8_t*, std::pair<size_t, bool>> c;
+  return c;
+}
+}  // namespace
+
+namespace cuda_model {
+size_t vmm_mapped_bytes() {
+  size_t n = 0;
+  for (const auto& [start, chunk] : chunks()) n += chunk.first;
+  return n;
+}
+size_t vmm_created_bytes() { return vmm().created_bytes; }
+void vmm_limit_bytes(size_t n) { vmm().limit = n; }
+}  // namespace cuda_model
+
+CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice device) {
+  if (device != 0 || attribute != CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) return CUDA_ERROR_INVALID_VALUE;
+  *value = 1;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                       CUmemAllocationGranularity_flags) {
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      prop->location.id != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  *granularity = cuda_model::kVmmGranularity;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long) {
+  const size_t g = cuda_model::kVmmGranularity;
+  if (size == 0 || size % g != 0 || (alignment != 0 && alignment % g != 0) || addr != 0) return CUDA_ERROR_INVALID_VALUE;
+  cuda_model::install_segfault_handler();
+  void* range = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (range == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  engine().reservations[static_cast<const uint8_t*>(range)] = size;
+  *ptr = reinterpret_cast<uintptr_t>(range);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  auto& r = engine().reservations;
+  const auto it = r.find(at(ptr));
+  if (it == r.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  // Everything mapped into it must have been unmapped first.
+  const auto inside = chunks().lower_bound(at(ptr));
+  if (inside != chunks().end() && inside->first < at(ptr) + size) return CUDA_ERROR_INVALID_VALUE;
+  munmap(const_cast<uint8_t*>(it->first), size);
+  r.erase(it);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                     unsigned long long flags) {
+  if (size == 0 || size % cuda_model::kVmmGranularity != 0 || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  Vmm& v = vmm();
+  if (v.limit != 0 && v.created_bytes + size > v.limit) return CUDA_ERROR_OUT_OF_MEMORY;
+  *handle = v.next++;
+  v.created[*handle] = size;
+  v.created_bytes += size;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  Vmm& v = vmm();
+  const auto it = v.created.find(handle);
+  if (it == v.created.end()) return CUDA_ERROR_INVALID_VALUE;
+  v.created_bytes -= it->second;
+  v.created.erase(it);
+  return CUDA_SUCCESS;
+}
+// A chunk's memory starts as unwritten bytes (NaN), like cudaMalloc's here: fresh physical memory
+// holds whatever it held.
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long) {
+  const auto created = vmm().created.find(handle);
+  if (created == vmm().created.end() || created->second != size || offset != 0 ||
+      reservation_of(at(ptr), size) == engine().reservations.end())
+    return CUDA_ERROR_INVALID_VALUE;
+  auto& c = chunks();
+  const auto next = c.lower_bound(at(ptr));
+  if ((next != c.end() && next->first < at(ptr) + size) ||
+      (next != c.begin() && std::prev(next)->first + std::prev(next)->second.first > at(ptr)))
+    return CUDA_ERROR_INVALID_VALUE;  // overlaps a mapped chunk
+  auto* p = const_cast<uint8_t*>(at(ptr));
+  mprotect(p, size, PROT_READ | PROT_WRITE);
+  std::memset(p, cuda_model::kUnwrittenByte, size);
+  mprotect(p, size, PROT_NONE);
+  c[at(ptr)] = {size, false};
+  return CUDA_SUCCESS;
+}
+// Device memory from here on: kernels and copies reach it (engine().mappings).
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (count != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc->location.id != 0 ||
+      desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    return CUDA_ERROR_INVALID_VALUE;
+  auto& c = chunks();
+  for (auto it = c.find(at(ptr)); size > 0; it = c.find(at(ptr))) {
+    if (it == c.end() || it->second.first > size) return CUDA_ERROR_INVALID_VALUE;  // not whole mapped chunks
+    it->second.second = true;
+    engine().mappings[it->first] = it->second.first;
+    ptr += it->second.first;
+    size -= it->second.first;
+  }
+  return CUDA_SUCCESS;
+}
+// Unmapped memory is unreachable again (an illegal address) and gives its pages back.
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  auto& c = chunks();
+  for (auto it = c.find(at(ptr)); size > 0; it = c.find(at(ptr))) {
+    if (it == c.end() || it->second.first > size) return CUDA_ERROR_INVALID_VALUE;
+    auto* p = const_cast<uint8_t*>(it->first);
+    const size_t n = it->second.first;
+    engine().mappings.erase(it->first);
+    c.erase(it);
+    madvise(p, n, MADV_DONTNEED);
+    mprotect(p, n, PROT_NONE);
+    ptr += n;
+    size -= n;
+  }
+  return CUDA_SUCCESS;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int version,
+                                             unsigned long long flags, cudaDriverEntryPointQueryResult* status) {
+  static const std::map<std::string, void*> functions = {
+      {"cuDeviceGetAttribute", reinterpret_cast<void*>(&cuDeviceGetAttribute)},
+      {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&cuMemGetAllocationGranularity)},
+      {"cuMemAddressReserve", reinterpret_cast<void*>(&cuMemAddressReserve)},
+      {"cuMemAddressFree", reinterpret_cast<void*>(&cuMemAddressFree)},
+      {"cuMemCreate", reinterpret_cast<void*>(&cuMemCreate)},
+      {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
+      {"cuMemMap", reinterpret_cast<void*>(&cuMemMap)},
+      {"cuMemUnmap", reinterpret_cast<void*>(&cuMemUnmap)},
+      {"cuMemSetAccess", reinterpret_cast<void*>(&cuMemSetAccess)},
+  };
+  if (version < 12000 || flags != cudaEnableDefault) return record(cudaErrorInvalidValue);
+  const auto it = functions.find(symbol);
+  *function = it == functions.end() ? nullptr : it->second;
+  if (status) *status = it == functions.end() ? cudaDriverEntryPointSymbolNotFound : cudaDriverEntryPointSuccess;
   return cudaSuccess;
 }
 

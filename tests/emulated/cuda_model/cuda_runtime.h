@@ -77,6 +77,16 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
 
 // Pinned host memory: the only host memory a captured copy may read or write (the node copies from
 // the address at every replay; a pageable copy is staged synchronously, which a capture refuses).
+// The driver's functions (cuda.h's virtual memory API here), found by name as on a GPU.
+enum cudaGetDriverEntryPointFlags : unsigned long long { cudaEnableDefault = 0 };
+enum cudaDriverEntryPointQueryResult : int {
+  cudaDriverEntryPointSuccess = 0,
+  cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2
+};
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int version,
+                                             unsigned long long flags, cudaDriverEntryPointQueryResult* status);
+
 cudaError_t cudaMallocHost(void** ptr, size_t bytes);
 cudaError_t cudaFreeHost(void* ptr);
 
