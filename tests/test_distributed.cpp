@@ -710,6 +710,13 @@ TEST_F(MpiTrain, DeviceCudaRunsOneRankPerGpu) {
     const Result o = train_on(1, one, "device=cuda");
     ASSERT_EQ(o.exit_code, 0) << o.output;
     expect_same_run(two, one);
+    // ZeRO-1/2/3 on the GPUs (NCCL, the arena's chunks released and committed): the same run.
+    for (const std::string mode : {"optimizer", "gradients", "full"}) {
+      const fs::path sharded = work_dir() / ("two-gpus-" + mode);
+      const Result z = train_on(2, sharded, "device=cuda distributed.shard=" + mode);
+      ASSERT_EQ(z.exit_code, 0) << mode << "\n" << z.output;
+      expect_same_run(sharded, one);
+    }
     return;
   }
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -40,14 +40,29 @@ void ParamArena::commit_grads(int64_t begin, int64_t end) {
   if (end > begin) grads_.ops()->commit(grads_.data() + begin, static_cast<size_t>(end - begin) * sizeof(float));
 }
 
-std::vector<float> ParamArena::host_values() const { return values_.to_host(); }
+// Whole-arena copies: what a distributed mode released is taken again first (on a GPU a read of an
+// unmapped chunk would be an illegal address; on the CPU released pages read as zeros either way).
+namespace {
+void commit_whole(const ops::Array<float>& a) {
+  if (a.size()) a.ops()->commit(const_cast<float*>(a.data()), a.bytes());
+}
+}  // namespace
 
-std::vector<float> ParamArena::host_grads() const { return grads_.to_host(); }
+std::vector<float> ParamArena::host_values() const {
+  commit_whole(values_);
+  return values_.to_host();
+}
+
+std::vector<float> ParamArena::host_grads() const {
+  commit_whole(grads_);
+  return grads_.to_host();
+}
 
 void ParamArena::set_values(std::span<const float> host) {
   if (host.size() != values_.size())
     throw UsageError("parameter values: " + std::to_string(host.size()) + " given for an arena of " +
                      std::to_string(values_.size()));
+  commit_whole(values_);
   values_.assign_from_host(host.data(), host.size());
 }
 

@@ -54,7 +54,8 @@ class ParamArena {
   std::span<const float> values() const { return {values_.data(), values_.size()}; }
   std::span<float> grads() { return {grads_.data(), grads_.size()}; }
   std::span<const float> grads() const { return {grads_.data(), grads_.size()}; }
-  // Host copies, and the values written from the host (checkpoints, initialisation, broadcasts).
+  // Host copies, and the values written from the host (checkpoints, initialisation, broadcasts): of
+  // the whole arena, so memory a distributed mode released is committed first.
   std::vector<float> host_values() const;
   std::vector<float> host_grads() const;
   void set_values(std::span<const float> host);
