@@ -345,6 +345,33 @@ TEST(ShardMode, ParsesNoneOptimizerGradientsAndNamesTheRest) {
   EXPECT_THROW(train::parse_shard_mode("zero1"), UsageError);
 }
 
+// The test aid behind distributed_zero_strict_release (NIBBLE_STRICT_RELEASE=1, set by that ctest
+// entry only): releasable memory's released whole pages crash when touched, as a GPU's unmapped chunk
+// would, until committed; then what discard_to_zero released reads as zeros and the edges kept theirs.
+TEST(StrictRelease, ReleasedPagesAreUnreadableUntilCommitted) {
+  const char* strict = std::getenv("NIBBLE_STRICT_RELEASE");
+  if (!strict || std::string(strict) != "1") GTEST_SKIP() << "runs under NIBBLE_STRICT_RELEASE=1 (ctest distributed_zero_strict_release)";
+  ops::TensorOps& cpu = ops::cpu();
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)) / sizeof(float);  // floats a page
+  const size_t n = 8 * page;
+  auto* v = static_cast<float*>(cpu.allocate_releasable(n * sizeof(float)));
+  for (size_t i = 0; i < n; ++i) v[i] = 1.0f + static_cast<float>(i);
+  const size_t first = 100, count = 5 * page;  // whole pages 1-4 inside, partial pages 0 and 5
+  cpu.discard_to_zero(v + first, count * sizeof(float));
+  EXPECT_DEATH({ volatile float x = v[2 * page]; (void)x; }, "");
+  EXPECT_EQ(v[first - 1], static_cast<float>(first));  // before the range
+  EXPECT_EQ(v[first], 0.0f);                            // its partial pages: zeroed, kept
+  EXPECT_EQ(v[first + count - 1], 0.0f);
+  EXPECT_EQ(v[first + count], 1.0f + static_cast<float>(first + count));
+  cpu.commit(v + 3 * page + 7, page * sizeof(float));  // touches pages 3 and 4 only
+  EXPECT_EQ(v[3 * page], 0.0f);
+  EXPECT_EQ(v[4 * page + page - 1], 0.0f);
+  EXPECT_DEATH({ volatile float x = v[page]; (void)x; }, "");
+  cpu.commit(v + first, count * sizeof(float));
+  for (size_t i = first; i < first + count; ++i) ASSERT_EQ(v[i], 0.0f) << i;
+  cpu.release(v);
+}
+
 // A stretch's layout: each rank's part of it, relative to its start (ZeRO-2's buckets, ZeRO-3's phases).
 TEST(ShardLayout, WithinGivesEachRanksPartOfAStretch) {
   const train::ShardLayout layout{{0, 10, 25, 25, 40}};

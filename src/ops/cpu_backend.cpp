@@ -1,11 +1,14 @@
 // The CPU backend: every op of the seam on kernels/cpu (SIMD variant chosen once from cpuid, capped
 // by NIBBLE_ISA; OpenMP threads). Host memory; calls run synchronously.
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "common/pages.h"
 #include "kernels/cpu/common/cpu_features.h"
@@ -54,15 +57,47 @@ class CpuBackend final : public Backend {
     if (!p) throw std::bad_alloc();
     return p;
   }
-  void release(void* p) noexcept override { std::free(p); }
+  void release(void* p) noexcept override {
+    if (auto it = strict_.find(p); it != strict_.end()) {
+      ::munmap(p, it->second);
+      strict_.erase(it);
+      return;
+    }
+    std::free(p);
+  }
+  // $NIBBLE_STRICT_RELEASE=1 (a test aid): releasable memory behaves as a GPU's does, where a released
+  // chunk is unmapped: its whole pages are unreadable (PROT_NONE, so a touch crashes at once) until
+  // commit() takes them again, so the CPU's tests catch a path that would read or write memory it
+  // released without committing it first. Otherwise (the default) released pages simply read as
+  // zeros when touched again.
+  void* allocate_releasable(size_t bytes) override {
+    if (!strict_release() || bytes == 0) return allocate(bytes);
+    const size_t mapped = whole_pages_for(bytes);
+    void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    strict_[p] = mapped;
+    return p;
+  }
   void copy(const void* src, void* dst, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(const void* src, void* host_dst, size_t bytes) override { std::memcpy(host_dst, src, bytes); }
   void copy_from_host(const void* host_src, void* dst, size_t bytes) override { std::memcpy(dst, host_src, bytes); }
   void fill_zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
   // MADV_DONTNEED on the whole pages inside: they leave the resident set and read as zeros when
   // touched again. The partial pages at the ends stay (they may hold bytes of other arrays).
-  void discard(void* p, size_t bytes) override { release_whole_pages(p, bytes); }  // refused: the bytes stay
-  void discard_to_zero(void* p, size_t bytes) override { release_to_zero(p, bytes); }
+  void discard(void* p, size_t bytes) override {
+    release_whole_pages(p, bytes);  // refused: the bytes stay
+    protect_released(p, bytes);
+  }
+  void discard_to_zero(void* p, size_t bytes) override {
+    release_to_zero(p, bytes);
+    protect_released(p, bytes);
+  }
+  void commit(void* p, size_t bytes) override {
+    if (strict_.empty() || !strict_memory(p)) return;
+    const uintptr_t page = page_bytes(), first = reinterpret_cast<uintptr_t>(p) / page * page;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
+    ::mprotect(reinterpret_cast<void*>(first), last - first, PROT_READ | PROT_WRITE);
+  }
   void synchronize() override {}
 
   std::unique_ptr<Quantized> new_quantized() override { return std::make_unique<HostQuantized>(); }
@@ -239,6 +274,29 @@ class CpuBackend final : public Backend {
   }
   std::mutex rope_mutex_;
   std::map<std::pair<int64_t, double>, std::shared_ptr<const cpu::RopeTable<float>>> rope_tables_;
+
+  static bool strict_release() {
+    static const bool on = [] {
+      const char* v = std::getenv("NIBBLE_STRICT_RELEASE");
+      return v != nullptr && std::string(v) == "1";
+    }();
+    return on;
+  }
+  static uintptr_t page_bytes() { return static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE)); }
+  static size_t whole_pages_for(size_t bytes) { return (bytes + page_bytes() - 1) / page_bytes() * page_bytes(); }
+  bool strict_memory(const void* p) const {
+    auto it = strict_.upper_bound(const_cast<void*>(p));
+    if (it == strict_.begin()) return false;
+    --it;
+    return static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second;
+  }
+  // Under $NIBBLE_STRICT_RELEASE: the whole pages just released become unreadable until committed.
+  void protect_released(void* p, size_t bytes) {
+    if (strict_.empty() || !strict_memory(p)) return;
+    const PageRange inner = whole_pages_inside(p, bytes);
+    if (inner.begin < inner.end) ::mprotect(reinterpret_cast<void*>(inner.begin), inner.end - inner.begin, PROT_NONE);
+  }
+  std::map<void*, size_t> strict_;  // releasable allocations under $NIBBLE_STRICT_RELEASE: start -> mapped bytes
 };
 
 }  // namespace

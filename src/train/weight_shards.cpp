@@ -143,6 +143,7 @@ void WeightShards::gather_to_root() {
   const ShardLayout bytes = layout_.scaled(sizeof(float));
   const auto all = std::as_writable_bytes(params_.values());
   const auto mine = all.subspan(static_cast<size_t>(bytes.begin(rank_)), static_cast<size_t>(bytes.size(rank_)));
+  if (rank_ == 0) params_.commit_values(0, layout_.total());  // it receives the whole arena
   if (ops_.device() == ops::Device::cpu) {
     // Rank 0 receives in place (its own slice is already where it belongs); the others only send.
     comm_.gather_shards_to_root(mine, rank_ == 0 ? all : std::span<std::byte>(), bytes);
@@ -151,9 +152,7 @@ void WeightShards::gather_to_root() {
   std::vector<std::byte> mine_host(mine.size()), whole_host(rank_ == 0 ? all.size() : 0);
   ops_.copy_to_host(mine.data(), mine_host.data(), mine.size());
   comm_.gather_shards_to_root(mine_host, whole_host, bytes);
-  if (rank_ != 0) return;
-  params_.commit_values(0, layout_.total());
-  ops_.copy_from_host(whole_host.data(), all.data(), all.size());
+  if (rank_ == 0) ops_.copy_from_host(whole_host.data(), all.data(), all.size());
 }
 
 void WeightShards::scatter_from_root() {
