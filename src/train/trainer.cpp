@@ -170,8 +170,12 @@ StepResult Trainer::step() {
     const auto sampling = std::chrono::steady_clock::now();
     train_sampler_.sample_rows(micro_step, slice.first_row, slice.rows, inputs_, targets_);
     data_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling).count();
-    if (bucketed)
-      release_to_zero(model_->backend(), grads);  // the backward pass commits what it writes
+    // ZeRO-2/3 start a step holding only this rank's slice of the gradient (the rest went back with
+    // its bucket): released, so that the backward pass commits what it writes. After a micro-batch
+    // the whole gradient is held (the micro-batches' tree sum needs it) and is zeroed in place:
+    // releasing it again would only fault every page back in.
+    if (bucketed && i == 0)
+      release_to_zero(model_->backend(), grads);
     else
       model_->params().zero_grads();
     model::ModelStep ms;
