@@ -245,6 +245,35 @@ TEST(MemoryPlan, DeviceMemorySizesAndTheirRefusal) {
   }
 }
 
+// On GPUs what must fit the device is the training state in its memory: not the program nor the
+// checkpoint's host copies (rank 0's serialized state), but under full the whole weights rank 0
+// gathers into its arena for a checkpoint. A device between a mode's GPU need and its host peak fits.
+TEST(MemoryPlan, OnGpusTheDeviceHoldsTheTrainingStateNotTheHostCopies) {
+  train::MemoryPlanInput in = small_job(4, train::ShardMode::full);
+  in.train.model.layers = 8;
+  in.train.model.width = 256;
+  in.train.device = ops::Device::cuda;
+  in.process_bytes = int64_t{200} << 20;
+  const int64_t n = model::arena_floats(in.train.model);
+  const train::RankMemory root = train::plan_rank_memory(in, 0), other = train::plan_rank_memory(in, 1);
+  ASSERT_TRUE(root.on_gpu);
+  EXPECT_EQ(root.checkpoint_on_gpu, 4 * n - root.weights);
+  EXPECT_EQ(other.checkpoint_on_gpu, 0);
+  EXPECT_EQ(other.gpu_peak(), std::max(other.training(), other.startup()) - other.process);
+  EXPECT_LT(root.gpu_peak(), root.peak());
+  const int64_t gpu_need = std::max(root.gpu_peak(), other.gpu_peak());
+  const std::string fits = train::memory_plan_report(in, gpu_need);
+  EXPECT_NE(fits.find("shard=full\n"), std::string::npos) << fits;
+  EXPECT_NE(fits.find("of it on the GPU at most"), std::string::npos) << fits;
+  EXPECT_NE(fits.find("the program and checkpoint copies stay on the host"), std::string::npos) << fits;
+  EXPECT_NE(fits.find("modes that fit in"), std::string::npos) << fits;
+  EXPECT_NE(fits.substr(fits.find("modes that fit in")).find("full"), std::string::npos) << fits;
+  const std::string tight = train::memory_plan_report(in, gpu_need - 1);
+  EXPECT_EQ(tight.substr(tight.find("modes that fit in")).find("full"), std::string::npos) << tight;
+  in.train.device = ops::Device::cpu;  // on CPUs the host's peak, as before
+  EXPECT_FALSE(train::plan_rank_memory(in, 0).on_gpu);
+}
+
 // Which modes fit: a device between the optimizer mode's need and none's names optimizer alone; a
 // rank count the mode cannot take is said, not planned.
 TEST(MemoryPlan, TheReportNamesTheModesThatFit) {

@@ -229,6 +229,8 @@ RankMemory plan_rank_memory(const MemoryPlanInput& in, int rank) {
   // (8 bytes a parameter), then the gathered moments (8), their tensors (8) and file image (8).
   // full: rank 0 first gathers the whole weights into its arena.
   if (rank == 0) m.checkpoint = 24 * n + (in.shard == ShardMode::full ? 4 * n - m.weights : 0);
+  m.on_gpu = c.device == ops::Device::cuda;
+  if (m.on_gpu && rank == 0 && in.shard == ShardMode::full) m.checkpoint_on_gpu = 4 * n - m.weights;
   return m;
 }
 
@@ -242,6 +244,7 @@ std::string describe_rank_memory(const RankMemory& m) {
     text += fmt::format("; at start-up the whole weights ({}) and the gradients: {}", b(m.startup_weights),
                         b(m.startup()));
   if (m.checkpoint > 0) text += fmt::format("; writing a checkpoint +{} = {}", b(m.checkpoint), b(m.peak()));
+  if (m.on_gpu) text += fmt::format("; of it on the GPU at most {}", b(m.gpu_peak()));
   return text;
 }
 
@@ -270,11 +273,17 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
       continue;
     }
     out += "  largest rank: " + describe_rank_memory(largest) + "\n";
-    const int64_t need = std::max(largest.resident(), root.peak());
     if (device_memory > 0) {
+      // On GPUs the device's memory holds the training state; the host keeps the program and the
+      // checkpoint's copies.
+      int64_t gpu_need = root.gpu_peak();
+      for (int r = 1; r < in.ranks; ++r) gpu_need = std::max(gpu_need, plan_rank_memory(each, r).gpu_peak());
+      const bool gpu = root.on_gpu;
+      const int64_t need = gpu ? gpu_need : std::max(largest.resident(), root.peak());
       const bool fits = need <= device_memory;
-      out += fmt::format("  {} in {}: needs {} (rank 0 while checkpointing)\n", fits ? "fits" : "does not fit",
-                         b(device_memory), b(need));
+      out += fmt::format("  {} in {}: needs {} ({})\n", fits ? "fits" : "does not fit", b(device_memory), b(need),
+                         gpu ? "the GPU memory of the largest rank; the program and checkpoint copies stay on the host"
+                             : "rank 0 while checkpointing");
       if (fits) fitting.push_back(std::string(to_string(mode)));
     }
   }

@@ -38,6 +38,15 @@ struct RankMemory {
     return t > s ? t : s;
   }
   int64_t peak() const { return resident() + checkpoint; }
+
+  // device=cuda: of the above, what lives in the GPU's memory (all but the program and the
+  // checkpoint's host copies; under full, rank 0's whole weights gathered for a checkpoint are).
+  bool on_gpu = false;
+  int64_t checkpoint_on_gpu = 0;
+  int64_t gpu_peak() const {
+    const int64_t t = training() - process, s = startup() > 0 ? startup() - process : 0;
+    return (t > s ? t : s) + checkpoint_on_gpu;
+  }
 };
 
 // What MPI_Init adds to a rank's resident memory (Open MPI 4.1's shared-memory transport and its
@@ -66,7 +75,8 @@ int64_t peak_resident_bytes();
 std::string describe_rank_memory(const RankMemory& m);
 
 // `nibble plan`: per mode (none, optimizer, gradients, full), the largest rank's memory, rank 0's peak and whether
-// they fit in `device_memory` bytes (0: not asked), with the modes that fit named last.
+// they fit in `device_memory` bytes (0: not asked), with the modes that fit named last. With
+// device=cuda what must fit is each rank's GPU memory (RankMemory::gpu_peak), not its host's.
 std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory);
 
 // "141GB", "80GiB", "512MB", "1.5T": bytes. UsageError naming the accepted forms.
