@@ -227,9 +227,14 @@ StepResult Trainer::step() {
 void Trainer::backward_reducing_buckets() {
   const auto grads = model_->params().grads();
   const ShardLayout& layout = optimizer_.shards()->layout;
+  const int64_t total = static_cast<int64_t>(grads.size()), mine = layout.begin(comm_->rank());
   const auto release_finished = [&](size_t keep_in_flight) {
     for (const auto& [begin, end] : comm_->poll_reduce_scatters(keep_in_flight))
       layout.for_each_unowned(comm_->rank(), begin, end, [&](int64_t b, int64_t e) {
+        // Buckets finish from the arena's end, so everything above this one is finished: released
+        // up to this rank's slice (or the end), the page or GPU chunk that straddles this bucket
+        // and the one finished before it goes back too.
+        if (e == end) e = mine >= end ? mine : total;
         release_to_zero(model_->backend(), grads.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
       });
   };

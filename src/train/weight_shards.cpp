@@ -33,12 +33,24 @@ void WeightShards::acquire(int64_t begin, int64_t end) {
   params_.commit_values(begin, end);
   comm_.all_gather_weights(params_.values().subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)), parts);
   gathered_bytes_ += (end - begin - parts.size(rank_)) * static_cast<int64_t>(sizeof(float));
+  if (end > begin) held_.emplace_back(begin, end);
 }
 
 void WeightShards::release(int64_t begin, int64_t end) {
+  if (auto it = std::find(held_.begin(), held_.end(), std::pair{begin, end}); it != held_.end()) held_.erase(it);
   float* values = params_.values().data();
   layout_.for_each_unowned(rank_, begin, end, [&](int64_t b, int64_t e) {
-    ops_.discard(values + b, static_cast<size_t>(e - b) * sizeof(float));
+    // Out to this rank's slice, a range still held or the arena's ends: nothing there is in use, and
+    // a page or chunk straddling b or e then lies inside and goes back too.
+    int64_t lo = owned_end() <= b ? owned_end() : 0, hi = owned_begin() >= e ? owned_begin() : layout_.total();
+    for (const auto& [hb, he] : held_) {
+      if (he <= b) lo = std::max(lo, he);
+      else if (hb >= e) hi = std::min(hi, hb);
+      else lo = b, hi = e;  // overlaps a held range: no wider than asked
+    }
+    lo = std::min(lo, b);
+    hi = std::max(hi, e);
+    ops_.discard(values + lo, static_cast<size_t>(hi - lo) * sizeof(float));
   });
 }
 

@@ -40,7 +40,9 @@ class WeightShards final : public model::WeightProvider {
 
   // Collective: every rank's part of [begin, end) to every rank, in place in the arena.
   void acquire(int64_t begin, int64_t end) override;
-  // Local: the memory of [begin, end) outside this rank's slice back to the system.
+  // Local: the memory of [begin, end) outside this rank's slice back to the system, with its
+  // unowned neighbours up to the slice or a range still acquired (so that a page or a GPU chunk
+  // straddling two phases goes back too).
   void release(int64_t begin, int64_t end) override;
   bool provides_quantized(const QuantOptions& o) const override;
   // Collective: w quantized with `o` (the options provides_quantized accepted) into `out`.
@@ -54,6 +56,8 @@ class WeightShards final : public model::WeightProvider {
   void scatter_from_root();
 
   const ShardLayout& layout() const { return layout_; }
+  // The ranges acquired and not yet released, in acquire order.
+  const std::vector<std::pair<int64_t, int64_t>>& held() const { return held_; }
   int64_t owned_begin() const { return layout_.begin(rank_); }
   int64_t owned_end() const { return layout_.end(rank_); }
   // Bytes this rank received in acquires since construction (the all-gathers' traffic into it).
@@ -88,6 +92,7 @@ class WeightShards final : public model::WeightProvider {
   int rank_;
   bool quantized_gather_;
   int64_t gathered_bytes_ = 0, gathered_quantized_bytes_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> held_;  // acquired, not yet released
   std::map<int64_t, QuantizedPiece> pieces_;  // by the weight's arena offset
 };
 
