@@ -171,11 +171,12 @@ StepResult Trainer::step() {
     train_sampler_.sample_rows(micro_step, slice.first_row, slice.rows, inputs_, targets_);
     data_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling).count();
     // ZeRO-2/3 start a step holding only this rank's slice of the gradient (the rest went back with
-    // its bucket): released, so that the backward pass commits what it writes. After a micro-batch
-    // the whole gradient is held (the micro-batches' tree sum needs it) and is zeroed in place:
-    // releasing it again would only fault every page back in.
+    // its bucket): the slice is zeroed in place, the rest released again (a no-op but where a bucket
+    // edge kept memory), so that the backward pass commits what it writes. After a micro-batch the
+    // whole gradient is held (the micro-batches' tree sum needs it) and is zeroed in place:
+    // releasing it would only fault every page back in.
     if (bucketed && i == 0)
-      release_to_zero(model_->backend(), grads);
+      zero_all_but_release_unowned(grads);
     else
       model_->params().zero_grads();
     model::ModelStep ms;
@@ -218,6 +219,18 @@ StepResult Trainer::step() {
     step_gathered_quantized_bytes_ += weight_shards_->gathered_quantized_bytes() - quantized_before;
   }
   return r;
+}
+
+void Trainer::zero_all_but_release_unowned(std::span<float> grads) {
+  ops::TensorOps& ops = model_->backend();
+  const ShardLayout& layout = optimizer_.shards()->layout;
+  const int64_t mine_begin = layout.begin(comm_->rank()), mine_end = layout.end(comm_->rank());
+  const size_t mine_bytes = static_cast<size_t>(mine_end - mine_begin) * sizeof(float);
+  ops.commit(grads.data() + mine_begin, mine_bytes);  // released at start-up
+  ops.fill_zero(grads.data() + mine_begin, mine_bytes);
+  layout.for_each_unowned(comm_->rank(), 0, layout.total(), [&](int64_t b, int64_t e) {
+    release_to_zero(ops, grads.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
+  });
 }
 
 // ZeRO-2: the last micro-batch's backward pass, each completed stretch of the arena (a block, the

@@ -119,6 +119,8 @@ class Trainer {
   Trainer(const TrainConfig& config, std::pair<TokenStream, TokenStream> split, Communicator* comm);
   double progress() const;
   double evaluate_source(size_t source, model::ModelStep& ms);
+  // ZeRO-2/3 at a step's start: this rank's slice of the gradient zeroed in place, the rest released.
+  void zero_all_but_release_unowned(std::span<float> grads);
   void backward_reducing_buckets();
 
   TrainConfig config_;
