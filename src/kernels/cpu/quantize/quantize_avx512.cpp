@@ -512,16 +512,21 @@ constexpr int64_t kPanelTokenBlocks = 16;
 // tokens of column c). Each butterfly stage pairs row i with row i^h, the low row taking a + b and
 // the high one a - b, which are exactly the roundings walsh_hadamard16's FMAs perform lane-wise
 // (see there), so every element gets the row-wise transform's bits without a transpose.
-inline void rht16_bf16_finite_columns(__m512 r[16]) {
+// Forced inline and unrolled, so that the 16 rows stay in registers (see transpose16x16).
+[[gnu::always_inline]] inline void rht16_bf16_finite_columns(__m512 r[16]) {
   const float signs[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};  // rht_signs()
+#pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) r[i] = _mm512_mul_ps(r[i], _mm512_set1_ps(signs[i]));
+#pragma GCC unroll 4
   for (int h = 1; h < 16; h *= 2)
+#pragma GCC unroll 16
     for (int i = 0; i < 16; ++i)
       if (!(i & h)) {
         const __m512 a = r[i], b = r[i + h];
         r[i] = _mm512_add_ps(a, b);
         r[i + h] = _mm512_sub_ps(a, b);
       }
+#pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) r[i] = round_to_bf16_not_nan(_mm512_mul_ps(r[i], _mm512_set1_ps(0.25f)));
 }
 
@@ -576,16 +581,19 @@ void nvfp4_transposed_t(const Nvfp4Job& job, const float* x, int64_t ld, int64_t
     // The RHT down the columns before the transpose: the same bits as rht16_bf16_finite on each
     // block after it, without its lane permutes.
     __m512 t[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + c0);
     if constexpr (kRht) rht16_bf16_finite_columns(t);
     // Before the transpose lane j of every row is block j: its maximum |value| is a lane-wise max
     // over the 16 rows (block_maxima16's value, without its lane permutes).
     __m512 maxima = _mm512_range_ps(t[0], t[1], 0x0B);
+#pragma GCC unroll 16
     for (int i = 2; i < 16; ++i) maxima = _mm512_range_ps(maxima, t[i], 0x0B);
     transpose16x16_ps(t);
     const __m512i s = e4m3_codes_nonnegative(_mm512_mul_ps(maxima, c));
     _mm_store_si128(reinterpret_cast<__m128i*>(scale_bytes), _mm512_cvtepi32_epi8(s));
     _mm512_store_ps(enc, _mm512_i32gather_ps(s, job.enc_of_scale, 4));
+#pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
       const int64_t block = (c0 + j) * token_blocks + tb;
       job.scales[block] = scale_bytes[j];
@@ -620,12 +628,14 @@ void rht_amax_transposed(const float* x, int64_t ld, int64_t rows, int64_t cols,
   __m512 t_max = _mm512_setzero_ps();
   for_tiles(rows, cols, panel_begin, panel_end, [](int64_t, int64_t, int64_t, int64_t) {}, [&](int64_t g, int64_t tb) {
     __m512 t[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) {
       t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + g * 16);
       in_max = _mm512_max_epu32(in_max, _mm512_and_si512(_mm512_castps_si512(t[i]), magnitude));
     }
     // Garbage when the input holds huge or non-finite values; the caller discards it then.
     rht16_bf16_finite_columns(t);
+#pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) t_max = _mm512_max_ps(t_max, abs_ps(t[i]));
   });
   *input_max_abs_bits = static_cast<uint32_t>(_mm512_reduce_max_epu32(in_max));
