@@ -46,7 +46,7 @@ __m512i doubled_codes(const uint8_t* packed, __m512i table) {
 
 // out[b] = lane b of a, b_, c, d side by side: a 4 x 4 transpose of 128-bit lanes, which turns
 // "one vector per part, a lane per block" into "one vector per block".
-void lanes_by_block(__m512i a, __m512i b_, __m512i c, __m512i d, __m512i out[4]) {
+[[gnu::always_inline]] inline void lanes_by_block(__m512i a, __m512i b_, __m512i c, __m512i d, __m512i out[4]) {
   const __m512i ab01 = _mm512_shuffle_i32x4(a, b_, 0x44), ab23 = _mm512_shuffle_i32x4(a, b_, 0xEE);
   const __m512i cd01 = _mm512_shuffle_i32x4(c, d, 0x44), cd23 = _mm512_shuffle_i32x4(c, d, 0xEE);
   out[0] = _mm512_shuffle_i32x4(ab01, cd01, 0x88);
@@ -71,11 +71,15 @@ __m512i decoded_scales(const uint8_t* const scales[4], const float* scale_of) {
 // scales[r] at its 4 scale codes. Writes the four blocks' 4 x 192 bytes.
 void pack_four_blocks(const uint8_t* const codes[kMr], const uint8_t* const scales[kMr], const float* scale_of,
                       __m512i table, uint8_t* out) {
+  // Every loop unrolled, so that the rows and groups stay in registers (rolled, GCC 12 kept them on
+  // the stack).
   __m512i rows[kMr];
+#pragma GCC unroll 8
   for (int r = 0; r < kMr; ++r) rows[r] = doubled_codes(codes[r], table);
   // Per lane, rows 4h..4h+3 regrouped as 4 k at a time: groups[h][g] holds dword g (k 4g..4g+3) of
   // the 4 rows, the panel's codes[g][rows 4h..4h+3][4].
   __m512i groups[2][4];
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const __m512i* r = rows + 4 * h;
     const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
@@ -88,8 +92,10 @@ void pack_four_blocks(const uint8_t* const codes[kMr], const uint8_t* const scal
   // init = -12 * sum of the row's block: 12 (unsigned) times each code (signed), 4 at a time.
   const __m512i twelve = _mm512_set1_epi32(0x0C0C0C0C);
   __m512i init[2];
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     __m512i s = _mm512_setzero_si512();
+#pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, twelve, groups[h][g]);
     init[h] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
   }
@@ -97,7 +103,9 @@ void pack_four_blocks(const uint8_t* const codes[kMr], const uint8_t* const scal
   lanes_by_block(groups[0][0], groups[1][0], groups[0][1], groups[1][1], block[0]);  // bytes 0..63: groups 0, 1
   lanes_by_block(groups[0][2], groups[1][2], groups[0][3], groups[1][3], block[1]);  // 64..127: groups 2, 3
   lanes_by_block(init[0], init[1], decoded_scales(scales, scale_of), decoded_scales(scales + 4, scale_of), block[2]);
+#pragma GCC unroll 4
   for (int b = 0; b < kStepBlocks; ++b)
+#pragma GCC unroll 3
     for (int part = 0; part < 3; ++part) _mm512_storeu_si512(out + b * kBlockBytes + 64 * part, block[part][b]);
 }
 
