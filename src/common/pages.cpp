@@ -1,16 +1,27 @@
 #include "common/pages.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
-#include <unistd.h>
 
 namespace nibble {
 
-PageRange whole_pages_inside(const void* p, size_t bytes) {
+namespace {
+uintptr_t page_bytes() {
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto first = reinterpret_cast<uintptr_t>(p);
+  return page;
+}
+}  // namespace
+
+PageRange whole_pages_inside(const void* p, size_t bytes) {
+  const uintptr_t page = page_bytes(), first = reinterpret_cast<uintptr_t>(p);
   return {(first + page - 1) / page * page, (first + bytes) / page * page};
+}
+
+PageRange pages_touching(const void* p, size_t bytes) {
+  const uintptr_t page = page_bytes(), first = reinterpret_cast<uintptr_t>(p);
+  return {first / page * page, (first + bytes + page - 1) / page * page};
 }
 
 bool release_whole_pages(const void* p, size_t bytes) {

@@ -13,6 +13,8 @@ struct PageRange {
   uintptr_t begin = 0, end = 0;
 };
 PageRange whole_pages_inside(const void* p, size_t bytes);
+// [begin, end): the pages that [p, p + bytes) touches (its partial pages at the edges included).
+PageRange pages_touching(const void* p, size_t bytes);
 
 // Gives the whole pages inside [p, p + bytes) back to the system (madvise MADV_DONTNEED: private
 // anonymous pages then read as zeros and take memory again only when written). False when the system

@@ -30,31 +30,34 @@ void ParamArena::allocate() {
   grads_.resize_zeroed(static_cast<size_t>(size_));
 }
 
+namespace {
+// TensorOps::commit of elements [begin, end) of `a`: memory a distributed mode released is taken
+// again (on a GPU a touch of an unmapped chunk would be an illegal address; on the CPU released
+// pages come back as zeros either way).
+void commit(const ops::Array<float>& a, int64_t begin, int64_t end) {
+  if (end > begin)
+    a.ops()->commit(const_cast<float*>(a.data()) + begin, static_cast<size_t>(end - begin) * sizeof(float));
+}
+}  // namespace
+
 void ParamArena::commit_values(int64_t begin, int64_t end) {
   NIBBLE_CHECK(0 <= begin && begin <= end && end <= size_, "ParamArena::commit_values: a range of the arena");
-  if (end > begin) values_.ops()->commit(values_.data() + begin, static_cast<size_t>(end - begin) * sizeof(float));
+  commit(values_, begin, end);
 }
 
 void ParamArena::commit_grads(int64_t begin, int64_t end) {
   NIBBLE_CHECK(0 <= begin && begin <= end && end <= size_, "ParamArena::commit_grads: a range of the arena");
-  if (end > begin) grads_.ops()->commit(grads_.data() + begin, static_cast<size_t>(end - begin) * sizeof(float));
+  commit(grads_, begin, end);
 }
 
-// Whole-arena copies: what a distributed mode released is taken again first (on a GPU a read of an
-// unmapped chunk would be an illegal address; on the CPU released pages read as zeros either way).
-namespace {
-void commit_whole(const ops::Array<float>& a) {
-  if (a.size()) a.ops()->commit(const_cast<float*>(a.data()), a.bytes());
-}
-}  // namespace
-
+// Whole-arena copies commit first.
 std::vector<float> ParamArena::host_values() const {
-  commit_whole(values_);
+  commit(values_, 0, static_cast<int64_t>(values_.size()));
   return values_.to_host();
 }
 
 std::vector<float> ParamArena::host_grads() const {
-  commit_whole(grads_);
+  commit(grads_, 0, static_cast<int64_t>(grads_.size()));
   return grads_.to_host();
 }
 
@@ -62,7 +65,7 @@ void ParamArena::set_values(std::span<const float> host) {
   if (host.size() != values_.size())
     throw UsageError("parameter values: " + std::to_string(host.size()) + " given for an arena of " +
                      std::to_string(values_.size()));
-  commit_whole(values_);
+  commit(values_, 0, static_cast<int64_t>(values_.size()));
   values_.assign_from_host(host.data(), host.size());
 }
 

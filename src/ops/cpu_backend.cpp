@@ -2,7 +2,6 @@
 // by NIBBLE_ISA; OpenMP threads). Host memory; calls run synchronously.
 #include <omp.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -72,7 +71,8 @@ class CpuBackend final : public Backend {
   // zeros when touched again.
   void* allocate_releasable(size_t bytes) override {
     if (!strict_release() || bytes == 0) return allocate(bytes);
-    const size_t mapped = whole_pages_for(bytes);
+    const PageRange pages = pages_touching(nullptr, bytes);  // bytes rounded up to whole pages
+    const size_t mapped = pages.end - pages.begin;
     void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     strict_[p] = mapped;
@@ -94,9 +94,8 @@ class CpuBackend final : public Backend {
   }
   void commit(void* p, size_t bytes) override {
     if (strict_.empty() || !strict_memory(p)) return;
-    const uintptr_t page = page_bytes(), first = reinterpret_cast<uintptr_t>(p) / page * page;
-    const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
-    ::mprotect(reinterpret_cast<void*>(first), last - first, PROT_READ | PROT_WRITE);
+    const PageRange touched = pages_touching(p, bytes);
+    ::mprotect(reinterpret_cast<void*>(touched.begin), touched.end - touched.begin, PROT_READ | PROT_WRITE);
   }
   void synchronize() override {}
 
@@ -282,8 +281,6 @@ class CpuBackend final : public Backend {
     }();
     return on;
   }
-  static uintptr_t page_bytes() { return static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE)); }
-  static size_t whole_pages_for(size_t bytes) { return (bytes + page_bytes() - 1) / page_bytes() * page_bytes(); }
   bool strict_memory(const void* p) const {
     auto it = strict_.upper_bound(const_cast<void*>(p));
     if (it == strict_.begin()) return false;

@@ -258,11 +258,13 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
     each.shard = mode;
     std::string refused;
     RankMemory largest, root;
+    int64_t gpu_need = 0;  // device=cuda: the largest rank's GPU memory
     try {
-      root = plan_rank_memory(each, 0);
       for (int r = 0; r < in.ranks; ++r) {
         const RankMemory m = plan_rank_memory(each, r);
+        if (r == 0) root = m;
         if (m.resident() > largest.resident()) largest = m;
+        gpu_need = std::max(gpu_need, m.gpu_peak());
       }
     } catch (const UsageError& e) {
       refused = e.what();
@@ -276,8 +278,6 @@ std::string memory_plan_report(const MemoryPlanInput& in, int64_t device_memory)
     if (device_memory > 0) {
       // On GPUs the device's memory holds the training state; the host keeps the program and the
       // checkpoint's copies.
-      int64_t gpu_need = root.gpu_peak();
-      for (int r = 1; r < in.ranks; ++r) gpu_need = std::max(gpu_need, plan_rank_memory(each, r).gpu_peak());
       const bool gpu = root.on_gpu;
       const int64_t need = gpu ? gpu_need : std::max(largest.resident(), root.peak());
       const bool fits = need <= device_memory;

@@ -149,35 +149,47 @@ void WeightShards::acquire_quantized(const model::ParamInfo& w, const QuantOptio
   ops_.load_quantized(std::move(whole), out);
 }
 
+namespace {
+// This rank's slice of the arena, in bytes, and the whole arena on rank 0 (empty elsewhere).
+struct SliceBytes {
+  std::span<std::byte> whole, mine;
+  ShardLayout layout;
+};
+SliceBytes slice_bytes(model::ParamArena& params, const ShardLayout& layout, int rank) {
+  SliceBytes s;
+  const auto all = std::as_writable_bytes(params.values());
+  s.layout = layout.scaled(sizeof(float));
+  s.mine = all.subspan(static_cast<size_t>(s.layout.begin(rank)), static_cast<size_t>(s.layout.size(rank)));
+  if (rank == 0) s.whole = all;
+  return s;
+}
+}  // namespace
+
 // Checkpoints move the state through host memory: on the CPU in place in the arena; on a GPU through
 // host copies of this rank's slice and (rank 0) of the whole arena.
 void WeightShards::gather_to_root() {
-  const ShardLayout bytes = layout_.scaled(sizeof(float));
-  const auto all = std::as_writable_bytes(params_.values());
-  const auto mine = all.subspan(static_cast<size_t>(bytes.begin(rank_)), static_cast<size_t>(bytes.size(rank_)));
+  const SliceBytes s = slice_bytes(params_, layout_, rank_);
   if (rank_ == 0) params_.commit_values(0, layout_.total());  // it receives the whole arena
   if (ops_.device() == ops::Device::cpu) {
     // Rank 0 receives in place (its own slice is already where it belongs); the others only send.
-    comm_.gather_shards_to_root(mine, rank_ == 0 ? all : std::span<std::byte>(), bytes);
+    comm_.gather_shards_to_root(s.mine, s.whole, s.layout);
     return;
   }
-  std::vector<std::byte> mine_host(mine.size()), whole_host(rank_ == 0 ? all.size() : 0);
-  ops_.copy_to_host(mine.data(), mine_host.data(), mine.size());
-  comm_.gather_shards_to_root(mine_host, whole_host, bytes);
-  if (rank_ == 0) ops_.copy_from_host(whole_host.data(), all.data(), all.size());
+  std::vector<std::byte> mine_host(s.mine.size()), whole_host(s.whole.size());
+  ops_.copy_to_host(s.mine.data(), mine_host.data(), s.mine.size());
+  comm_.gather_shards_to_root(mine_host, whole_host, s.layout);
+  if (rank_ == 0) ops_.copy_from_host(whole_host.data(), s.whole.data(), s.whole.size());
 }
 
 void WeightShards::scatter_from_root() {
-  const ShardLayout bytes = layout_.scaled(sizeof(float));
-  const auto all = std::as_writable_bytes(params_.values());
-  const auto mine = all.subspan(static_cast<size_t>(bytes.begin(rank_)), static_cast<size_t>(bytes.size(rank_)));
+  const SliceBytes s = slice_bytes(params_, layout_, rank_);
   if (ops_.device() == ops::Device::cpu) {
-    comm_.scatter_shards_from_root(rank_ == 0 ? all : std::span<std::byte>(), mine, bytes);
+    comm_.scatter_shards_from_root(s.whole, s.mine, s.layout);
   } else {
-    std::vector<std::byte> mine_host(mine.size()), whole_host(rank_ == 0 ? all.size() : 0);
-    if (rank_ == 0) ops_.copy_to_host(all.data(), whole_host.data(), all.size());
-    comm_.scatter_shards_from_root(whole_host, mine_host, bytes);
-    ops_.copy_from_host(mine_host.data(), mine.data(), mine.size());
+    std::vector<std::byte> mine_host(s.mine.size()), whole_host(s.whole.size());
+    if (rank_ == 0) ops_.copy_to_host(s.whole.data(), whole_host.data(), s.whole.size());
+    comm_.scatter_shards_from_root(whole_host, mine_host, s.layout);
+    ops_.copy_from_host(mine_host.data(), s.mine.data(), s.mine.size());
   }
   drop_unowned();
 }
