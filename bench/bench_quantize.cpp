@@ -216,6 +216,10 @@ int main(int argc, char** argv) {
                          cpu::quantize_transposed_into(x, rows, cols, t_opt, out_t);
                        }),
                        pair_bytes * n});
+    results.push_back({std::string(pair_names[p]).substr(std::string(pair_names[p]).find('+') + 2) + " alone", best_seconds(repeats, [&] {
+                         cpu::quantize_transposed_into(x, rows, cols, t_opt, out_t);
+                       }),
+                       (pair_bytes - 4.0 - 0.5 - 1.0 / 16.0) * n});
   }
 
   auto q = cpu::quantize(x, rows, cols, {});

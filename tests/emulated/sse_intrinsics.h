@@ -26,6 +26,22 @@ inline __m128i _mm_set1_epi8(char v) {
   std::memset(r.b, static_cast<uint8_t>(v), 16);
   return r;
 }
+inline __m128i _mm_cvtsi32_si128(int v) {  // MOVD: v in dword 0, the rest zero
+  __m128i r{};
+  std::memcpy(r.b, &v, 4);  // x86 is little-endian: dword i is bytes 4i..4i+3, low byte first
+  return r;
+}
+inline __m128i _mm_insert_epi32(__m128i a, int v, int i) {  // PINSRD
+  std::memcpy(a.b + 4 * (i & 3), &v, 4);
+  return a;
+}
+inline __m128i _mm_setr_epi8(char e0, char e1, char e2, char e3, char e4, char e5, char e6, char e7, char e8,
+                             char e9, char e10, char e11, char e12, char e13, char e14, char e15) {
+  const char e[16] = {e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15};
+  __m128i r;
+  std::memcpy(r.b, e, 16);
+  return r;
+}
 inline __m128i _mm_and_si128(__m128i a, __m128i b) {
   for (int i = 0; i < 16; ++i) a.b[i] &= b.b[i];
   return a;

@@ -65,9 +65,15 @@ NIBBLE_ELEMENTWISE void round_to_bf16_in_place(float* x, int64_t n) {
 }
 
 // rows [S][hd] of one head (stride apart) -> contiguous [S][hd], rounded when bf16.
+// The rows are a head's slice of each token's row (strides of several KB), which the hardware
+// prefetchers do not follow: the row kPrefetchRows ahead is requested while this one is copied.
+constexpr int64_t kPrefetchRows = 4;
+
 void gather_rows(const float* src, int64_t stride, int64_t S, int64_t hd, bool bf16, float* dst) {
   for (int64_t t = 0; t < S; ++t) {
     const float* in = src + t * stride;
+    if (t + kPrefetchRows < S)
+      for (int64_t i = 0; i < hd; i += 16) __builtin_prefetch(in + kPrefetchRows * stride + i);
     float* out = dst + t * hd;
     if (bf16)
       round_to_bf16_n(in, hd, out);

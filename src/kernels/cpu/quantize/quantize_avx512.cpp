@@ -537,6 +537,7 @@ constexpr int64_t kPanelTokenBlocks = 16;
 // tb0, tb1) runs before each batch, tile(group, tb) for each tile.
 // A batch spans at most kBatchGroups column groups (512 columns), which bounds the SR buffer.
 constexpr int64_t kBatchGroups = 32;
+constexpr int64_t kTilePrefetchFloats = 64;
 
 template <class BeforeBatch, class Tile>
 void for_tiles(int64_t rows, int64_t cols, int64_t panel_begin, int64_t panel_end, BeforeBatch before_batch, Tile tile) {
@@ -582,7 +583,10 @@ void nvfp4_transposed_t(const Nvfp4Job& job, const float* x, int64_t ld, int64_t
     // block after it, without its lane permutes.
     __m512 t[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + c0);
+    for (int i = 0; i < 16; ++i) {
+      t[i] = _mm512_loadu_ps(x + (tb * 16 + i) * ld + c0);
+      _mm_prefetch(reinterpret_cast<const char*>(x + (tb * 16 + i) * ld + c0 + kTilePrefetchFloats), _MM_HINT_T0);
+    }
     if constexpr (kRht) rht16_bf16_finite_columns(t);
     // Before the transpose lane j of every row is block j: its maximum |value| is a lane-wise max
     // over the 16 rows (block_maxima16's value, without its lane permutes).
