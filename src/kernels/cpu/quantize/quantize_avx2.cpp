@@ -326,6 +326,9 @@ constexpr void (*kNvfp4TransposedKernel)(const Nvfp4Job&, const float*, int64_t,
 constexpr void (*kRhtAmaxTransposedKernel)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t*,
                                            float*) = nullptr;
 
+// No 16x16-tile hot path on this ISA: nvfp4_tiles runs block by block.
+bool nvfp4_tiles_fast(const Nvfp4Job&, int64_t, int64_t) { return false; }
+
 bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_end) {
   if (job.rht || job.stochastic || job.four_over_six) return false;
   for (int64_t i = block_begin; i < block_end; ++i) {

@@ -423,6 +423,7 @@ bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_e
 void nvfp4_transposed(const Nvfp4Job& job, const float* x, int64_t ld, int64_t panel_begin, int64_t panel_end);
 void rht_amax_transposed(const float* x, int64_t ld, int64_t rows, int64_t cols, int64_t panel_begin,
                          int64_t panel_end, uint32_t* input_max_abs_bits, float* transformed_amax);
+bool nvfp4_tiles_fast(const Nvfp4Job& job, int64_t tile_begin, int64_t tile_end);
 constexpr auto* kNvfp4TransposedKernel = &nvfp4_transposed;
 constexpr auto* kRhtAmaxTransposedKernel = &rht_amax_transposed;
 
@@ -492,6 +493,39 @@ bool nvfp4_blocks_fast(const Nvfp4Job& job, int64_t block_begin, int64_t block_e
   } else {
     if (job.stochastic) nvfp4_blocks_t<false, true>(job, block_begin, block_end);
     else nvfp4_blocks_t<false, false>(job, block_begin, block_end);
+  }
+  return true;
+}
+
+// ---- NVFP4 16x16 tiles (the weights), round to nearest, no RHT --------------------------------
+// A tile's 16 rows (one 16-value block each) in 16 registers: the tile amax as a lane-wise maximum
+// of their magnitudes, then one reduction, one scale byte and one element multiplier for all 16
+// blocks (what nvfp4_tiles computes block by block through absmax16, nvfp4_block and e2m1_rn16,
+// out of line, a vzeroupper each). The caller has checked that x is finite.
+bool nvfp4_tiles_fast(const Nvfp4Job& job, int64_t tile_begin, int64_t tile_end) {
+  if (job.rht || job.stochastic || job.four_over_six) return false;
+  const E2M1Tables tables = load_e2m1_tables();
+  const int64_t block_cols = job.cols / 16;
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const int64_t row0 = (t / block_cols) * 16, bc = t % block_cols;
+    const int rows = static_cast<int>(min_i64(16, job.rows - row0));  // the last tile may be short
+    const float* x = job.x + row0 * job.cols + bc * 16;
+    __m512 v[16];
+    __m512 magnitude = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      v[r] = r < rows ? _mm512_loadu_ps(x + r * job.cols) : _mm512_setzero_ps();
+      magnitude = _mm512_range_ps(magnitude, v[r], 0x0B);  // the larger magnitude, sign cleared
+    }
+    const uint8_t s = e4m3_encode_nonnegative(absmax_of(magnitude) * job.encode_times_rcp6);
+    const __m512 enc = _mm512_set1_ps(job.enc_of_scale[s]);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      if (r >= rows) break;
+      const int64_t first = (row0 + r) * job.cols + bc * 16;
+      job.scales[(row0 + r) * block_cols + bc] = s;
+      pack_nibbles(e2m1_codes_rn_finite(_mm512_mul_ps(v[r], enc), tables), job.codes + first / 2);
+    }
   }
   return true;
 }
