@@ -15,6 +15,7 @@
 #include <atomic>
 #include <bit>
 #include <cfloat>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -457,6 +458,29 @@ void quantize_fp8(const Kernels& k, std::span<const float> x, const QuantOptions
 }
 
 // Exact transpose of 16x16-tile NVFP4 codes and scales (ref::transpose_tiles), tile by tile.
+// A 16x16 tile of E2M1 codes, transposed. Read as a little-endian word, row r's 8 bytes hold column c
+// at bits 4c..4c+3 (element 2i in the low nibble of byte i), and so does each word written, so the
+// transpose is four block-swap stages over the 16 words (the off-diagonal k x k blocks of every
+// 2k x 2k block exchanged, k = 8, 4, 2, 1): ~200 word operations a tile instead of 512 nibble moves.
+static_assert(std::endian::native == std::endian::little);
+void transpose_code_tile(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride) {
+  uint64_t w[16];
+  for (int r = 0; r < 16; ++r) std::memcpy(&w[r], src + r * src_stride, 8);
+  constexpr uint64_t kLeftColumns[4] = {0x00000000FFFFFFFFull, 0x0000FFFF0000FFFFull, 0x00FF00FF00FF00FFull,
+                                        0x0F0F0F0F0F0F0F0Full};  // columns c with (c & k) == 0
+  for (int stage = 0; stage < 4; ++stage) {
+    const int k = 8 >> stage, shift = 4 * k;
+    for (int i = 0; i < 16; ++i) {
+      if (i & k) continue;
+      // Row i's columns c | k move down to row i + k's columns c, and back.
+      const uint64_t t = ((w[i] >> shift) ^ w[i + k]) & kLeftColumns[stage];
+      w[i + k] ^= t;
+      w[i] ^= t << shift;
+    }
+  }
+  for (int c = 0; c < 16; ++c) std::memcpy(dst + c * dst_stride, &w[c], 8);
+}
+
 QuantizedTensor transpose_tiles_fast(const QuantizedTensor& q) {
   QuantizedTensor t;
   t.layout() = q.layout();
@@ -471,18 +495,8 @@ QuantizedTensor transpose_tiles_fast(const QuantizedTensor& q) {
   parallel_ranges(tile_rows * tile_cols, 1, q.rows * q.cols, [&](int64_t b, int64_t e) {
     for (int64_t tile = b; tile < e; ++tile) {
       const int64_t tr = tile / tile_cols, tc = tile % tile_cols;
-      uint8_t nibble[16][16];  // [row in tile][col in tile]
-      for (int r = 0; r < 16; ++r) {
-        const uint8_t* src = q.codes.data() + (tr * 16 + r) * src_row_bytes + tc * 8;
-        for (int c = 0; c < 8; ++c) {
-          nibble[r][2 * c] = src[c] & 0xF;
-          nibble[r][2 * c + 1] = src[c] >> 4;
-        }
-      }
-      for (int c = 0; c < 16; ++c) {
-        uint8_t* dst = t.codes.data() + (tc * 16 + c) * dst_row_bytes + tr * 8;
-        for (int r = 0; r < 8; ++r) dst[r] = static_cast<uint8_t>(nibble[2 * r][c] | (nibble[2 * r + 1][c] << 4));
-      }
+      transpose_code_tile(q.codes.data() + tr * 16 * src_row_bytes + tc * 8, src_row_bytes,
+                          t.codes.data() + tc * 16 * dst_row_bytes + tr * 8, dst_row_bytes);
     }
   });
   const int64_t t_scale_cols = t.cols / 16, q_scale_cols = q.cols / 16;
