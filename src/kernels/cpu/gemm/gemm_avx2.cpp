@@ -263,6 +263,8 @@ inline __m256 bf16_pairs_of_16(const float* src) {
 // past the edge and for an odd K's last high half. A K-contiguous operand goes 8 rows x 16 k at a
 // time (rounded, packed into pairs, 8 x 8 transposed in registers); a row-contiguous one pairs two
 // k-rows lane by lane. The scalar packers cost a fifth of a bf16 training step.
+constexpr int64_t kPairPrefetch = 4;
+
 template <int Width>
 void pack_bf16_pair_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
   static_assert(Width % 8 == 0);
@@ -276,6 +278,13 @@ void pack_bf16_pair_operand_panel(const F32Operand& x, int64_t row0, uint8_t* ds
     for (int64_t p = 0; p < pairs; ++p) {
       const float* lo = x.p + 2 * p * x.ld + row0;
       const float* hi = 2 * p + 1 < x.k ? lo + x.ld : nullptr;
+      // Each k-row gives the panel Width floats, a row stride apart: the prefetchers do not follow,
+      // so the k-rows kPairPrefetch pairs ahead are requested now.
+      if (2 * (p + kPairPrefetch) + 1 < x.k)
+        for (int64_t r = 0; r < Width; r += 16) {
+          _mm_prefetch(reinterpret_cast<const char*>(lo + 2 * kPairPrefetch * x.ld + r), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(lo + (2 * kPairPrefetch + 1) * x.ld + r), _MM_HINT_T0);
+        }
       for (int64_t r = 0; r < Width; r += 8) {
         const __m256i h = _mm256_and_si256(_mm256_castps_si256(round_to_bf16(load(hi, r))), high);
         _mm256_storeu_ps(out + p * Width + r, _mm256_castsi256_ps(_mm256_or_si256(bf16_low(load(lo, r)), h)));
@@ -286,20 +295,27 @@ void pack_bf16_pair_operand_panel(const F32Operand& x, int64_t row0, uint8_t* ds
   const int64_t k16 = x.k / 16 * 16;
   alignas(32) float tail[8][16];  // the last k < 16 of each row, zero-padded (an odd K's empty high half)
   for (int r0 = 0; r0 < Width; r0 += 8) {
-    for (int64_t k = 0; k < x.k; k += 16) {
-      if (k >= k16) std::memset(tail, 0, sizeof tail);
+    // Whole 16-k steps: the 8 rows in registers, unrolled (rolled, with the tail's copies in the same
+    // loop, GCC kept them in stack memory).
+    for (int64_t k = 0; k < k16; k += 16) {
+      __m256 v[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i)
+        v[i] = r0 + i < rows ? bf16_pairs_of_16(x.p + (row0 + r0 + i) * x.ld + k) : _mm256_setzero_ps();
+      transpose8x8_in_registers(v);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + (k / 2 + j) * Width + r0, v[j]);
+    }
+    for (int64_t k = k16; k < x.k; k += 16) {
+      std::memset(tail, 0, sizeof tail);
       __m256 v[8];
       for (int i = 0; i < 8; ++i) {
         if (r0 + i >= rows) {
           v[i] = _mm256_setzero_ps();
           continue;
         }
-        const float* src = x.p + (row0 + r0 + i) * x.ld + k;
-        if (k >= k16) {
-          std::memcpy(tail[i], src, static_cast<size_t>(x.k - k) * sizeof(float));
-          src = tail[i];
-        }
-        v[i] = bf16_pairs_of_16(src);
+        std::memcpy(tail[i], x.p + (row0 + r0 + i) * x.ld + k, static_cast<size_t>(x.k - k) * sizeof(float));
+        v[i] = bf16_pairs_of_16(tail[i]);
       }
       transpose8x8_in_registers(v);
       for (int64_t j = 0; j < 8 && k / 2 + j < pairs; ++j) _mm256_storeu_ps(out + (k / 2 + j) * Width + r0, v[j]);
