@@ -428,5 +428,27 @@ TEST(StepWork, CountsEachGemmInItsLayersPrecisionAndTheCausalAttentionProducts) 
   EXPECT_EQ(w32.other_bytes, w.other_bytes);  // the same ops around the GEMMs
 }
 
+// The ideal step judges the quantized GEMMs against the kernel training runs: gemm_summation as the
+// recipe resolves it on this backend (auto is fp32_products where the CPU has the kernel, on
+// AMX-BF16, whose tiles are another unit than the AMX-INT8 block_exact kernel's).
+TEST(StepWork, CarriesTheSummationTheRecipeResolved) {
+  model::ModelConfig m;
+  m.vocab = 64, m.layers = 2, m.heads = 2, m.width = 64, m.context = 32, m.mlp_hidden = 128;
+  model::Transformer model(m, ops::cpu());
+  const auto work_of = [&](GemmSummation g) {
+    RecipeConfig rc;
+    rc.quantization = Quantization::nvfp4;
+    rc.gemm_summation = g;
+    return step_work(m, Recipe(rc, 2, model.block_linear_shapes(), 64, model.backend()), 2, 32, 1);
+  };
+  EXPECT_EQ(work_of(GemmSummation::block_exact).quantized_summation, ops::Summation::block_exact);
+  const ops::Summation automatic = model.backend().fp32_products_available(Format::nvfp4) ? ops::Summation::fp32_products
+                                                                                          : ops::Summation::block_exact;
+  EXPECT_EQ(work_of(GemmSummation::automatic).quantized_summation, automatic);
+  if (model.backend().fp32_products_available(Format::nvfp4)) {
+    EXPECT_EQ(work_of(GemmSummation::fp32_products).quantized_summation, ops::Summation::fp32_products);
+  }
+}
+
 }  // namespace
 }  // namespace nibble::train

@@ -30,10 +30,10 @@ namespace nibble::bench {
 
 namespace {
 
-// Best GFLOP/s of a 1024^3 GEMM in the precision a recipe's fprop uses, over at least 5 runs and
-// 0.5 s: a handful of runs can all fall in a slow moment of a shared machine, and a peak measured
-// low makes the ideal step look unreachable.
-double measured_peak_flops(Quantization q) {
+// Best GFLOP/s of a 1024^3 GEMM in the precision a recipe's fprop uses (a quantized one summed as
+// training sums it), over at least 5 runs and 0.5 s: a handful of runs can all fall in a slow moment
+// of a shared machine, and a peak measured low makes the ideal step look unreachable.
+double measured_peak_flops(Quantization q, Summation summation) {
   const int64_t n = 1024;
   std::vector<float> a(n * n), b(n * n), c(n * n);
   std::mt19937 rng(1);
@@ -58,25 +58,29 @@ double measured_peak_flops(Quantization q) {
       case GemmPrecision::bf16:
         cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::yes, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
         break;
-      case GemmPrecision::quantized: cpu::gemm(qa, qb, c.data(), n); break;
+      case GemmPrecision::quantized: cpu::gemm(qa, qb, c.data(), n, 1.0f, Output::overwrite, summation); break;
     }
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 2.0 * n * n * n / best;
 }
 
-// The best GFLOP/s seen for each precision (keyed by the recipe whose forward kernel it is; none =
-// FP32) over every measurement of the run: a peak is a maximum, and a shared machine's slow moments
-// only ever lower a measurement.
+// The best GFLOP/s seen for each precision (keyed by the recipe whose forward kernel it is, none =
+// FP32, and for a quantized one by its summation: on an AMX-BF16 CPU fp32_products and block_exact
+// run on different tile units) over every measurement of the run: a peak is a maximum, and a shared
+// machine's slow moments only ever lower a measurement.
 struct Peaks {
-  std::map<Quantization, double> best;
-  double measure(Quantization q) {
-    double& b = best[q];
-    b = std::max(b, measured_peak_flops(q));
+  using Kernel = std::pair<Quantization, Summation>;
+  std::map<Kernel, double> best;
+  // FP32 and BF16 GEMMs have one summation: their key ignores s.
+  static Kernel kernel(Quantization q, Summation s) { return {q, is_quantized(q) ? s : Summation::block_exact}; }
+  double measure(Quantization q, Summation s = Summation::block_exact) {
+    double& b = best[kernel(q, s)];
+    b = std::max(b, measured_peak_flops(q, s));
     return b;
   }
-  double of(Quantization q) const {
-    const auto it = best.find(q);
+  double of(Quantization q, Summation s = Summation::block_exact) const {
+    const auto it = best.find(kernel(q, s));
     return it == best.end() ? 0.0 : it->second;
   }
   double fp32() const { return of(Quantization::none); }
@@ -279,7 +283,7 @@ void print_torch_ratios(const TrainBenchOptions& o, const train::TrainConfig& ba
 
 // The ideal step (seconds) by kind: GEMMs, attention, quantization bytes, other bytes; each kind of
 // work over the best measured peak of the kernel that runs it. (The quantized peak is the recipe's
-// own kernel's; none and bf16 have no quantized FLOPs.)
+// own kernel's with training's summation; none and bf16 have no quantized FLOPs.)
 struct CpuRow {
   std::string name;
   Quantization quantization;
@@ -292,8 +296,9 @@ struct CpuRow {
 // other bytes.
 std::array<double, 5> ideal_parts(const CpuRow& row, const Peaks& peaks, double copy_bandwidth) {
   const train::StepWork& w = row.work;
+  const double quantized_peak = peaks.of(row.quantization, w.quantized_summation);
   return std::array<double, 5>{
-      w.gemm_flops[0] / peaks.fp32() + w.gemm_flops[1] / peaks.bf16() + w.gemm_flops[2] / peaks.of(row.quantization),
+      w.gemm_flops[0] / peaks.fp32() + w.gemm_flops[1] / peaks.bf16() + w.gemm_flops[2] / quantized_peak,
       w.attention_flops / (w.attention_bf16 ? peaks.bf16() : peaks.fp32()), w.fused_quantize_bytes / copy_bandwidth,
       (w.quantize_bytes - w.fused_quantize_bytes) / copy_bandwidth, w.other_bytes / copy_bandwidth};
 }
@@ -342,8 +347,9 @@ std::vector<CpuRow> time_recipes_on_cpu(const TrainBenchOptions& o, const train:
   for (const auto& [name, recipe] : recipes) {
     train::TrainConfig c = base;
     c.recipe = recipe;
-    const double own_peak = peaks.measure(c.recipe.quantization);
     auto r = train::measure_training_speed(c, corpus, o.warmup, o.timed_steps);
+    // After the steps: the quantized kernel's peak is the one of the summation training resolved.
+    const double own_peak = peaks.measure(c.recipe.quantization, r.work.quantized_summation);
     if (c.recipe.quantization == Quantization::none) none_tps = r.tokens_per_s;
     rows.push_back({name, c.recipe.quantization, r.tokens_per_s, r.step_s, r.work});
     if (o.contended) {  // right after the quiet measurement, so that both see the same machine
@@ -366,18 +372,22 @@ void print_ideal_steps(const std::vector<CpuRow>& rows, Peaks& peaks, double cop
   // Once more at the end, so a peak that fell in a slow moment of a shared machine at the start
   // (this happens: one run measured the BF16 kernel at half the FP32 kernel it is built on) does not
   // decide the ideal step.
-  for (const auto& entry : peaks.best) peaks.measure(entry.first);
+  for (const auto& entry : peaks.best) peaks.measure(entry.first.first, entry.first.second);
   fmt::print("\nMFU(fp32): training FLOPs (6N + 12 L d T per token) per second over the FP32 GEMM peak;\n"
              "MFU(own): over the peak of the GEMM precision the recipe's forward uses.\n"
-             "ideal: the step if every GEMM ran at the measured 1024^3 peak of its precision (the recipe's own kernel for\n"
-             "its quantized GEMMs, BF16 for kept layers, FP32 for the LM head), causal attention's six products at the\n"
-             "BF16 peak (FP32 for none), and every other op moved each FP32 tensor it reads and writes once at the memcpy\n"
-             "bandwidth; reached = ideal / measured step. A peak is the best of every measurement in the run (before\n"
-             "the recipes, before each, after all); above, the best so far. With the best of the whole run:\n");
+             "ideal: the step if every GEMM ran at the measured 1024^3 peak of its precision (the recipe's own kernel,\n"
+             "summed as training sums it, for its quantized GEMMs, BF16 for kept layers, FP32 for the LM head), causal\n"
+             "attention's six products at the BF16 peak (FP32 for none), and every other op moved each FP32 tensor it\n"
+             "reads and writes once at the memcpy bandwidth; reached = ideal / measured step. A peak is the best of every\n"
+             "measurement in the run (before the recipes, after each, after all); above, the best so far.\n"
+             "With the best of the whole run:\n");
   std::string peak_line;
-  for (const auto& [q, best] : peaks.best)
-    peak_line += fmt::format("{}{} {:.1f}", peak_line.empty() ? "" : ", ", q == Quantization::none ? "fp32" : to_string(q),
-                             best / 1e9);
+  for (const auto& [kernel, best] : peaks.best) {
+    const auto [q, summation] = kernel;
+    const bool fp32_products = is_quantized(q) && summation == Summation::fp32_products;
+    peak_line += fmt::format("{}{}{} {:.1f}", peak_line.empty() ? "" : ", ", q == Quantization::none ? "fp32" : to_string(q),
+                             fp32_products ? " (fp32_products)" : "", best / 1e9);
+  }
   fmt::print("peaks (GFLOP/s): {}\n", peak_line);
   fmt::print("quant fused: operands whose row-wise and transposed NVFP4 copies one pass encodes (read twice: the amax\n"
              "pass, then the encode pass, or once where RMSNorm or SwiGLU (forward, backward) gathered the amax as they wrote\n"

@@ -32,6 +32,7 @@ double training_flops_per_token(const model::ModelConfig& m, int64_t seq) {
 
 StepWork step_work(const model::ModelConfig& m, const Recipe& recipe, int64_t batch, int64_t seq, int64_t grad_accum) {
   StepWork w;
+  w.quantized_summation = recipe.summation(recipe.config().quantization);
   const double T = static_cast<double>(batch * seq * grad_accum), d = static_cast<double>(m.width);
   const double hd = static_cast<double>(m.head_dim()), f = static_cast<double>(m.hidden());
   const double H = static_cast<double>(m.heads), qkv = (H + 2.0 * static_cast<double>(m.kv_head_count())) * hd;

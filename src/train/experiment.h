@@ -21,6 +21,9 @@ double training_flops_per_token(const model::ModelConfig& m, int64_t seq);
 // none lost to them.
 struct StepWork {
   double gemm_flops[3] = {};   // by GemmPrecision (fp32, bf16, quantized): every linear's three GEMMs + the LM head
+  // How the quantized GEMMs sum (gemm_summation resolved for the backend): the peak their FLOPs are
+  // judged against is that kernel's (on AMX-BF16 CPUs auto means fp32_products, another kernel).
+  ops::Summation quantized_summation = ops::Summation::block_exact;
   double attention_flops = 0;  // causal: QK^T and PV forward, the four products of backward
   bool attention_bf16 = false;
   double quantize_bytes = 0;   // each quantized GEMM operand read in FP32, its codes and scales written
