@@ -651,8 +651,8 @@ void check_dense_gemm(Dense kind, cpu::Trans ta, cpu::Trans tb, int64_t M, int64
 
 // gemm_bf16 is nibble's kernel of every ISA level (AMX-BF16 tiles, AVX512-BF16 pairs, FMA on
 // AVX-512 / AVX2 / scalar); gemm_bf16_onednn is always oneDNN. The shapes cross the 8x32 and 32x32
-// micro-tiles, the 96x256 macro tile and the 128/256-k chunks, with K odd (a half-filled BF16 pair)
-// and beta 0, 1 and neither.
+// micro-tiles, the 96x256 macro tile and the 128/256/2048-k chunks, with K odd (a half-filled BF16
+// pair) and beta 0, 1 and neither.
 TEST(Gemm, OneDnnF32AndBf16WithTransposesAndStrides) {
   IsaGuard guard;
   for (Dense kind : {Dense::f32, Dense::bf16, Dense::bf16_onednn})
@@ -665,6 +665,7 @@ TEST(Gemm, OneDnnF32AndBf16WithTransposesAndStrides) {
         check_dense_gemm(kind, ta, tb, 64, 17, 300, -0.5f, 1.5f);
         if (kind == Dense::bf16) {
           check_dense_gemm(kind, ta, tb, 131, 290, 545, 2.0f, 1.0f);
+          check_dense_gemm(kind, ta, tb, 33, 40, 2111, 1.0f, 1.0f);  // AMX-BF16: a second chunk reloads the sums
           check_dense_gemm(kind, ta, tb, 1, 1, 1, 1.0f, 0.0f);
         }
       }
