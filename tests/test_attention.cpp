@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -11,6 +12,7 @@
 
 #include "kernels/cpu/layers/attention.h"
 #include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/gemm/gemm_kernels.h"
 #include "format/codecs.h"
 #include "support/check.h"
 #include "support/random.h"
@@ -194,12 +196,59 @@ TEST(FusedAttention, AvxBf16AttentionIsTheAvx512Bits) {
       for (size_t i = 0; i < dout.size(); i += 97) dout[i] = std::ldexp(dout[i], -130);  // subnormal in BF16
       set_isa_limit(Isa::avx512);
       const AttentionRun fma = run_attention(s, qkv, dout);
-      set_isa_limit(detected_isa());
+      set_isa_limit(Isa::avx512bf16);  // (on AMX-BF16 CPUs the BF16 products take the tiles: tested below)
       const AttentionRun dpbf16 = run_attention(s, qkv, dout);
       EXPECT_TRUE(same_bits(fma.out, dpbf16.out)) << "bf16=" << bf16 << " hd=" << s.head_dim;
       EXPECT_TRUE(same_bits(fma.stats, dpbf16.stats)) << "bf16=" << bf16 << " hd=" << s.head_dim;
       EXPECT_TRUE(same_bits(fma.dqkv, dpbf16.dqkv)) << "bf16=" << bf16 << " hd=" << s.head_dim;
     }
+  set_isa_limit(detected_isa());
+}
+
+// On AMX-BF16 CPUs attention's BF16 products run on the tiles, with the tile unit's own FP32
+// summation (as these CPUs' GEMMs do): each output within the FP32 accumulation bound of the exact
+// product of the same BF16 values. The call forms attention makes: A along its rows or down its
+// columns, a prefix k of B's K rows, accumulating or not, edges of the 32 x 32 micro-tile.
+// (test_gemm_bf16_amx_emulated runs the same code in the tile model's order on any CPU.)
+TEST(FusedAttention, AmxProductIsWithinTheFp32BoundOfTheExactProduct) {
+  if (!amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  using namespace gemm_detail;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto bf16_values = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = round_to_bf16(normal(rng));
+    return v;
+  };
+  const double u = std::ldexp(1.0, -24);
+  for (const auto& [M, N, K, k] : {std::array<int64_t, 4>{16, 70, 64, 64}, {37, 33, 100, 45}, {70, 64, 256, 200},
+                                  {1, 1, 32, 1}})
+    for (bool a_down_columns : {false, true})
+      for (bool accumulate : {false, true}) {
+        const int64_t ldb = N + 3, ldc = N + 5, a_ld = a_down_columns ? M + 2 : k + 2;
+        const std::vector<float> b = bf16_values(static_cast<size_t>(K * ldb));
+        const std::vector<float> a = bf16_values(static_cast<size_t>((a_down_columns ? k : M) * a_ld));
+        const std::vector<float> c0 = normal_floats(static_cast<size_t>(M * ldc), 9);
+        std::vector<float> c = c0;
+        std::vector<uint8_t> panels(static_cast<size_t>(bf16_panels_bytes(K, N))), a_panels(static_cast<size_t>(bf16_panels_bytes(k, M)));
+        std::vector<float> acc(static_cast<size_t>(kBf16Panel * kBf16AccStride));
+        pack_bf16_b_panels(K, N, b.data(), ldb, panels.data());
+        const int64_t a_row = a_down_columns ? 1 : a_ld, a_k = a_down_columns ? a_ld : 1;
+        bf16_product_amx(M, N, k, a.data(), a_row, a_k, panels.data(), bf16_units(K), c.data(), ldc, accumulate,
+                         a_panels.data(), acc.data());
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            double exact = accumulate ? c0[m * ldc + n] : 0.0, magnitude = 0.0;
+            for (int64_t j = 0; j < k; ++j) {
+              const double p = static_cast<double>(a[m * a_row + j * a_k]) * b[j * ldb + n];
+              exact += p, magnitude += std::fabs(p);
+            }
+            const double bound = (k + 2) * u * magnitude + (accumulate ? 2 * u * std::fabs(c0[m * ldc + n]) : 0.0);
+            ASSERT_LE(std::fabs(c[m * ldc + n] - exact), bound) << M << "x" << N << " k=" << k << " m=" << m << " n=" << n;
+          }
+          for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(c[m * ldc + n], c0[m * ldc + n]) << "wrote past N";
+        }
+      }
 }
 
 TEST(FusedAttention, Bf16RoundsTheOperandsOnly) {

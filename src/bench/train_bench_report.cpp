@@ -330,8 +330,9 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
              cpu::amx_bf16_active()                          ? "on the AMX-BF16 tiles"
              : cpu::active_isa() >= cpu::Isa::avx512bf16 ? "with AVX512-BF16 vdpbf16ps"
                                                          : "FMA on BF16-rounded operands",
-             cpu::active_isa() >= cpu::Isa::avx512bf16 ? "with AVX512-BF16 vdpbf16ps in pair order"
-                                                       : "FMA in pair order on BF16-rounded operands");
+             cpu::amx_bf16_active()                      ? "on the AMX-BF16 tiles (their own FP32 summation)"
+             : cpu::active_isa() >= cpu::Isa::avx512bf16 ? "with AVX512-BF16 vdpbf16ps in pair order"
+                                                         : "FMA in pair order on BF16-rounded operands");
   return copy_bandwidth;
 }
 

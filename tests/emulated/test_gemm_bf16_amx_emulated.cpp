@@ -6,6 +6,7 @@
 // BF16). The tile unit's own FP32 rounding is tested where it exists (test_gemm, against FP64).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -136,6 +137,50 @@ TEST(AmxBf16Emulated, Fp8PanelsHoldTheExactValues) {
     pack_bf16_fp8_b_panel(qb, 0, pb.data());
     expect_kernel_matches(pa, pb, K, model(value_of(qa), value_of(qb), K), std::string(to_string(format)));
   }
+}
+
+// Attention's products (bf16_product_amx over B panels packed once by pack_bf16_b_panels): every
+// output of C [M][N] is the model's sum over the call's prefix k of B's K rows (A zero past it),
+// written or added into C without touching C past N; A along its rows or down its columns; M, N
+// across the 32 x 32 micro-tile's edges; k a partial unit and an odd pair.
+TEST(AmxBf16Emulated, AttentionProductSumsEachOutputInTheTileOrder) {
+  uint64_t seed = 600;
+  for (const auto& [M, N, K, k] : {std::array<int64_t, 4>{16, 70, 64, 64}, {37, 33, 100, 45}, {33, 64, 96, 1}})
+    for (const bool a_down_columns : {false, true})
+      for (const bool accumulate : {false, true}) {
+        const int64_t ldb = N + 3, ldc = N + 5, a_ld = a_down_columns ? M + 2 : k + 2;
+        // Values that are BF16 already, as attention's operands are.
+        std::vector<float> b = spread_values(K, ldb, seed++), a = spread_values(a_down_columns ? k : M, a_ld, seed++);
+        for (float& x : b) x = bf16_daz(x);
+        for (float& x : a) x = bf16_daz(x);
+        const std::vector<float> c0 = spread_values(M, ldc, seed++);
+        std::vector<float> c = c0;
+        std::vector<uint8_t> panels(static_cast<size_t>(bf16_panels_bytes(K, N)), 0xEE);
+        std::vector<uint8_t> a_panels(static_cast<size_t>(bf16_panels_bytes(k, M)), 0xEE);
+        std::vector<float> acc(static_cast<size_t>(kBf16Panel * kBf16AccStride), std::nanf(""));
+        pack_bf16_b_panels(K, N, b.data(), ldb, panels.data());
+        const int64_t a_row = a_down_columns ? 1 : a_ld, a_k = a_down_columns ? a_ld : 1;
+        bf16_product_amx(M, N, k, a.data(), a_row, a_k, panels.data(), bf16_units(K), c.data(), ldc, accumulate,
+                         a_panels.data(), acc.data());
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < ldc; ++n) {
+            float want = c0[m * ldc + n];
+            if (n < N) {
+              const auto av = [&](int64_t j) { return j < k ? a[m * a_row + j * a_k] : 0.0f; };
+              const auto bv = [&](int64_t j) { return j < K ? b[j * ldb + n] : 0.0f; };
+              float sum = 0.0f;
+              for (int64_t j = 0; j < bf16_units(k) * kBf16UnitK; j += 2) {
+                sum = sum + av(j + 1) * bv(j + 1);
+                sum = sum + av(j) * bv(j);
+              }
+              want = accumulate ? sum + c0[m * ldc + n] : sum;
+            }
+            ASSERT_EQ(std::memcmp(&want, &c[m * ldc + n], 4), 0)
+                << M << "x" << N << " k=" << k << (a_down_columns ? " A by columns" : " A by rows")
+                << (accumulate ? " accumulating" : "") << ": C[" << m << "," << n << "] = " << c[m * ldc + n] << ", model "
+                << want;
+          }
+      }
 }
 
 }  // namespace

@@ -170,6 +170,39 @@ void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_p
 void pack_bf16_a_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, true); }
 void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst) { pack_panel(x, x.k, row0, dst, false); }
 
+void pack_bf16_b_panels(int64_t K, int64_t N, const float* B, int64_t ldb, uint8_t* panels) {
+  const F32Operand b{B, ldb, N, K, false};  // column n's K values run down B's rows
+  const int64_t panel_bytes = bf16_units(K) * kBf16UnitBytes;
+  for (int64_t n0 = 0; n0 < N; n0 += kBf16Panel) pack_bf16_b_panel(b, n0, panels + n0 / kBf16Panel * panel_bytes);
+}
+
+// A's panels over its k (zero past it, so B's rows past the prefix add nothing), then one 32x32
+// micro-tile at a time: the whole k in one tile-unit pass, its rows into C.
+void bf16_product_amx(int64_t M, int64_t N, int64_t k, const float* A, int64_t a_row, int64_t a_k,
+                      const uint8_t* b_panels, int64_t b_units, float* C, int64_t ldc, bool accumulate,
+                      uint8_t* a_panels, float* acc) {
+  const F32Operand a = a_k == 1 ? F32Operand{A, a_row, M, k, true} : F32Operand{A, a_k, M, k, false};
+  const int64_t units = bf16_units(k), a_panel_bytes = units * kBf16UnitBytes, b_panel_bytes = b_units * kBf16UnitBytes;
+  for (int64_t m0 = 0; m0 < M; m0 += kBf16Panel) pack_bf16_a_panel(a, m0, a_panels + m0 / kBf16Panel * a_panel_bytes);
+  amx_bf16_thread_begin();
+  for (int64_t m0 = 0; m0 < M; m0 += kBf16Panel)
+    for (int64_t n0 = 0; n0 < N; n0 += kBf16Panel) {
+      bf16_tiles_amx(a_panels + m0 / kBf16Panel * a_panel_bytes, b_panels + n0 / kBf16Panel * b_panel_bytes, units, acc,
+                     true);
+      const int64_t rows = M - m0 < kBf16Panel ? M - m0 : kBf16Panel, cols = N - n0 < kBf16Panel ? N - n0 : kBf16Panel;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; j += 16) {
+          const int64_t n = cols - j < 16 ? cols - j : 16;
+          const auto mask = static_cast<__mmask16>((1u << n) - 1);
+          float* c = C + (m0 + r) * ldc + n0 + j;
+          __m512 v = _mm512_maskz_loadu_ps(mask, acc + r * kBf16AccStride + j);
+          if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c));
+          _mm512_mask_storeu_ps(c, mask, v);
+        }
+    }
+  _tile_release();
+}
+
 MicroKernel bf16_micro_kernel_amx() { return &bf16_tiles_amx; }
 
 void amx_bf16_thread_begin() { load_tile_config(full_tiles_config()); }

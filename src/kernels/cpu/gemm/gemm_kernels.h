@@ -100,7 +100,7 @@ MicroKernel int8_micro_kernel_amx(int64_t block_len, bool a_uniform, bool b_unif
 // released after its last (other libraries on the same thread, e.g. oneDNN, configure their own).
 void amx_thread_begin(int64_t block_len);
 void amx_thread_end();
-// AMX-BF16: acc is 32x32 floats (stride 32, 64-byte aligned); `units` = 32-k units. The thread's
+// AMX-BF16: acc is 32x32 floats (stride kBf16AccStride); `units` = 32-k units. The thread's
 // tiles are configured by amx_bf16_thread_begin and released by amx_thread_end.
 MicroKernel bf16_micro_kernel_amx();
 void amx_bf16_thread_begin();
@@ -160,6 +160,21 @@ struct F32Operand {
 };
 void pack_bf16_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+
+// Attention's BF16 products on the AMX-BF16 tiles (kernels/cpu/layers/attention.cpp), where one
+// head's B operand serves many calls: B = [K][N] floats (rows ldb apart, BF16 values) packed once
+// into ceil(N / 32) panels of bf16_units(K) units; then C [M][N] (+)= A B for A [M][k], k <= K (a
+// prefix of B's rows), A's element (m, j) at A[m * a_row + j * a_k] with a_k or a_row 1. Scratch:
+// a_panels of bf16_panels_bytes(k, M) bytes, acc of 32 x kBf16AccStride floats. Each output is summed
+// by one call in the tile unit's order: the same bits for any thread count, and within the FP32
+// accumulation bound of the pair order the other ISAs' attention products share.
+inline constexpr int64_t bf16_panels_bytes(int64_t k, int64_t columns) {
+  return (columns + kBf16Panel - 1) / kBf16Panel * bf16_units(k) * kBf16UnitBytes;
+}
+void pack_bf16_b_panels(int64_t K, int64_t N, const float* B, int64_t ldb, uint8_t* panels);
+void bf16_product_amx(int64_t M, int64_t N, int64_t k, const float* A, int64_t a_row, int64_t a_k,
+                      const uint8_t* b_panels, int64_t b_units, float* C, int64_t ldc, bool accumulate,
+                      uint8_t* a_panels, float* acc);
 // Per-tensor FP8 codes for the AMX-BF16 path (Summation::fp32_products): rows x k bytes, row-major;
 // value_of: the 256 decoded values of the format (the tensor scale is applied at the end).
 struct Fp8PanelSource {

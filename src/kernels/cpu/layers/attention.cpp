@@ -13,6 +13,7 @@
 #include "kernels/cpu/common/cpu_features.h"
 #include "kernels/cpu/common/lane_sum.h"
 #include "kernels/cpu/common/simd_clones.h"
+#include "kernels/cpu/gemm/gemm_kernels.h"
 #include "kernels/cpu/layers/vector_math.h"
 
 namespace nibble::cpu {
@@ -39,6 +40,9 @@ namespace {
 // Query rows per block: the block's scores (kQueryBlock x seq floats) stay in L1/L2 between the
 // softmax and the products, and the masked part of the diagonal block stays small.
 constexpr int64_t kQueryBlock = 16;
+// On the AMX-BF16 tiles: one 32-row micro-tile of queries (dK and dV then sum one whole 32-k unit of
+// them per call). The pair path's bits do not depend on the block: its pairs start at even queries.
+constexpr int64_t kQueryBlockAmx = 32;
 // Below this many multiply-adds a call runs on one thread (OpenMP start-up would dominate).
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
@@ -102,9 +106,13 @@ struct Dims {
   attention_kernels::Matmul matmul;
   attention_kernels::Transpose transpose;
   bool parallel;  // enough work to share between threads
+  // BF16 products on the AMX-BF16 tiles (the tile unit's own summation order: these CPUs' attention
+  // bits are their own, as their GEMMs' are); a head's K^T, V, V^T and K go to tile panels once.
+  bool amx;
+  int64_t query_block;  // kQueryBlock, or kQueryBlockAmx with amx
   // The product runs on AVX512-BF16 (the kernel dispatch chose it): a head's K^T, V, V^T and K go to
   // pairs once (Operand).
-  bool packed() const { return matmul == &attention_kernels::pair_matmul_avx512bf16; }
+  bool packed() const { return !amx && matmul == &attention_kernels::pair_matmul_avx512bf16; }
 };
 
 Dims dims_of(const AttentionShape& s) {
@@ -120,21 +128,32 @@ Dims dims_of(const AttentionShape& s) {
           s.bf16_matmuls,
           s.bf16_matmuls ? attention_kernels::active_pair_matmul() : attention_kernels::active_matmul(),
           attention_kernels::active_transpose(),
-          s.batch * s.heads * s.seq * s.seq * s.head_dim >= kMinParallelWork};
+          s.batch * s.heads * s.seq * s.seq * s.head_dim >= kMinParallelWork,
+          s.bf16_matmuls && amx_bf16_active(),
+          s.bf16_matmuls && amx_bf16_active() ? kQueryBlockAmx : kQueryBlock};
 }
 
 // A product's B operand: its floats (rows `ld` apart) and, with Dims::packed(), its BF16 pairs packed
-// once for every query block of a head (rows pairs_ld apart); without them the kernel packs per call.
+// once for every query block of a head (rows pairs_ld apart), or with Dims::amx its tile panels over
+// `panel_units` units of 32 rows; without them the kernel packs per call.
 struct Operand {
   const float* values;
   int64_t ld;
   const uint32_t* pairs = nullptr;
   int64_t pairs_ld = 0;
+  const uint8_t* panels = nullptr;
+  int64_t panel_units = 0;
 };
 
 // B = [K][N] floats as an Operand: with Dims::packed() its pairs for the whole columns of 16 go to
 // `store` (K a head's full extent: calls with fewer rows take a prefix, as pair_matmul_packed allows).
 Operand operand(const Dims& d, int64_t K, int64_t N, const float* B, int64_t ldb, std::vector<uint32_t>& store) {
+  if (d.amx) {
+    store.resize(static_cast<size_t>(gemm_detail::bf16_panels_bytes(K, N) / 4 + 1));
+    auto* panels = reinterpret_cast<uint8_t*>(store.data());
+    gemm_detail::pack_bf16_b_panels(K, N, B, ldb, panels);
+    return {B, ldb, nullptr, 0, panels, gemm_detail::bf16_units(K)};
+  }
   if (!d.packed()) return {B, ldb};
   const int64_t n16 = N / 16 * 16;
   store.resize(static_cast<size_t>((K + 1) / 2 * n16 + 1));
@@ -142,10 +161,31 @@ Operand operand(const Dims& d, int64_t K, int64_t N, const float* B, int64_t ldb
   return {B, ldb, store.data(), n16};
 }
 
+// C (+)= A B on the AMX-BF16 tiles, B's panels packed here unless the operand has them.
+void multiply_amx(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k, const Operand& B,
+                  float* C, int64_t ldc, bool accumulate) {
+  struct Buffers {
+    std::vector<uint8_t> a, b;
+    std::vector<float> acc = std::vector<float>(static_cast<size_t>(gemm_detail::kBf16Panel * gemm_detail::kBf16AccStride));
+  };
+  static thread_local Buffers w;  // grown once per thread
+  w.a.resize(static_cast<size_t>(gemm_detail::bf16_panels_bytes(K, M)));
+  const uint8_t* panels = B.panels;
+  int64_t units = B.panel_units;
+  if (!panels) {
+    w.b.resize(static_cast<size_t>(gemm_detail::bf16_panels_bytes(K, N)));
+    gemm_detail::pack_bf16_b_panels(K, N, B.values, B.ld, w.b.data());
+    panels = w.b.data(), units = gemm_detail::bf16_units(K);
+  }
+  gemm_detail::bf16_product_amx(M, N, K, A, a_row, a_k, panels, units, C, ldc, accumulate, w.a.data(), w.acc.data());
+}
+
 // C (+)= A B through the ISA's product kernel (pair order for BF16 operands, k order in FP32).
 void multiply(const Dims& d, int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k,
               const Operand& B, float* C, int64_t ldc, bool accumulate) {
-  if (B.pairs)
+  if (d.amx && (a_k == 1 || a_row == 1))  // (every call below has one unit stride)
+    multiply_amx(M, N, K, A, a_row, a_k, B, C, ldc, accumulate);
+  else if (B.pairs)
     attention_kernels::pair_matmul_packed_avx512bf16(M, N, K, A, a_row, a_k, B.pairs, B.pairs_ld, B.values, B.ld, C,
                                                      ldc, accumulate);
   else
@@ -229,7 +269,7 @@ struct Scratch {
   std::vector<uint32_t> k_column_pairs, k_row_pairs, v_row_pairs, v_column_pairs;  // Dims::packed()
   void size(int64_t S, int64_t hd, int64_t ld, bool backward) {
     const auto n = static_cast<size_t>(S * hd), columns = static_cast<size_t>(hd * ld),
-               blk = static_cast<size_t>(kQueryBlock * ld);
+               blk = static_cast<size_t>(std::max(kQueryBlock, kQueryBlockAmx) * ld);
     q.resize(n), k_columns.resize(columns), v_rows.resize(n), p.resize(blk);
     if (backward)
       k_rows.resize(n), v_columns.resize(columns), dout.resize(n), p_operand.resize(blk), dp.resize(blk),
@@ -259,8 +299,8 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
       const Operand k_columns = operand(d, hd, S, w.k_columns.data(), ld, w.k_column_pairs);
       const Operand v_rows = operand(d, S, hd, w.v_rows.data(), hd, w.v_row_pairs);
       float* stats = softmax_stats + (b * s.heads + h) * S * 2;
-      for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
+      for (int64_t i0 = 0; i0 < S; i0 += d.query_block) {
+        const int64_t rows = std::min(d.query_block, S - i0), keys = i0 + rows;
         // P (rounded in place for bf16 products: the forward needs no unrounded copy).
         causal_probabilities(d, w.q.data(), k_columns, i0, rows, nullptr, stats, w.p.data(),
                              d.bf16 ? w.p.data() : nullptr);
@@ -296,8 +336,8 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
         gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
         gather_rows(dout + b * S * ow + h * hd, ow, S, hd, bf16, w.dout.data());
         const float* stats = softmax_stats + (b * s.heads + h) * S * 2;
-        for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
-          const int64_t rows = std::min(kQueryBlock, S - i0), keys = i0 + rows;
+        for (int64_t i0 = 0; i0 < S; i0 += d.query_block) {
+          const int64_t rows = std::min(d.query_block, S - i0), keys = i0 + rows;
           causal_probabilities(d, w.q.data(), k_columns, i0, rows, stats, nullptr, w.p.data(),
                                bf16 ? w.p_operand.data() : nullptr);
           // dP = dO V^T for the block, then dS = P (dP - rowsum(P dP)) scale in place of dP.
