@@ -39,10 +39,9 @@ namespace {
 // Tiles: 0-3 the four 16x16 FP32 accumulators of the 32x32 micro-tile; 4,5 A (16 rows x 32 BF16);
 // 6,7 B (16 k-pairs x 16 columns x 2 BF16): full_tiles_config().
 
-// acc: 32x32 FP32, stride kBf16AccStride floats. Each unit: two A tiles x two B tiles -> four
-// tdpbf16ps.
-void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* acc, bool first) {
-  constexpr int64_t ld = kBf16AccStride * 4;  // bytes per accumulator row
+// acc: 32x32 FP32, `stride` floats per row. Each unit: two A tiles x two B tiles -> four tdpbf16ps.
+void tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* acc, int64_t stride, bool first) {
+  const int64_t ld = stride * 4;  // bytes per accumulator row
   if (first) {
     _tile_zero(0);
     _tile_zero(1);
@@ -51,8 +50,8 @@ void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* 
   } else {
     _tile_loadd(0, acc, ld);
     _tile_loadd(1, acc + 16, ld);
-    _tile_loadd(2, acc + 16 * kBf16AccStride, ld);
-    _tile_loadd(3, acc + 16 * kBf16AccStride + 16, ld);
+    _tile_loadd(2, acc + 16 * stride, ld);
+    _tile_loadd(3, acc + 16 * stride + 16, ld);
   }
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* a = pa + u * kBf16UnitBytes;
@@ -68,8 +67,13 @@ void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* 
   }
   _tile_stored(0, acc, ld);
   _tile_stored(1, acc + 16, ld);
-  _tile_stored(2, acc + 16 * kBf16AccStride, ld);
-  _tile_stored(3, acc + 16 * kBf16AccStride + 16, ld);
+  _tile_stored(2, acc + 16 * stride, ld);
+  _tile_stored(3, acc + 16 * stride + 16, ld);
+}
+
+// The driver's micro-kernel: acc in its scratch macro tile (stride kBf16AccStride).
+void bf16_tiles_amx(const uint8_t* pa, const uint8_t* pb, int64_t units, float* acc, bool first) {
+  tiles_amx(pa, pb, units, acc, kBf16AccStride, first);
 }
 
 // Two rows of 16 floats (k and k+1 of the same 16 columns) -> 16 dwords, each the BF16 pair
@@ -177,7 +181,8 @@ void pack_bf16_b_panels(int64_t K, int64_t N, const float* B, int64_t ldb, uint8
 }
 
 // A's panels over its k (zero past it, so B's rows past the prefix add nothing), then one 32x32
-// micro-tile at a time: the whole k in one tile-unit pass, its rows into C.
+// micro-tile at a time: the whole k in one tile-unit pass, stored into C itself when it overwrites a
+// whole micro-tile, else through acc (C's edges, or added to C).
 void bf16_product_amx(int64_t M, int64_t N, int64_t k, const float* A, int64_t a_row, int64_t a_k,
                       const uint8_t* b_panels, int64_t b_units, float* C, int64_t ldc, bool accumulate,
                       uint8_t* a_panels, float* acc) {
@@ -187,9 +192,14 @@ void bf16_product_amx(int64_t M, int64_t N, int64_t k, const float* A, int64_t a
   amx_bf16_thread_begin();
   for (int64_t m0 = 0; m0 < M; m0 += kBf16Panel)
     for (int64_t n0 = 0; n0 < N; n0 += kBf16Panel) {
-      bf16_tiles_amx(a_panels + m0 / kBf16Panel * a_panel_bytes, b_panels + n0 / kBf16Panel * b_panel_bytes, units, acc,
-                     true);
+      const uint8_t* pa = a_panels + m0 / kBf16Panel * a_panel_bytes;
+      const uint8_t* pb = b_panels + n0 / kBf16Panel * b_panel_bytes;
       const int64_t rows = M - m0 < kBf16Panel ? M - m0 : kBf16Panel, cols = N - n0 < kBf16Panel ? N - n0 : kBf16Panel;
+      if (!accumulate && rows == kBf16Panel && cols == kBf16Panel) {  // a whole micro-tile: the tiles go to C
+        tiles_amx(pa, pb, units, C + m0 * ldc + n0, ldc, true);
+        continue;
+      }
+      tiles_amx(pa, pb, units, acc, kBf16AccStride, true);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < cols; j += 16) {
           const int64_t n = cols - j < 16 ? cols - j : 16;
