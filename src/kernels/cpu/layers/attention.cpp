@@ -109,7 +109,7 @@ struct Dims {
   // BF16 products on the AMX-BF16 tiles (the tile unit's own summation order: these CPUs' attention
   // bits are their own, as their GEMMs' are); a head's K^T, V, V^T and K go to tile panels once.
   bool amx;
-  int64_t query_block;  // kQueryBlock, or kQueryBlockAmx with amx
+  int64_t query_block() const { return amx ? kQueryBlockAmx : kQueryBlock; }
   // The product runs on AVX512-BF16 (the kernel dispatch chose it): a head's K^T, V, V^T and K go to
   // pairs once (Operand).
   bool packed() const { return !amx && matmul == &attention_kernels::pair_matmul_avx512bf16; }
@@ -129,8 +129,7 @@ Dims dims_of(const AttentionShape& s) {
           s.bf16_matmuls ? attention_kernels::active_pair_matmul() : attention_kernels::active_matmul(),
           attention_kernels::active_transpose(),
           s.batch * s.heads * s.seq * s.seq * s.head_dim >= kMinParallelWork,
-          s.bf16_matmuls && amx_bf16_active(),
-          s.bf16_matmuls && amx_bf16_active() ? kQueryBlockAmx : kQueryBlock};
+          s.bf16_matmuls && amx_bf16_active()};
 }
 
 // A product's B operand: its floats (rows `ld` apart) and, with Dims::packed(), its BF16 pairs packed
@@ -299,8 +298,8 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* out, fl
       const Operand k_columns = operand(d, hd, S, w.k_columns.data(), ld, w.k_column_pairs);
       const Operand v_rows = operand(d, S, hd, w.v_rows.data(), hd, w.v_row_pairs);
       float* stats = softmax_stats + (b * s.heads + h) * S * 2;
-      for (int64_t i0 = 0; i0 < S; i0 += d.query_block) {
-        const int64_t rows = std::min(d.query_block, S - i0), keys = i0 + rows;
+      for (int64_t i0 = 0; i0 < S; i0 += d.query_block()) {
+        const int64_t rows = std::min(d.query_block(), S - i0), keys = i0 + rows;
         // P (rounded in place for bf16 products: the forward needs no unrounded copy).
         causal_probabilities(d, w.q.data(), k_columns, i0, rows, nullptr, stats, w.p.data(),
                              d.bf16 ? w.p.data() : nullptr);
@@ -336,8 +335,8 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
         gather_rows(base + h * hd, stride, S, hd, bf16, w.q.data());
         gather_rows(dout + b * S * ow + h * hd, ow, S, hd, bf16, w.dout.data());
         const float* stats = softmax_stats + (b * s.heads + h) * S * 2;
-        for (int64_t i0 = 0; i0 < S; i0 += d.query_block) {
-          const int64_t rows = std::min(d.query_block, S - i0), keys = i0 + rows;
+        for (int64_t i0 = 0; i0 < S; i0 += d.query_block()) {
+          const int64_t rows = std::min(d.query_block(), S - i0), keys = i0 + rows;
           causal_probabilities(d, w.q.data(), k_columns, i0, rows, stats, nullptr, w.p.data(),
                                bf16 ? w.p_operand.data() : nullptr);
           // dP = dO V^T for the block, then dS = P (dP - rowsum(P dP)) scale in place of dP.
