@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -387,8 +388,8 @@ TEST(Gemm, SimdInt8PackingWritesTheTablePackersBytes) {
 }
 
 TEST(Gemm, SimdF32PackingWritesTheScalarPackersBytes) {
-  // FP32 operands of gemm_f32 / gemm_bf16 as they are, rounded to BF16 and in BF16 pairs (the
-  // AVX512-BF16 kernel's panels): values that round up, ties, subnormals, infinities and NaNs (quiet
+  // FP32 operands of gemm_f32 as they are, and gemm_bf16's BF16 pairs (the AVX512-BF16 kernel's
+  // panels) and the same pairs widened for the FMA kernels (subnormals flushed): values that round up, ties, subnormals, infinities and NaNs (quiet
   // and signalling, both signs); panels with padding rows, K with and without a tail of 8 or 16, odd
   // K (an empty last high half), a leading dimension past K, both storage orders.
   if (cpu::detected_isa() < Isa::avx2) GTEST_SKIP() << "the SIMD packer needs AVX2";
@@ -401,15 +402,15 @@ TEST(Gemm, SimdF32PackingWritesTheScalarPackersBytes) {
     int64_t width;
     void (*scalar)(const gd::F32Operand&, int64_t, uint8_t*);
     void (*simd)(const gd::F32Operand&, int64_t, uint8_t*);
-    bool pairs = false;  // a 32-bit lane per pair of k
+    int pair_steps = 0;  // 0: a step per k; else steps per pair of k (1: a 32-bit lane per pair; 2: widened)
   };
   const Packers packers[] = {
       {"A f32", gd::kMr, &gd::pack_f32_a_panel, &gd::pack_f32_a_panel_avx2},
       {"B f32", gd::kNr, &gd::pack_f32_b_panel, &gd::pack_f32_b_panel_avx2},
-      {"A bf16", gd::kMr, &gd::pack_f32_bf16_rounded_a_panel, &gd::pack_f32_bf16_rounded_a_panel_avx2},
-      {"B bf16", gd::kNr, &gd::pack_f32_bf16_rounded_b_panel, &gd::pack_f32_bf16_rounded_b_panel_avx2},
-      {"A bf16 pairs", gd::kMr, &gd::pack_bf16_pair_a_panel, &gd::pack_bf16_pair_a_panel_avx2, true},
-      {"B bf16 pairs", gd::kNr, &gd::pack_bf16_pair_b_panel, &gd::pack_bf16_pair_b_panel_avx2, true},
+      {"A bf16 pairs", gd::kMr, &gd::pack_bf16_pair_a_panel, &gd::pack_bf16_pair_a_panel_avx2, 1},
+      {"B bf16 pairs", gd::kNr, &gd::pack_bf16_pair_b_panel, &gd::pack_bf16_pair_b_panel_avx2, 1},
+      {"A bf16 pairs widened", gd::kMr, &gd::pack_bf16_pair_widened_a_panel, &gd::pack_bf16_pair_widened_a_panel_avx2, 2},
+      {"B bf16 pairs widened", gd::kNr, &gd::pack_bf16_pair_widened_b_panel, &gd::pack_bf16_pair_widened_b_panel_avx2, 2},
   };
   for (int64_t rows : {1, 7, 8, 9, 31, 32, 45})
     for (int64_t k : {1, 2, 7, 8, 13, 16, 37, 64})
@@ -423,7 +424,7 @@ TEST(Gemm, SimdF32PackingWritesTheScalarPackersBytes) {
         const gd::F32Operand op{x.data(), ld, rows, k, k_contiguous};
         for (const Packers& p : packers)
           for (int64_t row0 = 0; row0 < rows; row0 += p.width) {
-            const size_t bytes = static_cast<size_t>((p.pairs ? (k + 1) / 2 : k) * p.width) * 4;
+            const size_t bytes = static_cast<size_t>((p.pair_steps > 0 ? p.pair_steps * ((k + 1) / 2) : k) * p.width) * 4;
             std::vector<uint8_t> scalar(bytes, 0xAA), simd(bytes, 0x55);  // every byte must be written
             p.scalar(op, row0, scalar.data());
             p.simd(op, row0, simd.data());
@@ -693,43 +694,87 @@ TEST(Gemm, Bf16BitwiseIdenticalForAnyThreadCount) {
   }
 }
 
-TEST(Gemm, Bf16FmaVariantsAgreeBitwise) {
-  // Below AVX512-BF16, gemm_bf16 forms every BF16 x BF16 product exactly in FP32 and adds it in k
-  // order, so scalar, AVX2 and AVX-512 give the same bits; a different order would not.
+// Without AMX-BF16, gemm_bf16 sums the exact BF16 x BF16 products in vdpbf16ps's pair order (per
+// pair of k: k + 1, then k), BF16 subnormals read as zero: vdpbf16ps itself, or the FMA kernel of
+// the ISA on widened pairs (the faster, bf16_pair_kernel()). Every ISA and both kernels give the
+// bits of that order written out; the k order (the FMA kernels' order before) differs.
+float bf16_read_as_dpbf16_reads_it(float x) {
+  const float r = round_to_bf16(x);
+  return std::fpclassify(r) == FP_SUBNORMAL ? std::copysign(0.0f, r) : r;
+}
+
+TEST(Gemm, Bf16IsThePairOrderOnEveryIsaAndKernel) {
   IsaGuard guard;
-  std::vector<float> a = random_matrix(77, 515, 720), b = random_matrix(515, 45, 721);
-  std::vector<std::vector<float>> results;
-  std::vector<Isa> ran;
+  struct KernelGuard {
+    ~KernelGuard() { cpu::set_bf16_pair_kernel(std::nullopt); }
+  } kernel_guard;
+  const int64_t M = 77, N = 45, K = 515;  // K odd: a last pair with an empty high half
+  std::vector<float> a = random_matrix(M, K, 720), b = random_matrix(K, N, 721), c0 = random_matrix(M, N, 722);
+  // BF16 subnormals (and values that round to them), which vdpbf16ps reads as zeros of their sign.
+  for (int64_t i = 0; i < M * K; i += 37) a[i] = (i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + (i % 5) * 0.25f, -129 - i % 4);
+  for (int64_t i = 0; i < K * N; i += 41) b[i] = std::ldexp(1.5f, -127 - i % 3);
+  std::vector<float> pair_order(M * N), k_order(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const auto product = [&](int64_t k) {
+        return bf16_read_as_dpbf16_reads_it(a[m * K + k]) * bf16_read_as_dpbf16_reads_it(b[k * N + n]);  // exact
+      };
+      float s = 0.0f, t = 0.0f;
+      for (int64_t k = 0; k < K; k += 2) {
+        if (k + 1 < K) s += product(k + 1);
+        s += product(k);
+      }
+      for (int64_t k = 0; k < K; ++k) t += product(k);
+      pair_order[m * N + n] = s + c0[m * N + n];  // beta = 1: the sum, then C added once
+      k_order[m * N + n] = t + c0[m * N + n];
+    }
+  ASSERT_NE(0, std::memcmp(pair_order.data(), k_order.data(), pair_order.size() * sizeof(float)))
+      << "the two orders agree on these inputs: the test would not see the order";
+  int runs = 0;
   for (Isa isa : runnable_isas()) {
-    if (isa > Isa::avx512) continue;
+    if (isa > Isa::avx512bf16) continue;
     cpu::set_isa_limit(isa);
-    ran.push_back(isa);
-    results.emplace_back(77 * 45, 0.0f);
-    cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::no, 77, 45, 515, 1.0f, a.data(), 515, b.data(), 45, 0.0f,
-                   results.back().data(), 45);
+    for (cpu::Bf16PairKernel kernel : {cpu::Bf16PairKernel::fma, cpu::Bf16PairKernel::dpbf16}) {
+      if (kernel == cpu::Bf16PairKernel::dpbf16 && isa < Isa::avx512bf16) continue;
+      cpu::set_bf16_pair_kernel(kernel);
+      ASSERT_EQ(cpu::bf16_pair_kernel(), kernel);
+      for (bool transposed : {false, true}) {  // A stored as is, or transposed (wgrad's form)
+        std::vector<float> at(static_cast<size_t>(K * M));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t k = 0; k < K; ++k) at[k * M + m] = a[m * K + k];
+        std::vector<float> c = c0;
+        cpu::gemm_bf16(transposed ? cpu::Trans::yes : cpu::Trans::no, cpu::Trans::no, M, N, K, 1.0f,
+                       transposed ? at.data() : a.data(), transposed ? M : K, b.data(), N, 1.0f, c.data(), N);
+        ++runs;
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(c[i]), std::bit_cast<uint32_t>(pair_order[i]))
+              << cpu::to_string(isa) << " " << cpu::to_string(kernel) << (transposed ? " A^T" : "") << " C[" << i / N
+              << "," << i % N << "] = " << c[i] << ", pair order " << pair_order[i];
+      }
+    }
   }
-  for (size_t i = 1; i < results.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
-        << cpu::to_string(ran[i]) << " differs from " << cpu::to_string(ran[0]);
-  // Not vacuous: the sum in another order (k descending) differs somewhere.
-  std::vector<float> reversed(77 * 45);
-  for (int64_t m = 0; m < 77; ++m)
-    for (int64_t n = 0; n < 45; ++n) {
-      float s = 0.0f;
-      for (int64_t k = 514; k >= 0; --k) s += round_to_bf16(a[m * 515 + k]) * round_to_bf16(b[k * 45 + n]);
-      reversed[m * 45 + n] = s;
-    }
-  EXPECT_NE(0, std::memcmp(results[0].data(), reversed.data(), reversed.size() * sizeof(float)));
-  // And the k-order sum is exactly what the kernels return.
-  std::vector<float> in_order(77 * 45);
-  for (int64_t m = 0; m < 77; ++m)
-    for (int64_t n = 0; n < 45; ++n) {
-      float s = 0.0f;
-      for (int64_t k = 0; k < 515; ++k) s = std::fma(round_to_bf16(a[m * 515 + k]), round_to_bf16(b[k * 45 + n]), s);
-      in_order[m * 45 + n] = s;
-    }
-  EXPECT_EQ(0, std::memcmp(results[0].data(), in_order.data(), in_order.size() * sizeof(float)))
-      << "gemm_bf16 below AVX512-BF16 is not the k-order FP32 sum of the exact BF16 products";
+  EXPECT_GE(runs, 2);
+}
+
+// The choice is fma below AVX512-BF16 whatever is forced, and $NIBBLE_BF16_PAIRS's spellings parse.
+TEST(Gemm, Bf16PairKernelChoice) {
+  IsaGuard guard;
+  struct KernelGuard {
+    ~KernelGuard() { cpu::set_bf16_pair_kernel(std::nullopt); }
+  } kernel_guard;
+  EXPECT_EQ(cpu::parse_bf16_pair_kernel("fma"), cpu::Bf16PairKernel::fma);
+  EXPECT_EQ(cpu::parse_bf16_pair_kernel("dpbf16"), cpu::Bf16PairKernel::dpbf16);
+  EXPECT_EQ(cpu::parse_bf16_pair_kernel("vdpbf16ps"), std::nullopt);
+  cpu::set_bf16_pair_kernel(cpu::Bf16PairKernel::dpbf16);
+  cpu::set_isa_limit(Isa::avx512);
+  EXPECT_EQ(cpu::bf16_pair_kernel(), cpu::Bf16PairKernel::fma);
+  if (cpu::detected_isa() >= Isa::avx512bf16) {
+    cpu::set_isa_limit(Isa::avx512bf16);
+    EXPECT_EQ(cpu::bf16_pair_kernel(), cpu::Bf16PairKernel::dpbf16);
+    cpu::set_bf16_pair_kernel(std::nullopt);  // the measured choice: one of the two, the same on every call
+    const cpu::Bf16PairKernel chosen = cpu::bf16_pair_kernel();
+    EXPECT_EQ(cpu::bf16_pair_kernel(), chosen);
+  }
 }
 
 TEST(Gemm, OneDnnRejectsBadLeadingDimensions) {

@@ -9,6 +9,8 @@
 
 #include "model/transformer.h"
 #include "data/data.h"
+#include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "train/experiment.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -192,6 +194,38 @@ TEST(Trainer, RunsAreBitwiseEqualAcrossThreadCounts) {
       weights[threads - 1].assign(t.model().params().values().begin(), t.model().params().values().end());
     }
     omp_set_num_threads(2);
+    EXPECT_EQ(losses[0], losses[1]) << to_string(q);  // bitwise: EXPECT_EQ on doubles
+    EXPECT_EQ(weights[0], weights[1]) << to_string(q);
+  }
+}
+
+// BF16 GEMMs and attention products sum in pair order by vdpbf16ps or by two FMAs, whichever this
+// CPU runs faster (cpu::bf16_pair_kernel): a run's bits must not depend on which. Needs AVX512-BF16
+// (elsewhere only the FMAs run; test_gemm and test_attention check them against the written-out order).
+TEST(Trainer, RunsAreBitwiseEqualWhicheverInstructionSumsTheBf16Pairs) {
+  if (cpu::active_isa() < cpu::Isa::avx512bf16 || cpu::amx_bf16_active())
+    GTEST_SKIP() << "needs AVX512-BF16 without AMX-BF16 (which has its own BF16 kernels)";
+  int64_t vocab = 0;
+  auto corpus = shakespeare_prefix(20000, vocab);
+  for (Quantization q : {Quantization::bf16, Quantization::nvfp4}) {  // nvfp4: its BF16-kept layers
+    std::vector<double> losses[2];
+    std::vector<float> weights[2];
+    TrainConfig c = tiny_run(vocab, q);
+    c.model.width = 128;
+    c.model.heads = 4;
+    c.model.mlp_hidden = 256;
+    c.model.context = 32;
+    c.batch = 16;
+    int run = 0;
+    for (cpu::Bf16PairKernel kernel : {cpu::Bf16PairKernel::fma, cpu::Bf16PairKernel::dpbf16}) {
+      cpu::set_bf16_pair_kernel(kernel);
+      Trainer t(c, corpus);
+      for (int s = 0; s < 4; ++s) losses[run].push_back(t.step().loss);
+      losses[run].push_back(t.evaluate());
+      weights[run].assign(t.model().params().values().begin(), t.model().params().values().end());
+      ++run;
+    }
+    cpu::set_bf16_pair_kernel(std::nullopt);
     EXPECT_EQ(losses[0], losses[1]) << to_string(q);  // bitwise: EXPECT_EQ on doubles
     EXPECT_EQ(weights[0], weights[1]) << to_string(q);
   }

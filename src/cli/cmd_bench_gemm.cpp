@@ -105,21 +105,24 @@ constexpr const char* kNotAvailable = "n/a";
 std::vector<std::string> column_kernels() {
   const cpu::Isa isa = cpu::active_isa();
   const bool fp32sum = cpu::fp32_products_available(Format::nvfp4);
-  const bool dpbf16 = isa >= cpu::Isa::avx512bf16;
+  const bool dpbf16 = isa >= cpu::Isa::avx512bf16 && cpu::bf16_pair_kernel() == cpu::Bf16PairKernel::dpbf16;
+  const std::string fma_pairs = fmt::format("{} on widened BF16 pairs, pair order{}", fma_kernel_name(isa),
+                                            isa >= cpu::Isa::avx512bf16 ? " (faster than vdpbf16ps here)" : "");
   std::vector<std::string> k(columns().size());
   k[kNvfp4] = fmt::format("block_exact on {}", int8_kernel_name(isa));
   k[kNvfp4Fp32Sum] = fp32sum ? "fp32_products on AMX-BF16 tdpbf16ps"
                              : "n/a: needs AMX-BF16 (fp32_products runs block_exact on this CPU)";
   k[kMxfp4] = fmt::format("block_exact on {}", int8_kernel_name(isa));
-  k[kFp8] = fp32sum  ? "fp32_products on AMX-BF16 tdpbf16ps"
-            : dpbf16 ? "fp32_products with AVX512-BF16 vdpbf16ps"
-                     : fmt::format("E4M3 decoded exactly, {} in k order", fma_kernel_name(isa));
+  k[kFp8] = fp32sum                        ? "fp32_products on AMX-BF16 tdpbf16ps"
+            : dpbf16                       ? "fp32_products with AVX512-BF16 vdpbf16ps"
+            : isa >= cpu::Isa::avx512bf16 ? "fp32_products: " + fma_pairs
+                                           : fmt::format("E4M3 decoded exactly, {} in k order", fma_kernel_name(isa));
   k[kOneDnnF32] = "oneDNN f32 matmul";
   k[kNibbleF32] = fmt::format("gemm_f32: {} on FP32 panels, k in order", fma_kernel_name(isa));
   k[kOneDnnBf16] = "oneDNN bf16 matmul (its f32 matmul on BF16-rounded copies where it has no BF16 kernel)";
   k[kNibbleBf16] = fp32sum  ? "gemm_bf16 on AMX-BF16 tdpbf16ps"
                   : dpbf16 ? "gemm_bf16 with AVX512-BF16 vdpbf16ps"
-                           : fmt::format("gemm_bf16: {} on BF16-rounded panels, k in order", fma_kernel_name(isa));
+                           : "gemm_bf16: " + fma_pairs;
 #ifdef NIBBLE_HAVE_OPENBLAS
   k[kOpenBlas] = "OpenBLAS cblas_sgemm";
 #else

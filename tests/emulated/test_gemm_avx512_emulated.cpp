@@ -80,13 +80,14 @@ TEST(Avx512VnniEmulated, F32KernelMatchesTheScalarKernelBitForBit) {
       expect_same_bits(f32_micro_kernel_scalar(), f32_micro_kernel_avx512(), pa, f32_a_k_bytes(), pb, f32_b_k_bytes(), K,
                        chunk, std::string(to_string(format)) + " chunk " + std::to_string(chunk));
   }
-  const int64_t K = 77;
+  // gemm_bf16's widened BF16 pairs (odd K: an empty last high half), walked in units of a pair.
+  const int64_t K = 77, pairs = (K + 1) / 2;
   const std::vector<float> x = spread_values(8, K, seed++), y = spread_values(32, K, seed++);
-  std::vector<uint8_t> pa(static_cast<size_t>(K * f32_a_k_bytes())), pb(static_cast<size_t>(K * f32_b_k_bytes()));
-  pack_f32_bf16_rounded_a_panel(F32Operand{x.data(), K, 8, K, true}, 0, pa.data());
-  pack_f32_bf16_rounded_b_panel(F32Operand{y.data(), K, 32, K, true}, 0, pb.data());
-  expect_same_bits(f32_micro_kernel_scalar(), f32_micro_kernel_avx512(), pa, f32_a_k_bytes(), pb, f32_b_k_bytes(), K, 30,
-                   "BF16-rounded operands");
+  std::vector<uint8_t> pa(static_cast<size_t>(2 * pairs * f32_a_k_bytes())), pb(static_cast<size_t>(2 * pairs * f32_b_k_bytes()));
+  pack_bf16_pair_widened_a_panel(F32Operand{x.data(), K, 8, K, true}, 0, pa.data());
+  pack_bf16_pair_widened_b_panel(F32Operand{y.data(), K, 32, K, true}, 0, pb.data());
+  expect_same_bits(widened_pair_micro_kernel_scalar(), widened_pair_micro_kernel_avx512(), pa, 2 * f32_a_k_bytes(), pb,
+                   2 * f32_b_k_bytes(), pairs, 15, "widened BF16 pairs");
 }
 
 }  // namespace

@@ -9,7 +9,8 @@ namespace nibble::cpu {
 // Ordered: each level implies the ones below it.
 //   avx512:     F+BW+VL+DQ+VNNI.
 //   avx512bf16: avx512 plus AVX512-BF16 (vdpbf16ps: Zen 4/5, Cooper Lake and later Xeons), for the
-//               BF16 GEMMs (gemm_bf16, FP8 with fp32_products); everything else runs its avx512 variant.
+//               BF16 pair products (gemm_bf16, FP8 with fp32_products, attention) where vdpbf16ps
+//               beats two FMAs (gemm.h: bf16_pair_kernel); everything else runs its avx512 variant.
 //   amx:        avx512bf16 plus AMX-TILE and AMX-INT8, enabled by the OS for this process (Linux grants
 //               the tile state on request, arch_prctl ARCH_REQ_XCOMP_PERM). Only the GEMMs have AMX
 //               kernels; every other entry point runs its avx512 variant at this level.

@@ -182,6 +182,15 @@ Plan bf16_pair_plan(PackQuantized pack_a = nullptr, PackQuantized pack_b = nullp
           pack_a, pack_b, bf16_pair_micro_kernel_avx512bf16(), Plan::Tiles::none};
 }
 
+// The same pairs widened to FP32 for the FMA kernel of `isa` (gemm_kernels.h): vdpbf16ps's bits.
+Plan widened_pair_plan(Isa isa, PackQuantized pack_a = nullptr, PackQuantized pack_b = nullptr) {
+  MicroKernel micro = isa >= Isa::avx512 ? widened_pair_micro_kernel_avx512()
+                      : isa == Isa::avx2 ? widened_pair_micro_kernel_avx2()
+                                         : widened_pair_micro_kernel_scalar();
+  return {kMr, kNr, kBf16PairUnitK, 2 * f32_a_k_bytes(), 2 * f32_b_k_bytes(), kChunkKF32 / kBf16PairUnitK,
+          pack_a, pack_b, micro, Plan::Tiles::none};
+}
+
 // Which kernel Summation::fp32_products gets for a format on this CPU (after NIBBLE_ISA).
 enum class Fp32ProductsKernel { none, amx_tiles, bf16_pairs };
 Fp32ProductsKernel fp32_products_kernel(Format f) {
@@ -381,8 +390,11 @@ void gemm(const QuantizedTensor& a, const QuantizedTensor& b, float* c, int64_t 
   // Per-tensor FP8 values are exact BF16: vdpbf16ps sums them in pairs where AMX-BF16 is absent
   // (fp32_products_kernel gives bf16_pairs for FP8 only).
   const bool bf16_pairs = fp32_kernel == Fp32ProductsKernel::bf16_pairs;
-  const Plan plan = bf16_pairs ? bf16_pair_plan(&pack_bf16_pair_fp8_a_panel, &pack_bf16_pair_fp8_b_panel)
-                               : make_plan(family, a, b, active_isa(), bf16_tiles);
+  const Isa isa = active_isa();
+  const Plan plan = !bf16_pairs ? make_plan(family, a, b, isa, bf16_tiles)
+                    : bf16_pair_kernel() == Bf16PairKernel::dpbf16
+                        ? bf16_pair_plan(&pack_bf16_pair_fp8_a_panel, &pack_bf16_pair_fp8_b_panel)
+                        : widened_pair_plan(isa, &pack_bf16_pair_widened_fp8_a_panel, &pack_bf16_pair_widened_fp8_b_panel);
   std::vector<float> row_factors;
   const OutputScale out_scale = output_scale(a, b, alpha, family == Family::int8_blocks && !bf16_tiles, row_factors);
   const int64_t units = (a.cols + plan.unit_k - 1) / plan.unit_k;  // the BF16 unit (32) may pad one 16-block
@@ -405,23 +417,21 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
         bf16_plan(), M, N, bf16_units(K), [&](int64_t row0, uint8_t* dst) { pack_bf16_a_panel(ao, row0, dst); },
         [&](int64_t row0, uint8_t* dst) { pack_bf16_b_panel(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f, c, ldc);
   }
-  // AVX512-BF16: vdpbf16ps on BF16-pair panels, each output summed pair by pair in k order by the
-  // one thread that owns it.
-  if (isa >= Isa::avx512bf16) {
-    return run_plan(
-        bf16_pair_plan(), M, N, (K + 1) / 2, [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_a_panel_avx2(ao, row0, dst); },
-        [&](int64_t row0, uint8_t* dst) { pack_bf16_pair_b_panel_avx2(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f,
-        c, ldc);
-  }
-  // Otherwise the f32 family on operands rounded to BF16 while packing. A BF16 x BF16 product is
-  // exact in FP32, so every ISA variant (FMA or mul + add) gives the same bits, summed in k order by
-  // the one thread that owns the output.
+  // Otherwise pair order, each output summed pair by pair in k order by the one thread that owns it:
+  // vdpbf16ps on BF16-pair panels, or the f32 family's FMA kernel on the same pairs widened (the
+  // same bits: a BF16 x BF16 product is exact in FP32, so FMA or mul + add round alike).
+  const bool dpbf16 = isa >= Isa::avx512bf16 && bf16_pair_kernel() == Bf16PairKernel::dpbf16;
   const bool simd = isa >= Isa::avx2;
-  const PackF32 pack_a = simd ? &pack_f32_bf16_rounded_a_panel_avx2 : &pack_f32_bf16_rounded_a_panel;
-  const PackF32 pack_b = simd ? &pack_f32_bf16_rounded_b_panel_avx2 : &pack_f32_bf16_rounded_b_panel;
+  const PackF32 pack_a = dpbf16 ? &pack_bf16_pair_a_panel_avx2
+                         : simd ? &pack_bf16_pair_widened_a_panel_avx2
+                                : &pack_bf16_pair_widened_a_panel;
+  const PackF32 pack_b = dpbf16 ? &pack_bf16_pair_b_panel_avx2
+                         : simd ? &pack_bf16_pair_widened_b_panel_avx2
+                                : &pack_bf16_pair_widened_b_panel;
   run_plan(
-      f32_plan(isa), M, N, K, [&](int64_t row0, uint8_t* dst) { pack_a(ao, row0, dst); },
-      [&](int64_t row0, uint8_t* dst) { pack_b(bo, row0, dst); }, OutputScale::uniform(alpha), beta != 0.0f, c, ldc);
+      dpbf16 ? bf16_pair_plan() : widened_pair_plan(isa), M, N, (K + 1) / 2,
+      [&](int64_t row0, uint8_t* dst) { pack_a(ao, row0, dst); }, [&](int64_t row0, uint8_t* dst) { pack_b(bo, row0, dst); },
+      OutputScale::uniform(alpha), beta != 0.0f, c, ldc);
 }
 
 void gemm_f32_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,

@@ -10,7 +10,9 @@
 // stays available for comparisons (gemm_f32_onednn, gemm_bf16_onednn).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "format/gemm_rules.h"
 #include "format/quantized_tensor.h"
@@ -45,11 +47,26 @@ void gemm_f32_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float 
 // Same contract with operands rounded to BF16 (RN) and FP32 accumulation, on nibble's kernels (the
 // operands are rounded while they are packed: no BF16 copy), bitwise the same for any thread count:
 // where the CPU has AMX-BF16 the tile kernel (~2x oneDNN's BF16 matmul on the training shapes;
-// FP32 subnormal inputs read as zero), with AVX512-BF16 vdpbf16ps on BF16-pair panels (BF16
-// subnormals read as zero), elsewhere the f32-family FMA kernel of the active ISA on BF16-rounded
-// panels (exact products, k summed in order: the same bits on AVX-512, AVX2 and scalar).
+// FP32 subnormal inputs read as zero, its own bits); elsewhere the exact BF16 products are summed in
+// pair order (per pair of k, the product at k + 1, then at k; BF16 subnormals read as zero), the
+// order of AVX512-BF16's vdpbf16ps, by vdpbf16ps or by the FMA kernel of the active ISA on widened
+// pair panels (bf16_pair_kernel()): the same bits on every ISA without AMX-BF16, but for sums below
+// 2^-126, which vdpbf16ps flushes to zero.
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Which instruction sums BF16 products in pair order where AMX-BF16 does not run them (gemm_bf16,
+// FP8's fp32_products, attention's BF16 products): vdpbf16ps (two products a lane, on AVX512-BF16
+// CPUs) or two FMAs on widened operands. Both give the same bits, so this is speed alone, and the
+// faster varies: vdpbf16ps on Zen 4, the FMAs on Intel cores without AMX (docs/benchmarks.md).
+// Below AVX512-BF16 it is fma; there it is the faster of the two micro-kernels as timed once per
+// process (about a millisecond, at first use), unless $NIBBLE_BF16_PAIRS says fma or dpbf16.
+enum class Bf16PairKernel { fma, dpbf16 };
+Bf16PairKernel bf16_pair_kernel();
+// For tests and benchmarks: force one (dpbf16 takes effect only on AVX512-BF16 CPUs); nullopt goes
+// back to the measured choice.
+void set_bf16_pair_kernel(std::optional<Bf16PairKernel> kernel);
+std::string_view to_string(Bf16PairKernel kernel);
+std::optional<Bf16PairKernel> parse_bf16_pair_kernel(std::string_view name);  // "fma", "dpbf16"
 // gemm_bf16 always through oneDNN (the library a user would otherwise pick; for comparisons).
 void gemm_bf16_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

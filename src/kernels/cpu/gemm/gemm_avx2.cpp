@@ -209,14 +209,12 @@ inline __m256 load_first(const float* p, int64_t n) {
 }
 
 // The f32 panel of gemm_kernels.h with Width rows (kMr for A, kNr for B): element r of every k is
-// x(row0 + r, k), rounded to BF16 when Bf16, 0 past the edge -- the bytes of the scalar packers in
-// gemm_pack.cpp. A K-contiguous operand is read 8 rows x 8 k at a time and transposed in
+// x(row0 + r, k), 0 past the edge -- the bytes of the scalar packers in gemm_pack.cpp. A K-contiguous operand is read 8 rows x 8 k at a time and transposed in
 // registers instead of the scalar packer's strided stores, one float at a time, which weigh on the
 // BF16-kept layers' GEMMs at small K.
-template <int Width, bool Bf16>
+template <int Width>
 void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
   static_assert(Width % 8 == 0);
-  const auto value = [](__m256 v) { return Bf16 ? round_to_bf16(v) : v; };
   float* out = reinterpret_cast<float*>(dst);
   const int64_t rows = std::min<int64_t>(Width, x.rows - row0);
   if (x.k_contiguous) {
@@ -231,7 +229,7 @@ void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
                  : k < k8          ? _mm256_loadu_ps(src[i] + k)
                                    : load_first(src[i] + k, x.k - k);
         transpose8x8_in_registers(v);
-        for (int j = 0; j < 8 && k + j < x.k; ++j) _mm256_storeu_ps(out + (k + j) * Width + r0, value(v[j]));
+        for (int j = 0; j < 8 && k + j < x.k; ++j) _mm256_storeu_ps(out + (k + j) * Width + r0, v[j]);
       }
     }
     return;
@@ -243,7 +241,7 @@ void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
       const __m256 v = r + 8 <= rows ? _mm256_loadu_ps(src + r)
                        : r < rows    ? load_first(src + r, rows - r)
                                      : _mm256_setzero_ps();
-      _mm256_storeu_ps(dst_k + r, value(v));
+      _mm256_storeu_ps(dst_k + r, v);
     }
   }
 }
@@ -338,17 +336,41 @@ void pack_int8_signed_b_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8
   pack_int8_panel<kNr, true>(q, row0, dst);
 }
 
-void pack_f32_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  pack_f32_operand_panel<kMr, false>(x, row0, dst);
+void pack_f32_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kMr>(x, row0, dst); }
+void pack_f32_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kNr>(x, row0, dst); }
+
+// widen_bf16_pairs (gemm_pack.cpp) eight lanes at a time: each unit's pairs are loaded whole before
+// its two steps are stored (the last unit's steps overlap its pairs).
+void widen_bf16_pairs_avx2(int64_t width, int64_t pairs, uint8_t* dst) {
+  float* out = reinterpret_cast<float*>(dst);
+  const float* in = out + pairs * width;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256i exponent = _mm256_set1_epi32(0x7F800000), magnitude = _mm256_set1_epi32(0x7FFFFFFF);
+  // A subnormal (zero exponent field) keeps only its sign.
+  const auto flushed = [&](__m256i v) {
+    const __m256i zero_exponent = _mm256_cmpeq_epi32(_mm256_and_si256(v, exponent), _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_and_si256(zero_exponent, magnitude), v));
+  };
+  const int64_t vectors = width / 8;  // width is kMr or kNr: 1 or 4 vectors
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m256i v[kNr / 8];
+    for (int64_t j = 0; j < vectors; ++j) v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + p * width + 8 * j));
+    for (int64_t j = 0; j < vectors; ++j) {
+      _mm256_storeu_ps(out + (2 * p) * width + 8 * j, flushed(_mm256_and_si256(v[j], high)));
+      _mm256_storeu_ps(out + (2 * p + 1) * width + 8 * j, flushed(_mm256_slli_epi32(v[j], 16)));
+    }
+  }
 }
-void pack_f32_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  pack_f32_operand_panel<kNr, false>(x, row0, dst);
+
+void pack_bf16_pair_widened_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  const int64_t pairs = (x.k + 1) / 2;
+  pack_bf16_pair_operand_panel<kMr>(x, row0, dst + pairs * kMr * 4);
+  widen_bf16_pairs_avx2(kMr, pairs, dst);
 }
-void pack_f32_bf16_rounded_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  pack_f32_operand_panel<kMr, true>(x, row0, dst);
-}
-void pack_f32_bf16_rounded_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  pack_f32_operand_panel<kNr, true>(x, row0, dst);
+void pack_bf16_pair_widened_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  const int64_t pairs = (x.k + 1) / 2;
+  pack_bf16_pair_operand_panel<kNr>(x, row0, dst + pairs * kNr * 4);
+  widen_bf16_pairs_avx2(kNr, pairs, dst);
 }
 
 void pack_bf16_pair_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
@@ -363,5 +385,11 @@ MicroKernel int8_micro_kernel_avx2(int64_t block_len, bool b_uniform) {
   return b_uniform ? &int8_blocks_avx2<4, true> : &int8_blocks_avx2<4, false>;
 }
 MicroKernel f32_micro_kernel_avx2() { return &f32_avx2; }
+namespace {
+void widened_pairs_avx2(const uint8_t* pa, const uint8_t* pb, int64_t pairs, float* acc, bool first) {
+  f32_avx2(pa, pb, 2 * pairs, acc, first);
+}
+}  // namespace
+MicroKernel widened_pair_micro_kernel_avx2() { return &widened_pairs_avx2; }
 
 }  // namespace nibble::cpu::gemm_detail

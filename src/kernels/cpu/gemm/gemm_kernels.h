@@ -187,8 +187,8 @@ void pack_bf16_b_panel(const Fp8PanelSource& x, int64_t row0, uint8_t* dst);
 void pack_bf16_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // wrappers (gemm_pack.cpp)
 void pack_bf16_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 // gemm_bf16 (gemm.h) on nibble's kernels, for arguments already checked, M, N, K > 0 and beta 0
-// (overwrite) or 1 (accumulate); gemm_bf16 handles the rest. AMX-BF16 tiles where active, else the
-// f32 family (FMA) on BF16-rounded panels (pack_f32_bf16_rounded_*_panel below).
+// (overwrite) or 1 (accumulate); gemm_bf16 handles the rest. AMX-BF16 tiles where active, else pair
+// order: vdpbf16ps on BF16-pair panels or the f32 family (FMA) on widened ones (bf16_pair_kernel).
 void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // gemm_f32 (gemm.h) on the f32 family with unrounded panels, same preconditions.
@@ -203,17 +203,12 @@ void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 // f32 panels of an FP32 operand of gemm_f32, as they are.
 void pack_f32_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
-// The same panels for gemm_bf16, each element rounded to BF16 (RN-even, NaN kept quiet, subnormals
-// kept: bf16_from_float_rn).
-void pack_f32_bf16_rounded_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
-void pack_f32_bf16_rounded_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
-// The same four with AVX2 (gemm_avx2.cpp: 8 x 8 register transposes, vector rounding), byte for
-// byte; AVX2 and AVX-512 CPUs.
+// The same two with AVX2 (gemm_avx2.cpp: 8 x 8 register transposes), byte for byte; AVX2 and
+// AVX-512 CPUs.
 void pack_f32_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_f32_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
-void pack_f32_bf16_rounded_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
-void pack_f32_bf16_rounded_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
-// BF16-pair panels of an FP32 operand (rounded as pack_f32_*_panel) and of per-tensor FP8 codes
+// BF16-pair panels of an FP32 operand (each element rounded to BF16: RN-even, NaN kept quiet,
+// subnormals kept, bf16_from_float_rn) and of per-tensor FP8 codes
 // (exact in BF16; the tensor scale is applied at the end).
 void pack_bf16_pair_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
@@ -222,6 +217,27 @@ void pack_bf16_pair_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst
 void pack_bf16_pair_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+// BF16-pair panels widened for the f32 family's FMA kernels (where vdpbf16ps is absent, or slower
+// than two FMAs: Intel's AVX512-BF16 cores without AMX), per pair p two k steps of f32 panel: the
+// floats of k = 2p + 1 (the pair's high half), then of k = 2p, each BF16 subnormal flushed to a zero
+// of its sign. The f32 kernel's FMA over them in step order is vdpbf16ps's pair order on the values
+// vdpbf16ps reads: the same bits (sums below 2^-126, which vdpbf16ps also flushes, aside). Width
+// rows, 2 * pairs steps of f32_*_k_bytes(); the pair panel is packed into the upper half first and
+// widened in place. The _avx2 ones (gemm_avx2.cpp) write the same bytes.
+void pack_bf16_pair_widened_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_widened_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_widened_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_widened_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_widened_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+void pack_bf16_pair_widened_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
+// The widening alone, in place: `pairs` units of a Width-row pair panel that starts at
+// dst + pairs * Width * 4 become 2 * pairs f32 steps from dst (scalar, and AVX2 in gemm_avx2.cpp).
+void widen_bf16_pairs(int64_t width, int64_t pairs, uint8_t* dst);
+void widen_bf16_pairs_avx2(int64_t width, int64_t pairs, uint8_t* dst);
+// Micro-kernels over widened pair panels; `units` = k pairs (the f32 kernel of the ISA on 2 * units steps).
+MicroKernel widened_pair_micro_kernel_scalar();
+MicroKernel widened_pair_micro_kernel_avx2();
+MicroKernel widened_pair_micro_kernel_avx512();
 
 // Shared by the dense entry points (gemm_dense.cpp) and the oneDNN comparisons (gemm_onednn.cpp):
 // throws UsageError naming `name` on a negative dimension or a leading dimension shorter than its

@@ -182,12 +182,10 @@ void pack_f32_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pa
 void pack_f32_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) { pack_f32_panel(q, row0, kNr, dst); }
 
 namespace {
-// Element r of every k of an f32 panel with `width` rows: x(row0 + r, k), rounded to BF16 when
-// Bf16, 0 past the edge. Both loops read the source in its storage order (along k, or across the
-// panel's rows).
-template <int Width, bool Bf16>
+// Element r of every k of an f32 panel with `width` rows: x(row0 + r, k), 0 past the edge. Both
+// loops read the source in its storage order (along k, or across the panel's rows).
+template <int Width>
 void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  const auto value = [](float v) { return Bf16 ? round_to_bf16(v) : v; };
   float* out = reinterpret_cast<float*>(dst);
   const int rows = static_cast<int>(std::min<int64_t>(Width, x.rows - row0));
   if (x.k_contiguous) {
@@ -197,27 +195,21 @@ void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
         continue;
       }
       const float* src = x.p + (row0 + r) * x.ld;
-      for (int64_t k = 0; k < x.k; ++k) out[k * Width + r] = value(src[k]);
+      for (int64_t k = 0; k < x.k; ++k) out[k * Width + r] = src[k];
     }
     return;
   }
   for (int64_t k = 0; k < x.k; ++k) {
     const float* src = x.p + k * x.ld + row0;
     float* dst_k = out + k * Width;
-    for (int r = 0; r < rows; ++r) dst_k[r] = value(src[r]);
+    for (int r = 0; r < rows; ++r) dst_k[r] = src[r];
     for (int r = rows; r < Width; ++r) dst_k[r] = 0.0f;
   }
 }
 }  // namespace
 
-void pack_f32_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kMr, false>(x, row0, dst); }
-void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kNr, false>(x, row0, dst); }
-void pack_f32_bf16_rounded_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  pack_f32_operand_panel<kMr, true>(x, row0, dst);
-}
-void pack_f32_bf16_rounded_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  pack_f32_operand_panel<kNr, true>(x, row0, dst);
-}
+void pack_f32_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kMr>(x, row0, dst); }
+void pack_f32_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) { pack_f32_operand_panel<kNr>(x, row0, dst); }
 
 namespace {
 uint32_t bf16_pair(float lo, float hi) {
@@ -265,6 +257,52 @@ void pack_bf16_pair_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t*
 }
 void pack_bf16_pair_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
   pack_bf16_pair_fp8_panel<kNr>(q, row0, dst);
+}
+
+namespace {
+// The FP32 value of a BF16 half-word, a subnormal flushed to a zero of its sign (as vdpbf16ps reads it).
+inline uint32_t widened_bf16(uint32_t half) {
+  const uint32_t bits = half << 16;
+  return (bits & 0x7F800000u) == 0 ? bits & 0x80000000u : bits;
+}
+}  // namespace
+
+// Unit p's two steps end at byte 8 * width * (p + 1), at or before unit p + 1's pairs (which start at
+// 4 * width * (pairs + p + 1)); the last unit overlaps its own pairs, which are read before it is written.
+void widen_bf16_pairs(int64_t width, int64_t pairs, uint8_t* dst) {
+  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
+  const uint32_t* in = out + pairs * width;
+  uint32_t unit[kNr];
+  for (int64_t p = 0; p < pairs; ++p) {
+    std::memcpy(unit, in + p * width, static_cast<size_t>(width) * sizeof(uint32_t));
+    for (int64_t r = 0; r < width; ++r) {
+      out[(2 * p) * width + r] = widened_bf16(unit[r] >> 16);          // k = 2p + 1 first
+      out[(2 * p + 1) * width + r] = widened_bf16(unit[r] & 0xFFFFu);  // then k = 2p
+    }
+  }
+}
+
+namespace {
+template <int Width, class Source, class Pack, class Widen>
+void pack_widened(const Source& x, int64_t row0, uint8_t* dst, int64_t k, Pack pack, Widen widen) {
+  const int64_t pairs = (k + 1) / 2;
+  pack(x, row0, dst + pairs * Width * 4);
+  widen(Width, pairs, dst);
+}
+}  // namespace
+
+void pack_bf16_pair_widened_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  pack_widened<kMr>(x, row0, dst, x.k, &pack_bf16_pair_a_panel, &widen_bf16_pairs);
+}
+void pack_bf16_pair_widened_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  pack_widened<kNr>(x, row0, dst, x.k, &pack_bf16_pair_b_panel, &widen_bf16_pairs);
+}
+// Only AVX512-BF16 CPUs sum FP8 in pairs (fp32_products), so these widen with AVX2.
+void pack_bf16_pair_widened_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_widened<kMr>(q, row0, dst, q.cols, &pack_bf16_pair_fp8_a_panel, &widen_bf16_pairs_avx2);
+}
+void pack_bf16_pair_widened_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_widened<kNr>(q, row0, dst, q.cols, &pack_bf16_pair_fp8_b_panel, &widen_bf16_pairs_avx2);
 }
 
 }  // namespace nibble::cpu::gemm_detail

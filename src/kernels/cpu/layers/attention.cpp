@@ -13,6 +13,7 @@
 #include "kernels/cpu/common/cpu_features.h"
 #include "kernels/cpu/common/lane_sum.h"
 #include "kernels/cpu/common/simd_clones.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_kernels.h"
 #include "kernels/cpu/layers/vector_math.h"
 
@@ -27,7 +28,8 @@ Matmul active_matmul() {
 }
 Matmul active_pair_matmul() {
   const Isa isa = active_isa();
-  if (isa >= Isa::avx512bf16) return &pair_matmul_avx512bf16;
+  // vdpbf16ps where it beats two FMAs (gemm.h: bf16_pair_kernel); the same bits either way.
+  if (isa >= Isa::avx512bf16 && bf16_pair_kernel() == Bf16PairKernel::dpbf16) return &pair_matmul_avx512bf16;
   if (isa >= Isa::avx512) return &pair_matmul_avx512;
   if (isa == Isa::avx2) return &pair_matmul_avx2;
   return &pair_matmul_scalar;
