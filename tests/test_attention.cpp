@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/layers/attention.h"
 #include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_kernels.h"
 #include "format/codecs.h"
 #include "support/check.h"
@@ -178,7 +179,7 @@ TEST(FusedAttention, SameBitsForAnyThreadCount) {
   omp_set_num_threads(saved);
 }
 
-// On AVX512-BF16 the whole forward and backward give the AVX-512 FMA kernels' bits (the two share
+// With vdpbf16ps the whole forward and backward give the AVX-512 FMA kernels' bits (the two share
 // exp_f32's AVX-512 variant; the product kernels of every ISA are compared above): vdpbf16ps over a
 // head's K^T, V, V^T and K packed once, and the per-call packing for dK and dV. Shapes: partial and
 // odd last query blocks (37, 33: an odd last pair), head widths below, at and above one vector (12,
@@ -197,7 +198,9 @@ TEST(FusedAttention, AvxBf16AttentionIsTheAvx512Bits) {
       set_isa_limit(Isa::avx512);
       const AttentionRun fma = run_attention(s, qkv, dout);
       set_isa_limit(Isa::avx512bf16);  // (on AMX-BF16 CPUs the BF16 products take the tiles: tested below)
+      set_bf16_pair_kernel(Bf16PairKernel::dpbf16);  // even where two FMAs are faster and chosen
       const AttentionRun dpbf16 = run_attention(s, qkv, dout);
+      set_bf16_pair_kernel(std::nullopt);
       EXPECT_TRUE(same_bits(fma.out, dpbf16.out)) << "bf16=" << bf16 << " hd=" << s.head_dim;
       EXPECT_TRUE(same_bits(fma.stats, dpbf16.stats)) << "bf16=" << bf16 << " hd=" << s.head_dim;
       EXPECT_TRUE(same_bits(fma.dqkv, dpbf16.dqkv)) << "bf16=" << bf16 << " hd=" << s.head_dim;
