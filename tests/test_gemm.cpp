@@ -291,6 +291,30 @@ TEST(Gemm, Fp32ProductsBitwiseIdenticalForAnyThreadCount) {
   }
 }
 
+// Per-tensor FP8 with fp32_products on AVX512-BF16 (no AMX-BF16) sums in pair order by vdpbf16ps or
+// by two FMAs on widened pairs: the same bits, an odd K included.
+TEST(Gemm, Fp8PairProductsAreTheSameBitsByEitherKernel) {
+  IsaGuard guard;
+  struct KernelGuard {
+    ~KernelGuard() { cpu::set_bf16_pair_kernel(std::nullopt); }
+  } kernel_guard;
+  if (cpu::detected_isa() < Isa::avx512bf16) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  cpu::set_isa_limit(Isa::avx512bf16);  // below AMX: the pairs, not the tiles
+  const QuantizedTensor a = make_operand(Format::fp8_e4m3, 77, 1297, 430), b = make_operand(Format::fp8_e4m3, 45, 1297, 431);
+  std::vector<float> c[2];
+  int run = 0;
+  for (cpu::Bf16PairKernel kernel : {cpu::Bf16PairKernel::fma, cpu::Bf16PairKernel::dpbf16}) {
+    cpu::set_bf16_pair_kernel(kernel);
+    c[run].assign(77 * 45, std::numeric_limits<float>::quiet_NaN());
+    cpu::gemm(a, b, c[run].data(), 45, 1.0f, Output::overwrite, cpu::Summation::fp32_products);
+    ++run;
+  }
+  EXPECT_EQ(0, std::memcmp(c[0].data(), c[1].data(), c[0].size() * sizeof(float)));
+  std::vector<float> blocks(77 * 45);  // not vacuous: block_exact (k order) differs somewhere
+  cpu::gemm(a, b, blocks.data(), 45, 1.0f, Output::overwrite, cpu::Summation::block_exact);
+  EXPECT_NE(0, std::memcmp(c[0].data(), blocks.data(), blocks.size() * sizeof(float)));
+}
+
 TEST(Gemm, Fp32ProductsIsNotBlockExact) {
   // Guards against the fp32_products request silently running the block kernel (the reference tests
   // above would pass either way): on a long K the two summation orders must differ somewhere.
