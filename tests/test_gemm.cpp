@@ -9,6 +9,7 @@
 // The absolute-value sum is computed here in FP64 from the codes, independently of ref::gemm.
 // Summation::fp32_products (AMX-BF16) forms every element product exactly and sums the K of them
 // in FP32 (the tile unit rounds to nearest even), so the same bound holds with terms = K.
+#include <cpuid.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -795,9 +796,11 @@ TEST(Gemm, Bf16PairKernelChoice) {
   if (cpu::detected_isa() >= Isa::avx512bf16) {
     cpu::set_isa_limit(Isa::avx512bf16);
     EXPECT_EQ(cpu::bf16_pair_kernel(), cpu::Bf16PairKernel::dpbf16);
-    cpu::set_bf16_pair_kernel(std::nullopt);  // the measured choice: one of the two, the same on every call
-    const cpu::Bf16PairKernel chosen = cpu::bf16_pair_kernel();
-    EXPECT_EQ(cpu::bf16_pair_kernel(), chosen);
+    cpu::set_bf16_pair_kernel(std::nullopt);  // the CPU's choice: the FMAs on Intel, vdpbf16ps elsewhere
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    ASSERT_TRUE(__get_cpuid(0, &eax, &ebx, &ecx, &edx));
+    const bool intel = ebx == 0x756E6547u && edx == 0x49656E69u && ecx == 0x6C65746Eu;  // "Genu" "ineI" "ntel"
+    EXPECT_EQ(cpu::bf16_pair_kernel(), intel ? cpu::Bf16PairKernel::fma : cpu::Bf16PairKernel::dpbf16);
   }
 }
 

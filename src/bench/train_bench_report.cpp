@@ -319,11 +319,11 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
   fmt::print("measured: 1024^3 GEMM peak fp32 {:.1f}, bf16 {:.1f} GFLOP/s; memcpy {:.1f} GB/s (read + write)\n",
              peaks.fp32() / 1e9, peaks.bf16() / 1e9, copy_bandwidth / 1e9);
   fmt::print("OpenMP waits: {}\n", describe_wait_policy());
-  // Pair order by vdpbf16ps or by two FMAs (the faster here: cpu::bf16_pair_kernel), the same bits.
+  // Pair order by vdpbf16ps or by two FMAs (the faster on this CPU: cpu::bf16_pair_kernel), the same bits.
   const bool dpbf16 = cpu::active_isa() >= cpu::Isa::avx512bf16 && cpu::bf16_pair_kernel() == cpu::Bf16PairKernel::dpbf16;
   const char* pairs = dpbf16 ? "with AVX512-BF16 vdpbf16ps in pair order"
                       : cpu::active_isa() >= cpu::Isa::avx512bf16
-                          ? "FMA in pair order on BF16-rounded operands (faster than vdpbf16ps here, the same bits)"
+                          ? "FMA in pair order on BF16-rounded operands (vdpbf16ps's bits; on Intel the FMAs are faster)"
                           : "FMA in pair order on BF16-rounded operands";
   fmt::print("kernels ({}): NVFP4/MXFP4 GEMMs {}; FP8 GEMMs {} (gemm_summation=auto unless --set); BF16 GEMMs (bf16 "
              "recipe, BF16-kept layers) {}; attention's BF16 products (every recipe but none) {}\n",

@@ -56,14 +56,15 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // Which instruction sums BF16 products in pair order where AMX-BF16 does not run them (gemm_bf16,
 // FP8's fp32_products, attention's BF16 products): vdpbf16ps (two products a lane, on AVX512-BF16
-// CPUs) or two FMAs on widened operands. Both give the same bits, so this is speed alone, and the
-// faster varies: vdpbf16ps on Zen 4, the FMAs on Intel cores without AMX (docs/benchmarks.md).
-// Below AVX512-BF16 it is fma; there it is the faster of the two micro-kernels as timed once per
-// process (about a millisecond, at first use), unless $NIBBLE_BF16_PAIRS says fma or dpbf16.
+// CPUs) or two FMAs on widened operands. Both give the same bits (sums below 2^-126, which
+// vdpbf16ps flushes, aside), so this is speed, and the faster varies: vdpbf16ps on AMD's Zen 4/5,
+// the FMAs on Intel's cores without AMX (docs/benchmarks.md). Below AVX512-BF16 it is fma; there it
+// is fixed by the CPU's vendor (never by a timing, so a run resumed on the same machine takes the
+// same kernel), unless $NIBBLE_BF16_PAIRS says fma or dpbf16.
 enum class Bf16PairKernel { fma, dpbf16 };
 Bf16PairKernel bf16_pair_kernel();
 // For tests and benchmarks: force one (dpbf16 takes effect only on AVX512-BF16 CPUs); nullopt goes
-// back to the measured choice.
+// back to the CPU's choice.
 void set_bf16_pair_kernel(std::optional<Bf16PairKernel> kernel);
 std::string_view to_string(Bf16PairKernel kernel);
 std::optional<Bf16PairKernel> parse_bf16_pair_kernel(std::string_view name);  // "fma", "dpbf16"
