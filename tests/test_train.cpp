@@ -171,6 +171,17 @@ TrainConfig tiny_run(int64_t vocab, Quantization q) {
   return c;
 }
 
+// tiny_run large enough (512 tokens x width 128) that every parallel loop of the model splits.
+TrainConfig splitting_run(int64_t vocab, Quantization q) {
+  TrainConfig c = tiny_run(vocab, q);
+  c.model.width = 128;
+  c.model.heads = 4;
+  c.model.mlp_hidden = 256;
+  c.model.context = 32;
+  c.batch = 16;
+  return c;
+}
+
 }  // namespace
 
 TEST(Trainer, RunsAreBitwiseEqualAcrossThreadCounts) {
@@ -179,13 +190,7 @@ TEST(Trainer, RunsAreBitwiseEqualAcrossThreadCounts) {
   for (Quantization q : {Quantization::nvfp4, Quantization::none}) {
     std::vector<double> losses[2];
     std::vector<float> weights[2];
-    // Large enough (512 tokens x width 128) that every parallel loop of the model actually splits.
-    TrainConfig c = tiny_run(vocab, q);
-    c.model.width = 128;
-    c.model.heads = 4;
-    c.model.mlp_hidden = 256;
-    c.model.context = 32;
-    c.batch = 16;
+    const TrainConfig c = splitting_run(vocab, q);
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
       Trainer t(c, corpus);
@@ -207,15 +212,11 @@ TEST(Trainer, RunsAreBitwiseEqualWhicheverInstructionSumsTheBf16Pairs) {
     GTEST_SKIP() << "needs AVX512-BF16 without AMX-BF16 (which has its own BF16 kernels)";
   int64_t vocab = 0;
   auto corpus = shakespeare_prefix(20000, vocab);
-  for (Quantization q : {Quantization::bf16, Quantization::nvfp4}) {  // nvfp4: its BF16-kept layers
+  for (Quantization q : {Quantization::bf16, Quantization::nvfp4}) {
     std::vector<double> losses[2];
     std::vector<float> weights[2];
-    TrainConfig c = tiny_run(vocab, q);
-    c.model.width = 128;
-    c.model.heads = 4;
-    c.model.mlp_hidden = 256;
-    c.model.context = 32;
-    c.batch = 16;
+    TrainConfig c = splitting_run(vocab, q);
+    if (q == Quantization::nvfp4) c.recipe.nvfp4.bf16_last_layers = 1;  // a BF16-kept block beside an NVFP4 one
     int run = 0;
     for (cpu::Bf16PairKernel kernel : {cpu::Bf16PairKernel::fma, cpu::Bf16PairKernel::dpbf16}) {
       cpu::set_bf16_pair_kernel(kernel);
@@ -289,14 +290,9 @@ TEST(Trainer, RowScaledRunsAreBitwiseEqualAcrossThreadCounts) {
   auto corpus = shakespeare_prefix(20000, vocab);
   std::vector<double> losses[2];
   std::vector<float> weights[2];
-  TrainConfig c = tiny_run(vocab, Quantization::nvfp4);
+  TrainConfig c = splitting_run(vocab, Quantization::nvfp4);
   c.recipe.nvfp4.rht = false;
   c.recipe.nvfp4.row_scaled_activations = true;
-  c.model.width = 128;  // 512 tokens x width 128: every parallel loop splits
-  c.model.heads = 4;
-  c.model.mlp_hidden = 256;
-  c.model.context = 32;
-  c.batch = 16;
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
     Trainer t(c, corpus);
