@@ -323,6 +323,13 @@ TEST(ModelLayers, VectorExpIsWithinTwoUlpsOnEveryIsa) {
     for (int64_t n : {int64_t{1000}, int64_t{37}, int64_t{5}}) {
       std::vector<float> out(static_cast<size_t>(n), -1.0f);
       nibble::cpu::exp_f32(x.data(), out.data(), n);
+      // exp_neg_f32 is exp_f32 of the negated values, bit for bit.
+      std::vector<float> negated(x.begin(), x.begin() + n), of_negated(static_cast<size_t>(n)), neg(static_cast<size_t>(n), -1.0f);
+      for (float& v : negated) v = -v;
+      nibble::cpu::exp_f32(negated.data(), of_negated.data(), n);
+      nibble::cpu::exp_neg_f32(x.data(), neg.data(), n);
+      EXPECT_EQ(0, std::memcmp(neg.data(), of_negated.data(), static_cast<size_t>(n) * sizeof(float)))
+          << nibble::cpu::to_string(isa) << " n=" << n;
       for (int64_t i = 0; i < n; ++i) {
         const double want = std::exp(static_cast<double>(x[i]));
         if (want > 3.4028234663852886e38) {

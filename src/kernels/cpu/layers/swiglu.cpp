@@ -39,21 +39,15 @@ void swiglu_backward(const T* gate_up, const T* da, int64_t n, int64_t hidden, T
   }
 }
 
-// FP32: the exponentials a row at a time through the vector exp (cpu::exp_f32), the rest in
+// FP32: the exponentials a row at a time through the vector exp (cpu::exp_neg_f32), the rest in
 // plain loops that vectorise. The double versions above are the finite-difference reference.
 namespace {
-NIBBLE_SIMD_CLONES void negate(const float* __restrict g, int64_t hidden, float* __restrict out) {
-#pragma omp simd
-  for (int64_t c = 0; c < hidden; ++c) out[c] = -g[c];
-}
-
 // exp(-g[c]) for c < hidden, in a per-thread buffer valid until the thread's next call.
 const float* exp_of_negated(const float* __restrict g, int64_t hidden) {
   static thread_local std::vector<float> e;
   e.resize(static_cast<size_t>(hidden));
   float* ex = e.data();
-  negate(g, hidden, ex);
-  cpu::exp_f32(ex, ex, hidden);
+  cpu::exp_neg_f32(g, ex, hidden);
   return ex;
 }
 

@@ -10,5 +10,8 @@ namespace nibble::cpu {
 // machine whatever its thread count. Vectorised because softmax and SwiGLU call it on every
 // activation, where one value at a time shows in a training step.
 void exp_f32(const float* x, float* out, int64_t n);
+// out[i] = exp(-x[i]): exp_f32 of the negated values (negation is exact: the same bits), negated as
+// they are loaded instead of in a pass of their own (SwiGLU's sigmoid).
+void exp_neg_f32(const float* x, float* out, int64_t n);
 
 }  // namespace nibble::cpu
