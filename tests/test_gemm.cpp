@@ -113,6 +113,10 @@ std::vector<Isa> runnable_isas() {
 struct IsaGuard {
   ~IsaGuard() { cpu::set_isa_limit(cpu::detected_isa()); }
 };
+// And the BF16 pair kernel back to the CPU's choice.
+struct Bf16PairKernelGuard {
+  ~Bf16PairKernelGuard() { cpu::set_bf16_pair_kernel(std::nullopt); }
+};
 
 // Runs every variant on (a, b) with C poisoned by NaN and checks each element against the reference.
 // NVFP4, MXFP4 and FP8 operands also run Summation::fp32_products (its own kernel where AMX-BF16 is
@@ -296,9 +300,7 @@ TEST(Gemm, Fp32ProductsBitwiseIdenticalForAnyThreadCount) {
 // by two FMAs on widened pairs: the same bits, an odd K included.
 TEST(Gemm, Fp8PairProductsAreTheSameBitsByEitherKernel) {
   IsaGuard guard;
-  struct KernelGuard {
-    ~KernelGuard() { cpu::set_bf16_pair_kernel(std::nullopt); }
-  } kernel_guard;
+  Bf16PairKernelGuard kernel_guard;
   if (cpu::detected_isa() < Isa::avx512bf16) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   cpu::set_isa_limit(Isa::avx512bf16);  // below AMX: the pairs, not the tiles
   const QuantizedTensor a = make_operand(Format::fp8_e4m3, 77, 1297, 430), b = make_operand(Format::fp8_e4m3, 45, 1297, 431);
@@ -730,9 +732,7 @@ float bf16_read_as_dpbf16_reads_it(float x) {
 
 TEST(Gemm, Bf16IsThePairOrderOnEveryIsaAndKernel) {
   IsaGuard guard;
-  struct KernelGuard {
-    ~KernelGuard() { cpu::set_bf16_pair_kernel(std::nullopt); }
-  } kernel_guard;
+  Bf16PairKernelGuard kernel_guard;
   const int64_t M = 77, N = 45, K = 515;  // K odd: a last pair with an empty high half
   std::vector<float> a = random_matrix(M, K, 720), b = random_matrix(K, N, 721), c0 = random_matrix(M, N, 722);
   // BF16 subnormals (and values that round to them), which vdpbf16ps reads as zeros of their sign.
@@ -784,9 +784,7 @@ TEST(Gemm, Bf16IsThePairOrderOnEveryIsaAndKernel) {
 // The choice is fma below AVX512-BF16 whatever is forced, and $NIBBLE_BF16_PAIRS's spellings parse.
 TEST(Gemm, Bf16PairKernelChoice) {
   IsaGuard guard;
-  struct KernelGuard {
-    ~KernelGuard() { cpu::set_bf16_pair_kernel(std::nullopt); }
-  } kernel_guard;
+  Bf16PairKernelGuard kernel_guard;
   EXPECT_EQ(cpu::parse_bf16_pair_kernel("fma"), cpu::Bf16PairKernel::fma);
   EXPECT_EQ(cpu::parse_bf16_pair_kernel("dpbf16"), cpu::Bf16PairKernel::dpbf16);
   EXPECT_EQ(cpu::parse_bf16_pair_kernel("vdpbf16ps"), std::nullopt);

@@ -320,7 +320,7 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
              peaks.fp32() / 1e9, peaks.bf16() / 1e9, copy_bandwidth / 1e9);
   fmt::print("OpenMP waits: {}\n", describe_wait_policy());
   // Pair order by vdpbf16ps or by two FMAs (the faster on this CPU: cpu::bf16_pair_kernel), the same bits.
-  const bool dpbf16 = cpu::active_isa() >= cpu::Isa::avx512bf16 && cpu::bf16_pair_kernel() == cpu::Bf16PairKernel::dpbf16;
+  const bool dpbf16 = cpu::bf16_pair_kernel() == cpu::Bf16PairKernel::dpbf16;
   const char* pairs = dpbf16 ? "with AVX512-BF16 vdpbf16ps in pair order"
                       : cpu::active_isa() >= cpu::Isa::avx512bf16
                           ? "FMA in pair order on BF16-rounded operands (vdpbf16ps's bits; on Intel the FMAs are faster)"

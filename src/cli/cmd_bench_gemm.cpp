@@ -105,7 +105,7 @@ constexpr const char* kNotAvailable = "n/a";
 std::vector<std::string> column_kernels() {
   const cpu::Isa isa = cpu::active_isa();
   const bool fp32sum = cpu::fp32_products_available(Format::nvfp4);
-  const bool dpbf16 = isa >= cpu::Isa::avx512bf16 && cpu::bf16_pair_kernel() == cpu::Bf16PairKernel::dpbf16;
+  const bool dpbf16 = cpu::bf16_pair_kernel() == cpu::Bf16PairKernel::dpbf16;
   const std::string fma_pairs = fmt::format("{} on widened BF16 pairs, pair order{}", fma_kernel_name(isa),
                                             isa >= cpu::Isa::avx512bf16 ? " (vdpbf16ps's bits; on Intel the FMAs are faster)" : "");
   std::vector<std::string> k(columns().size());

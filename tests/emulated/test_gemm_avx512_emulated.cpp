@@ -86,7 +86,7 @@ TEST(Avx512VnniEmulated, F32KernelMatchesTheScalarKernelBitForBit) {
   std::vector<uint8_t> pa(static_cast<size_t>(2 * pairs * f32_a_k_bytes())), pb(static_cast<size_t>(2 * pairs * f32_b_k_bytes()));
   pack_bf16_pair_widened_a_panel(F32Operand{x.data(), K, 8, K, true}, 0, pa.data());
   pack_bf16_pair_widened_b_panel(F32Operand{y.data(), K, 32, K, true}, 0, pb.data());
-  expect_same_bits(widened_pair_micro_kernel_scalar(), widened_pair_micro_kernel_avx512(), pa, 2 * f32_a_k_bytes(), pb,
+  expect_same_bits(&widened_pairs<&f32_micro_kernel_scalar>, &widened_pairs<&f32_micro_kernel_avx512>, pa, 2 * f32_a_k_bytes(), pb,
                    2 * f32_b_k_bytes(), pairs, 15, "widened BF16 pairs");
 }
 

@@ -184,9 +184,9 @@ Plan bf16_pair_plan(PackQuantized pack_a = nullptr, PackQuantized pack_b = nullp
 
 // The same pairs widened to FP32 for the FMA kernel of `isa` (gemm_kernels.h): vdpbf16ps's bits.
 Plan widened_pair_plan(Isa isa, PackQuantized pack_a = nullptr, PackQuantized pack_b = nullptr) {
-  MicroKernel micro = isa >= Isa::avx512 ? widened_pair_micro_kernel_avx512()
-                      : isa == Isa::avx2 ? widened_pair_micro_kernel_avx2()
-                                         : widened_pair_micro_kernel_scalar();
+  MicroKernel micro = isa >= Isa::avx512 ? &widened_pairs<&f32_micro_kernel_avx512>
+                      : isa == Isa::avx2 ? &widened_pairs<&f32_micro_kernel_avx2>
+                                         : &widened_pairs<&f32_micro_kernel_scalar>;
   return {kMr, kNr, kBf16PairUnitK, 2 * f32_a_k_bytes(), 2 * f32_b_k_bytes(), kChunkKF32 / kBf16PairUnitK,
           pack_a, pack_b, micro, Plan::Tiles::none};
 }
@@ -420,7 +420,7 @@ void gemm_bf16_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float
   // Otherwise pair order, each output summed pair by pair in k order by the one thread that owns it:
   // vdpbf16ps on BF16-pair panels, or the f32 family's FMA kernel on the same pairs widened (the
   // same bits: a BF16 x BF16 product is exact in FP32, so FMA or mul + add round alike).
-  const bool dpbf16 = isa >= Isa::avx512bf16 && bf16_pair_kernel() == Bf16PairKernel::dpbf16;
+  const bool dpbf16 = bf16_pair_kernel() == Bf16PairKernel::dpbf16;  // (fma below AVX512-BF16)
   const bool simd = isa >= Isa::avx2;
   const PackF32 pack_a = dpbf16 ? &pack_bf16_pair_a_panel_avx2
                          : simd ? &pack_bf16_pair_widened_a_panel_avx2

@@ -209,8 +209,8 @@ inline __m256 load_first(const float* p, int64_t n) {
 }
 
 // The f32 panel of gemm_kernels.h with Width rows (kMr for A, kNr for B): element r of every k is
-// x(row0 + r, k), 0 past the edge -- the bytes of the scalar packers in gemm_pack.cpp. A K-contiguous operand is read 8 rows x 8 k at a time and transposed in
-// registers instead of the scalar packer's strided stores, one float at a time, which weigh on the
+// x(row0 + r, k), 0 past the edge -- the bytes of the scalar packers in gemm_pack.cpp. A
+// K-contiguous operand is read 8 rows x 8 k at a time and transposed in registers instead of the scalar packer's strided stores, one float at a time, which weigh on the
 // BF16-kept layers' GEMMs at small K.
 template <int Width>
 void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
@@ -362,17 +362,6 @@ void widen_bf16_pairs_avx2(int64_t width, int64_t pairs, uint8_t* dst) {
   }
 }
 
-void pack_bf16_pair_widened_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  const int64_t pairs = (x.k + 1) / 2;
-  pack_bf16_pair_operand_panel<kMr>(x, row0, dst + pairs * kMr * 4);
-  widen_bf16_pairs_avx2(kMr, pairs, dst);
-}
-void pack_bf16_pair_widened_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
-  const int64_t pairs = (x.k + 1) / 2;
-  pack_bf16_pair_operand_panel<kNr>(x, row0, dst + pairs * kNr * 4);
-  widen_bf16_pairs_avx2(kNr, pairs, dst);
-}
-
 void pack_bf16_pair_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
   pack_bf16_pair_operand_panel<kMr>(x, row0, dst);
 }
@@ -385,11 +374,5 @@ MicroKernel int8_micro_kernel_avx2(int64_t block_len, bool b_uniform) {
   return b_uniform ? &int8_blocks_avx2<4, true> : &int8_blocks_avx2<4, false>;
 }
 MicroKernel f32_micro_kernel_avx2() { return &f32_avx2; }
-namespace {
-void widened_pairs_avx2(const uint8_t* pa, const uint8_t* pb, int64_t pairs, float* acc, bool first) {
-  f32_avx2(pa, pb, 2 * pairs, acc, first);
-}
-}  // namespace
-MicroKernel widened_pair_micro_kernel_avx2() { return &widened_pairs_avx2; }
 
 }  // namespace nibble::cpu::gemm_detail

@@ -122,11 +122,5 @@ MicroKernel int8_micro_kernel_avx512(int64_t block_len, bool b_uniform) {
   return b_uniform ? &int8_blocks_avx512<4, true> : &int8_blocks_avx512<4, false>;
 }
 MicroKernel f32_micro_kernel_avx512() { return &f32_avx512; }
-namespace {
-void widened_pairs_avx512(const uint8_t* pa, const uint8_t* pb, int64_t pairs, float* acc, bool first) {
-  f32_avx512(pa, pb, 2 * pairs, acc, first);
-}
-}  // namespace
-MicroKernel widened_pair_micro_kernel_avx512() { return &widened_pairs_avx512; }
 
 }  // namespace nibble::cpu::gemm_detail

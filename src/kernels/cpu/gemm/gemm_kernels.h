@@ -223,7 +223,7 @@ void pack_bf16_pair_fp8_b_panel(const QuantizedTensor& q, int64_t row0, uint8_t*
 // of its sign. The f32 kernel's FMA over them in step order is vdpbf16ps's pair order on the values
 // vdpbf16ps reads: the same bits (sums below 2^-126, which vdpbf16ps also flushes, aside). Width
 // rows, 2 * pairs steps of f32_*_k_bytes(); the pair panel is packed into the upper half first and
-// widened in place. The _avx2 ones (gemm_avx2.cpp) write the same bytes.
+// widened in place. The _avx2 ones (AVX2 packer and widening) write the same bytes.
 void pack_bf16_pair_widened_a_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_widened_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst);
 void pack_bf16_pair_widened_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst);
@@ -234,10 +234,12 @@ void pack_bf16_pair_widened_fp8_b_panel(const QuantizedTensor& q, int64_t row0, 
 // dst + pairs * Width * 4 become 2 * pairs f32 steps from dst (scalar, and AVX2 in gemm_avx2.cpp).
 void widen_bf16_pairs(int64_t width, int64_t pairs, uint8_t* dst);
 void widen_bf16_pairs_avx2(int64_t width, int64_t pairs, uint8_t* dst);
-// Micro-kernels over widened pair panels; `units` = k pairs (the f32 kernel of the ISA on 2 * units steps).
-MicroKernel widened_pair_micro_kernel_scalar();
-MicroKernel widened_pair_micro_kernel_avx2();
-MicroKernel widened_pair_micro_kernel_avx512();
+// The micro-kernel over widened pair panels, `units` = k pairs: an f32 kernel (F32Kernel: one of
+// f32_micro_kernel_*) on 2 * units steps.
+template <MicroKernel (*F32Kernel)()>
+void widened_pairs(const uint8_t* pa, const uint8_t* pb, int64_t pairs, float* acc, bool first) {
+  F32Kernel()(pa, pb, 2 * pairs, acc, first);
+}
 
 // Shared by the dense entry points (gemm_dense.cpp) and the oneDNN comparisons (gemm_onednn.cpp):
 // throws UsageError naming `name` on a negative dimension or a leading dimension shorter than its

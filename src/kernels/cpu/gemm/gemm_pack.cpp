@@ -297,6 +297,13 @@ void pack_bf16_pair_widened_a_panel(const F32Operand& x, int64_t row0, uint8_t* 
 void pack_bf16_pair_widened_b_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
   pack_widened<kNr>(x, row0, dst, x.k, &pack_bf16_pair_b_panel, &widen_bf16_pairs);
 }
+// The AVX2 packer and widening (gemm_avx2.cpp), called from here: no AVX2 code is compiled in this file.
+void pack_bf16_pair_widened_a_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  pack_widened<kMr>(x, row0, dst, x.k, &pack_bf16_pair_a_panel_avx2, &widen_bf16_pairs_avx2);
+}
+void pack_bf16_pair_widened_b_panel_avx2(const F32Operand& x, int64_t row0, uint8_t* dst) {
+  pack_widened<kNr>(x, row0, dst, x.k, &pack_bf16_pair_b_panel_avx2, &widen_bf16_pairs_avx2);
+}
 // Only AVX512-BF16 CPUs sum FP8 in pairs (fp32_products), so these widen with AVX2.
 void pack_bf16_pair_widened_fp8_a_panel(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
   pack_widened<kMr>(q, row0, dst, q.cols, &pack_bf16_pair_fp8_a_panel, &widen_bf16_pairs_avx2);

@@ -55,11 +55,5 @@ MicroKernel int8_micro_kernel_scalar(int64_t block_len) {
   return block_len == 32 ? &int8_blocks_scalar<8> : &int8_blocks_scalar<4>;
 }
 MicroKernel f32_micro_kernel_scalar() { return &f32_scalar; }
-namespace {
-void widened_pairs_scalar(const uint8_t* pa, const uint8_t* pb, int64_t pairs, float* acc, bool first) {
-  f32_scalar(pa, pb, 2 * pairs, acc, first);
-}
-}  // namespace
-MicroKernel widened_pair_micro_kernel_scalar() { return &widened_pairs_scalar; }
 
 }  // namespace nibble::cpu::gemm_detail

@@ -29,7 +29,7 @@ Matmul active_matmul() {
 Matmul active_pair_matmul() {
   const Isa isa = active_isa();
   // vdpbf16ps where it beats two FMAs (gemm.h: bf16_pair_kernel); the same bits either way.
-  if (isa >= Isa::avx512bf16 && bf16_pair_kernel() == Bf16PairKernel::dpbf16) return &pair_matmul_avx512bf16;
+  if (bf16_pair_kernel() == Bf16PairKernel::dpbf16) return &pair_matmul_avx512bf16;
   if (isa >= Isa::avx512) return &pair_matmul_avx512;
   if (isa == Isa::avx2) return &pair_matmul_avx2;
   return &pair_matmul_scalar;
