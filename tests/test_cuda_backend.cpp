@@ -114,6 +114,21 @@ TEST(CudaLayerMath, AdamwAndGradientNormAreTheCpuKernelsBits) {
   EXPECT_EQ(total, cpu::sum_of_squares(g.data(), n));
 }
 
+// The CPU sums four whole chunks side by side (for the adds' latency) and the rest one at a time:
+// every chunk's partial sum is still the reference's, bit for bit, at either end of a task.
+TEST(CudaLayerMath, GradientNormChunksAreTheReferencesChunkByChunk) {
+  for (const int64_t n : {11 * lm::kSumOfSquaresChunk + 77, 8 * lm::kSumOfSquaresChunk, int64_t{5000}}) {
+    const auto g = normal_floats(n, 9, 3.0f);
+    const int64_t chunks = (n + lm::kSumOfSquaresChunk - 1) / lm::kSumOfSquaresChunk;
+    std::vector<double> partial(static_cast<size_t>(chunks), -1.0);
+    cpu::sum_of_squares_by_chunk(g.data(), n, partial.data());
+    for (int64_t c = 0; c < chunks; ++c)
+      EXPECT_EQ(partial[c], lm::sum_of_squares_chunk(g.data(), c * lm::kSumOfSquaresChunk,
+                                                     std::min(n, (c + 1) * lm::kSumOfSquaresChunk)))
+          << "n " << n << ", chunk " << c;
+  }
+}
+
 TEST(CudaLayerMath, TileTransposeIsTheReferences) {
   QuantOptions o;
   o.tile_16x16 = true;
