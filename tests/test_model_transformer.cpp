@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <random>
 #include <vector>
 
 #include "model/transformer.h"
+#include "recipe/recipe.h"
 #include "support/random.h"
 #include "support/tiny_model.h"
 
@@ -131,8 +133,11 @@ TEST(Model, InitialWeightsAreTheSerialBoxMullerStreamForAnyThreadCount) {
   }
 }
 
-TEST(Model, GradientsAccumulateAcrossBackwardCalls) {
-  Transformer m(tiny_config(true, 4), ops::cpu());
+// The contract zero_grads() relies on: a backward pass overwrites the linears' and the head's
+// gradients and adds into the rest, so a second one without zeroing leaves the first ones as they
+// were and doubles the others. Untied, so that the embedding is one of the others.
+TEST(Model, ASecondBackwardOverwritesTheLinearsAndAddsToTheRest) {
+  Transformer m(tiny_config(false, 4), ops::cpu());
   std::vector<int32_t> tokens, targets;
   random_tokens(tokens, 16, 11, 3);
   random_tokens(targets, 16, 11, 4);
@@ -142,9 +147,18 @@ TEST(Model, GradientsAccumulateAcrossBackwardCalls) {
   std::vector<float> once(m.params().grads().begin(), m.params().grads().end());
   m.forward(tokens, targets, 2, 8, {});
   m.backward(1.0f);
-  // Equal up to the rounding of the extra additions (a tied embedding sums several contributions).
-  for (size_t i = 0; i < once.size(); ++i)
-    ASSERT_NEAR(m.params().grads()[i], 2.0f * once[i], 8 * 1.2e-7 * std::fabs(once[i]) + 1e-12);
+  int64_t added = 0;
+  for (const ParamInfo& p : m.params().params())
+    for (int64_t i = p.offset; i < p.offset + p.size(); ++i) {
+      if (p.grad_overwritten) {
+        ASSERT_EQ(m.params().grads()[i], once[i]) << p.name;
+      } else {
+        // Up to the rounding of the extra additions (the embedding adds a row per occurrence).
+        ASSERT_NEAR(m.params().grads()[i], 2.0f * once[i], 8 * 1.2e-7 * std::fabs(once[i]) + 1e-12) << p.name;
+        added += once[i] != 0.0f;
+      }
+    }
+  EXPECT_GT(added, 0);
 }
 
 TEST(Model, Nvfp4StaysCloseToFp32AndSavesActivationMemory) {
@@ -303,4 +317,51 @@ TEST(Model, DecodeOfAPromptAtOnceMatchesTokenByToken) {
   other.layers = 3;
   KvCache wrong(other, model.backend());
   EXPECT_THROW(model.decode(wrong, std::span<const int32_t>(&next, 1)), UsageError);
+}
+
+// The backward pass overwrites the linears' and the head's gradients, so zero_grads() zeros only
+// what it adds into (norm gains, an untied embedding, the alignment gaps): a backward over gradients
+// holding NaN where it overwrites gives a freshly zeroed arena's gradients, for the dense GEMMs (FP32,
+// BF16: beta 0) and the quantized wgrad (NVFP4: Output::overwrite), tied and untied.
+TEST(ModelGradient, OverwrittenGradientsNeedNoZeroingAndTheRestIsZeroed) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const bool tied : {true, false})
+    for (const Quantization q : {Quantization::none, Quantization::bf16, Quantization::nvfp4}) {
+      SCOPED_TRACE(::testing::Message() << "tied " << tied << ", quantization " << static_cast<int>(q));
+      ModelConfig c = nibble_test::tiny_model({.vocab = 40, .layers = 2, .width = 32, .context = 32, .mlp_hidden = 64});
+      c.tied_embeddings = tied;
+      const int64_t batch = 2, seq = 32;
+      Transformer fresh(c, ops::cpu(), 4), reused(c, ops::cpu(), 4);
+      RecipeConfig rc;
+      rc.quantization = q;
+      const Recipe recipe(rc, static_cast<int>(c.layers), fresh.block_linear_shapes(), batch * seq, ops::cpu());
+      ModelStep step;
+      step.recipe = &recipe;
+      std::vector<int32_t> tokens, targets;
+      random_tokens(tokens, batch * seq, c.vocab, 7);
+      random_tokens(targets, batch * seq, c.vocab, 8);
+
+      std::span<float> g = reused.params().grads();
+      std::fill(g.begin(), g.end(), nan);
+      reused.params().zero_grads();
+      int64_t overwritten = 0, covered = 0;
+      for (const ParamInfo& p : reused.params().params()) {
+        covered += (p.size() + 15) / 16 * 16;
+        if (p.grad_overwritten) overwritten += p.size();
+        const bool left_as_is = p.grad_overwritten;
+        for (int64_t i = 0; i < p.size(); ++i)
+          ASSERT_EQ(std::isnan(g[p.offset + i]), left_as_is) << p.name << " [" << i << "]";
+        for (int64_t i = p.offset + p.size(); i < std::min<int64_t>(p.offset + (p.size() + 15) / 16 * 16, g.size()); ++i)
+          ASSERT_EQ(g[i], 0.0f) << "the gap after " << p.name;
+      }
+      EXPECT_EQ(covered, static_cast<int64_t>(g.size()));
+      EXPECT_GT(overwritten, static_cast<int64_t>(g.size()) / 2);  // most of the arena is not written twice
+
+      fresh.forward(tokens, targets, batch, seq, step);
+      fresh.backward(1.0f);
+      reused.forward(tokens, targets, batch, seq, step);
+      reused.backward(1.0f);
+      const std::span<const float> want = fresh.params().grads();
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(g[i], want[i]) << "gradient element " << i;
+    }
 }

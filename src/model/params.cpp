@@ -23,11 +23,30 @@ int64_t ParamArena::add(std::string name, int64_t rows, int64_t cols, bool weigh
   return offset;
 }
 
+void ParamArena::mark_grad_overwritten(int64_t offset) {
+  NIBBLE_CHECK(values_.empty(), "ParamArena::mark_grad_overwritten: before allocate()");
+  for (ParamInfo& p : params_)
+    if (p.offset == offset) {
+      p.grad_overwritten = true;
+      return;
+    }
+  NIBBLE_CHECK(false, "ParamArena::mark_grad_overwritten: no tensor at offset %lld", static_cast<long long>(offset));
+}
+
 void ParamArena::allocate() {
   values_.make_releasable();
   grads_.make_releasable();
   values_.resize_zeroed(static_cast<size_t>(size_));
   grads_.resize_zeroed(static_cast<size_t>(size_));
+  // The complement of the overwritten tensors, adjacent pieces merged (tensors are in offset order).
+  accumulated_ranges_.clear();
+  int64_t begin = 0;
+  for (const ParamInfo& p : params_) {
+    if (!p.grad_overwritten) continue;
+    if (p.offset > begin) accumulated_ranges_.emplace_back(begin, p.offset);
+    begin = p.offset + p.size();
+  }
+  if (size_ > begin) accumulated_ranges_.emplace_back(begin, size_);
 }
 
 namespace {
@@ -81,6 +100,6 @@ int64_t ParamArena::parameter_count() const {
   return n;
 }
 
-void ParamArena::zero_grads() { grads_.resize_zeroed(grads_.size()); }
+void ParamArena::zero_grads() { grads_.ops()->fill_zero_ranges(grads_.data(), accumulated_ranges_); }
 
 }  // namespace nibble::model

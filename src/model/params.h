@@ -17,6 +17,9 @@ struct ParamInfo {
   int64_t offset = 0;  // into values/grads, 64-byte aligned
   int64_t rows = 0, cols = 0;
   bool weight_decay = true;  // false for norms and embeddings (AdamW's usual exemption)
+  // The backward pass writes this gradient whole before anything adds to it (a linear's wgrad GEMM,
+  // the LM head's): zero_grads() leaves it as it is.
+  bool grad_overwritten = false;
   int64_t size() const { return rows * cols; }
 };
 
@@ -67,13 +70,20 @@ class ParamArena {
   // released memory again. Both arrays are releasable memory (TensorOps::allocate_releasable).
   void commit_values(int64_t begin, int64_t end);
   void commit_grads(int64_t begin, int64_t end);
+  // Before allocate(): the gradient of the tensor at `offset` is overwritten by the backward pass
+  // (ParamInfo::grad_overwritten).
+  void mark_grad_overwritten(int64_t offset);
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(const std::string& name) const;  // UsageError if absent
   int64_t parameter_count() const;
+  // Zeros the gradients the backward pass adds into (norm gains, the embedding unless the tied
+  // head's GEMM overwrites it, the alignment gaps) before a micro-batch's backward; the overwritten
+  // ones are left: zeroing them would cost a write of most of the arena, and their GEMMs a read.
   void zero_grads();
 
  private:
   std::vector<ParamInfo> params_;
+  std::vector<std::pair<int64_t, int64_t>> accumulated_ranges_;  // what zero_grads zeros, from allocate()
   int64_t size_ = 0;
   ops::Array<float> values_, grads_;
 };

@@ -117,6 +117,11 @@ Transformer::Transformer(const ModelConfig& config, ops::Backend& backend, uint6
   }
   final_norm_ = params_.add("final_norm", 1, d, false);
   head_ = config_.tied_embeddings ? embedding_ : params_.add("lm_head", config_.vocab, d, true);
+  // The linears' wgrad GEMMs and the head's write their gradients whole, the head's first in the
+  // backward pass (before the tied embedding's rows are added to it): nothing to zero before them.
+  for (const BlockParams& b : blocks_)
+    for (const int64_t w : {b.qkv, b.attn_out, b.gate_up, b.down}) params_.mark_grad_overwritten(w);
+  params_.mark_grad_overwritten(head_);
   params_.allocate();
   for (int64_t l = 0; l < config_.layers; ++l)  // a block's tensors were added one after another
     block_ranges_.push_back({blocks_[l].norm1, l + 1 < config_.layers ? blocks_[l + 1].norm1 : final_norm_});
@@ -473,7 +478,7 @@ void Transformer::backward(float scale, const std::function<void(int64_t first)>
   {
     auto t0 = std::chrono::steady_clock::now();
     head_gemm(ops::DenseGemmShape::a_b(N, d, V), dlogits, params_.value(head_), 0.0f, d_normed_.data());
-    head_gemm(ops::DenseGemmShape::at_b(V, d, N), dlogits, final_normed_.data(), 1.0f, params_.grad(head_));
+    head_gemm(ops::DenseGemmShape::at_b(V, d, N), dlogits, final_normed_.data(), 0.0f, params_.grad(head_));
     head_gemm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   // Each RMSNorm backward adds into d_res_, which then is the dY of the linear before it (the last

@@ -104,7 +104,9 @@ class Transformer {
   // tokens; keeps what backward needs.
   double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch, int64_t seq,
                  const ModelStep& step);
-  // Accumulates d(scale * mean loss)/d(parameters) into params().grads(). `on_complete(first)`,
+  // Writes d(scale * mean loss)/d(parameters) into params().grads(): the linears' and the head's
+  // gradients are overwritten, the others (norm gains, an untied embedding) added into, so a
+  // micro-batch's backward follows params().zero_grads(), which zeros just those. `on_complete(first)`,
   // when given, is called each time the gradients of arena [first, end) are complete, with `first`
   // decreasing: after the LM head and final norm, after each block (last to first), 0 after the
   // embedding. Data parallelism reduces a completed stretch while the backward pass goes on.

@@ -120,6 +120,12 @@ class TensorOps {
   virtual void copy_to_host(const void* src, void* host_dst, size_t bytes) = 0;  // waits
   virtual void copy_from_host(const void* host_src, void* dst, size_t bytes) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;
+  // Zeros at least the ranges [begin, end) of base (in floats; sorted and disjoint); what lies between
+  // them may be zeroed too (a GPU does it in one memset rather than a launch per range). The
+  // parameter arena's gradients that the backward pass adds into (model/params.h).
+  virtual void fill_zero_ranges(float* base, std::span<const std::pair<int64_t, int64_t>> ranges) {
+    for (const auto& [begin, end] : ranges) fill_zero(base + begin, static_cast<size_t>(end - begin) * sizeof(float));
+  }
   // Memory of which discard() can give pieces back while its addresses stay: the parameter arena's
   // values and gradients, which ZeRO-2 and ZeRO-3 hold only in part. The CPU's every allocation is
   // (madvise); a GPU's is address space reserved once with physical chunks mapped into it.

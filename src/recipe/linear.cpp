@@ -252,14 +252,14 @@ void Linear::backward(const float* dy, const float* w, float* dx, float* dw, con
   // Dgrad: dX = dY W.
   run_gemm(r.dgrad, {ops::DenseGemmShape::a_b(tokens, in_, out_), dy, w, 0.0f, dx},
            [&] { dgrad_quantized(dy, w, dx, dy_amax); });
-  // Wgrad: dW += dY^T X, with X as forward saved it (BF16 widened back to FP32 for gemm_bf16).
+  // Wgrad: dW = dY^T X, with X as forward saved it (BF16 widened back to FP32 for gemm_bf16).
   const float* x = saved_x_f32_.data();
   if (r.wgrad.precision == GemmPrecision::bf16) {
     bf16_x_f32_.resize(saved_x_bf16_.size());
     ops_.widen_bf16(saved_x_bf16_.data(), bf16_x_f32_.data(), static_cast<int64_t>(bf16_x_f32_.size()));
     x = bf16_x_f32_.data();
   }
-  run_gemm(r.wgrad, {ops::DenseGemmShape::at_b(out_, in_, tokens), dy, x, 1.0f, dw},
+  run_gemm(r.wgrad, {ops::DenseGemmShape::at_b(out_, in_, tokens), dy, x, 0.0f, dw},
            [&] { wgrad_quantized(dy, dw); });
   grad_t_valid_ = false;
   // Capacity is kept for the next micro-step (no reallocation per step); the contents are dead.
@@ -327,7 +327,7 @@ void Linear::wgrad_quantized(const float* dy, float* dw) {
   }
   {
     ScopedTimer timer(times_.gemm_s);
-    ops_.gemm(dyt, *saved_xt_q_, dw, in_, 1.0f, Output::accumulate, g.summation);
+    ops_.gemm(dyt, *saved_xt_q_, dw, in_, 1.0f, Output::overwrite, g.summation);
   }
   if (step_.collect_stats) record("wgrad.dY^T", dy, tokens_, out_, true, dyt);
 }

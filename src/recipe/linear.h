@@ -1,7 +1,7 @@
 // The linear layer whose three GEMMs follow a precision recipe (spec section 5):
 //   fprop  Y[T,out]   = X[T,in] W[out,in]^T
 //   dgrad  dX[T,in]   = dY[T,out] W[out,in]
-//   wgrad  dW[out,in] += dY^T[out,T] X[T,in]
+//   wgrad  dW[out,in]  = dY^T[out,T] X[T,in]
 // T is the number of tokens of the micro-batch. The Linear does not own its weight (the model's
 // arena does); it owns what backward needs, in the cheapest form the recipe allows: for a
 // quantized wgrad that is the quantized X^T made in the forward pass (4 bits per value for NVFP4),
@@ -71,8 +71,9 @@ class Linear {
   // (its rht set) when fprop's X and wgrad's X^T are made in one quantize_both pass that can use
   // it, else nullopt (the producer then runs its plain op).
   std::optional<SourceAmax> source_amax_request(const LinearStep& step, int64_t tokens) const;
-  // dy: [tokens, out] -> dx: [tokens, in] (overwritten); dw: [out, in] (accumulated). w must be the
-  // weight forward saw. Releases what forward saved.
+  // dy: [tokens, out] -> dx: [tokens, in], dw: [out, in] (both overwritten: what dw held before is
+  // never read, so the model's gradients need no zeroing first). w must be the weight forward saw.
+  // Releases what forward saved.
   // dy_amax: dY's amaxes as its producer gathered them (gradient_amax_request), or null.
   void backward(const float* dy, const float* w, float* dx, float* dw, const SourceAmax* dy_amax = nullptr);
   // As source_amax_request, for the dY the next backward takes: when dgrad's dY and wgrad's dY^T are
