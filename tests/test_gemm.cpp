@@ -17,6 +17,7 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -800,6 +801,65 @@ TEST(Gemm, Bf16PairKernelChoice) {
     const bool intel = ebx == 0x756E6547u && edx == 0x49656E69u && ecx == 0x6C65746Eu;  // "Genu" "ineI" "ntel"
     EXPECT_EQ(cpu::bf16_pair_kernel(), intel ? cpu::Bf16PairKernel::fma : cpu::Bf16PairKernel::dpbf16);
   }
+}
+
+// And C's stores back to the CPU's choice.
+struct CStoresGuard {
+  ~CStoresGuard() { cpu::set_c_stores(std::nullopt); }
+};
+
+// A large overwritten C written with non-temporal stores (c_stores) holds the cached stores' bits, on
+// every ISA and kernel family (NVFP4 block-exact and fp32_products, FP8, gemm_bf16, gemm_f32), with
+// rows that start off any vector boundary (ldc = N + 3) or on one (ldc = N, N a multiple of 16), and
+// the padding past N untouched.
+TEST(Gemm, StreamedOutputsAreTheCachedOutputsBits) {
+  IsaGuard guard;
+  CStoresGuard stores_guard;
+  const int64_t M = 520, K = 64;
+  for (const int64_t N : {int64_t{512}, int64_t{531}}) {
+    ASSERT_GE(M * N * static_cast<int64_t>(sizeof(float)), cpu::kStreamedOutputBytes);  // it streams
+    const QuantizedTensor a = make_operand(Format::nvfp4, M, K, 31), b = make_operand(Format::nvfp4, N, K, 32);
+    const QuantizedTensor a8 = make_operand(Format::fp8_e4m3, M, K, 33), b8 = make_operand(Format::fp8_e4m3, N, K, 34);
+    const std::vector<float> af = random_matrix(M, K, 35), bf = random_matrix(N, K, 36);
+    for (const int64_t ldc : {N, N + 3})
+      for (Isa isa : runnable_isas()) {
+        cpu::set_isa_limit(isa);
+        const auto run = [&](cpu::CStores stores) {
+          cpu::set_c_stores(stores);
+          std::vector<std::vector<float>> outs;
+          const auto fresh = [&] { return outs.emplace_back(static_cast<size_t>(M * ldc), -7.0f).data(); };
+          cpu::gemm(a, b, fresh(), ldc, 0.75f);
+          if (cpu::fp32_products_available(Format::nvfp4))
+            cpu::gemm(a, b, fresh(), ldc, 0.75f, cpu::Output::overwrite, cpu::Summation::fp32_products);
+          cpu::gemm(a8, b8, fresh(), ldc, 1.25f);
+          cpu::gemm_bf16(cpu::Trans::no, cpu::Trans::yes, M, N, K, 0.5f, af.data(), K, bf.data(), K, 0.0f, fresh(), ldc);
+          cpu::gemm_f32(cpu::Trans::no, cpu::Trans::yes, M, N, K, 0.5f, af.data(), K, bf.data(), K, 0.0f, fresh(), ldc);
+          return outs;
+        };
+        const auto cached = run(cpu::CStores::cached), streamed = run(cpu::CStores::streaming);
+        ASSERT_EQ(cached.size(), streamed.size());
+        for (size_t g = 0; g < cached.size(); ++g) {
+          EXPECT_EQ(std::memcmp(cached[g].data(), streamed[g].data(), cached[g].size() * sizeof(float)), 0)
+              << "GEMM " << g << ", ISA " << cpu::to_string(isa) << ", N " << N << ", ldc " << ldc;
+          for (int64_t m = 0; m < M && ldc > N; ++m) ASSERT_EQ(streamed[g][m * ldc + N], -7.0f) << "padding of row " << m;
+        }
+      }
+  }
+}
+
+TEST(Gemm, CStoresChoice) {
+  CStoresGuard guard;
+  EXPECT_EQ(cpu::parse_c_stores("cached"), cpu::CStores::cached);
+  EXPECT_EQ(cpu::parse_c_stores("streaming"), cpu::CStores::streaming);
+  EXPECT_EQ(cpu::parse_c_stores("nt"), std::nullopt);
+  cpu::set_c_stores(cpu::CStores::cached);
+  EXPECT_EQ(cpu::c_stores(), cpu::CStores::cached);
+  cpu::set_c_stores(std::nullopt);  // the CPU's choice: streaming on Intel, cached elsewhere
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  ASSERT_TRUE(__get_cpuid(0, &eax, &ebx, &ecx, &edx));
+  const bool intel = ebx == 0x756E6547u && edx == 0x49656E69u && ecx == 0x6C65746Eu;  // "Genu" "ineI" "ntel"
+  if (std::getenv("NIBBLE_C_STORES") == nullptr)
+    EXPECT_EQ(cpu::c_stores(), intel ? cpu::CStores::streaming : cpu::CStores::cached);
 }
 
 TEST(Gemm, OneDnnRejectsBadLeadingDimensions) {

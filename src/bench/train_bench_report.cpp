@@ -326,7 +326,8 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
                           ? "FMA in pair order on BF16-rounded operands (vdpbf16ps's bits; on Intel the FMAs are faster)"
                           : "FMA in pair order on BF16-rounded operands";
   fmt::print("kernels ({}): NVFP4/MXFP4 GEMMs {}; FP8 GEMMs {} (gemm_summation=auto unless --set); BF16 GEMMs (bf16 "
-             "recipe, BF16-kept layers) {}; attention's BF16 products (every recipe but none) {}\n",
+             "recipe, BF16-kept layers) {}; attention's BF16 products (every recipe but none) {}; GEMM outputs of 1 MiB "
+             "and more written {} (cpu::c_stores)\n",
              cpu::to_string(cpu::active_isa()),
              cpu::fp32_products_available(Format::nvfp4) ? "sum element products in FP32 on the AMX-BF16 tiles"
                                                          : "sum exact 16-block products (no AMX-BF16 here)",
@@ -334,7 +335,10 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
              : cpu::fp32_products_available(Format::fp8_e4m3) ? pairs
                                                               : "decoded exactly, FMA in k order",
              cpu::amx_bf16_active() ? "on the AMX-BF16 tiles" : pairs,
-             cpu::amx_bf16_active() ? "on the AMX-BF16 tiles (their own FP32 summation)" : pairs);
+             cpu::amx_bf16_active() ? "on the AMX-BF16 tiles (their own FP32 summation)" : pairs,
+             cpu::c_stores() == cpu::CStores::streaming && cpu::active_isa() >= cpu::Isa::avx2
+                 ? "with non-temporal stores"
+                 : "through the caches");
   return copy_bandwidth;
 }
 

@@ -30,6 +30,11 @@ inline __m512i _mm512_loadu_si512(const void* p) {
 inline __m512 _mm512_load_ps(const float* p) { return _mm512_loadu_ps(p); }
 inline void _mm512_store_ps(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
 inline __m512i _mm512_load_si512(const void* p) { return _mm512_loadu_si512(p); }
+// VMOVNTPS faults on an address that is not 64-byte aligned: so does the model.
+inline void _mm512_stream_ps(float* p, __m512 v) {
+  if ((reinterpret_cast<uintptr_t>(p) & 63) != 0) __builtin_trap();
+  _mm512_storeu_ps(p, v);
+}
 inline __m512i _mm512_dpbusd_epi32(__m512i src, __m512i a, __m512i b) {
   uint8_t ua[64], sb_bytes[64];
   std::memcpy(ua, a.i, 64);

@@ -90,5 +90,22 @@ TEST(Avx512VnniEmulated, F32KernelMatchesTheScalarKernelBitForBit) {
                    2 * f32_b_k_bytes(), pairs, 15, "widened BF16 pairs");
 }
 
+// The streamed write-back (c_stores): scale * in for every length and every start within a line
+// (the model traps a store off a 64-byte boundary, as VMOVNTPS faults), nothing past n written.
+TEST(EmulatedAvx512Gemm, StreamedWriteBackIsTheScaledInput) {
+  const std::vector<float> in = spread_values(1, 96, 7);
+  alignas(64) float out[128];
+  for (int64_t offset = 0; offset < 16; ++offset)
+    for (int64_t n = 0; n <= 70; ++n) {
+      std::fill(std::begin(out), std::end(out), -7.0f);
+      stream_scaled_avx512(in.data(), n, 0.375f, out + offset);
+      for (int64_t j = 0; j < 128; ++j) {
+        const bool inside = j >= offset && j < offset + n;
+        const float want = inside ? 0.375f * in[j - offset] : -7.0f;
+        ASSERT_EQ(std::memcmp(&out[j], &want, sizeof want), 0) << "offset " << offset << ", n " << n << ", element " << j;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace nibble::cpu::gemm_detail

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace nibble::cpu {
@@ -109,6 +110,23 @@ std::string_view to_string(Isa isa) {
     case Isa::amx: return "amx-int8";
   }
   return "?";
+}
+
+}  // namespace nibble::cpu
+
+namespace nibble::cpu {
+
+bool genuine_intel() {
+  static const bool intel = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    return std::strcmp(vendor, "GenuineIntel") == 0;
+  }();
+  return intel;
 }
 
 }  // namespace nibble::cpu

@@ -3,28 +3,15 @@
 // the CPU, never by a timing: a run resumed on the same machine takes the same kernel. vdpbf16ps
 // is the faster on AMD's AVX512-BF16 cores (Zen 4, Zen 5), two FMAs on Intel's without AMX (measured
 // on Sapphire/Emerald Rapids-class Xeons whose VM hides AMX: docs/benchmarks.md).
-#include <cpuid.h>
-
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "kernels/cpu/common/cpu_features.h"
 #include "kernels/cpu/gemm/gemm.h"
 
 namespace nibble::cpu {
 namespace {
-
-bool genuine_intel() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-  char vendor[13] = {};
-  std::memcpy(vendor, &ebx, 4);
-  std::memcpy(vendor + 4, &edx, 4);
-  std::memcpy(vendor + 8, &ecx, 4);
-  return std::strcmp(vendor, "GenuineIntel") == 0;
-}
 
 // -1: not forced; else a Bf16PairKernel.
 std::atomic<int>& forced_slot() {

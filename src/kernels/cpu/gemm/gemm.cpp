@@ -8,8 +8,10 @@
 // live in a per-thread FP32 scratch tile between chunks. Every output element is therefore summed
 // by one thread, in K order, whatever the thread count: results are bitwise reproducible.
 #include <omp.h>
+#include <xmmintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -249,12 +251,15 @@ NIBBLE_SIMD_CLONES void write_scaled_columns(const float* __restrict in, int64_t
 // apart (one row of each micro-tile of a macro-tile row; one piece when they are contiguous). Cloned
 // per ISA (chosen by the loader from cpuid) because it runs over every output of every GEMM, and the
 // baseline x86-64 build runs it scalar; a whole macro-tile row per call, as a call per 32 floats
-// through the clone dispatch weighed on every GEMM's write-back.
+// through the clone dispatch weighed on every GEMM's write-back. `stream` (or null): overwrite with
+// that kernel's non-temporal stores.
 NIBBLE_SIMD_CLONES void write_scaled_pieces(const float* __restrict in, int64_t stride, int64_t piece, int64_t cols,
-                                            float scale, bool accumulate, float* __restrict out) {
+                                            float scale, bool accumulate, StreamScaled stream, float* __restrict out) {
   for (int64_t j0 = 0; j0 < cols; j0 += piece, in += stride, out += piece) {
     const int64_t n = std::min(piece, cols - j0);
-    if (accumulate) {
+    if (stream) {
+      stream(in, n, scale, out);
+    } else if (accumulate) {
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) out[j] = scale * in[j] + out[j];
     } else {
@@ -265,17 +270,24 @@ NIBBLE_SIMD_CLONES void write_scaled_pieces(const float* __restrict in, int64_t 
 }
 
 // One row of a macro tile into C: columns [n0, n0 + cols) of output row m.
-void write_row(const float* in, int64_t m, int64_t n0, int64_t cols, const OutputScale& s, bool accumulate, float* c_row) {
+// (stream: non-temporal stores where the scale is uniform; a row-scaled B's columns stay cached.)
+void write_row(const float* in, int64_t m, int64_t n0, int64_t cols, const OutputScale& s, bool accumulate,
+               StreamScaled stream, float* c_row) {
   if (s.b_rows) return write_scaled_columns(in, cols, s.of_row(m), s.b_rows + n0, s.quarter, accumulate, c_row);
-  write_scaled_pieces(in, cols, cols, cols, s.of_row_uniform(m), accumulate, c_row);
+  write_scaled_pieces(in, cols, cols, cols, s.of_row_uniform(m), accumulate, stream, c_row);
 }
 
 // Output row m, columns [n0, n0 + cols), from micro-tile rows of `piece` floats `stride` apart.
 void write_row_pieces(const float* in, int64_t stride, int64_t piece, int64_t m, int64_t n0, int64_t cols,
-                      const OutputScale& s, bool accumulate, float* c_row) {
-  if (!s.b_rows) return write_scaled_pieces(in, stride, piece, cols, s.of_row_uniform(m), accumulate, c_row);
+                      const OutputScale& s, bool accumulate, StreamScaled stream, float* c_row) {
+  if (!s.b_rows) return write_scaled_pieces(in, stride, piece, cols, s.of_row_uniform(m), accumulate, stream, c_row);
   for (int64_t j0 = 0; j0 < cols; j0 += piece, in += stride)
-    write_row(in, m, n0 + j0, std::min(piece, cols - j0), s, accumulate, c_row + j0);
+    write_row(in, m, n0 + j0, std::min(piece, cols - j0), s, accumulate, stream, c_row + j0);
+}
+
+// Non-temporal write-back by whole vectors: AVX-512 or AVX2, none below (C is then cached).
+StreamScaled stream_scaled_kernel(Isa isa) {
+  return isa >= Isa::avx512 ? &stream_scaled_avx512 : isa >= Isa::avx2 ? &stream_scaled_avx2 : nullptr;
 }
 
 void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate) {
@@ -315,6 +327,10 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
   // barriers (on a tiny model the waits of a 2-thread team would dominate the training step).
   // Either way each output is summed by one thread in the same order.
   const bool parallel = tile_rows * tile_cols > 1 && M * N * units * plan.unit_k >= kParallelMinMacs;
+  const StreamScaled stream = !accumulate && M * N * static_cast<int64_t>(sizeof(float)) >= kStreamedOutputBytes &&
+                                      c_stores() == CStores::streaming
+                                  ? stream_scaled_kernel(active_isa())
+                                  : nullptr;
 
 #pragma omp parallel if (parallel)
   {
@@ -354,7 +370,7 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
         const int64_t m0 = ia0 * mr, n0 = ib0 * nr;
         const int64_t rows = std::min(ia_count * mr, M - m0), cols = std::min(ib_count * nr, N - n0);
         for (int64_t r = 0; r < rows; ++r)
-          write_row(scratch + r * kTileCols, m0 + r, n0, cols, out_scale, accumulate, c + (m0 + r) * ldc + n0);
+          write_row(scratch + r * kTileCols, m0 + r, n0, cols, out_scale, accumulate, stream, c + (m0 + r) * ldc + n0);
         continue;
       }
       const int64_t n0 = ib0 * nr, cols = std::min(ib_count * nr, N - n0);
@@ -362,10 +378,11 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
         const int64_t m0 = (ia0 + ia) * mr, rows = std::min(mr, M - m0);
         const float* acc = scratch + ia * tile_col_panels * micro_tile_floats;
         for (int64_t r = 0; r < rows; ++r)
-          write_row_pieces(acc + r * nr, micro_tile_floats, nr, m0 + r, n0, cols, out_scale, accumulate,
+          write_row_pieces(acc + r * nr, micro_tile_floats, nr, m0 + r, n0, cols, out_scale, accumulate, stream,
                            c + (m0 + r) * ldc + n0);
       }
     }
+    if (stream) _mm_sfence();  // this thread's streamed lines reach memory before the region ends
     if (plan.tiles != Plan::Tiles::none) amx_thread_end();
   }
 }

@@ -68,6 +68,20 @@ Bf16PairKernel bf16_pair_kernel();
 void set_bf16_pair_kernel(std::optional<Bf16PairKernel> kernel);
 std::string_view to_string(Bf16PairKernel kernel);
 std::optional<Bf16PairKernel> parse_bf16_pair_kernel(std::string_view name);  // "fma", "dpbf16"
+// How nibble's GEMMs (gemm, gemm_bf16 and gemm_f32 on nibble's kernels) write an output C that they
+// overwrite and that is at least kStreamedOutputBytes: through the caches, or with non-temporal
+// (streaming) stores that skip reading each line of C for ownership first. The same bits either way.
+// A training step's outputs are activations and gradients far from every cache, so the read of each
+// line before it is written doubled the write-back's memory traffic: streaming is the default on
+// Intel CPUs (measured: docs/benchmarks.md); elsewhere (AMD's large L3 may still hold C when the next
+// op reads it; not measured yet) C is cached, unless $NIBBLE_C_STORES says streaming or cached.
+enum class CStores { cached, streaming };
+inline constexpr int64_t kStreamedOutputBytes = int64_t{1} << 20;
+CStores c_stores();
+// For tests and benchmarks: force one; nullopt goes back to the CPU's choice.
+void set_c_stores(std::optional<CStores> stores);
+std::string_view to_string(CStores stores);
+std::optional<CStores> parse_c_stores(std::string_view name);  // "cached", "streaming"
 // gemm_bf16 always through oneDNN (the library a user would otherwise pick; for comparisons).
 void gemm_bf16_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

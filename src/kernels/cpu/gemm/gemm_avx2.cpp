@@ -375,4 +375,12 @@ MicroKernel int8_micro_kernel_avx2(int64_t block_len, bool b_uniform) {
 }
 MicroKernel f32_micro_kernel_avx2() { return &f32_avx2; }
 
+void stream_scaled_avx2(const float* in, int64_t n, float scale, float* out) {
+  int64_t j = 0;
+  for (; j < n && (reinterpret_cast<uintptr_t>(out + j) & 31) != 0; ++j) out[j] = scale * in[j];
+  const __m256 s = _mm256_set1_ps(scale);
+  for (; j + 8 <= n; j += 8) _mm256_stream_ps(out + j, _mm256_mul_ps(s, _mm256_loadu_ps(in + j)));
+  for (; j < n; ++j) out[j] = scale * in[j];
+}
+
 }  // namespace nibble::cpu::gemm_detail

@@ -123,4 +123,13 @@ MicroKernel int8_micro_kernel_avx512(int64_t block_len, bool b_uniform) {
 }
 MicroKernel f32_micro_kernel_avx512() { return &f32_avx512; }
 
+// Whole 64-byte lines streamed (a partial line's non-temporal store costs a read at the memory).
+void stream_scaled_avx512(const float* in, int64_t n, float scale, float* out) {
+  int64_t j = 0;
+  for (; j < n && (reinterpret_cast<uintptr_t>(out + j) & 63) != 0; ++j) out[j] = scale * in[j];
+  const __m512 s = _mm512_set1_ps(scale);
+  for (; j + 16 <= n; j += 16) _mm512_stream_ps(out + j, _mm512_mul_ps(s, _mm512_loadu_ps(in + j)));
+  for (; j < n; ++j) out[j] = scale * in[j];
+}
+
 }  // namespace nibble::cpu::gemm_detail

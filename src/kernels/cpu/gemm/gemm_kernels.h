@@ -104,6 +104,12 @@ void amx_thread_end();
 // tiles are configured by amx_bf16_thread_begin and released by amx_thread_end.
 MicroKernel bf16_micro_kernel_amx();
 void amx_bf16_thread_begin();
+// out[j] = scale * in[j] for j < n with non-temporal stores of whole vectors from out's first
+// vector-aligned float on (cached stores before it and for the tail): the write-back of a large
+// overwritten C (gemm.h: c_stores). The caller fences (sfence) before another thread reads out.
+using StreamScaled = void (*)(const float* in, int64_t n, float scale, float* out);
+void stream_scaled_avx2(const float* in, int64_t n, float scale, float* out);
+void stream_scaled_avx512(const float* in, int64_t n, float scale, float* out);
 // Micro-kernels for the f32 family take `units` = k.
 MicroKernel f32_micro_kernel_scalar();
 MicroKernel f32_micro_kernel_avx2();
