@@ -3,27 +3,16 @@
 // the CPU, never by a timing: a run resumed on the same machine takes the same kernel. vdpbf16ps
 // is the faster on AMD's AVX512-BF16 cores (Zen 4, Zen 5), two FMAs on Intel's without AMX (measured
 // on Sapphire/Emerald Rapids-class Xeons whose VM hides AMX: docs/benchmarks.md).
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
 
 #include "kernels/cpu/common/cpu_features.h"
+#include "kernels/cpu/common/forced_choice.h"
 #include "kernels/cpu/gemm/gemm.h"
 
 namespace nibble::cpu {
 namespace {
 
-// -1: not forced; else a Bf16PairKernel.
 std::atomic<int>& forced_slot() {
-  static std::atomic<int> slot{[] {
-    const char* e = std::getenv("NIBBLE_BF16_PAIRS");
-    if (!e) return -1;
-    const std::optional<Bf16PairKernel> k = parse_bf16_pair_kernel(e);
-    // Read before any command can report errors, so this warns rather than fails (as NIBBLE_ISA).
-    if (!k) std::fprintf(stderr, "nibble: NIBBLE_BF16_PAIRS=%s is not fma or dpbf16; ignoring it\n", e);
-    return k ? static_cast<int>(*k) : -1;
-  }()};
-  return slot;
+  return forced_choice<Bf16PairKernel>("NIBBLE_BF16_PAIRS", &parse_bf16_pair_kernel, "fma or dpbf16");
 }
 
 }  // namespace
