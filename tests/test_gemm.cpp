@@ -848,18 +848,27 @@ TEST(Gemm, StreamedOutputsAreTheCachedOutputsBits) {
 }
 
 TEST(Gemm, CStoresChoice) {
+  IsaGuard isa_guard;
   CStoresGuard guard;
   EXPECT_EQ(cpu::parse_c_stores("cached"), cpu::CStores::cached);
   EXPECT_EQ(cpu::parse_c_stores("streaming"), cpu::CStores::streaming);
   EXPECT_EQ(cpu::parse_c_stores("nt"), std::nullopt);
   cpu::set_c_stores(cpu::CStores::cached);
   EXPECT_EQ(cpu::c_stores(), cpu::CStores::cached);
+  cpu::set_c_stores(cpu::CStores::streaming);
+  cpu::set_isa_limit(Isa::scalar);
+  EXPECT_EQ(cpu::c_stores(), cpu::CStores::cached);  // streaming stores are whole AVX2/AVX-512 vectors
+  cpu::set_isa_limit(cpu::detected_isa());
+  if (cpu::detected_isa() >= Isa::avx2) {
+    EXPECT_EQ(cpu::c_stores(), cpu::CStores::streaming);
+  }
   cpu::set_c_stores(std::nullopt);  // the CPU's choice: streaming on Intel, cached elsewhere
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   ASSERT_TRUE(__get_cpuid(0, &eax, &ebx, &ecx, &edx));
   const bool intel = ebx == 0x756E6547u && edx == 0x49656E69u && ecx == 0x6C65746Eu;  // "Genu" "ineI" "ntel"
-  if (std::getenv("NIBBLE_C_STORES") == nullptr)
+  if (std::getenv("NIBBLE_C_STORES") == nullptr) {
     EXPECT_EQ(cpu::c_stores(), intel ? cpu::CStores::streaming : cpu::CStores::cached);
+  }
 }
 
 TEST(Gemm, OneDnnRejectsBadLeadingDimensions) {

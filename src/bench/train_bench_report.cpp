@@ -336,9 +336,7 @@ double print_cpu_preamble(const TrainBenchOptions& o, const train::TrainConfig& 
                                                               : "decoded exactly, FMA in k order",
              cpu::amx_bf16_active() ? "on the AMX-BF16 tiles" : pairs,
              cpu::amx_bf16_active() ? "on the AMX-BF16 tiles (their own FP32 summation)" : pairs,
-             cpu::c_stores() == cpu::CStores::streaming && cpu::active_isa() >= cpu::Isa::avx2
-                 ? "with non-temporal stores"
-                 : "through the caches");
+             cpu::c_stores() == cpu::CStores::streaming ? "with non-temporal stores" : "through the caches");
   return copy_bandwidth;
 }
 

@@ -112,10 +112,6 @@ std::string_view to_string(Isa isa) {
   return "?";
 }
 
-}  // namespace nibble::cpu
-
-namespace nibble::cpu {
-
 bool genuine_intel() {
   static const bool intel = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;

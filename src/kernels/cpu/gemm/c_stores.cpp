@@ -15,6 +15,7 @@ std::atomic<int>& forced_slot() {
 }  // namespace
 
 CStores c_stores() {
+  if (active_isa() < Isa::avx2) return CStores::cached;  // streaming is by whole AVX2/AVX-512 vectors
   const int forced = forced_slot().load(std::memory_order_relaxed);
   if (forced >= 0) return static_cast<CStores>(forced);
   return genuine_intel() ? CStores::streaming : CStores::cached;

@@ -285,10 +285,8 @@ void write_row_pieces(const float* in, int64_t stride, int64_t piece, int64_t m,
     write_row(in, m, n0 + j0, std::min(piece, cols - j0), s, accumulate, stream, c_row + j0);
 }
 
-// Non-temporal write-back by whole vectors: AVX-512 or AVX2, none below (C is then cached).
-StreamScaled stream_scaled_kernel(Isa isa) {
-  return isa >= Isa::avx512 ? &stream_scaled_avx512 : isa >= Isa::avx2 ? &stream_scaled_avx2 : nullptr;
-}
+// Non-temporal write-back by whole vectors of the ISA (c_stores() is cached below AVX2).
+StreamScaled stream_scaled_kernel(Isa isa) { return isa >= Isa::avx512 ? &stream_scaled_avx512 : &stream_scaled_avx2; }
 
 void write_zero_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate) {
   if (accumulate) return;  // alpha * 0 + C == C

@@ -75,10 +75,12 @@ std::optional<Bf16PairKernel> parse_bf16_pair_kernel(std::string_view name);  //
 // line before it is written doubled the write-back's memory traffic: streaming is the default on
 // Intel CPUs (measured: docs/benchmarks.md); elsewhere (AMD's large L3 may still hold C when the next
 // op reads it; not measured yet) C is cached, unless $NIBBLE_C_STORES says streaming or cached.
+// Below AVX2 it is cached (the streaming stores are whole AVX2 or AVX-512 vectors).
 enum class CStores { cached, streaming };
 inline constexpr int64_t kStreamedOutputBytes = int64_t{1} << 20;
 CStores c_stores();
-// For tests and benchmarks: force one; nullopt goes back to the CPU's choice.
+// For tests and benchmarks: force one (streaming takes effect only from AVX2 up); nullopt goes back
+// to the CPU's choice.
 void set_c_stores(std::optional<CStores> stores);
 std::string_view to_string(CStores stores);
 std::optional<CStores> parse_c_stores(std::string_view name);  // "cached", "streaming"

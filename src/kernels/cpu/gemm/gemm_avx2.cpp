@@ -210,8 +210,9 @@ inline __m256 load_first(const float* p, int64_t n) {
 
 // The f32 panel of gemm_kernels.h with Width rows (kMr for A, kNr for B): element r of every k is
 // x(row0 + r, k), 0 past the edge -- the bytes of the scalar packers in gemm_pack.cpp. A
-// K-contiguous operand is read 8 rows x 8 k at a time and transposed in registers instead of the scalar packer's strided stores, one float at a time, which weigh on the
-// BF16-kept layers' GEMMs at small K.
+// K-contiguous operand is read 8 rows x 8 k at a time and transposed in registers instead of the
+// scalar packer's strided stores, one float at a time, which weigh on the BF16-kept layers' GEMMs at
+// small K.
 template <int Width>
 void pack_f32_operand_panel(const F32Operand& x, int64_t row0, uint8_t* dst) {
   static_assert(Width % 8 == 0);
