@@ -72,10 +72,10 @@ std::optional<Bf16PairKernel> parse_bf16_pair_kernel(std::string_view name);  //
 // overwrite and that is at least kStreamedOutputBytes: through the caches, or with non-temporal
 // (streaming) stores that skip reading each line of C for ownership first. The same bits either way.
 // A training step's outputs are activations and gradients far from every cache, so the read of each
-// line before it is written doubled the write-back's memory traffic: streaming is the default on
-// Intel CPUs (measured: docs/benchmarks.md); elsewhere (AMD's large L3 may still hold C when the next
-// op reads it; not measured yet) C is cached, unless $NIBBLE_C_STORES says streaming or cached.
-// Below AVX2 it is cached (the streaming stores are whole AVX2 or AVX-512 vectors).
+// line before it is written doubled the write-back's memory traffic: streaming is the default from
+// AVX2 up (measured faster on Intel Xeons and on AMD Zen 4: docs/benchmarks.md), unless
+// $NIBBLE_C_STORES says streaming or cached. Below AVX2 it is cached (the streaming stores are whole
+// AVX2 or AVX-512 vectors).
 enum class CStores { cached, streaming };
 inline constexpr int64_t kStreamedOutputBytes = int64_t{1} << 20;
 CStores c_stores();
