@@ -251,14 +251,17 @@ TEST(Gemm, AlphaScalesAndAccumulateAdds) {
 TEST(Gemm, BitwiseIdenticalForAnyThreadCount) {
   const int saved = omp_get_max_threads();
   IsaGuard guard;
+  // 803 rows are 9 macro-tile rows: on 1 and 2 threads each thread packs the A panels of the tile
+  // rows it takes (run_plan's local A), on 3 threads A is packed up front; both sum alike.
+  constexpr int64_t M = 803;
   for (Format f : {Format::nvfp4, Format::mxfp4, Format::fp8_e4m3}) {
-    QuantizedTensor a = make_operand(f, 203, 1024, 400), b = make_operand(f, 517, 1024, 401);
+    QuantizedTensor a = make_operand(f, M, 1024, 400), b = make_operand(f, 517, 1024, 401);
     for (Isa isa : runnable_isas()) {
       cpu::set_isa_limit(isa);
       std::vector<std::vector<float>> results;
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
-        results.emplace_back(203 * 517, std::numeric_limits<float>::quiet_NaN());
+        results.emplace_back(M * 517, std::numeric_limits<float>::quiet_NaN());
         cpu::gemm(a, b, results.back().data(), 517);
       }
       omp_set_num_threads(saved);
@@ -711,7 +714,8 @@ TEST(Gemm, Bf16BitwiseIdenticalForAnyThreadCount) {
     for (int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
       results.emplace_back(300 * 270, 0.5f);
-      // wgrad's form: A stored transposed (M-contiguous), B untransposed, accumulating; K odd.
+      // wgrad's form: A stored transposed (M-contiguous), B untransposed, accumulating; K odd. 300
+      // rows are 4 macro-tile rows: on 1 thread it packs A a tile row at a time, on 2 and 3 up front.
       cpu::gemm_bf16(cpu::Trans::yes, cpu::Trans::no, 300, 270, 701, 1.0f, a.data(), 300, b.data(), 270, 1.0f,
                      results.back().data(), 270);
     }

@@ -2,10 +2,11 @@
 //
 // Blocking: both operands are packed once per call into panels over the whole K (gemm_kernels.h:
 // 8 rows of A x 32 columns of B for the vector kernels, 16 x 16 for AMX-INT8, 32 x 32 for AMX-BF16,
-// which also serves gemm_bf16 on FP32 operands). C is cut into macro tiles
-// of kTileRows x kTileCols; each tile is owned by one thread (OpenMP static schedule) and walks K
-// in chunks so that a B chunk (10-20 KB) stays in L1 while the tile's A chunks stream from L2. The partial sums
-// live in a per-thread FP32 scratch tile between chunks. Every output element is therefore summed
+// which also serves gemm_bf16 on FP32 operands); B up front, A up front too or, with many rows,
+// a macro-tile row at a time by the thread that computes that row (run_plan). C is cut into macro
+// tiles of kTileRows x kTileCols; each tile is owned by one thread (OpenMP dynamic schedule) and
+// walks K in chunks so that a B chunk (10-20 KB) stays in L1 while the tile's A chunks stream from
+// L2. The partial sums live in a per-thread FP32 scratch tile between chunks. Every output element is therefore summed
 // by one thread, in K order, whatever the thread count: results are bitwise reproducible.
 #include <omp.h>
 #include <xmmintrin.h>
@@ -303,19 +304,23 @@ bool fp32_products_available(Format format) {
 namespace gemm_detail {
 namespace {
 
+// With at least this many macro-tile rows per thread, each thread packs the A panels of the tile
+// row it takes itself, just before it computes that row's tiles (see run_plan).
+constexpr int64_t kLocalATileRowsPerThread = 4;
+
 // Packs both operands into panels, then computes C macro tile by macro tile (see the top of this
 // file). pack_a(panel_row0, dst) / pack_b(panel_row0, dst) fill one panel of plan.mr / plan.nr rows.
+// With many macro-tile rows (the activations' and gradients' M of a training step), a thread takes
+// a whole tile row and packs its A panels into its own buffer first (96 rows x K: 55-300 KB at the
+// K of a model, in L2): packed up front, the whole of A went out to L3 or memory and came back
+// for the tiles, and the packing's stores were a tenth of an NVFP4 step's GEMM time. Each output is
+// summed by one thread in K order either way: the same bits.
 template <class PackA, class PackB>
 void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_a, PackB pack_b,
               const OutputScale& out_scale, bool accumulate, float* c, int64_t ldc) {
   const int64_t mr = plan.mr, nr = plan.nr;
   const int64_t a_panels = (M + mr - 1) / mr, b_panels = (N + nr - 1) / nr;
   const int64_t a_panel_bytes = units * plan.a_unit_bytes, b_panel_bytes = units * plan.b_unit_bytes;
-
-  static thread_local Workspace packed_workspace;
-  uint8_t* packed = packed_workspace.get(static_cast<size_t>((a_panels * a_panel_bytes + b_panels * b_panel_bytes)));
-  uint8_t* packed_a = packed;
-  uint8_t* packed_b = packed + a_panels * a_panel_bytes;
 
   const int64_t tile_row_panels = kTileRows / mr, tile_col_panels = kTileCols / nr;
   const int64_t tile_rows = (a_panels + tile_row_panels - 1) / tile_row_panels;
@@ -325,59 +330,85 @@ void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_
   // barriers (on a tiny model the waits of a 2-thread team would dominate the training step).
   // Either way each output is summed by one thread in the same order.
   const bool parallel = tile_rows * tile_cols > 1 && M * N * units * plan.unit_k >= kParallelMinMacs;
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  const bool local_a = tile_rows >= kLocalATileRowsPerThread * threads;
   const StreamScaled stream = !accumulate && M * N * static_cast<int64_t>(sizeof(float)) >= kStreamedOutputBytes &&
                                       c_stores() == CStores::streaming
                                   ? stream_scaled_kernel(active_isa())
                                   : nullptr;
 
+  static thread_local Workspace packed_workspace;
+  uint8_t* packed_b = packed_workspace.get(static_cast<size_t>((local_a ? 0 : a_panels * a_panel_bytes) + b_panels * b_panel_bytes));
+  uint8_t* packed_a = local_a ? nullptr : packed_b + b_panels * b_panel_bytes;
+
+  // Macro tile (tile row, tile col) into C; a_panels_of_row: the packed A panels of its tile row.
+  auto compute_tile = [&](int64_t tile_row, int64_t tile_col, const uint8_t* a_panels_of_row, float* scratch) {
+    const int64_t ia0 = tile_row * tile_row_panels, ib0 = tile_col * tile_col_panels;
+    const int64_t ia_count = std::min(tile_row_panels, a_panels - ia0);
+    const int64_t ib_count = std::min(tile_col_panels, b_panels - ib0);
+    for (int64_t u0 = 0; u0 < units; u0 += plan.chunk_units) {
+      const int64_t chunk = std::min(plan.chunk_units, units - u0);
+      for (int64_t jb = 0; jb < ib_count; ++jb) {
+        const uint8_t* pb = packed_b + (ib0 + jb) * b_panel_bytes + u0 * plan.b_unit_bytes;
+        for (int64_t ia = 0; ia < ia_count; ++ia) {
+          const uint8_t* pa = a_panels_of_row + ia * a_panel_bytes + u0 * plan.a_unit_bytes;
+          float* acc = plan.tiles == Plan::Tiles::bf16 ? scratch + ia * mr * kTileCols + jb * nr
+                                                       : scratch + (ia * tile_col_panels + jb) * micro_tile_floats;
+          plan.micro(pa, pb, chunk, acc, u0 == 0);
+        }
+      }
+    }
+    // Scale once and write only the part of each micro-tile that lies inside C, whole rows of C at
+    // a time: C rows are ldc apart (often a page), so writing micro-tile by micro-tile touched a
+    // new page every 64 bytes.
+    if (plan.tiles == Plan::Tiles::bf16) {  // macro-tile rows are contiguous in the scratch
+      const int64_t m0 = ia0 * mr, n0 = ib0 * nr;
+      const int64_t rows = std::min(ia_count * mr, M - m0), cols = std::min(ib_count * nr, N - n0);
+      for (int64_t r = 0; r < rows; ++r)
+        write_row(scratch + r * kTileCols, m0 + r, n0, cols, out_scale, accumulate, stream, c + (m0 + r) * ldc + n0);
+      return;
+    }
+    const int64_t n0 = ib0 * nr, cols = std::min(ib_count * nr, N - n0);
+    for (int64_t ia = 0; ia < ia_count; ++ia) {
+      const int64_t m0 = (ia0 + ia) * mr, rows = std::min(mr, M - m0);
+      const float* acc = scratch + ia * tile_col_panels * micro_tile_floats;
+      for (int64_t r = 0; r < rows; ++r)
+        write_row_pieces(acc + r * nr, micro_tile_floats, nr, m0 + r, n0, cols, out_scale, accumulate, stream,
+                         c + (m0 + r) * ldc + n0);
+    }
+  };
+
 #pragma omp parallel if (parallel)
   {
-#pragma omp for schedule(dynamic, dynamic_chunk(a_panels))
-    for (int64_t p = 0; p < a_panels; ++p) pack_a(p * mr, packed_a + p * a_panel_bytes);
+    if (!local_a) {
+#pragma omp for schedule(dynamic, dynamic_chunk(a_panels)) nowait
+      for (int64_t p = 0; p < a_panels; ++p) pack_a(p * mr, packed_a + p * a_panel_bytes);
+    }
 #pragma omp for schedule(dynamic, dynamic_chunk(b_panels))
     for (int64_t p = 0; p < b_panels; ++p) pack_b(p * nr, packed_b + p * b_panel_bytes);
-    // (implicit barrier: both operands are packed before any tile starts)
+    // (implicit barrier: the shared panels are packed before any tile starts)
 
     static thread_local Workspace scratch_workspace;
     float* scratch = reinterpret_cast<float*>(scratch_workspace.get(sizeof(float) * kTileRows * kTileCols));
     if (plan.tiles == Plan::Tiles::int8) amx_thread_begin(plan.unit_k);
     if (plan.tiles == Plan::Tiles::bf16) amx_bf16_thread_begin();
-    // Dynamic: a tile is summed by whichever thread takes it, in the same order, so the bits do not
-    // depend on the split, and a thread slowed by the machine (a shared VM) does not hold the rest.
+    // Dynamic: a tile (or tile row) is summed by whichever thread takes it, in the same order, so the
+    // bits do not depend on the split, and a thread slowed by the machine (a shared VM) does not
+    // hold the rest.
+    if (local_a) {
+      static thread_local Workspace row_workspace;
+      uint8_t* row_a = row_workspace.get(static_cast<size_t>(tile_row_panels * a_panel_bytes));
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t tile = 0; tile < tile_rows * tile_cols; ++tile) {
-      const int64_t ia0 = tile / tile_cols * tile_row_panels, ib0 = tile % tile_cols * tile_col_panels;
-      const int64_t ia_count = std::min(tile_row_panels, a_panels - ia0);
-      const int64_t ib_count = std::min(tile_col_panels, b_panels - ib0);
-      for (int64_t u0 = 0; u0 < units; u0 += plan.chunk_units) {
-        const int64_t chunk = std::min(plan.chunk_units, units - u0);
-        for (int64_t jb = 0; jb < ib_count; ++jb) {
-          const uint8_t* pb = packed_b + (ib0 + jb) * b_panel_bytes + u0 * plan.b_unit_bytes;
-          for (int64_t ia = 0; ia < ia_count; ++ia) {
-            const uint8_t* pa = packed_a + (ia0 + ia) * a_panel_bytes + u0 * plan.a_unit_bytes;
-            float* acc = plan.tiles == Plan::Tiles::bf16 ? scratch + ia * mr * kTileCols + jb * nr
-                                                         : scratch + (ia * tile_col_panels + jb) * micro_tile_floats;
-            plan.micro(pa, pb, chunk, acc, u0 == 0);
-          }
-        }
+      for (int64_t tile_row = 0; tile_row < tile_rows; ++tile_row) {
+        const int64_t ia0 = tile_row * tile_row_panels, ia_count = std::min(tile_row_panels, a_panels - ia0);
+        for (int64_t ia = 0; ia < ia_count; ++ia) pack_a((ia0 + ia) * mr, row_a + ia * a_panel_bytes);
+        for (int64_t tile_col = 0; tile_col < tile_cols; ++tile_col) compute_tile(tile_row, tile_col, row_a, scratch);
       }
-      // Scale once and write only the part of each micro-tile that lies inside C, whole rows of C at
-      // a time: C rows are ldc apart (often a page), so writing micro-tile by micro-tile touched a
-      // new page every 64 bytes.
-      if (plan.tiles == Plan::Tiles::bf16) {  // macro-tile rows are contiguous in the scratch
-        const int64_t m0 = ia0 * mr, n0 = ib0 * nr;
-        const int64_t rows = std::min(ia_count * mr, M - m0), cols = std::min(ib_count * nr, N - n0);
-        for (int64_t r = 0; r < rows; ++r)
-          write_row(scratch + r * kTileCols, m0 + r, n0, cols, out_scale, accumulate, stream, c + (m0 + r) * ldc + n0);
-        continue;
-      }
-      const int64_t n0 = ib0 * nr, cols = std::min(ib_count * nr, N - n0);
-      for (int64_t ia = 0; ia < ia_count; ++ia) {
-        const int64_t m0 = (ia0 + ia) * mr, rows = std::min(mr, M - m0);
-        const float* acc = scratch + ia * tile_col_panels * micro_tile_floats;
-        for (int64_t r = 0; r < rows; ++r)
-          write_row_pieces(acc + r * nr, micro_tile_floats, nr, m0 + r, n0, cols, out_scale, accumulate, stream,
-                           c + (m0 + r) * ldc + n0);
+    } else {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t tile = 0; tile < tile_rows * tile_cols; ++tile) {
+        const int64_t tile_row = tile / tile_cols;
+        compute_tile(tile_row, tile % tile_cols, packed_a + tile_row * tile_row_panels * a_panel_bytes, scratch);
       }
     }
     if (stream) _mm_sfence();  // this thread's streamed lines reach memory before the region ends
