@@ -143,7 +143,7 @@ void f32_avx2(const uint8_t* pa, const uint8_t* pb, int64_t ks, float* acc, bool
 
 // x[i] holds 4 groups (4 bytes each) of row i; group g of rows 0..3 goes to out + g * group_stride,
 // row after row: a 4 x 4 transpose of 32-bit words.
-inline void store_groups_of_4_rows(const __m128i x[4], uint8_t* out, int64_t group_stride) {
+[[gnu::always_inline]] inline void store_groups_of_4_rows(const __m128i x[4], uint8_t* out, int64_t group_stride) {
   const __m128i t0 = _mm_unpacklo_epi32(x[0], x[1]), t1 = _mm_unpackhi_epi32(x[0], x[1]);
   const __m128i t2 = _mm_unpacklo_epi32(x[2], x[3]), t3 = _mm_unpackhi_epi32(x[2], x[3]);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(t0, t2));
@@ -162,24 +162,32 @@ inline int32_t sum_i8x16(__m128i v) {
 // E2M1 when kSigned, doubled + 12 otherwise; padding rows 0), then for a signed panel the init sums
 // -12 * sum(row's codes), then the decoded scales (padding 0) -- the same bytes as the table
 // packers in gemm_pack.cpp.
+// The operand's fields are read into locals once: the panel is written through byte pointers, which
+// may alias anything as far as the compiler knows, so read through q they were loaded again for
+// every scale stored (the scale loop was a third of this packer's time on B panels).
 template <int Rows, bool kSigned>
 void pack_int8_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  const uint8_t* const codes = q.codes;
+  const uint8_t* const scale_codes = q.scales;
+  const float* const scale_of = q.scale_of;
   const int64_t block_len = q.block_len, blocks = q.cols / block_len, halves = block_len / 16;
   const int64_t stride = kSigned ? int8_signed_block_bytes(block_len, Rows) : int8_biased_block_bytes(block_len, Rows);
   const int64_t row_bytes = q.cols / 2;
   const __m128i table = _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1TimesTwo)),
                                      _mm_set1_epi8(kSigned ? 0 : 12));
   const int inside = static_cast<int>(std::min<int64_t>(Rows, q.rows - row0));
+  const uint8_t* const first_row = codes + row0 * row_bytes;
+  const uint8_t* const first_scales = scale_codes + row0 * blocks;
   for (int64_t b = 0; b < blocks; ++b) {
     uint8_t* blk = dst + b * stride;
     int32_t sums[Rows] = {};
     for (int r0 = 0; r0 < Rows; r0 += 4)
       for (int64_t h = 0; h < halves; ++h) {
         __m128i x[4];
+#pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
           const int r = r0 + i;
-          x[i] = r < inside ? e2m1x16(q.codes + (row0 + r) * row_bytes + b * (block_len / 2) + 8 * h, table)
-                            : _mm_setzero_si128();
+          x[i] = r < inside ? e2m1x16(first_row + r * row_bytes + b * (block_len / 2) + 8 * h, table) : _mm_setzero_si128();
           if constexpr (kSigned) sums[r] += sum_i8x16(x[i]);
         }
         store_groups_of_4_rows(x, blk + (4 * h * Rows + r0) * 4, Rows * 4);
@@ -192,10 +200,9 @@ void pack_int8_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
       }
       tail += 4 * Rows;
     }
-    for (int r = 0; r < Rows; ++r) {
-      const float scale = r < inside ? q.scale_of[q.scales[(row0 + r) * blocks + b]] : 0.0f;
-      std::memcpy(tail + 4 * r, &scale, 4);
-    }
+    float scales[Rows];
+    for (int r = 0; r < Rows; ++r) scales[r] = r < inside ? scale_of[first_scales[r * blocks + b]] : 0.0f;
+    std::memcpy(tail, scales, sizeof scales);
   }
 }
 
