@@ -402,9 +402,12 @@ TEST(Gemm, SimdInt8PackingWritesTheTablePackersBytes) {
              &gd::pack_int8_signed_b_panel_simd},
             {"A signed, AVX-512", gd::kMr, gd::int8_signed_block_bytes(block_len, gd::kMr), &gd::pack_int8_a_panel,
              static_cast<void (*)(const QuantizedTensor&, int64_t, uint8_t*)>(&gd::pack_int8_a_panel_avx512)},
+            {"B biased, AVX-512", gd::kNr, gd::int8_biased_block_bytes(block_len, gd::kNr), &gd::pack_int8_b_panel,
+             static_cast<void (*)(const QuantizedTensor&, int64_t, uint8_t*)>(&gd::pack_int8_b_panel_avx512)},
         };
         for (const Packers& p : packers) {
-          if (p.simd == packers[4].simd && (f != Format::nvfp4 || cpu::detected_isa() < Isa::avx512))
+          if ((p.simd == packers[4].simd || p.simd == packers[5].simd) &&
+              (f != Format::nvfp4 || cpu::detected_isa() < Isa::avx512))
             continue;  // NVFP4's 16-blocks, where the CPU has AVX-512 (the emulated test runs it anywhere)
           const int64_t bytes = blocks * p.block_bytes;
           for (int64_t row0 = 0; row0 < rows; row0 += p.panel_rows) {

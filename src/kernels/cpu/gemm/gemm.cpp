@@ -221,14 +221,17 @@ Plan make_plan(Family family, const QuantizedTensor& a, const QuantizedTensor& b
             int8_micro_kernel_avx2(block_len, tile_uniform(b)), Plan::Tiles::none};
   if (family == Family::int8_blocks) {  // A signed, B biased: the AVX-512 kernel, else the scalar one
     const bool avx512 = isa >= Isa::avx512;
-    // NVFP4's 16-blocks have an AVX-512 A packer of their own (four blocks a step).
-    PackQuantized pack_a = &pack_int8_a_panel;
-    if (avx512 && block_len == 16)
+    // NVFP4's 16-blocks have AVX-512 packers of their own (four blocks a step).
+    PackQuantized pack_a = &pack_int8_a_panel, pack_b = &pack_int8_b_panel;
+    if (avx512 && block_len == 16) {
       pack_a = &pack_int8_a_panel_avx512;
-    else if (avx512)
+      pack_b = &pack_int8_b_panel_avx512;
+    } else if (avx512) {
       pack_a = &pack_int8_a_panel_simd;
+      pack_b = &pack_int8_b_panel_simd;
+    }
     return {kMr, kNr, block_len, int8_a_block_bytes(block_len), int8_b_block_bytes(block_len), kChunkK / block_len,
-            pack_a, avx512 ? &pack_int8_b_panel_simd : &pack_int8_b_panel,
+            pack_a, pack_b,
             avx512 ? int8_micro_kernel_avx512(block_len, tile_uniform(b)) : int8_micro_kernel_scalar(block_len),
             Plan::Tiles::none};
   }

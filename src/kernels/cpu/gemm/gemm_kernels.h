@@ -136,6 +136,7 @@ void pack_int8_b_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst
 void pack_int8_biased_a_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_int8_signed_b_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst);
 void pack_int8_a_panel_avx512(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // NVFP4 only
+void pack_int8_b_panel_avx512(const QuantizedTensor& q, int64_t row0, uint8_t* dst);  // NVFP4 only
 // Panels of E2M1 operands packed with SSSE3 nibble lookups in the ISA files (gemm_avx2.cpp,
 // gemm_amx.cpp, gemm_bf16_amx.cpp) read plain pointers, so that no inline code of QuantizedTensor
 // is compiled with AVX2 or AVX-512 flags (the linker could keep that copy for every caller).
@@ -152,6 +153,7 @@ void pack_int8_signed_b_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8
 // The A panel (signed) of NVFP4 16-blocks with AVX-512BW, four blocks at a time (gemm_pack_avx512.cpp):
 // the bytes of pack_int8_a_panel; block_len 16 only.
 void pack_int8_a_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
+void pack_int8_b_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
 void pack_amx_a_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
 void pack_amx_b_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
 void pack_bf16_a_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);  // NVFP4 and MXFP4

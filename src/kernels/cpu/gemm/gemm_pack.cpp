@@ -130,6 +130,9 @@ void pack_int8_a_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst
 void pack_int8_a_panel_avx512(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
   pack_int8_a_panel_avx512(e2m1_source(q), row0, dst);
 }
+void pack_int8_b_panel_avx512(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
+  pack_int8_b_panel_avx512(e2m1_source(q), row0, dst);
+}
 void pack_int8_b_panel_simd(const QuantizedTensor& q, int64_t row0, uint8_t* dst) {
   pack_int8_b_panel_avx2(e2m1_source(q), row0, dst);
 }

@@ -1,7 +1,8 @@
-// The signed int8 A panel (gemm_kernels.h) of NVFP4 16-blocks with AVX-512BW, four blocks of the
-// panel's 8 rows at a time: one 128-bit lane per block. The AVX-512 int8 kernel takes every A operand
-// in this layout (activations in fprop, dY in dgrad, dY^T in wgrad), and packing it with 16-byte SSE
-// steps, one row and block at a time, cost about a tenth of an NVFP4 training step.
+// The signed int8 A panel and the biased int8 B panel (gemm_kernels.h) of NVFP4 16-blocks with
+// AVX-512BW, four blocks of the panel's rows at a time: one 128-bit lane per block. The AVX-512 int8
+// kernel takes every A operand in this layout (activations in fprop, dY in dgrad, dY^T in wgrad), and
+// packing it with 16-byte SSE steps, one row and block at a time, cost about a tenth of an NVFP4
+// training step; the B panels (weights, X^T) went the same way at a smaller share.
 #ifdef NIBBLE_EMULATED_INTRINSICS
 // tests/emulated/: a software model of the intrinsics below (test_gemm_pack_avx512_emulated).
 #include NIBBLE_EMULATED_INTRINSICS
@@ -28,10 +29,11 @@ constexpr int64_t kStepBlocks = 4;                                          // o
 constexpr int64_t kBlockBytes = int8_signed_block_bytes(kBlockLen, kMr);   // 128 codes + 8 init + 8 scales
 static_assert(kBlockBytes == 3 * 64 && kMr == 8);
 
-// The doubled E2M1 value of each code, in all four lanes (vpshufb looks up within a lane).
-__m512i doubled_code_table() {
+// The doubled E2M1 value of each code plus `bias` (0 for A, 12 for B), in all four lanes (vpshufb
+// looks up within a lane).
+__m512i doubled_code_table(int8_t bias = 0) {
   alignas(64) int8_t t[64];
-  for (int i = 0; i < 64; ++i) t[i] = kE2M1TimesTwo[i % 16];
+  for (int i = 0; i < 64; ++i) t[i] = static_cast<int8_t>(kE2M1TimesTwo[i % 16] + bias);
   return _mm512_loadu_si512(t);
 }
 
@@ -53,6 +55,16 @@ __m512i doubled_codes(const uint8_t* packed, __m512i table) {
   out[1] = _mm512_shuffle_i32x4(ab01, cd01, 0xDD);
   out[2] = _mm512_shuffle_i32x4(ab23, cd23, 0x88);
   out[3] = _mm512_shuffle_i32x4(ab23, cd23, 0xDD);
+}
+
+// Per lane, 4 rows regrouped as 4 k at a time: groups[g] holds dword g (k 4g..4g+3) of the 4 rows.
+[[gnu::always_inline]] inline void groups_of_4_rows(const __m512i r[4], __m512i groups[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+  groups[0] = _mm512_unpacklo_epi64(t0, t2);
+  groups[1] = _mm512_unpackhi_epi64(t0, t2);
+  groups[2] = _mm512_unpacklo_epi64(t1, t3);
+  groups[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
 // The decoded scales of 4 rows (scales[i]: row i's 4 scale codes) in the lanes' order: lane b holds
@@ -89,15 +101,7 @@ void pack_four_blocks(const uint8_t* const codes[kMr], const uint8_t* const scal
   // the 4 rows, the panel's codes[g][rows 4h..4h+3][4].
   __m512i groups[2][4];
 #pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m512i* r = rows + 4 * h;
-    const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
-    groups[h][0] = _mm512_unpacklo_epi64(t0, t2);
-    groups[h][1] = _mm512_unpackhi_epi64(t0, t2);
-    groups[h][2] = _mm512_unpacklo_epi64(t1, t3);
-    groups[h][3] = _mm512_unpackhi_epi64(t1, t3);
-  }
+  for (int h = 0; h < 2; ++h) groups_of_4_rows(rows + 4 * h, groups[h]);
   // init = -12 * sum of the row's block: 12 (unsigned) times each code (signed), 4 at a time.
   const __m512i twelve = _mm512_set1_epi32(0x0C0C0C0C);
   __m512i init[2];
@@ -118,7 +122,85 @@ void pack_four_blocks(const uint8_t* const codes[kMr], const uint8_t* const scal
     for (int part = 0; part < 3; ++part) _mm512_storeu_si512(out + b * kBlockBytes + 64 * part, block[part][b]);
 }
 
+constexpr int64_t kBBlockBytes = int8_biased_block_bytes(kBlockLen, kNr);  // 512 codes + 32 scales
+static_assert(kBBlockBytes == 10 * 64 && kNr == 32);
+
+// Four blocks of the B panel's 32 rows: codes[r] points at row r's 32 packed bytes of these blocks,
+// scales[r] at its 4 scale codes; rows from `inside` on are padding (codes 0, not the bias 12).
+// Writes the four blocks' 4 x 640 bytes: per block codes[g][32 rows][4], then 32 scales.
+void pack_four_b_blocks(const uint8_t* const codes[kNr], const uint8_t* const scales[kNr], int inside,
+                        const float* scale_of, __m512i table, uint8_t* out) {
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {  // rows 16 * half .. 16 * half + 15
+    __m512i groups[4][4];                 // [row quad][g]
+#pragma GCC unroll 4
+    for (int quad = 0; quad < 4; ++quad) {
+      __m512i rows[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const int r = 16 * half + 4 * quad + i;
+        rows[i] = r < inside ? doubled_codes(codes[r], table) : _mm512_setzero_si512();
+      }
+      groups_of_4_rows(rows, groups[quad]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      __m512i block[4];  // block b: dword g of the half's 16 rows, in row order
+      lanes_by_block(groups[0][g], groups[1][g], groups[2][g], groups[3][g], block);
+#pragma GCC unroll 4
+      for (int b = 0; b < kStepBlocks; ++b)
+        _mm512_storeu_si512(out + b * kBBlockBytes + g * 4 * kNr + 64 * half, block[b]);
+    }
+    __m512i block_scales[4];
+    lanes_by_block(decoded_scales(scales + 16 * half, scale_of), decoded_scales(scales + 16 * half + 4, scale_of),
+                   decoded_scales(scales + 16 * half + 8, scale_of), decoded_scales(scales + 16 * half + 12, scale_of),
+                   block_scales);
+#pragma GCC unroll 4
+    for (int b = 0; b < kStepBlocks; ++b)
+      _mm512_storeu_si512(out + b * kBBlockBytes + kBlockLen * kNr + 64 * half, block_scales[b]);
+  }
+}
+
+// Row pointers of one panel's step of four blocks (or of zero-padded copies for the last 1-3).
+template <int64_t Rows>
+struct PanelRows {
+  const uint8_t* codes[Rows];
+  const uint8_t* scales[Rows];
+};
+
 }  // namespace
+
+void pack_int8_b_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  const int64_t blocks = q.cols / kBlockLen, row_bytes = q.cols / 2;
+  const int inside = static_cast<int>(std::min<int64_t>(kNr, q.rows - row0));
+  const __m512i table = doubled_code_table(12);
+  // Padding rows read zero scale bytes (+0 in E4M3); their codes are zeroed in pack_four_b_blocks.
+  static const uint8_t zeros[32] = {};
+  PanelRows<kNr> p;
+  const int64_t whole = blocks / kStepBlocks * kStepBlocks;
+  for (int64_t b = 0; b < whole; b += kStepBlocks) {
+    for (int r = 0; r < kNr; ++r) {
+      p.codes[r] = r < inside ? q.codes + (row0 + r) * row_bytes + b * (kBlockLen / 2) : zeros;
+      p.scales[r] = r < inside ? q.scales + (row0 + r) * blocks + b : zeros;
+    }
+    pack_four_b_blocks(p.codes, p.scales, inside, q.scale_of, table, dst + b * kBBlockBytes);
+  }
+  if (whole == blocks) return;
+  // The last 1-3 blocks: from zero-padded copies of each row's bytes, and only they are written.
+  const int64_t left = blocks - whole;
+  alignas(64) uint8_t code_copy[kNr][32] = {}, scale_copy[kNr][kStepBlocks] = {};
+  for (int r = 0; r < kNr; ++r) {
+    if (r < inside) {
+      std::memcpy(code_copy[r], q.codes + (row0 + r) * row_bytes + whole * (kBlockLen / 2), left * (kBlockLen / 2));
+      std::memcpy(scale_copy[r], q.scales + (row0 + r) * blocks + whole, left);
+    }
+    p.codes[r] = code_copy[r];
+    p.scales[r] = scale_copy[r];
+  }
+  alignas(64) uint8_t out[kStepBlocks * kBBlockBytes];
+  pack_four_b_blocks(p.codes, p.scales, inside, q.scale_of, table, out);
+  std::memcpy(dst + whole * kBBlockBytes, out, left * kBBlockBytes);
+}
 
 void pack_int8_a_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
   const int64_t blocks = q.cols / kBlockLen, row_bytes = q.cols / 2;
