@@ -161,69 +161,29 @@ void pack_four_b_blocks(const uint8_t* const codes[kNr], const uint8_t* const sc
   }
 }
 
-// Row pointers of one panel's step of four blocks (or of zero-padded copies for the last 1-3).
-template <int64_t Rows>
-struct PanelRows {
+// A panel of `Rows` rows (kMr for A, kNr for B) four blocks at a time: pack_step(codes, scales,
+// inside, out) packs one step from each row's 32 code bytes and 4 scale codes. Rows past the edge
+// read zero bytes (scale code 0 is +0 in E4M3; the step packer gives them code 0).
+template <int64_t Rows, int64_t BlockBytes, class PackStep>
+void pack_panel_by_steps(const E2m1PanelSource& q, int64_t row0, uint8_t* dst, PackStep pack_step) {
+  const int64_t blocks = q.cols / kBlockLen, row_bytes = q.cols / 2;
+  const int inside = static_cast<int>(std::min<int64_t>(Rows, q.rows - row0));
+  static const uint8_t zeros[32] = {};
   const uint8_t* codes[Rows];
   const uint8_t* scales[Rows];
-};
-
-}  // namespace
-
-void pack_int8_b_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
-  const int64_t blocks = q.cols / kBlockLen, row_bytes = q.cols / 2;
-  const int inside = static_cast<int>(std::min<int64_t>(kNr, q.rows - row0));
-  const __m512i table = doubled_code_table(12);
-  // Padding rows read zero scale bytes (+0 in E4M3); their codes are zeroed in pack_four_b_blocks.
-  static const uint8_t zeros[32] = {};
-  PanelRows<kNr> p;
   const int64_t whole = blocks / kStepBlocks * kStepBlocks;
   for (int64_t b = 0; b < whole; b += kStepBlocks) {
-    for (int r = 0; r < kNr; ++r) {
-      p.codes[r] = r < inside ? q.codes + (row0 + r) * row_bytes + b * (kBlockLen / 2) : zeros;
-      p.scales[r] = r < inside ? q.scales + (row0 + r) * blocks + b : zeros;
-    }
-    pack_four_b_blocks(p.codes, p.scales, inside, q.scale_of, table, dst + b * kBBlockBytes);
-  }
-  if (whole == blocks) return;
-  // The last 1-3 blocks: from zero-padded copies of each row's bytes, and only they are written.
-  const int64_t left = blocks - whole;
-  alignas(64) uint8_t code_copy[kNr][32] = {}, scale_copy[kNr][kStepBlocks] = {};
-  for (int r = 0; r < kNr; ++r) {
-    if (r < inside) {
-      std::memcpy(code_copy[r], q.codes + (row0 + r) * row_bytes + whole * (kBlockLen / 2), left * (kBlockLen / 2));
-      std::memcpy(scale_copy[r], q.scales + (row0 + r) * blocks + whole, left);
-    }
-    p.codes[r] = code_copy[r];
-    p.scales[r] = scale_copy[r];
-  }
-  alignas(64) uint8_t out[kStepBlocks * kBBlockBytes];
-  pack_four_b_blocks(p.codes, p.scales, inside, q.scale_of, table, out);
-  std::memcpy(dst + whole * kBBlockBytes, out, left * kBBlockBytes);
-}
-
-void pack_int8_a_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
-  const int64_t blocks = q.cols / kBlockLen, row_bytes = q.cols / 2;
-  const int inside = static_cast<int>(std::min<int64_t>(kMr, q.rows - row0));
-  const __m512i table = doubled_code_table();
-  // Rows past the edge read zero bytes: codes 0 and scale code 0, which is +0 in E4M3, so they are
-  // packed as the table packer pads (code 0, init 0, scale 0).
-  static const uint8_t zeros[32] = {};
-  const uint8_t* codes[kMr];
-  const uint8_t* scales[kMr];
-  const int64_t whole = blocks / kStepBlocks * kStepBlocks;
-  for (int64_t b = 0; b < whole; b += kStepBlocks) {
-    for (int r = 0; r < kMr; ++r) {
+    for (int r = 0; r < Rows; ++r) {
       codes[r] = r < inside ? q.codes + (row0 + r) * row_bytes + b * (kBlockLen / 2) : zeros;
       scales[r] = r < inside ? q.scales + (row0 + r) * blocks + b : zeros;
     }
-    pack_four_blocks(codes, scales, q.scale_of, table, dst + b * kBlockBytes);
+    pack_step(codes, scales, inside, dst + b * BlockBytes);
   }
   if (whole == blocks) return;
   // The last 1-3 blocks: from zero-padded copies of each row's bytes, and only they are written.
   const int64_t left = blocks - whole;
-  alignas(64) uint8_t code_copy[kMr][32] = {}, scale_copy[kMr][kStepBlocks] = {};
-  for (int r = 0; r < kMr; ++r) {
+  alignas(64) uint8_t code_copy[Rows][32] = {}, scale_copy[Rows][kStepBlocks] = {};
+  for (int r = 0; r < Rows; ++r) {
     if (r < inside) {
       std::memcpy(code_copy[r], q.codes + (row0 + r) * row_bytes + whole * (kBlockLen / 2), left * (kBlockLen / 2));
       std::memcpy(scale_copy[r], q.scales + (row0 + r) * blocks + whole, left);
@@ -231,9 +191,28 @@ void pack_int8_a_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* d
     codes[r] = code_copy[r];
     scales[r] = scale_copy[r];
   }
-  alignas(64) uint8_t out[kStepBlocks * kBlockBytes];
-  pack_four_blocks(codes, scales, q.scale_of, table, out);
-  std::memcpy(dst + whole * kBlockBytes, out, left * kBlockBytes);
+  alignas(64) uint8_t out[kStepBlocks * BlockBytes];
+  pack_step(codes, scales, inside, out);
+  std::memcpy(dst + whole * BlockBytes, out, left * BlockBytes);
+}
+
+}  // namespace
+
+void pack_int8_b_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  const __m512i table = doubled_code_table(12);
+  pack_panel_by_steps<kNr, kBBlockBytes>(q, row0, dst, [&](const uint8_t* const* codes, const uint8_t* const* scales,
+                                                           int inside, uint8_t* out) {
+    pack_four_b_blocks(codes, scales, inside, q.scale_of, table, out);
+  });
+}
+
+void pack_int8_a_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
+  const __m512i table = doubled_code_table();
+  // Padding rows pack as the table packer pads them: code 0, init 0, scale 0.
+  pack_panel_by_steps<kMr, kBlockBytes>(q, row0, dst, [&](const uint8_t* const* codes, const uint8_t* const* scales,
+                                                          int, uint8_t* out) {
+    pack_four_blocks(codes, scales, q.scale_of, table, out);
+  });
 }
 
 }  // namespace nibble::cpu::gemm_detail
