@@ -314,10 +314,10 @@ constexpr int64_t kLocalATileRowsPerThread = 4;
 // Packs both operands into panels, then computes C macro tile by macro tile (see the top of this
 // file). pack_a(panel_row0, dst) / pack_b(panel_row0, dst) fill one panel of plan.mr / plan.nr rows.
 // With many macro-tile rows (the activations' and gradients' M of a training step), a thread takes
-// a whole tile row and packs its A panels into its own buffer first (96 rows x K: 55-300 KB at the
-// K of a model, in L2): packed up front, the whole of A went out to L3 or memory and came back
-// for the tiles, and the packing's stores were a tenth of an NVFP4 step's GEMM time. Each output is
-// summed by one thread in K order either way: the same bits.
+// a whole tile row and packs its A panels into its own buffer first (kTileRows rows x K, which fits
+// L2 at a model's K): packed up front, the whole of A went out to L3 or memory and came back for the
+// tiles, and the packing waited on those stores. Each output is summed by one thread in K order
+// either way: the same bits.
 template <class PackA, class PackB>
 void run_plan(const Plan& plan, int64_t M, int64_t N, int64_t units, PackA pack_a, PackB pack_b,
               const OutputScale& out_scale, bool accumulate, float* c, int64_t ldc) {
