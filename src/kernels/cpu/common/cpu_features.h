@@ -26,8 +26,8 @@ std::string_view to_string(Isa isa);
 // The $NIBBLE_ISA spelling of a level ("scalar", "avx2", "avx512", "avx512bf16", "amx"); nullopt for
 // anything else.
 std::optional<Isa> parse_isa(std::string_view name);
-// cpuid's vendor string is "GenuineIntel": the choices made per vendor where both ways give the same
-// bits and only the speed differs (gemm.h: bf16_pair_kernel, c_stores).
+// cpuid's vendor string is "GenuineIntel": for choices made per vendor where both ways give the same
+// bits and only the speed differs (gemm.h: bf16_pair_kernel).
 bool genuine_intel();
 
 }  // namespace nibble::cpu

@@ -1,5 +1,5 @@
-// A kernel choice that the CPU makes (by vendor, never by a timing) and that $NIBBLE_<NAME> or a
-// test can force: gemm.h's bf16_pair_kernel and c_stores.
+// A kernel choice that the CPU makes (by its vendor or ISA, never by a timing) and that
+// $NIBBLE_<NAME> or a test can force: gemm.h's bf16_pair_kernel and c_stores.
 #pragma once
 #include <atomic>
 #include <cstdio>

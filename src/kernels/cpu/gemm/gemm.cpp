@@ -6,8 +6,9 @@
 // a macro-tile row at a time by the thread that computes that row (run_plan). C is cut into macro
 // tiles of kTileRows x kTileCols; each tile is owned by one thread (OpenMP dynamic schedule) and
 // walks K in chunks so that a B chunk (10-20 KB) stays in L1 while the tile's A chunks stream from
-// L2. The partial sums live in a per-thread FP32 scratch tile between chunks. Every output element is therefore summed
-// by one thread, in K order, whatever the thread count: results are bitwise reproducible.
+// L2. The partial sums live in a per-thread FP32 scratch tile between chunks. Every output element
+// is therefore summed by one thread, in K order, whatever the thread count: results are bitwise
+// reproducible.
 #include <omp.h>
 #include <xmmintrin.h>
 

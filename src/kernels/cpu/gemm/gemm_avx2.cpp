@@ -167,8 +167,6 @@ inline int32_t sum_i8x16(__m128i v) {
 // every scale stored.
 template <int Rows, bool kSigned>
 void pack_int8_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
-  const uint8_t* const codes = q.codes;
-  const uint8_t* const scale_codes = q.scales;
   const float* const scale_of = q.scale_of;
   const int64_t block_len = q.block_len, blocks = q.cols / block_len, halves = block_len / 16;
   const int64_t stride = kSigned ? int8_signed_block_bytes(block_len, Rows) : int8_biased_block_bytes(block_len, Rows);
@@ -176,8 +174,8 @@ void pack_int8_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst) {
   const __m128i table = _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1TimesTwo)),
                                      _mm_set1_epi8(kSigned ? 0 : 12));
   const int inside = static_cast<int>(std::min<int64_t>(Rows, q.rows - row0));
-  const uint8_t* const first_row = codes + row0 * row_bytes;
-  const uint8_t* const first_scales = scale_codes + row0 * blocks;
+  const uint8_t* const first_row = q.codes + row0 * row_bytes;
+  const uint8_t* const first_scales = q.scales + row0 * blocks;
   for (int64_t b = 0; b < blocks; ++b) {
     uint8_t* blk = dst + b * stride;
     int32_t sums[Rows] = {};

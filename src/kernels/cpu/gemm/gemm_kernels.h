@@ -150,8 +150,8 @@ void pack_int8_a_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst
 void pack_int8_b_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
 void pack_int8_biased_a_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
 void pack_int8_signed_b_panel_avx2(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
-// The A panel (signed) of NVFP4 16-blocks with AVX-512BW, four blocks at a time (gemm_pack_avx512.cpp):
-// the bytes of pack_int8_a_panel; block_len 16 only.
+// The A panel (signed) and B panel (biased) of NVFP4 16-blocks with AVX-512BW, four blocks at a time
+// (gemm_pack_avx512.cpp): the bytes of pack_int8_a_panel and pack_int8_b_panel; block_len 16 only.
 void pack_int8_a_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
 void pack_int8_b_panel_avx512(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
 void pack_amx_a_panel(const E2m1PanelSource& q, int64_t row0, uint8_t* dst);
